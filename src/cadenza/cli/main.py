@@ -1,0 +1,50 @@
+"""The ``cadenza`` command (SPEC §14)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cadenza.cli import events as events_cmd
+from cadenza.cli import home as home_cmd
+from cadenza.cli import jobs as jobs_cmd
+from cadenza.cli import secrets as secrets_cmd
+from cadenza.cli import serve as serve_cmd
+from cadenza.cli import users as users_cmd
+from cadenza.cli.context import CliState
+
+app = typer.Typer(
+    name="cadenza",
+    help="Cadenza: a local-first job scheduler. Every command takes --home DIR.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    home: Annotated[
+        Path | None,
+        typer.Option("--home", help="Home directory (default: $CADENZA_HOME, else the current "
+                                    "directory)."),
+    ] = None,
+) -> None:
+    """Cadenza: a local-first job scheduler."""
+    ctx.obj = CliState(home)
+
+
+home_cmd.register(app)
+serve_cmd.register(app)
+events_cmd.register(app)
+app.add_typer(jobs_cmd.app, name="jobs")
+app.add_typer(users_cmd.app, name="users")
+app.add_typer(secrets_cmd.app, name="secrets")
+
+
+def main() -> None:
+    """Entry point of the ``cadenza`` script."""
+    app()

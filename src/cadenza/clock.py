@@ -1,0 +1,94 @@
+"""Time, injected.
+
+Services receive a :class:`Clock`; pure functions receive ``now`` as an argument.
+Wall time (``now``) decides schedules; monotonic time paces loops and timeouts.
+Tests use :class:`FakeClock` and never sleep for real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What every service reads time from."""
+
+    def now(self) -> datetime:
+        """The current wall time, timezone-aware, in UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin that never goes backwards."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Block the caller for ``seconds`` of this clock's time."""
+        ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+class FakeClock:
+    """A clock that only moves when told to.
+
+    ``sleep`` advances the clock instead of blocking, so code under test that sleeps
+    until a due time returns at once with the clock at that time. Thread-safe.
+    """
+
+    def __init__(self, start: datetime | str = "2027-01-01T00:00:00+00:00") -> None:
+        if isinstance(start, str):
+            start = datetime.fromisoformat(start)
+        if start.tzinfo is None:
+            raise ValueError("FakeClock needs a timezone-aware start time")
+        self._now = start.astimezone(UTC)
+        self._mono = 1000.0
+        self._lock = threading.Lock()
+        self.sleeps: list[float] = []
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        if seconds > 0:
+            self.advance(seconds)
+
+    def advance(self, seconds: float | timedelta) -> datetime:
+        """Move wall and monotonic time forward; returns the new ``now``."""
+        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        if delta < timedelta(0):
+            raise ValueError("FakeClock.advance cannot go backwards; use set() for wall jumps")
+        with self._lock:
+            self._now += delta
+            self._mono += delta.total_seconds()
+            return self._now
+
+    def set(self, when: datetime | str) -> None:
+        """Jump the wall time (either way), as a system clock change would; monotonic stays."""
+        if isinstance(when, str):
+            when = datetime.fromisoformat(when)
+        if when.tzinfo is None:
+            raise ValueError("FakeClock.set needs a timezone-aware time")
+        with self._lock:
+            self._now = when.astimezone(UTC)

@@ -1,0 +1,183 @@
+"""The cron dialect of SPEC §6.
+
+Five fields: minute hour day-of-month month day-of-week, with ``* , - /`` and names.
+**Day of week counts 0 = Monday … 6 = Sunday** (names ``mon``…``sun`` are recommended);
+7 is an error. When both day fields are restricted, either matching fires (the OR rule).
+Aliases: ``@hourly @daily @weekly @monthly @yearly`` (``@annually``, ``@midnight`` too).
+
+Parsing is ours, so that errors name the field and the dialect is exactly the spec's; the
+firing engine underneath is cronsim, whose DST handling is the spec's rule (a time in the
+spring gap fires once at the first instant after the gap; a time repeated in autumn fires
+once, at its first occurrence; ``*``/step hours fire in both). cronsim counts 0 = Sunday, so
+the day-of-week set is translated at this boundary and handed over as an explicit list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim  # type: ignore[import-untyped,unused-ignore]
+
+MAX_LENGTH = 256
+FIELD_NAMES = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+DAY_NAMES = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * mon",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+class CronError(ValueError):
+    """A cron expression is invalid; ``field`` names the field at fault (or None)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+@dataclass(frozen=True)
+class CronExpr:
+    """A parsed expression: the set of values of each field, in Cadenza's numbering."""
+
+    source: str
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Monday … 6 = Sunday
+    days_restricted: bool
+    weekdays_restricted: bool
+
+    @property
+    def engine_expr(self) -> str:
+        """The equivalent expression in cronsim's dialect (0 = Sunday)."""
+
+        def lst(values: frozenset[int]) -> str:
+            return ",".join(str(v) for v in sorted(values))
+
+        dom = lst(self.days) if self.days_restricted else "*"
+        dow = lst(frozenset((d + 1) % 7 for d in self.weekdays)) if self.weekdays_restricted else "*"
+        return f"{lst(self.minutes)} {lst(self.hours)} {dom} {lst(self.months)} {dow}"
+
+    def fires(self, after: datetime, tz: ZoneInfo) -> Iterator[datetime]:
+        """Fire times strictly after ``after`` (aware), as aware datetimes in ``tz``."""
+        if after.tzinfo is None:
+            raise ValueError("fires() needs an aware datetime")
+        it = CronSim(self.engine_expr, after.astimezone(tz))
+        for fire in it:
+            if fire > after:
+                yield fire
+
+
+def _number(token: str, index: int) -> int:
+    name = FIELD_NAMES[index]
+    low, high = _RANGES[index]
+    lowered = token.lower()
+    if index == 3 and lowered in _MONTHS:
+        return _MONTHS.index(lowered) + 1
+    if index == 4 and lowered in _DAYS:
+        return _DAYS.index(lowered)
+    if not token.isdigit():
+        hint = ""
+        if index == 4:
+            hint = " (0-6 with 0 = Monday, or mon..sun)"
+        elif index == 3:
+            hint = " (1-12 or jan..dec)"
+        raise CronError(f"{token!r} is not a number{hint}", name)
+    value = int(token)
+    if not low <= value <= high:
+        if index == 4 and value == 7:
+            raise CronError("7 is not a day: days count 0 = Monday to 6 = Sunday", name)
+        raise CronError(f"{value} is out of range {low}-{high}", name)
+    return value
+
+
+def _parse_field(text: str, index: int) -> tuple[frozenset[int], bool]:
+    """Return the field's values and whether it restricts anything."""
+    name = FIELD_NAMES[index]
+    low, high = _RANGES[index]
+    values: set[int] = set()
+    if text == "":
+        raise CronError("empty field", name)
+    for part in text.split(","):
+        if part == "":
+            raise CronError(f"empty item in {text!r}", name)
+        if "L" in part.upper() and index in (2, 4) or "#" in part:
+            raise CronError(f"{part!r}: L and # are not supported", name)
+        base, slash, step_text = part.partition("/")
+        step = 1
+        if slash:
+            if not step_text.isdigit() or int(step_text) == 0:
+                raise CronError(f"step in {part!r} must be a positive number", name)
+            step = int(step_text)
+        if base == "*":
+            start, end = low, high
+        elif "-" in base:
+            a, _, b = base.partition("-")
+            start, end = _number(a, index), _number(b, index)
+            if start > end:
+                raise CronError(f"range {base!r} goes backwards", name)
+        else:
+            start = _number(base, index)
+            end = high if slash else start
+        values.update(range(start, end + 1, step))
+    full = frozenset(range(low, high + 1))
+    return frozenset(values), frozenset(values) != full
+
+
+def parse_cron(expr: str) -> CronExpr:
+    """Parse ``expr``; raise :class:`CronError` naming the field at fault."""
+    source = expr.strip()
+    if not source:
+        raise CronError("empty schedule; expected 5 fields or an alias like @daily")
+    if len(source) > MAX_LENGTH:
+        raise CronError(f"schedule longer than {MAX_LENGTH} characters")
+    text = ALIASES.get(source.lower(), source)
+    if text.startswith("@"):
+        raise CronError(f"unknown alias {source!r}; expected one of {', '.join(ALIASES)}")
+    parts = text.split()
+    if len(parts) != 5:
+        raise CronError(
+            f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}"
+        )
+    parsed = [_parse_field(p, i) for i, p in enumerate(parts)]
+    (minutes, _), (hours, _), (days, dom_r), (months, _), (weekdays, dow_r) = parsed
+    if dom_r and not dow_r:
+        # A day-of-month-only schedule that no chosen month can hold never fires.
+        if all(min(days) > _DAYS_IN_MONTH[m - 1] for m in months):
+            raise CronError("no chosen month has any of these days: the schedule never fires",
+                            "day-of-month")
+    return CronExpr(source, minutes, hours, days, months, weekdays, dom_r, dow_r)
+
+
+def next_fires(expr: str | CronExpr, tz: ZoneInfo, after: datetime, n: int) -> list[datetime]:
+    """The next ``n`` fires strictly after ``after``, in ``tz``."""
+    cron = parse_cron(expr) if isinstance(expr, str) else expr
+    out: list[datetime] = []
+    for fire in cron.fires(after, tz):
+        out.append(fire)
+        if len(out) >= n:
+            break
+    return out
+
+
+def describe_weekdays(cron: CronExpr) -> str:
+    """Day-of-week set in words, for previews (``Monday, Friday``)."""
+    if not cron.weekdays_restricted:
+        return "every day"
+    return ", ".join(DAY_NAMES[d] for d in sorted(cron.weekdays))
+
+
+ONE_MINUTE = timedelta(minutes=1)

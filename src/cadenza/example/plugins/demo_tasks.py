@@ -1,0 +1,13 @@
+"""Demo python steps: `callable = "demo_tasks:count"` in jobs.toml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def count(upto: int = 3, ctx: Any = None) -> int:
+    """Log each number up to ``upto``; the return value is the step's rows."""
+    for i in range(1, upto + 1):
+        if ctx is not None:
+            ctx.log.info("counting %s", i)
+    return upto

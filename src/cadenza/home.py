@@ -1,0 +1,183 @@
+"""A Cadenza home directory (SPEC §2): where its files are, and how to open its parts.
+
+The interface layers (CLI, web) go through :class:`Home` to read the configuration, the
+secrets and the store, so that every entry point wires redaction the same way: every
+secret value known to the home is registered with the redactor before the store is opened.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cadenza.audit import Redactor, SecretStore
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.config import LoadedConfig
+    from cadenza.store import Store
+
+CONFIG_FILE = "cadenza.toml"
+JOBS_FILE = "jobs.toml"
+
+
+def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
+    """``--home`` if given, else ``$CADENZA_HOME``, else the current directory."""
+    chosen = explicit or os.environ.get("CADENZA_HOME") or os.getcwd()
+    return Path(chosen).expanduser().resolve()
+
+
+@dataclass
+class Home:
+    """One home directory and the parts opened from it (lazily, once)."""
+
+    path: Path
+    _secrets: SecretStore | None = field(default=None, repr=False)
+    _redactor: Redactor | None = field(default=None, repr=False)
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / CONFIG_FILE
+
+    @property
+    def jobs_file(self) -> Path:
+        return self.path / JOBS_FILE
+
+    @property
+    def data_dir(self) -> Path:
+        return self.path / "data"
+
+    @property
+    def secrets(self) -> SecretStore:
+        if self._secrets is None:
+            self._secrets = SecretStore(self.path)
+        return self._secrets
+
+    @property
+    def redactor(self) -> Redactor:
+        """A redactor that knows every secret value of this home."""
+        if self._redactor is None:
+            self._redactor = Redactor(self.secrets.values())
+        return self._redactor
+
+    def load_config(self) -> LoadedConfig:
+        """Load and validate both files; raises ConfigError with every located problem."""
+        from cadenza.config import load_home
+
+        loaded = load_home(self.path, resolve_secret=self.secrets.get)
+        for value in loaded.secret_values:
+            self.redactor.add(value)
+        return loaded
+
+    def open_store(self, config: LoadedConfig | None = None, *, clock: Clock | None = None,
+                   migrate: bool = True) -> Store:
+        """Open (and by default migrate) the store named by ``[store].url``."""
+        from cadenza.store import Store
+
+        loaded = config or self.load_config()
+        settings = loaded.settings
+        return Store.open(
+            settings.store_url(self.path),
+            clock=clock,
+            redactor=self.redactor,
+            sqlite_synchronous=settings.store.sqlite_synchronous,
+            migrate=migrate,
+        )
+
+
+def create_home(path: Path, *, example: bool, today: date | None = None) -> Home:
+    """Create a home at ``path``: the two files, ``plugins/`` and ``data/``.
+
+    Refuses a directory that already holds a ``cadenza.toml`` (nothing is overwritten).
+    With ``example``, writes the demo of SPEC §13: the ``sales-load`` job, a SQLite
+    warehouse with its aggregate table, and one sample sales file per month for the last
+    13 months (so that ``${month.current}`` and ``${month.previous}`` both have a file).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    if (path / CONFIG_FILE).exists():
+        raise FileExistsError(f"{path / CONFIG_FILE} exists; refusing to overwrite a home")
+    (path / "plugins").mkdir(exist_ok=True)
+    data = path / "data"
+    for sub in ("", "backups", "files", "reports"):
+        (data / sub).mkdir(parents=True, exist_ok=True)
+    example_dir = resources.files("cadenza") / "example"
+    if example:
+        (path / CONFIG_FILE).write_text(
+            (example_dir / CONFIG_FILE).read_text(encoding="utf-8"), encoding="utf-8")
+        (path / JOBS_FILE).write_text(
+            (example_dir / JOBS_FILE).read_text(encoding="utf-8"), encoding="utf-8")
+        plugin = example_dir / "plugins" / "demo_tasks.py"
+        (path / "plugins" / "demo_tasks.py").write_text(
+            plugin.read_text(encoding="utf-8"), encoding="utf-8")
+        _write_sample_sales(data / "files" / "sales", today or date.today())
+        _create_warehouse(data / "warehouse.db")
+    else:
+        (path / CONFIG_FILE).write_text(_MINIMAL_SETTINGS, encoding="utf-8")
+        (path / JOBS_FILE).write_text(_MINIMAL_JOBS, encoding="utf-8")
+    return Home(path.resolve())
+
+
+def _months_back(today: date, n: int) -> list[str]:
+    year, month = today.year, today.month
+    out = []
+    for _ in range(n):
+        out.append(f"{year:04d}-{month:02d}")
+        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+    return out
+
+
+SAMPLE_ROWS_PER_MONTH = 24
+
+
+def _write_sample_sales(folder: Path, today: date) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    regions = ("north", "south", "east", "west")
+    for index, period in enumerate(_months_back(today, 13)):
+        with (folder / f"{period}.csv").open("w", encoding="utf-8", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["order_id", "sold_on", "region", "amount"])
+            for i in range(SAMPLE_ROWS_PER_MONTH):
+                day = 1 + (i % 28)
+                amount = f"{(17 * (i + 1) + 3 * index) % 500 + 10.5:.2f}"
+                writer.writerow([f"{period}-{i + 1:04d}", f"{period}-{day:02d}",
+                                 regions[i % 4], amount])
+
+
+def _create_warehouse(db: Path) -> None:
+    con = sqlite3.connect(db)
+    try:
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS sales_monthly ("
+            " period TEXT PRIMARY KEY, total REAL NOT NULL)"
+        )
+        con.commit()
+    finally:
+        con.close()
+
+
+_MINIMAL_SETTINGS = """\
+# Cadenza settings for this home. Reference: docs/configuration.md
+
+[server]
+host = "127.0.0.1"
+port = 8765
+
+[store]
+url = "sqlite:///data/cadenza.db"
+"""
+
+_MINIMAL_JOBS = """\
+# The job catalogue. Reference: docs/configuration.md
+# [jobs.my-job]
+# schedule = "0 2 * * *"
+# [[jobs.my-job.steps]]
+# name = "hello"
+# type = "python"
+# callable = "my_module:main"
+"""

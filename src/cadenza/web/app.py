@@ -1,0 +1,31 @@
+"""The HTTP application. For now: ``/api/health`` (no auth, exact path) and the demo endpoint.
+
+Later issues add the REST API and the UI; every other route will require auth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+import cadenza
+from cadenza.store import Store
+
+
+def create_app(store: Store) -> FastAPI:
+    """Build the app around an open store (the caller owns and closes it)."""
+    app = FastAPI(title="Cadenza", version=cadenza.__version__, docs_url=None, redoc_url=None,
+                  openapi_url="/api/openapi.json")
+
+    @app.get("/api/health")
+    def health() -> JSONResponse:
+        """Liveness and store reachability; needs no login."""
+        ok = store.ping()
+        body: dict[str, Any] = {"status": "ok" if ok else "degraded",
+                                "version": cadenza.__version__, "store": store.dialect,
+                                "store_ok": ok}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    return app

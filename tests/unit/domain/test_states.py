@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from cadenza.domain.errors import InvalidTransition
+from cadenza.domain.states import (
+    RESOURCE_TRANSITIONS,
+    RUN_TRANSITIONS,
+    ResourceState,
+    RunState,
+    check,
+    is_allowed,
+    sources_of,
+)
+
+
+def test_run_table_matches_spec() -> None:
+    allowed = {(f, t) for f, ts in RUN_TRANSITIONS.items() if f for t in ts}
+    R = RunState
+    assert allowed == {
+        (R.QUEUED, R.RUNNING), (R.QUEUED, R.CANCELED),
+        (R.RUNNING, R.SUCCEEDED), (R.RUNNING, R.FAILED), (R.RUNNING, R.CANCELED),
+        (R.RUNNING, R.QUEUED), (R.RUNNING, R.NEEDS_REVIEW),
+        (R.NEEDS_REVIEW, R.QUEUED), (R.NEEDS_REVIEW, R.FAILED),
+    }
+    assert RUN_TRANSITIONS[None] == {R.QUEUED, R.MISSED}
+
+
+def test_every_pair_is_checked() -> None:
+    for frm, to in itertools.product(list(RunState), list(RunState)):
+        if is_allowed(RUN_TRANSITIONS, frm, to):
+            check("run", RUN_TRANSITIONS, frm, to)
+        else:
+            with pytest.raises(InvalidTransition):
+                check("run", RUN_TRANSITIONS, frm, to)
+
+
+def test_resource_any_to_disabled_and_back() -> None:
+    X = ResourceState
+    assert sources_of(RESOURCE_TRANSITIONS, X.DISABLED) == set(X) - {X.DISABLED}
+    assert sources_of(RESOURCE_TRANSITIONS, X.AVAILABLE) == {X.LEASED, X.COOLDOWN, X.FAULT, X.DISABLED}
+    assert not is_allowed(RESOURCE_TRANSITIONS, X.AVAILABLE, X.RUNNING)

@@ -1,0 +1,554 @@
+"""Redaction: secrets are replaced by ``***`` before anything is written or shown (SPEC §10).
+
+A :class:`Redactor` knows the secret values of the installation and masks, in text and in
+structured values:
+
+1. every known secret value, raw or encoded (percent-encoding, JSON and Python string
+   escapes, HTML references, base64 — also inside a longer base64 blob);
+2. the value under a key that looks secret (``password``, ``token``, ``cookie`` ...);
+3. the user-info of URLs (``scheme://user:pass@host`` becomes ``scheme://***@host``);
+4. in free text, ``key=value``, ``"key": "value"``, ``key: value`` and SQL ``PASSWORD '...'``
+   forms for those keys, ``Bearer``/``Basic`` credentials, Cadenza API tokens and PEM private
+   key blocks.
+
+The rules and their limits are described in ``docs/security.md``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cadenza.audit.encodings import (
+    BASE64_CHARS,
+    MIN_SUBSTRING_LENGTH,
+    base64_cores,
+    secret_pattern,
+)
+
+REDACTED = "***"
+
+#: A key whose lower-cased name contains one of these holds a secret (substring match, so
+#: ``X-Api-Key``, ``db.password``, ``PGPASSWORD`` and ``session_id`` all count).
+SECRET_KEY_WORDS: tuple[str, ...] = (
+    "password",
+    "passwd",
+    "passphrase",
+    "pwd",
+    "secret",
+    "token",
+    "authorization",
+    "api_key",
+    "apikey",
+    "api-key",
+    "cookie",
+    "private_key",
+    "private-key",
+    "privatekey",
+    "credential",
+    "session",
+)
+
+#: Values that say whether a secret is set, not what it is; they stay visible.
+_HARMLESS_WORDS = frozenset({"null", "none", "true", "false", "nil", REDACTED})
+
+_MAX_VALUE_SCAN = 100_000  # bound on the scan for the end of a quoted or bracketed value
+
+
+def is_secret_key(name: str) -> bool:
+    """True when ``name`` (a mapping key, header or parameter name) looks like it holds a secret."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_KEY_WORDS)
+
+
+# --- free-text rules -------------------------------------------------------------------------
+# Patterns marked "lowered" run on ``text.lower()`` (same offsets when the length is unchanged,
+# see _Scan) so that they need no IGNORECASE, which would disable the engine's fast scan.
+
+_SQL_IDENTIFIED_BY = re.compile(r"identified[ \t]+by")  # lowered; CREATE USER x IDENTIFIED BY '…'
+_KEY_TAIL = re.compile(
+    r"""[\w.\-]*(?P<close>\\?["'])?"""
+    r"""(?:[ \t]*(?P<sep>=>|=(?!=)|:(?![:/]))[ \t]*|[ \t]+(?=\\?["']))"""
+)
+_AUTH_SCHEME = re.compile(
+    r"(?:bearer|basic|digest|token|negotiate|ntlm|bot|apikey)[ \t]+"
+)  # lowered
+_BEARER = re.compile(r"bearer[ \t]+(?P<v>[a-z0-9\-._~+/]{8,}=*)")  # lowered
+_BASIC = re.compile(r"basic[ \t]+(?P<v>[a-z0-9+/_\-]{4,}={0,2})")  # lowered
+_API_TOKEN = re.compile(r"cdz_[A-Za-z0-9_\-]{20,}")
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN (?P<kind>[A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*)-----"
+    r"(?P<v>.*?)(?=-----END (?P=kind)-----|\Z)",
+    re.DOTALL,
+)
+_USERINFO = re.compile(r"""(?P<sep>:(?:\\?/){2})(?P<ui>(?:[^\s/?#"'<>\\]|\\[^/\s])+)@""")
+_USERINFO_ENCODED = re.compile(
+    r"%3[Aa]%2[Ff]%2[Ff](?P<ui>(?:[^\s/?#@\"'<>&%]|%(?!2[Ff]|3[Ff]|23|40)[0-9A-Fa-f]{2})+)%40"
+)
+_UNQUOTED_END = re.compile(r"""[\s&;,)}\]"'<>]""")
+
+
+#: Below this length a text is first checked with one combined pattern per rule family, and
+#: skipped by families that cannot match: one search beats dozens of scans on short strings
+#: (the many small leaves of a structured value), while dozens of fast literal-prefixed scans
+#: beat one wide alternation on long texts.
+_SHORT_TEXT = 512
+
+#: Everything that can start a free-text rule, for the quick check of short texts (lowered).
+_RULE_TRIGGER = re.compile(
+    "|".join(
+        [
+            *(re.escape(w) for w in SECRET_KEY_WORDS),
+            "identified",
+            "bearer",
+            "basic",
+            "cdz_",
+            "-----begin",
+            ":/",
+            r":\\/",
+            "%3a%2f%2f",
+        ]
+    )
+)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    """An immutable snapshot of what the redactor searches for; shared by all threads."""
+
+    patterns: tuple[re.Pattern[str], ...]  # one per secret of MIN_SUBSTRING_LENGTH or more
+    any_secret: re.Pattern[str] | None  # all of them in one alternation, for short texts
+    base64_cores: tuple[str, ...]  # the base64 cores of those secrets
+    any_core: re.Pattern[str] | None  # all cores in one alternation, for short texts
+    whole: frozenset[str]  # every secret, for whole-value matching
+
+
+class Redactor:
+    """Masks secrets in text and in structured values. Thread-safe.
+
+    ``Redactor(secrets)`` knows the given secret values; :meth:`add` registers more (for
+    example when a ``${secret.NAME}`` is resolved). Patterns are compiled lazily, once per
+    change of the set. A secret stays registered for the life of the redactor.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._secrets: set[str] = set()
+        self._pattern_cache: dict[str, re.Pattern[str]] = {}
+        self._compiled: _Compiled | None = None
+        self.update(secrets)
+
+    # --- registration ---------------------------------------------------------------------
+
+    def add(self, value: str) -> None:
+        """Register one secret value (its stripped form too, when it has surrounding blanks)."""
+        self.update((value,))
+
+    def update(self, values: Iterable[str]) -> None:
+        """Register several secret values at once (one recompilation)."""
+        new: set[str] = set()
+        for value in values:
+            if not isinstance(value, str):
+                raise TypeError(f"a secret value must be a str, not {type(value).__name__}")
+            for form in (value, value.strip()):
+                if form:
+                    new.add(form)
+        with self._lock:
+            if not new <= self._secrets:
+                self._secrets |= new
+                self._compiled = None
+
+    def __len__(self) -> int:
+        """How many distinct secret values are registered."""
+        with self._lock:
+            return len(self._secrets)
+
+    def _state(self) -> _Compiled:
+        with self._lock:
+            if self._compiled is None:
+                self._compiled = self._compile()
+            return self._compiled
+
+    def _compile(self) -> _Compiled:
+        # Longest first: where one secret contains another, the longer one is masked whole.
+        long = sorted(
+            (s for s in self._secrets if len(s) >= MIN_SUBSTRING_LENGTH), key=lambda s: (-len(s), s)
+        )
+        patterns = []
+        cores: set[str] = set()
+        for secret in long:
+            pattern = self._pattern_cache.get(secret)
+            if pattern is None:
+                pattern = self._pattern_cache[secret] = secret_pattern(secret)
+            patterns.append(pattern)
+            cores |= base64_cores(secret)
+        any_secret = re.compile("|".join(p.pattern for p in patterns)) if patterns else None
+        ordered_cores = tuple(sorted(cores, key=lambda c: (-len(c), c)))
+        any_core = re.compile("|".join(map(re.escape, ordered_cores))) if cores else None
+        return _Compiled(
+            tuple(patterns), any_secret, ordered_cores, any_core, frozenset(self._secrets)
+        )
+
+    # --- redaction ------------------------------------------------------------------------
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with secrets, secret-looking values and URL user-info replaced by ``***``."""
+        state = self._state()
+        if text.strip() in state.whole:
+            return REDACTED
+        return _redact_spans(text, state)
+
+    def redact_value(self, value: Any) -> Any:
+        """A redacted copy of ``value``, recursing into mappings, lists, tuples and sets.
+
+        Strings are redacted as by :meth:`redact_text`; bytes likewise (as UTF-8, undecodable
+        bytes kept); numbers are masked when their text contains a secret; under a
+        secret-looking key (and in ``(name, value)`` header tuples) the whole value becomes
+        ``***`` unless it is ``None`` or a bool. Other objects are kept unless their ``str()``
+        contains a secret, in which case the redacted text replaces them. The input is never
+        modified.
+        """
+        return self._redact(value, self._state(), set())
+
+    def _redact(self, value: Any, state: _Compiled, path: set[int]) -> Any:
+        if value is None or isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            if value.strip() in state.whole:
+                return REDACTED
+            redacted = _redact_spans(value, state)
+            return value if redacted == value else redacted
+        if isinstance(value, int | float):
+            try:
+                text = str(value)
+            except ValueError:  # an int past sys.get_int_max_str_digits(): not shown
+                return REDACTED
+            return value if _redact_spans(text, state) == text else REDACTED
+        if isinstance(value, bytes | bytearray):
+            decoded = bytes(value).decode("utf-8", "surrogateescape")
+            redacted = self._redact(decoded, state, path)
+            if redacted is decoded:
+                return type(value)(value)
+            return type(value)(str(redacted).encode("utf-8", "surrogateescape"))
+        if isinstance(value, Mapping | list | tuple | set | frozenset):
+            if id(value) in path:  # a container that holds itself
+                return REDACTED
+            path.add(id(value))
+            try:
+                return self._redact_container(value, state, path)
+            finally:
+                path.discard(id(value))
+        try:
+            text = str(value)
+        except Exception:  # an object that cannot even print itself is not shown
+            return REDACTED
+        redacted = self._redact(text, state, path)
+        return value if redacted is text else redacted
+
+    def _redact_container(self, value: Any, state: _Compiled, path: set[int]) -> Any:
+        if isinstance(value, Mapping):
+            out: dict[Any, Any] = {}
+            for key, item in value.items():
+                secret_key = isinstance(key, str) and is_secret_key(key)
+                new_key = self._redact(key, state, path) if isinstance(key, str | bytes) else key
+                out[new_key] = _mask_whole(item) if secret_key else self._redact(item, state, path)
+            return out
+        if isinstance(value, tuple):
+            if len(value) == 2 and isinstance(value[0], str) and is_secret_key(value[0]):
+                items = [self._redact(value[0], state, path), _mask_whole(value[1])]
+            else:
+                items = [self._redact(item, state, path) for item in value]
+            if hasattr(value, "_fields"):  # a named tuple keeps its type
+                return type(value)(*items)
+            return tuple(items)
+        if isinstance(value, list):
+            return [self._redact(item, state, path) for item in value]
+        return type(value)(self._redact(item, state, path) for item in value)
+
+
+def _mask_whole(value: Any) -> Any:
+    """The value of a secret-looking key: ``***`` unless it only says whether a secret is set."""
+    if value is None or isinstance(value, bool):
+        return value
+    return REDACTED
+
+
+# --- span collection -----------------------------------------------------------------------
+
+
+class _Scan:
+    """One text being scanned: the original and an ASCII-offset-compatible lower-cased copy."""
+
+    __slots__ = ("lowered", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        lowered = text.lower()
+        # str.lower() can lengthen a few characters (U+0130); offsets must map one to one.
+        self.lowered = lowered if len(lowered) == len(text) else _ascii_lower(text)
+
+
+def _ascii_lower(text: str) -> str:
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def _redact_spans(text: str, state: _Compiled) -> str:
+    """Collect every span to mask, merge them, and replace each merged span by ``***``."""
+    if not text:
+        return text
+    scan = _Scan(text)
+    short = len(text) <= _SHORT_TEXT
+    spans: list[tuple[int, int]] = []
+    if state.any_secret is not None and (not short or state.any_secret.search(text)):
+        for pattern in state.patterns:
+            spans.extend(_overlapping(pattern, text))
+    if state.any_core is not None and (not short or state.any_core.search(text)):
+        # str.find per core beats the alternation by an order of magnitude on long texts.
+        spans.extend(_base64_spans(state.base64_cores, text))
+    if not short or _RULE_TRIGGER.search(scan.lowered):
+        spans.extend(_key_value_spans(scan))
+        spans.extend(_credential_spans(scan))
+        spans.extend(_userinfo_spans(text))
+    if not spans:
+        return text
+    return _apply(text, spans)
+
+
+def _apply(text: str, spans: list[tuple[int, int]]) -> str:
+    out: list[str] = []
+    pos = 0
+    for start, end in _merge(spans):
+        if text[start:end] == REDACTED:
+            out.append(text[pos:end])
+        else:
+            out.append(text[pos:start])
+            out.append(REDACTED)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _merge(spans: list[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Sorted, non-overlapping spans; touching spans become one."""
+    spans = sorted(s for s in spans if s[1] > s[0])
+    if not spans:
+        return
+    cur_start, cur_end = spans[0]
+    for start, end in spans[1:]:
+        if start <= cur_end:
+            cur_end = max(cur_end, end)
+        else:
+            yield cur_start, cur_end
+            cur_start, cur_end = start, end
+    yield cur_start, cur_end
+
+
+def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, int]]:
+    """Every match, including those that overlap an earlier one (``abab`` in ``ababab``)."""
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        yield m.span()
+        pos = m.start() + 1
+
+
+def _base64_spans(cores: tuple[str, ...], text: str) -> Iterator[tuple[int, int]]:
+    """A base64 core of a secret masks the whole blob around it (its edges carry secret bits)."""
+    for core in cores:
+        pos = text.find(core)
+        while pos >= 0:
+            start, end = pos, pos + len(core)
+            while start > 0 and text[start - 1] in BASE64_CHARS and text[start - 1] != "=":
+                start -= 1  # "=" only pads the end of a blob; before it is a "key=" form
+            while end < len(text) and text[end] in BASE64_CHARS:
+                end += 1
+            yield start, end
+            pos = text.find(core, end)
+
+
+def _key_value_spans(scan: _Scan) -> Iterator[tuple[int, int]]:
+    """Values written after a secret-looking key: ``k=v``, ``"k": "v"``, ``k: v``, ``k 'v'``."""
+    text = scan.text
+    for key_start, key_end in _key_words(scan.lowered):
+        tail = _KEY_TAIL.match(text, key_end)
+        if tail is None:
+            continue
+        span = _value_span(
+            text,
+            tail.end(),
+            key_start=key_start,
+            quoted_key=bool(tail.group("close")),
+            sep=tail.group("sep"),
+        )
+        if span is not None:
+            yield span
+
+
+def _key_words(lowered: str) -> Iterator[tuple[int, int]]:
+    """Where the secret-looking words occur (``str.find`` per word: faster than one regex)."""
+    for word in SECRET_KEY_WORDS:
+        pos = lowered.find(word)
+        while pos >= 0:
+            yield pos, pos + len(word)
+            pos = lowered.find(word, pos + 1)
+    pos = lowered.find("identified")
+    while pos >= 0:
+        m = _SQL_IDENTIFIED_BY.match(lowered, pos)
+        if m is not None:
+            yield m.span()
+        pos = lowered.find("identified", pos + 1)
+
+
+def _value_span(
+    text: str, i: int, *, key_start: int, quoted_key: bool, sep: str | None
+) -> tuple[int, int] | None:
+    """Where the value that starts at ``i`` lies (without its quotes), or None if it is harmless."""
+    n = len(text)
+    if i >= n:
+        return None
+    c = text[i]
+    if c == "\\" and i + 1 < n and text[i + 1] in "\"'":  # a JSON string inside a JSON string
+        start = i + 2
+        end = _closing_quote(text, start, text[i + 1], escaped=True)
+    elif c in "\"'":
+        start = i + 1
+        end = _closing_quote(text, start, c, escaped=False)
+    elif c in "{[":
+        start = i
+        end = _closing_bracket(text, i)
+    else:
+        start = i
+        if sep == ":" and not quoted_key:
+            # A header or YAML line: the value is the rest of the line, unless the key sits
+            # inside a quoted string (a header in a JSON string or a shell argument): then
+            # the value ends where that string does.
+            end = _line_end(text, i)
+            line_start = text.rfind("\n", 0, key_start) + 1
+            for quote in ('"', "'", '\\"', "\\'"):
+                count = text.count(quote, line_start, key_start)
+                if len(quote) == 1:
+                    count -= text.count("\\" + quote, line_start, key_start)
+                if count % 2 == 1:
+                    quote_at = text.find(quote, i, end)
+                    end = end if quote_at < 0 else quote_at
+        else:
+            m = _UNQUOTED_END.search(text, i)
+            end = m.start() if m else n
+        while end > start and text[end - 1] == "\\":  # keep the escape of a following quote
+            end -= 1
+    if end < 0:
+        end = _line_end(text, start)
+    value = text[start:end]
+    if not value.strip() or value.strip().lower() in _HARMLESS_WORDS:
+        return None
+    scheme = _AUTH_SCHEME.match(value.lower())
+    if scheme is not None and scheme.end() < len(value):
+        start += scheme.end()  # "Authorization: Bearer ***" keeps the scheme name
+    return start, end
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    end = len(text) if end < 0 else end
+    while end > i and text[end - 1] in " \t\r":
+        end -= 1
+    return end
+
+
+def _closing_quote(text: str, start: int, quote: str, *, escaped: bool) -> int:
+    """Index where the string opened before ``start`` ends, or -1.
+
+    Plain strings end at a quote preceded by an even run of backslashes; escaped strings (a
+    JSON string written inside another) end at ``\\"`` whose backslash run is 1 modulo 4, and
+    the index returned is that of the backslash.
+    """
+    limit = min(len(text), start + _MAX_VALUE_SCAN)
+    pos = start
+    while True:
+        j = text.find(quote, pos, limit)
+        if j < 0:
+            return -1
+        k = j
+        while k > start and text[k - 1] == "\\":
+            k -= 1
+        run = j - k
+        if not escaped and run % 2 == 0:
+            return j
+        if escaped and run % 4 == 1:
+            return j - 1
+        pos = j + 1
+
+
+def _closing_bracket(text: str, start: int) -> int:
+    """Index just past the bracket that closes the one at ``start`` (quotes respected), or -1."""
+    depth = 0
+    quote: str | None = None
+    i = start
+    limit = min(len(text), start + _MAX_VALUE_SCAN)
+    while i < limit:
+        c = text[i]
+        if quote is not None:
+            if c == "\\":
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def _credential_spans(scan: _Scan) -> Iterator[tuple[int, int]]:
+    """Credentials recognisable without a key: Bearer and Basic values, API tokens, PEM keys."""
+    text, lowered = scan.text, scan.lowered
+    for m in _BEARER.finditer(lowered):
+        token = m.group("v")
+        # A bare "bearer authentication" in prose is not a token: require a digit or symbol.
+        if _word_start(lowered, m.start()) and any(not ch.isalpha() for ch in token):
+            yield m.span("v")
+    for m in _BASIC.finditer(lowered):
+        start, end = m.span("v")
+        if _word_start(lowered, m.start()) and _is_basic_credential(text[start:end]):
+            yield start, end
+    for m in _API_TOKEN.finditer(text):
+        yield m.span()
+    for m in _PRIVATE_KEY.finditer(text):
+        yield m.span("v")
+
+
+def _word_start(text: str, i: int) -> bool:
+    """True when a word starts at ``i`` (checked here: a leading ``\\b`` would slow the search)."""
+    return i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
+
+
+def _is_basic_credential(value: str) -> bool:
+    """True when ``value`` is base64 of ``user:password`` (as in HTTP Basic authentication)."""
+    padded = value.rstrip("=")
+    padded += "=" * (-len(padded) % 4)
+    try:
+        decoded = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    return b":" in decoded
+
+
+def _userinfo_spans(text: str) -> Iterator[tuple[int, int]]:
+    """The user-info of URLs, plain or percent-encoded (a URL inside a query string)."""
+    for m in _USERINFO.finditer(text):
+        yield m.span("ui")
+    if "%" in text:
+        for m in _USERINFO_ENCODED.finditer(text):
+            yield m.span("ui")

@@ -1,0 +1,268 @@
+"""The schema of ``cadenza.toml`` (SPEC §3): server, store, workers, limits, files,
+connections, pools, channels, rules, retention.
+
+Defaults are the spec's: the server binds 127.0.0.1:8765; the store is
+``sqlite:///data/cadenza.db`` under the home; 4 workers, 16 runs at most across nodes;
+files live under ``data/files``; runs are kept 90 days and at least the last 100 per job.
+String values may hold ``${env.NAME}`` and ``${secret.NAME}``; the loader resolves them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from cadenza.config.types import (
+    Duration,
+    EmailAddress,
+    HeaderMap,
+    HttpUrl,
+    Identifier,
+    NonEmptyStr,
+    Recipient,
+    SqlUrl,
+    StrictModel,
+    fail,
+    url_check,
+    without_tokens,
+)
+
+LdapUrl = Annotated[str, url_check(("ldap", "ldaps"), "ldap://127.0.0.1:389")]
+ProxyUrl = Annotated[str, url_check(("http", "https", "socks5", "socks5h", "socks4"),
+                                    "http://user:${secret.NAME}@10.1.2.3:3128")]
+Port = Annotated[int, Field(ge=1, le=65535)]
+RuleEvent = Literal["failed", "needs_review", "succeeded", "canceled", "missed", "long_run",
+                    "recovered"]
+_SECONDS_30 = timedelta(seconds=30)
+
+
+def _store_url(value: str) -> str:
+    scheme = without_tokens(value).split(":", 1)[0].split("+", 1)[0].lower()
+    if scheme not in ("sqlite", "postgresql") and not value.startswith("${"):
+        fail(f"expected a sqlite:/// or postgresql+psycopg:// URL (the store runs on SQLite or "
+             f"PostgreSQL), got a {scheme!r} URL")
+    return value
+
+
+def _region(value: str) -> str:
+    if not re.fullmatch(r"[A-Z]{2}", value):
+        fail(f"expected a two-letter country code like 'FR', got {value!r}")
+    return value
+
+
+class ServerSettings(StrictModel):
+    """Where the web UI and API listen; ``base_url`` is the address users reach it at."""
+
+    host: NonEmptyStr = "127.0.0.1"
+    port: Port = 8765
+    base_url: HttpUrl | None = None
+
+
+class StoreSettings(StrictModel):
+    """The database: a SQLite file (relative paths resolve against the home) or PostgreSQL."""
+
+    url: Annotated[SqlUrl, AfterValidator(_store_url)] = "sqlite:///data/cadenza.db"
+    sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
+
+
+class WorkerSettings(StrictModel):
+    """``count`` concurrent runs on this node; ``max_concurrent_runs`` across all nodes."""
+
+    count: int = Field(4, ge=1, le=1024)
+    max_concurrent_runs: int = Field(16, ge=1, le=100_000)
+
+
+class TagLimits(StrictModel):
+    """Caps shared by every job carrying a tag."""
+
+    max_concurrency: int | None = Field(None, ge=1, le=100_000)
+    budget_per_hour: int = Field(0, ge=0, le=1_000_000)
+
+
+class LimitSettings(StrictModel):
+    """Per-tag caps: ``[limits.tags.NAME]``."""
+
+    tags: dict[Identifier, TagLimits] = Field(default_factory=dict)
+
+
+class FileSettings(StrictModel):
+    """Directories that file steps may read and write (relative to the home)."""
+
+    roots: list[NonEmptyStr] = Field(default_factory=lambda: ["data/files"], min_length=1)
+
+
+class SqlConnection(StrictModel):
+    """A database reached through SQLAlchemy."""
+
+    type: Literal["sql"]
+    url: SqlUrl
+
+
+class HttpConnection(StrictModel):
+    """An HTTP service: base URL, default headers, and whether private addresses are allowed."""
+
+    type: Literal["http"]
+    base_url: HttpUrl
+    headers: HeaderMap = Field(default_factory=dict)
+    allow_private: bool = False
+    timeout: Duration = _SECONDS_30
+    verify_tls: bool = True
+
+
+class LdapConnection(StrictModel):
+    """An LDAP directory; no ``bind_dn`` means an anonymous bind."""
+
+    type: Literal["ldap"]
+    url: LdapUrl
+    bind_dn: str | None = None
+    password: str | None = None
+    start_tls: bool = False
+    timeout: Duration = _SECONDS_30
+
+
+Connection = Annotated[SqlConnection | HttpConnection | LdapConnection,
+                       Field(discriminator="type")]
+
+
+class PoolHealth(StrictModel):
+    """Route health checks: every ``interval``, probe through the proxy; below
+    ``threshold`` the route cools down."""
+
+    interval: Duration = timedelta(seconds=60)
+    timeout: Duration = timedelta(seconds=5)
+    probe_url: HttpUrl | None = None
+    ip_echo_url: HttpUrl | None = None
+    threshold: float = Field(50, ge=0, le=100)
+
+
+class PoolMember(StrictModel):
+    """One resource. Routes have a ``proxy`` and an expected ``region``; units and
+    credentials may bind a route member (``route``) and carry ``fields`` (a credential's
+    login values, a unit's settings), which may hold ``${secret.NAME}``."""
+
+    id: Identifier
+    proxy: ProxyUrl | None = None
+    region: Annotated[str, AfterValidator(_region)] | None = None
+    route: Identifier | None = None
+    fields: dict[str, str] = Field(default_factory=dict)
+
+
+class Pool(StrictModel):
+    """A named set of resources of one kind."""
+
+    kind: Literal["unit", "route", "credential"]
+    cooldown: Duration = _SECONDS_30
+    health: PoolHealth | None = None
+    members: list[PoolMember] = Field(default_factory=list)
+
+
+class EmailChannel(StrictModel):
+    """SMTP delivery; ``starttls`` upgrades a plain connection, ``ssl`` uses implicit TLS."""
+
+    type: Literal["email"]
+    host: NonEmptyStr
+    port: Port = 587
+    starttls: bool = True
+    ssl: bool = False
+    username: str | None = None
+    password: str | None = None
+    sender: EmailAddress
+    timeout: Duration = _SECONDS_30
+    default: bool = False
+
+    @model_validator(mode="after")
+    def _one_tls_mode(self) -> EmailChannel:
+        if self.starttls and self.ssl:
+            fail("expected either starttls = true or ssl = true, not both")
+        return self
+
+
+class WebhookChannel(StrictModel):
+    """A JSON POST; ``format`` shapes the body for Slack or Teams."""
+
+    type: Literal["webhook"]
+    url: HttpUrl
+    headers: HeaderMap = Field(default_factory=dict)
+    format: Literal["json", "slack", "teams"] = "json"
+    allow_private: bool = False
+    timeout: Duration = _SECONDS_30
+    default: bool = False
+
+
+Channel = Annotated[EmailChannel | WebhookChannel, Field(discriminator="type")]
+
+
+class Rule(StrictModel):
+    """Notify ``notify`` through ``channel`` (default channel when absent) when a job
+    selected by ``jobs`` globs or ``tags`` reaches one of the ``on`` events."""
+
+    name: NonEmptyStr
+    on: list[RuleEvent] = Field(min_length=1)
+    jobs: list[NonEmptyStr] = Field(default_factory=list)
+    tags: list[Identifier] = Field(default_factory=list)
+    notify: list[Recipient] = Field(min_length=1)
+    channel: Identifier | None = None
+
+    @model_validator(mode="after")
+    def _selects_jobs(self) -> Rule:
+        if not self.jobs and not self.tags:
+            fail("expected 'jobs' (globs on job ids, like [\"*\"]) or 'tags' to select jobs")
+        return self
+
+
+class RetentionSettings(StrictModel):
+    """How long finished runs, logs and events are kept."""
+
+    days: int = Field(90, ge=1, le=36_500)
+    keep_last_per_job: int = Field(100, ge=0, le=1_000_000)
+
+
+class Settings(StrictModel):
+    """The whole of ``cadenza.toml``, validated, with ``${...}`` resolved."""
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    workers: WorkerSettings = Field(default_factory=WorkerSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    files: FileSettings = Field(default_factory=FileSettings)
+    connections: dict[Identifier, Connection] = Field(default_factory=dict)
+    pools: dict[Identifier, Pool] = Field(default_factory=dict)
+    channels: dict[Identifier, Channel] = Field(default_factory=dict)
+    rules: list[Rule] = Field(default_factory=list)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    def store_url(self, home: Path) -> str:
+        """The store's SQLAlchemy URL with a relative SQLite path made absolute under ``home``."""
+        return absolute_sqlite_url(self.store.url, home)
+
+    def file_roots(self, home: Path) -> list[Path]:
+        """``[files].roots`` as absolute paths (relative ones resolve against ``home``)."""
+        return [(home / root).resolve() for root in self.files.roots]
+
+    def default_channel(self) -> str | None:
+        """The channel marked ``default = true``, else the first channel, else None."""
+        return default_channel_of(self.channels)
+
+
+def default_channel_of(channels: dict[str, EmailChannel | WebhookChannel]) -> str | None:
+    """The channel marked ``default = true``, else the first one declared, else None."""
+    marked = [name for name, ch in channels.items() if ch.default]
+    if marked:
+        return marked[0]
+    return next(iter(channels), None)
+
+
+def absolute_sqlite_url(url: str, home: Path) -> str:
+    """``sqlite:///data/x.db`` → ``sqlite:////HOME/data/x.db``; other URLs unchanged."""
+    prefix, sep, rest = url.partition(":///")
+    if not sep or prefix.split("+", 1)[0].lower() != "sqlite":
+        return url
+    path, query_sep, query = rest.partition("?")
+    if path in ("", ":memory:") or Path(path).is_absolute():
+        return url
+    absolute = (home / path).resolve().as_posix()
+    return f"{prefix}:///{absolute}{query_sep}{query}"

@@ -1,0 +1,255 @@
+"""Field types shared by the settings, the jobs and every step type's config.
+
+Every model derives from :class:`StrictModel`: unknown keys are errors, numbers are
+strict (``true`` is not ``1``, ``"5"`` is not ``5``), NaN and infinity are refused, and
+loaded configs are immutable. Each constrained type's error says what was expected.
+
+:class:`Ref` marks a field whose value names something defined elsewhere (a connection
+of some type, a pool, a job, a channel); the cross-reference check reads these marks, so
+a third-party step type gets its references checked by declaring them the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any, Literal, NoReturn
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    PlainValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from cadenza.config.durations import format_duration, parse_duration
+from cadenza.config.windows import parse_window
+from cadenza.domain.params import TOKEN_RE
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+ID_EXPECTED = "expected 1 to 64 characters from A-Z a-z 0-9 _ -"
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_RECIPIENT = re.compile(r"(role|user):[A-Za-z0-9_.@-]{1,128}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def fail(message: str) -> NoReturn:
+    """Raise a validation error whose message is exactly ``message``."""
+    raise PydanticCustomError("cadenza", "{message}", {"message": message})
+
+
+def without_tokens(value: str) -> str:
+    """``value`` with each ``${...}`` replaced by ``x``, to check its shape before resolution."""
+    return TOKEN_RE.sub("x", value)
+
+
+def has_tokens(value: str) -> bool:
+    """True when ``value`` holds a ``${...}`` token. A shape check that fails on such a value
+    is left to the check after substitution, whose message never shows the value."""
+    return TOKEN_RE.search(value) is not None
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: no unknown keys, strict types, finite numbers, frozen."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, populate_by_name=False
+    )
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Marks a field naming a ``connection`` (of type ``subtype``), ``pool`` (of kind
+    ``subtype``, any kind when None), ``job`` or ``channel``. On a table field, the table's
+    keys are the names."""
+
+    kind: Literal["connection", "pool", "job", "channel"]
+    subtype: str | None = None
+
+
+@dataclass(frozen=True)
+class InRoots:
+    """Marks a file path that must stay inside ``[files].roots``."""
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        fail(f'expected a duration string like "30s", "90m", "2h" or "1d", got '
+             f"{type(value).__name__} {value!r}")
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+def _identifier(value: str) -> str:
+    if not ID_PATTERN.fullmatch(value):
+        fail(f"{ID_EXPECTED}, got {value!r}")
+    return value
+
+
+def _non_empty(value: str) -> str:
+    if not value.strip():
+        fail("expected a non-empty string")
+    return value
+
+
+def _timezone(value: str) -> str:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        fail(f"unknown time zone {value!r}: expected an IANA name like 'Europe/Paris' or 'UTC'")
+    return value
+
+
+def _cron(value: str) -> str:
+    from cadenza.domain.cron import CronError, parse_cron
+
+    try:
+        parse_cron(value)
+    except CronError as exc:
+        fail(f"invalid schedule {value!r}: {exc}")
+    return value
+
+
+def _window(value: str) -> str:
+    try:
+        parse_window(value)
+    except ValueError as exc:
+        fail(str(exc))
+    return value
+
+
+def _recipient(value: str) -> str:
+    if TOKEN_RE.search(value):
+        return value  # resolved at run time
+    if not (_EMAIL.fullmatch(value) or _RECIPIENT.fullmatch(value)):
+        fail(f"expected an e-mail address, role:NAME or user:NAME, got {value!r}")
+    return value
+
+
+def _email(value: str) -> str:
+    if not _EMAIL.fullmatch(without_tokens(value)) and not has_tokens(value):
+        fail(f"expected an e-mail address like 'cadenza@example.org', got {value!r}")
+    return value
+
+
+def _relative_path(value: str) -> str:
+    if not value.strip() or "\x00" in value:
+        fail("expected a non-empty file path")
+    if ".." in re.split(r"[\\/]", value):
+        fail(f"expected a path without '..' segments (paths stay inside [files].roots), "
+             f"got {value!r}")
+    return value
+
+
+def url_check(schemes: tuple[str, ...], example: str) -> AfterValidator:
+    """A validator for URLs with one of ``schemes`` and a host (``${...}`` allowed inside)."""
+
+    def check(value: str) -> str:
+        try:
+            parts = urlsplit(without_tokens(value))
+            host = parts.hostname
+        except ValueError:
+            host = None
+            parts = None
+        bad = parts is None or parts.scheme.lower() not in schemes or not host
+        if bad and not has_tokens(value):
+            fail(f"expected a URL like {example!r} ({' or '.join(schemes)}), got {value!r}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _sql_url(value: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(without_tokens(value))
+    except (ArgumentError, ValueError):
+        if has_tokens(value):
+            return value
+        fail("expected a SQLAlchemy URL like 'sqlite:///data/warehouse.db' or "
+             f"'postgresql+psycopg://user@host/db', got {value!r}")
+    return value
+
+
+def _headers(value: dict[str, str]) -> dict[str, str]:
+    for name, text in value.items():
+        if not _HEADER_NAME.fullmatch(name):
+            fail(f"expected HTTP header names of letters, digits and -, got {name!r}")
+        if "\r" in text or "\n" in text:
+            fail(f"header {name!r}: expected a value without line breaks")
+    return value
+
+
+def _status_patterns(value: object) -> list[str]:
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for item in items:
+        text = str(item) if isinstance(item, int) and not isinstance(item, bool) else item
+        if not isinstance(text, str) or not re.fullmatch(r"[1-5](\d\d|xx)", text):
+            fail(f'expected status codes like 200 or patterns like "2xx", got {item!r}')
+        out.append(text)
+    if not out:
+        fail('expected at least one status code or pattern like "2xx"')
+    return out
+
+
+Duration = Annotated[
+    timedelta, PlainValidator(_duration), PlainSerializer(format_duration, return_type=str)
+]
+NonEmptyStr = Annotated[str, AfterValidator(_non_empty)]
+Identifier = Annotated[str, AfterValidator(_identifier)]
+Timezone = Annotated[str, AfterValidator(_timezone)]
+CronSchedule = Annotated[str, AfterValidator(_cron)]
+WindowSpec = Annotated[str, AfterValidator(_window)]
+Recipient = Annotated[str, AfterValidator(_recipient)]
+EmailAddress = Annotated[str, AfterValidator(_email)]
+RelativePath = Annotated[str, AfterValidator(_relative_path)]
+FilePath = Annotated[str, AfterValidator(_relative_path), InRoots()]
+HttpUrl = Annotated[str, url_check(("http", "https"), "https://example.org")]
+SqlUrl = Annotated[str, AfterValidator(_sql_url)]
+HeaderMap = Annotated[dict[str, str], AfterValidator(_headers)]
+StatusPatterns = Annotated[list[str], PlainValidator(_status_patterns)]
+JsonMap = dict[str, JsonValue]
+LogLevel = Literal["WARNING", "INFO", "DEBUG"]
+Count = Annotated[int, Field(ge=1, le=1_000_000)]
+PoolNeeds = Annotated[dict[Identifier, Count], Ref("pool")]
+
+
+class RetryPolicy(StrictModel):
+    """How a failed step is tried again (SPEC §7). On a step, keys not given there inherit
+    from the job's policy."""
+
+    attempts: int = Field(3, ge=1, le=100)
+    backoff: Literal["fixed", "exponential"] = "exponential"
+    base_seconds: float = Field(30, ge=0, le=86_400)
+    max_seconds: float = Field(900, ge=0, le=604_800)
+    jitter: float = Field(0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _max_not_below_base(self) -> RetryPolicy:
+        given = self.model_fields_set
+        if {"base_seconds", "max_seconds"} <= given and self.max_seconds < self.base_seconds:
+            fail(f"expected max_seconds ({self.max_seconds:g}) >= base_seconds "
+                 f"({self.base_seconds:g})")
+        return self
+
+    def merged_over(self, base: RetryPolicy) -> RetryPolicy:
+        """This (step) policy with every key it does not set taken from ``base`` (the job's)."""
+        values: dict[str, Any] = base.model_dump()
+        values.update({k: getattr(self, k) for k in self.model_fields_set})
+        values["max_seconds"] = max(values["max_seconds"], values["base_seconds"])
+        return RetryPolicy.model_validate(values)

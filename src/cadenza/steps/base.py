@@ -1,0 +1,100 @@
+"""What every step's config has, and option groups that several step types share.
+
+A step type's ``Config`` subclasses :class:`StepConfig` and adds exactly the fields of its
+row of SPEC §4's table. Fields that name a connection, pool, job or channel carry a
+:class:`~cadenza.config.types.Ref` mark so that the cross-reference check finds them.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+
+from cadenza.config.types import (
+    Duration,
+    Identifier,
+    JsonMap,
+    NonEmptyStr,
+    PoolNeeds,
+    Ref,
+    RetryPolicy,
+    StrictModel,
+    fail,
+    without_tokens,
+)
+
+FileFormat = Literal["csv", "xlsx", "parquet", "json"]
+SqlConnectionName = Annotated[str, Ref("connection", "sql")]
+LoadMode = Literal["append", "overwrite", "upsert"]
+_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?")
+_EXTENSIONS: dict[str, FileFormat] = {
+    ".csv": "csv", ".xlsx": "xlsx", ".parquet": "parquet", ".json": "json",
+}
+
+
+def format_from_path(path: str) -> FileFormat | None:
+    """The file format a path's extension implies (``None`` when it implies none)."""
+    name = without_tokens(path).rsplit("/", 1)[-1].lower()
+    dot = name.rfind(".")
+    return _EXTENSIONS.get(name[dot:]) if dot >= 0 else None
+
+
+def _table(value: str) -> str:
+    if not _TABLE.fullmatch(value):
+        fail(f"expected a table name like 'staging_sales' or 'schema.table' (letters, digits, "
+             f"_; no ${{...}} tokens), got {value!r}")
+    return value
+
+
+TableName = Annotated[str, AfterValidator(_table)]
+
+
+def to_list(value: object) -> object:
+    """``key = "id"`` is read as ``key = ["id"]``."""
+    return [value] if isinstance(value, str) else value
+
+
+def _non_empty_names(value: list[str]) -> list[str]:
+    if not value or any(not v.strip() for v in value):
+        fail("expected one or more column names")
+    return value
+
+
+ColumnList = Annotated[list[str], BeforeValidator(to_list), AfterValidator(_non_empty_names)]
+
+
+class StepConfig(StrictModel):
+    """The fields every step has (SPEC §4): its name (unique in the job), its type, whether
+    it runs, its timeout, a retry policy overriding the job's, its own arguments, and the
+    resources it leases beyond the run's."""
+
+    name: Identifier
+    type: NonEmptyStr
+    enabled: bool = True
+    timeout: Duration = timedelta(hours=1)
+    retry: RetryPolicy | None = None
+    op_kwargs: JsonMap = Field(default_factory=dict)
+    requires: PoolNeeds = Field(default_factory=dict)
+
+
+class CsvOptions(StrictModel):
+    """CSV dialect for ``file_load`` and ``file_export``."""
+
+    delimiter: str = Field(",", min_length=1, max_length=1)
+    quote: str = Field('"', min_length=1, max_length=1)
+    encoding: str = "utf-8"
+    header: bool = True
+    null: str = ""
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, value: str) -> str:
+        try:
+            codecs.lookup(value)
+        except LookupError:
+            fail(f"expected a text encoding like 'utf-8' or 'latin-1', got {value!r}")
+        return value

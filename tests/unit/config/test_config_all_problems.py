@@ -1,0 +1,195 @@
+"""One file holding many problems reports every one of them, each at its own line."""
+
+from __future__ import annotations
+
+import pytest
+from config_helpers import MINIMAL_SETTINGS, MakeHome, line_of
+
+from cadenza.config import Problem, load_home, validate_home
+from cadenza.domain.errors import ConfigError
+
+BAD_JOBS = """\
+# every kind of problem, one of each
+[jobs.good]
+schedule = "0 2 * * *"
+params = { period = "${month.current}" }
+
+[[jobs.good.steps]]
+name = "first"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[jobs.syntax]
+schedule = "0 3 * *
+
+[[jobs.syntax.steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[jobs.good]
+description = "the same table again"
+
+[jobs.unknown-key]
+schedul = "0 2 * * *"
+[[jobs.unknown-key.steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[jobs."sales load"]
+[[jobs."sales load".steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[jobs.bad-cron]
+schedule = "61 2 * * *"
+timezone = "Europe/Pariss"
+[[jobs.bad-cron.steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[jobs.dow7]
+schedule = "0 2 * * 7"
+[jobs.dow7.retry]
+attempts = 0
+backoff = "linear"
+[[jobs.dow7.steps]]
+name = "no-table"
+type = "file_load"
+path = "in/sales.csv"
+connection = "warehouse"
+[[jobs.dow7.steps]]
+name = "uses"
+type = "http"
+url = "https://example.org/x"
+json = { later = "${steps.after.rows}", unknown = "${steps.nope.rows}" }
+[[jobs.dow7.steps]]
+name = "after"
+type = "sql_query"
+connection = "nowhere"
+query = "select 1"
+[[jobs.dow7.steps]]
+name = "after"
+type = "sql_query"
+connection = "warehouse"
+query = "select 2"
+"""
+
+def _at(problems: list[Problem], file: str, line: int, fragment: str) -> Problem:
+    found = [p for p in problems if p.file == file and p.line == line and fragment in p.message
+             and p.is_error]
+    assert found, f"no error containing {fragment!r} at {file}:{line}; got:\n" + "\n".join(
+        str(p) for p in problems)
+    return found[0]
+
+
+def test_every_problem_of_jobs_toml_is_reported_at_its_line(make_home: MakeHome) -> None:
+    home = make_home(jobs=BAD_JOBS)
+    with pytest.raises(ConfigError) as caught:
+        load_home(home)
+    problems = caught.value.problems
+    assert all(isinstance(p, Problem) for p in problems)
+    errors: list[Problem] = [p for p in problems if isinstance(p, Problem)]
+    text = BAD_JOBS
+
+    _at(errors, "jobs.toml", line_of(text, 'schedule = "0 3 * *'), "unterminated string")
+    first, dup = [k + 1 for k, line in enumerate(text.splitlines()) if line == "[jobs.good]"]
+    duplicate = _at(errors, "jobs.toml", dup, "duplicate table [jobs.good]")
+    assert f"line {first}" in duplicate.message
+    unknown = _at(errors, "jobs.toml", line_of(text, "schedul = "), "unknown key 'schedul'")
+    assert "schedule" in unknown.message and "allowed keys:" in unknown.message
+    assert ", id," not in unknown.message  # the id comes from the table name, not a key
+    _at(errors, "jobs.toml", line_of(text, '[jobs."sales load"]'), "invalid job id 'sales load'")
+    _at(errors, "jobs.toml", line_of(text, 'schedule = "61 2'), "minute")
+    _at(errors, "jobs.toml", line_of(text, "Europe/Pariss"), "unknown time zone")
+    dow = _at(errors, "jobs.toml", line_of(text, 'schedule = "0 2 * * 7"'), "day-of-week")
+    assert "7" in dow.message
+    _at(errors, "jobs.toml", line_of(text, "attempts = 0"), ">= 1")
+    _at(errors, "jobs.toml", line_of(text, 'backoff = "linear"'), "'fixed' or 'exponential'")
+    step_header = line_of(text, 'name = "no-table"') - 1
+    _at(errors, "jobs.toml", step_header, "missing required key 'table'")
+    _at(errors, "jobs.toml", line_of(text, "${steps.after.rows}"), "${steps.after.rows}")
+    _at(errors, "jobs.toml", line_of(text, "${steps.nope.rows}"), "${steps.nope.rows}")
+    _at(errors, "jobs.toml", line_of(text, 'connection = "nowhere"'),
+        "unknown connection 'nowhere'")
+    second_after = [k + 1 for k, line in enumerate(text.splitlines())
+                    if line == 'name = "after"'][1]
+    _at(errors, "jobs.toml", second_after, "duplicate step name 'after'")
+    assert len([p for p in errors if p.is_error]) == 14  # nothing reported twice
+
+
+def test_problems_print_as_file_line_col(make_home: MakeHome) -> None:
+    home = make_home(jobs=BAD_JOBS)
+    problems = validate_home(home)
+    line = line_of(BAD_JOBS, "attempts = 0")
+    assert f"jobs.toml:{line}:12: error: jobs.dow7.retry.attempts: expected a number >= 1, " \
+           "got integer 0" in [str(p) for p in problems]
+    with pytest.raises(ConfigError) as caught:
+        load_home(home)
+    assert f"jobs.toml:{line}:12: error:" in str(caught.value)
+
+
+def test_the_unknown_step_steps_token_names_the_token(make_home: MakeHome) -> None:
+    problems = validate_home(make_home(jobs=BAD_JOBS))
+    messages = [p.message for p in problems]
+    assert any("no step 'nope'" in m for m in messages)
+    assert any("step 'after' runs after this one" in m for m in messages)
+
+
+BAD_SETTINGS = MINIMAL_SETTINGS + """
+[server]
+host = "0.0.0.0"
+colour = "blue"
+
+[pools.empty]
+kind = "unit"
+
+[[rules]]
+name = "missed-to-ops"
+on = ["missed"]
+jobs = ["*"]
+notify = ["role:ops"]
+channel = "pager"
+"""
+
+
+def test_every_problem_of_cadenza_toml_is_reported_at_its_line(make_home: MakeHome) -> None:
+    home = make_home(settings=BAD_SETTINGS)
+    with pytest.raises(ConfigError) as caught:
+        load_home(home)
+    problems = [p for p in caught.value.problems if isinstance(p, Problem)]
+    text = BAD_SETTINGS
+    unknown = _at(problems, "cadenza.toml", line_of(text, "colour"), "unknown key 'colour'")
+    assert "allowed keys: host, port, base_url" in unknown.message
+    _at(problems, "cadenza.toml", line_of(text, "[pools.empty]"), "has no members")
+    _at(problems, "cadenza.toml", line_of(text, 'channel = "pager"'), "unknown channel 'pager'")
+    host = [p for p in problems if p.path == "server.host"]
+    assert [p.severity for p in host] == ["warning"]
+    assert host[0].line == line_of(text, 'host = "0.0.0.0"')
+    assert len([p for p in problems if p.is_error]) == 3
+
+
+def test_listening_on_every_interface_is_only_a_warning(make_home: MakeHome) -> None:
+    home = make_home(settings=MINIMAL_SETTINGS + '\n[server]\nhost = "::"\n')
+    loaded = load_home(home)
+    assert loaded.settings.server.host == "::"
+    assert [p.path for p in loaded.warnings] == ["server.host"]
+    assert str(loaded.warnings[0]).startswith("cadenza.toml:")
+
+
+def test_problems_of_both_files_are_reported_together(make_home: MakeHome) -> None:
+    home = make_home(settings=BAD_SETTINGS, jobs=BAD_JOBS)
+    problems = validate_home(home)
+    files = [p.file for p in problems]
+    assert "cadenza.toml" in files and "jobs.toml" in files
+    assert files == sorted(files)  # cadenza.toml first, then jobs.toml
+    jobs_lines = [p.line for p in problems if p.file == "jobs.toml"]
+    assert jobs_lines == sorted(jobs_lines)

@@ -1,0 +1,276 @@
+"""Saving jobs.toml: comments and order kept, stale saves refused, bad saves harmless."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import threading
+from functools import partial
+from pathlib import Path
+
+import pytest
+from config_helpers import MakeHome
+
+from cadenza.config import Problem, validate_jobs_text
+from cadenza.config.writer import (
+    delete_job,
+    file_hash,
+    read_document,
+    set_job,
+    set_preset,
+    write_document,
+)
+from cadenza.domain.errors import ConfigError, StaleConfigError
+
+ORIGINAL = """\
+# Cadenza job catalogue — edited by hand and from the UI
+
+[jobs.nightly]  # the main load
+schedule = "0 2 * * *"  # 02:00 Paris
+timezone = "Europe/Paris"
+params = { period = "${month.current}" }
+
+# the steps run in order
+[[jobs.nightly.steps]]
+name = "load"  # first step
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[[jobs.nightly.steps]]
+name = "report"
+type = "sql_query"
+connection = "warehouse"
+query = "select 2"
+
+# weekly clean-up, keep it small
+[jobs.weekly]
+schedule = "0 3 * * sun"
+
+[[jobs.weekly.steps]]
+name = "vacuum"
+type = "sql_query"
+connection = "warehouse"
+query = "vacuum"
+"""
+
+EDITED = """\
+# Cadenza job catalogue — edited by hand and from the UI
+
+[jobs.nightly]  # the main load
+schedule = "30 2 * * *"  # 02:00 Paris
+timezone = "Europe/Paris"
+params = { period = "${month.current}" }
+description = "loads the night's data"
+
+# the steps run in order
+[[jobs.nightly.steps]]
+name = "load"  # first step
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+
+[[jobs.nightly.steps]]
+name = "report"
+type = "sql_query"
+connection = "warehouse"
+query = "select 2"
+
+# weekly clean-up, keep it small
+[jobs.weekly]
+schedule = "0 3 * * sun"
+
+[[jobs.weekly.steps]]
+name = "vacuum"
+type = "sql_query"
+connection = "warehouse"
+query = "vacuum"
+
+[jobs.hourly]
+schedule = "@hourly"
+
+[[jobs.hourly.steps]]
+name = "ping"
+type = "sql_query"
+connection = "warehouse"
+query = "select 3"
+"""
+
+
+@pytest.fixture
+def home(make_home: MakeHome) -> Path:
+    return make_home(jobs=ORIGINAL)
+
+
+def _validator(home: Path) -> partial[list[Problem]]:
+    return partial(validate_jobs_text, home)
+
+
+def test_edit_keeps_comments_and_order_byte_for_byte(home: Path) -> None:
+    path = home / "jobs.toml"
+    doc, base = read_document(path)
+    nightly = doc["jobs"]["nightly"].unwrap()
+    nightly["schedule"] = "30 2 * * *"
+    nightly["description"] = "loads the night's data"
+    set_job(doc, "nightly", nightly)
+    set_job(doc, "hourly", {"schedule": "@hourly", "steps": [
+        {"name": "ping", "type": "sql_query", "connection": "warehouse", "query": "select 3"}]})
+    new_hash = write_document(path, doc, base_hash=base, validate=_validator(home))
+    assert path.read_text(encoding="utf-8") == EDITED
+    assert new_hash == file_hash(path.read_bytes())
+
+
+def test_saving_an_unchanged_document_changes_nothing(home: Path) -> None:
+    path = home / "jobs.toml"
+    doc, base = read_document(path)
+    for job_id in ("nightly", "weekly"):
+        set_job(doc, job_id, doc["jobs"][job_id].unwrap())
+    write_document(path, doc, base_hash=base)
+    assert path.read_text(encoding="utf-8") == ORIGINAL
+
+
+def test_delete_keeps_the_next_jobs_comment(home: Path) -> None:
+    path = home / "jobs.toml"
+    doc, base = read_document(path)
+    delete_job(doc, "nightly")
+    write_document(path, doc, base_hash=base, validate=_validator(home))
+    text = path.read_text(encoding="utf-8")
+    assert text == ORIGINAL.split("[jobs.nightly]")[0] + "# weekly clean-up" + \
+        ORIGINAL.split("# weekly clean-up")[1]
+
+
+def test_delete_of_a_later_job_drops_its_own_comment(home: Path) -> None:
+    path = home / "jobs.toml"
+    doc, base = read_document(path)
+    delete_job(doc, "weekly")
+    write_document(path, doc, base_hash=base)
+    assert path.read_text(encoding="utf-8") == ORIGINAL.split("\n# weekly clean-up")[0]
+
+
+def test_reordered_steps_keep_their_comments(home: Path) -> None:
+    doc, _ = read_document(home / "jobs.toml")
+    nightly = doc["jobs"]["nightly"].unwrap()
+    nightly["steps"].reverse()
+    set_job(doc, "nightly", nightly)
+    text = doc.as_string()
+    assert text.index('name = "report"') < text.index('name = "load"  # first step')
+    assert "\n\n# weekly clean-up, keep it small\n[jobs.weekly]" in text
+    assert "\n\n\n" not in text
+
+
+def test_set_preset_adds_a_preset_table(home: Path) -> None:
+    doc, _ = read_document(home / "jobs.toml")
+    set_preset(doc, "nightly", "month-end", {"schedule": "0 6 1 * *",
+                                             "params": {"period": "${month.previous}"}})
+    text = doc.as_string()
+    assert '[jobs.nightly.presets.month-end]\nschedule = "0 6 1 * *"' in text
+    assert validate_jobs_text(home, text) == []
+    with pytest.raises(ValueError, match="invalid id"):
+        set_preset(doc, "nightly", "month end", {})
+
+
+def test_a_stale_save_is_refused(home: Path) -> None:
+    path = home / "jobs.toml"
+    doc, base = read_document(path)
+    changed_by_hand = ORIGINAL.replace("0 3 * * sun", "0 4 * * sun")
+    path.write_text(changed_by_hand, encoding="utf-8")
+    set_job(doc, "nightly", {**doc["jobs"]["nightly"].unwrap(), "enabled": False})
+    with pytest.raises(StaleConfigError, match="changed on disk"):
+        write_document(path, doc, base_hash=base)
+    assert path.read_text(encoding="utf-8") == changed_by_hand
+
+
+def test_two_saves_from_the_same_version_one_wins(home: Path) -> None:
+    path = home / "jobs.toml"
+    _, base = read_document(path)
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def save(text: str) -> None:
+        barrier.wait()
+        try:
+            write_document(path, text, base_hash=base)
+            outcomes.append("saved")
+        except StaleConfigError:
+            outcomes.append("stale")
+
+    threads = [threading.Thread(target=save, args=(ORIGINAL + f"# {k}\n",)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["saved", "stale"]
+
+
+def test_a_bad_save_leaves_the_file_byte_identical(home: Path) -> None:
+    path = home / "jobs.toml"
+    before = path.read_bytes()
+    _, base = read_document(path)
+    broken = ORIGINAL.replace('schedule = "0 3 * * sun"', 'schedule = "0 3 * * 7"')
+    with pytest.raises(ConfigError) as caught:
+        write_document(path, broken, base_hash=base, validate=_validator(home))
+    assert [p.line for p in caught.value.problems if isinstance(p, Problem)] == [23]
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in home.iterdir()) == ["cadenza.toml", "jobs.toml"]
+
+
+def test_a_failure_during_the_write_leaves_the_old_file(home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The one stand-in of this file: a disk that fails at the rename cannot be made here.
+    path = home / "jobs.toml"
+    before = path.read_bytes()
+    _, base = read_document(path)
+
+    def failing_replace(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError, match="No space left"):
+        write_document(path, ORIGINAL + "# more\n", base_hash=base)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in home.iterdir()) == ["cadenza.toml", "jobs.toml"]
+
+
+def test_line_endings_and_byte_order_mark_are_kept(home: Path) -> None:
+    path = home / "jobs.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + ORIGINAL.replace("\n", "\r\n").encode())
+    doc, base = read_document(path)
+    set_job(doc, "weekly", {**doc["jobs"]["weekly"].unwrap(), "description": "vacuum"})
+    write_document(path, doc, base_hash=base, validate=_validator(home))
+    data = path.read_bytes()
+    assert data.startswith(b"\xef\xbb\xbf")
+    assert data.count(b"\n") == data.count(b"\r\n")
+    assert b'description = "vacuum"\r\n' in data
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
+def test_permissions_are_kept(home: Path) -> None:
+    path = home / "jobs.toml"
+    path.chmod(0o640)
+    _, base = read_document(path)
+    write_document(path, ORIGINAL + "# x\n", base_hash=base)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+def test_read_document_reports_unreadable_files(home: Path) -> None:
+    path = home / "jobs.toml"
+    path.write_bytes(b"[jobs.a\n")
+    with pytest.raises(ConfigError) as caught:
+        read_document(path)
+    problem = caught.value.problems[0]
+    assert isinstance(problem, Problem) and problem.line == 1
+    path.write_bytes(b"")
+    with pytest.raises(ConfigError, match="empty"):
+        read_document(path)
+    with pytest.raises(ConfigError, match="not found"):
+        read_document(home / "absent.toml")
+
+
+def test_creating_a_file_needs_no_base_hash(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.toml"
+    write_document(path, "# new\n", base_hash=None)
+    assert path.read_text(encoding="utf-8") == "# new\n"
+    with pytest.raises(StaleConfigError):
+        write_document(tmp_path / "other.toml", "# x\n", base_hash=file_hash(b"# x\n"))

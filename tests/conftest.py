@@ -1,4 +1,4 @@
-"""Shared fixtures: real services, skipped with a reason on a person's machine, failed under CI=true."""
+"""Shared fixtures: real services; skipped with a reason locally, failed under CI=true."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-PG_ADMIN_URL = os.environ.get("CADENZA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "CADENZA_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 MARIADB_URL = os.environ.get("CADENZA_TEST_MARIADB", "mysql+pymysql://root@127.0.0.1:3306/test")
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

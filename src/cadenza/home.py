@@ -75,8 +75,13 @@ class Home:
             self.redactor.add(value)
         return loaded
 
-    def open_store(self, config: LoadedConfig | None = None, *, clock: Clock | None = None,
-                   migrate: bool = True) -> Store:
+    def open_store(
+        self,
+        config: LoadedConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        migrate: bool = True,
+    ) -> Store:
         """Open (and by default migrate) the store named by ``[store].url``."""
         from cadenza.store import Store
 
@@ -109,12 +114,15 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
     example_dir = resources.files("cadenza") / "example"
     if example:
         (path / CONFIG_FILE).write_text(
-            (example_dir / CONFIG_FILE).read_text(encoding="utf-8"), encoding="utf-8")
+            (example_dir / CONFIG_FILE).read_text(encoding="utf-8"), encoding="utf-8"
+        )
         (path / JOBS_FILE).write_text(
-            (example_dir / JOBS_FILE).read_text(encoding="utf-8"), encoding="utf-8")
+            (example_dir / JOBS_FILE).read_text(encoding="utf-8"), encoding="utf-8"
+        )
         plugin = example_dir / "plugins" / "demo_tasks.py"
         (path / "plugins" / "demo_tasks.py").write_text(
-            plugin.read_text(encoding="utf-8"), encoding="utf-8")
+            plugin.read_text(encoding="utf-8"), encoding="utf-8"
+        )
         _write_sample_sales(data / "files" / "sales", today or date.today())
         _create_warehouse(data / "warehouse.db")
     else:
@@ -145,8 +153,9 @@ def _write_sample_sales(folder: Path, today: date) -> None:
             for i in range(SAMPLE_ROWS_PER_MONTH):
                 day = 1 + (i % 28)
                 amount = f"{(17 * (i + 1) + 3 * index) % 500 + 10.5:.2f}"
-                writer.writerow([f"{period}-{i + 1:04d}", f"{period}-{day:02d}",
-                                 regions[i % 4], amount])
+                writer.writerow(
+                    [f"{period}-{i + 1:04d}", f"{period}-{day:02d}", regions[i % 4], amount]
+                )
 
 
 def _create_warehouse(db: Path) -> None:

@@ -85,8 +85,20 @@ def test_validate_reports_located_errors_and_exit_one(demo: Path) -> None:
 
 
 def test_users_add_with_password_stdin_and_duplicates(demo: Path) -> None:
-    code, out, _ = cli(demo, "users", "add", "ana", "--role", "operator", "--role", "ops",
-                       "--email", "ana@example.org", "--password-stdin", input="correct horse\n")
+    code, out, _ = cli(
+        demo,
+        "users",
+        "add",
+        "ana",
+        "--role",
+        "operator",
+        "--role",
+        "ops",
+        "--email",
+        "ana@example.org",
+        "--password-stdin",
+        input="correct horse\n",
+    )
     assert code == 0, out
     assert "Password" not in out
     code, _, err = cli(demo, "users", "add", "ana", "--role", "viewer")
@@ -113,10 +125,14 @@ def test_secret_in_a_connection_never_reaches_db_logs_events_or_output(demo: Pat
     secret = "Zq9-very-secret-pw/+=x"
     assert cli(demo, "secrets", "set", "api_pw", "--value-stdin", input=secret + "\n")[0] == 0
     settings = demo / "cadenza.toml"
-    settings.write_text(settings.read_text() + (
-        '\n[connections.billing]\ntype = "http"\n'
-        'base_url = "https://cadenza:${secret.api_pw}@billing.example.org"\n'
-        'headers = { Authorization = "Bearer ${secret.api_pw}" }\n'))
+    settings.write_text(
+        settings.read_text()
+        + (
+            '\n[connections.billing]\ntype = "http"\n'
+            'base_url = "https://cadenza:${secret.api_pw}@billing.example.org"\n'
+            'headers = { Authorization = "Bearer ${secret.api_pw}" }\n'
+        )
+    )
     assert cli(demo, "validate")[0] == 0
     home = Home(demo.resolve())
     config = home.load_config()
@@ -127,11 +143,19 @@ def test_secret_in_a_connection_never_reaches_db_logs_events_or_output(demo: Pat
     try:
         run_id = store.create_run("sales-load", "manual:test")
         assert run_id is not None
-        from urllib.parse import quote
         import base64
-        store.append_event("HTTP_REQUEST", f"POST {resolved_url}/refresh", run_id=run_id,
-                           payload={"url": resolved_url, "note": quote(secret, safe=""),
-                                    "b64": base64.b64encode(secret.encode()).decode()})
+        from urllib.parse import quote
+
+        store.append_event(
+            "HTTP_REQUEST",
+            f"POST {resolved_url}/refresh",
+            run_id=run_id,
+            payload={
+                "url": resolved_url,
+                "note": quote(secret, safe=""),
+                "b64": base64.b64encode(secret.encode()).decode(),
+            },
+        )
         store.append_log(run_id, "INFO", f"calling {resolved_url} with {secret}")
     finally:
         store.close()
@@ -163,11 +187,19 @@ def test_python_dash_m_runs_the_cli(tmp_path: Path) -> None:
     import subprocess
 
     home = tmp_path / "h"
-    done = subprocess.run([sys.executable, "-m", "cadenza", "init", str(home), "--example"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cadenza", "init", str(home), "--example"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    done = subprocess.run([sys.executable, "-m", "cadenza", "--home", str(home), "validate"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "cadenza", "--home", str(home), "validate"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
 
 

@@ -34,8 +34,10 @@ class CliState:
     def config(self) -> LoadedConfig:
         """The validated configuration, or exit 1 with every located problem."""
         if not self.home.config_file.exists():
-            fail(f"{self.home.path} is not a Cadenza home (no cadenza.toml); "
-                 "run `cadenza init DIR` or pass --home DIR")
+            fail(
+                f"{self.home.path} is not a Cadenza home (no cadenza.toml); "
+                "run `cadenza init DIR` or pass --home DIR"
+            )
         try:
             return self.home.load_config()
         except ConfigError as exc:

@@ -18,9 +18,13 @@ def register(app: typer.Typer) -> None:
 def events(
     ctx: typer.Context,
     run: Annotated[str | None, typer.Option("--run", help="Only this run's events.")] = None,
-    resource: Annotated[str | None, typer.Option("--resource", help="Only this resource's.")] = None,
+    resource: Annotated[
+        str | None, typer.Option("--resource", help="Only this resource's.")
+    ] = None,
     event_type: Annotated[str | None, typer.Option("--type", help="Only this event type.")] = None,
-    since: Annotated[str | None, typer.Option("--since", help="Age like 1h, 30m, 2d; or an ISO time.")] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Age like 1h, 30m, 2d; or an ISO time.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=100_000)] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
@@ -32,13 +36,25 @@ def events(
     st = state(ctx)
     with st.store() as store:
         since_at = _since(since, store.clock.now()) if since else None
-        rows = store.list_events(run_id=run, resource_id=resource,
-                                 event_type=event_type.upper() if event_type else None,
-                                 since=since_at, limit=limit)
+        rows = store.list_events(
+            run_id=run,
+            resource_id=resource,
+            event_type=event_type.upper() if event_type else None,
+            since=since_at,
+            limit=limit,
+        )
     records = [
-        {"id": e.event_id, "at": e.created_at, "type": e.event_type, "level": e.level,
-         "run": e.run_id, "resource": e.resource_id, "actor": e.actor, "message": e.message,
-         "payload": e.payload}
+        {
+            "id": e.event_id,
+            "at": e.created_at,
+            "type": e.event_type,
+            "level": e.level,
+            "run": e.run_id,
+            "resource": e.resource_id,
+            "actor": e.actor,
+            "message": e.message,
+            "payload": e.payload,
+        }
         for e in rows
     ]
     if as_json:

@@ -35,8 +35,13 @@ def init(
         fail(f"the new home does not load: {exc}")
     password = generate_password()
     try:
-        store.add_user("admin", hash_password(password), ["admin"], display_name="Administrator",
-                       actor="cadenza init")
+        store.add_user(
+            "admin",
+            hash_password(password),
+            ["admin"],
+            display_name="Administrator",
+            actor="cadenza init",
+        )
     finally:
         store.close()
     out.print(f"Created a Cadenza home in {home.path}" + (" with the demo jobs" if example else ""))
@@ -56,16 +61,26 @@ def validate(
     problems = validate_home(home.path, resolve_secret=home.secrets.get)
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
-        print_json([
-            {"file": p.file, "line": p.line, "col": p.col, "severity": p.severity,
-             "path": p.path, "message": p.message}
-            for p in problems
-        ])
+        print_json(
+            [
+                {
+                    "file": p.file,
+                    "line": p.line,
+                    "col": p.col,
+                    "severity": p.severity,
+                    "path": p.path,
+                    "message": p.message,
+                }
+                for p in problems
+            ]
+        )
     else:
         print_problems(list(problems))
         if not errors:
             warnings = len(problems)
-            err.print(f"ok: {home.path} is valid" + (f" ({warnings} warning(s))" if warnings else ""),
-                      markup=False)
+            err.print(
+                f"ok: {home.path} is valid" + (f" ({warnings} warning(s))" if warnings else ""),
+                markup=False,
+            )
     if errors:
         raise typer.Exit(1)

@@ -29,8 +29,9 @@ def root(
     ctx: typer.Context,
     home: Annotated[
         Path | None,
-        typer.Option("--home", help="Home directory (default: $CADENZA_HOME, else the current "
-                                    "directory)."),
+        typer.Option(
+            "--home", help="Home directory (default: $CADENZA_HOME, else the current directory)."
+        ),
     ] = None,
 ) -> None:
     """Cadenza: a local-first job scheduler."""

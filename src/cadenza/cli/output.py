@@ -30,8 +30,9 @@ def print_json(value: Any) -> None:
     sys.stdout.flush()
 
 
-def print_table(rows: Iterable[Mapping[str, Any]], columns: Sequence[str],
-                title: str | None = None) -> None:
+def print_table(
+    rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title: str | None = None
+) -> None:
     """People output: a table with the given columns (missing values print empty)."""
     table = Table(title=title, show_edge=False, header_style="bold")
     for column in columns:

@@ -11,16 +11,18 @@ from cadenza.cli.context import state
 from cadenza.cli.output import fail, out, print_json, print_table
 from cadenza.domain.errors import SecretError
 
-app = typer.Typer(help="Encrypted secrets, referenced as ${secret.NAME} in cadenza.toml.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Encrypted secrets, referenced as ${secret.NAME} in cadenza.toml.", no_args_is_help=True
+)
 
 
 @app.command("set")
 def set_secret(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME")],
-    value_stdin: Annotated[bool, typer.Option("--value-stdin",
-                                              help="Read the value from stdin.")] = False,
+    value_stdin: Annotated[
+        bool, typer.Option("--value-stdin", help="Read the value from stdin.")
+    ] = False,
 ) -> None:
     """Store a secret (AES-GCM, key in data/secret.key). The value is prompted for, hidden."""
     home = state(ctx).home

@@ -16,7 +16,9 @@ def register(app: typer.Typer) -> None:
 
 def serve(
     ctx: typer.Context,
-    host: Annotated[str | None, typer.Option("--host", help="Bind address ([server].host).")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="Bind address ([server].host).")
+    ] = None,
     port: Annotated[int | None, typer.Option("--port", min=1, max=65535)] = None,
 ) -> None:
     """Start the server (for now the HTTP API's /api/health; see CHANGELOG)."""
@@ -33,6 +35,9 @@ def serve(
     with st.store() as store:
         out.print(f"Cadenza serving {st.home.path}", markup=False)
         out.print(f"URL: http://{bind}:{bind_port}/  (health: /api/health)", markup=False)
-        out.print("Login: admin, with the password `cadenza init` printed "
-                  "(or add one: cadenza users add NAME --role admin)", markup=False)
+        out.print(
+            "Login: admin, with the password `cadenza init` printed "
+            "(or add one: cadenza users add NAME --role admin)",
+            markup=False,
+        )
         uvicorn.run(create_app(store), host=bind, port=bind_port, log_level="warning")

@@ -21,14 +21,19 @@ BUILTIN_ROLES = ("viewer", "operator", "editor", "admin")
 def add(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME")],
-    role: Annotated[list[str], typer.Option("--role", help="viewer | operator | editor | admin, "
-                                                          "or a group like ops; repeatable.")],
+    role: Annotated[
+        list[str],
+        typer.Option(
+            "--role", help="viewer | operator | editor | admin, or a group like ops; repeatable."
+        ),
+    ],
     email: Annotated[str | None, typer.Option("--email")] = None,
     display_name: Annotated[str | None, typer.Option("--display-name")] = None,
-    password_stdin: Annotated[bool, typer.Option("--password-stdin",
-                                                 help="Read the password from stdin.")] = False,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+    ] = False,
 ) -> None:
-    """Add a user (argon2id hash). Without --password-stdin a password is generated and shown once."""
+    """Add a user (argon2id). Without --password-stdin, a password is generated, shown once."""
     try:
         validate_username(name)
     except ValueError as exc:
@@ -47,8 +52,14 @@ def add(
         password = generate_password()
     with state(ctx).store() as store:
         try:
-            store.add_user(name, hash_password(password), roles, email=email,
-                           display_name=display_name, actor="cli")
+            store.add_user(
+                name,
+                hash_password(password),
+                roles,
+                email=email,
+                display_name=display_name,
+                actor="cli",
+            )
         except StoreError as exc:
             fail(str(exc))
     out.print(f"Added user {name} with roles {', '.join(roles)}", markup=False)
@@ -65,8 +76,14 @@ def list_users(
     with state(ctx).store() as store:
         users = store.list_users()
     rows = [
-        {"username": u.username, "display_name": u.display_name, "email": u.email,
-         "roles": list(u.roles), "disabled": u.disabled, "created_at": u.created_at}
+        {
+            "username": u.username,
+            "display_name": u.display_name,
+            "email": u.email,
+            "roles": list(u.roles),
+            "disabled": u.disabled,
+            "created_at": u.created_at,
+        }
         for u in users
     ]
     if as_json:

@@ -177,6 +177,14 @@ def _recover(message: str, lines: list[str], blanked: set[int], reporter: Report
             hint = f"duplicate key {key.group(1).strip()!r}: a key may be set only once per table"
             col = lines[k].index(key.group(1)) + 1
     reporter.at(line, col, hint)
+    if lines[k].lstrip().startswith("["):
+        # A broken table header: drop its whole section, or its keys would land in the
+        # table above and be reported there as errors they are not.
+        end = next((j for j in range(k + 1, len(lines)) if lines[j].lstrip().startswith("[")),
+                   len(lines))
+        for j in range(k, end):
+            _blank(lines, j, blanked)
+        return True
     _blank(lines, k, blanked)
     return True
 

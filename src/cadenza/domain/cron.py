@@ -68,7 +68,9 @@ class CronExpr:
             return ",".join(str(v) for v in sorted(values))
 
         dom = lst(self.days) if self.days_restricted else "*"
-        dow = lst(frozenset((d + 1) % 7 for d in self.weekdays)) if self.weekdays_restricted else "*"
+        dow = (
+            lst(frozenset((d + 1) % 7 for d in self.weekdays)) if self.weekdays_restricted else "*"
+        )
         return f"{lst(self.minutes)} {lst(self.hours)} {dom} {lst(self.months)} {dow}"
 
     def fires(self, after: datetime, tz: ZoneInfo) -> Iterator[datetime]:
@@ -114,7 +116,7 @@ def _parse_field(text: str, index: int) -> tuple[frozenset[int], bool]:
     for part in text.split(","):
         if part == "":
             raise CronError(f"empty item in {text!r}", name)
-        if "L" in part.upper() and index in (2, 4) or "#" in part:
+        if ("L" in part.upper() and index in (2, 4)) or "#" in part:
             raise CronError(f"{part!r}: L and # are not supported", name)
         base, slash, step_text = part.partition("/")
         step = 1
@@ -157,8 +159,9 @@ def parse_cron(expr: str) -> CronExpr:
     if dom_r and not dow_r:
         # A day-of-month-only schedule that no chosen month can hold never fires.
         if all(min(days) > _DAYS_IN_MONTH[m - 1] for m in months):
-            raise CronError("no chosen month has any of these days: the schedule never fires",
-                            "day-of-month")
+            raise CronError(
+                "no chosen month has any of these days: the schedule never fires", "day-of-month"
+            )
     return CronExpr(source, minutes, hours, days, months, weekdays, dom_r, dow_r)
 
 

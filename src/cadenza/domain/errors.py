@@ -3,11 +3,12 @@
 ::
 
     CadenzaError
-     ├── ConfigError            a configuration file is unreadable or invalid (carries every problem)
+     ├── ConfigError            a config file is unreadable or invalid (has every problem)
      ├── StaleConfigError       a config write was based on a version that changed on disk
      ├── InvalidTransition      a state change the transition tables do not allow
      ├── StoreError             the store cannot be opened or used
-     │    └── UnsafeStoreLocation  SQLite data dir on a network file system
+     │    ├── UnsafeStoreLocation  SQLite data dir on a network file system
+     │    └── StaleEpoch        a write refused: the lease epoch moved on (fencing)
      ├── SecretError            a secret is missing, or the key file is unusable
      └── StepError              raised by steps; the class decides what happens next (SPEC §7)
           ├── Retryable         try again after the retry policy's backoff
@@ -56,6 +57,10 @@ class StoreError(CadenzaError):
 
 class UnsafeStoreLocation(StoreError):
     """SQLite needs a local file system; this data directory is on a network file system."""
+
+
+class StaleEpoch(StoreError):
+    """The change was refused: the lease epoch moved on (another holder took over)."""
 
 
 class SecretError(CadenzaError):

@@ -16,16 +16,24 @@ from cadenza.store import Store
 
 def create_app(store: Store) -> FastAPI:
     """Build the app around an open store (the caller owns and closes it)."""
-    app = FastAPI(title="Cadenza", version=cadenza.__version__, docs_url=None, redoc_url=None,
-                  openapi_url="/api/openapi.json")
+    app = FastAPI(
+        title="Cadenza",
+        version=cadenza.__version__,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/api/openapi.json",
+    )
 
     @app.get("/api/health")
     def health() -> JSONResponse:
         """Liveness and store reachability; needs no login."""
         ok = store.ping()
-        body: dict[str, Any] = {"status": "ok" if ok else "degraded",
-                                "version": cadenza.__version__, "store": store.dialect,
-                                "store_ok": ok}
+        body: dict[str, Any] = {
+            "status": "ok" if ok else "degraded",
+            "version": cadenza.__version__,
+            "store": store.dialect,
+            "store_ok": ok,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     return app

@@ -20,10 +20,15 @@ def test_run_table_matches_spec() -> None:
     allowed = {(f, t) for f, ts in RUN_TRANSITIONS.items() if f for t in ts}
     R = RunState
     assert allowed == {
-        (R.QUEUED, R.RUNNING), (R.QUEUED, R.CANCELED),
-        (R.RUNNING, R.SUCCEEDED), (R.RUNNING, R.FAILED), (R.RUNNING, R.CANCELED),
-        (R.RUNNING, R.QUEUED), (R.RUNNING, R.NEEDS_REVIEW),
-        (R.NEEDS_REVIEW, R.QUEUED), (R.NEEDS_REVIEW, R.FAILED),
+        (R.QUEUED, R.RUNNING),
+        (R.QUEUED, R.CANCELED),
+        (R.RUNNING, R.SUCCEEDED),
+        (R.RUNNING, R.FAILED),
+        (R.RUNNING, R.CANCELED),
+        (R.RUNNING, R.QUEUED),
+        (R.RUNNING, R.NEEDS_REVIEW),
+        (R.NEEDS_REVIEW, R.QUEUED),
+        (R.NEEDS_REVIEW, R.FAILED),
     }
     assert RUN_TRANSITIONS[None] == {R.QUEUED, R.MISSED}
 
@@ -40,5 +45,10 @@ def test_every_pair_is_checked() -> None:
 def test_resource_any_to_disabled_and_back() -> None:
     X = ResourceState
     assert sources_of(RESOURCE_TRANSITIONS, X.DISABLED) == set(X) - {X.DISABLED}
-    assert sources_of(RESOURCE_TRANSITIONS, X.AVAILABLE) == {X.LEASED, X.COOLDOWN, X.FAULT, X.DISABLED}
+    assert sources_of(RESOURCE_TRANSITIONS, X.AVAILABLE) == {
+        X.LEASED,
+        X.COOLDOWN,
+        X.FAULT,
+        X.DISABLED,
+    }
     assert not is_allowed(RESOURCE_TRANSITIONS, X.AVAILABLE, X.RUNNING)

@@ -1,0 +1,148 @@
+"""How Python values are encoded in the store: UTC timestamps, JSON text, run ids.
+
+* Timestamps are stored in UTC on both dialects. PostgreSQL keeps them in ``timestamptz``;
+  SQLite has no time type, so they are stored as naive UTC text of one fixed width
+  (``YYYY-MM-DD HH:MM:SS.ffffff``), which sorts, compares and deduplicates correctly. Either
+  way the store returns timezone-aware UTC datetimes and refuses naive ones: a naive time is
+  a bug in the caller, not something to guess about.
+* JSON columns are plain text written by :func:`dumps` (sorted keys, datetimes as ISO 8601),
+  so that both dialects hold the same bytes and a value never depends on a driver's JSON type.
+* Run ids are ULID-like: 48 bits of milliseconds from the store's clock, then 80 random bits,
+  in Crockford base32 (26 characters). They sort by creation time; within one process they are
+  strictly increasing even when the clock stands still (``FakeClock``) or steps back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Mapping
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
+from pathlib import PurePath
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import Dialect
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_RANDOM_BITS = 80
+
+
+def require_aware(value: datetime, what: str = "timestamp") -> datetime:
+    """``value`` converted to UTC; :class:`ValueError` if it is naive."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware, got naive {value.isoformat()}")
+    return value.astimezone(UTC)
+
+
+def aware_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with every ``datetime`` checked aware and converted to UTC."""
+    return {
+        key: require_aware(value, key) if isinstance(value, datetime) else value
+        for key, value in values.items()
+    }
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp stored as UTC and returned as an aware UTC ``datetime`` on every dialect."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        utc = require_aware(value)
+        # SQLite's DATETIME is text: store the naive UTC wall time so equal instants are equal
+        # strings (the fire uniqueness and every range query depend on it).
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, PurePath):
+        return value.as_posix()
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    raise TypeError(f"cannot store a value of type {type(value).__name__} as JSON")
+
+
+def dumps(value: object) -> str:
+    """JSON text for a JSON column (sorted keys, compact, UTF-8 kept as is)."""
+    return json.dumps(
+        value, default=_json_default, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
+
+
+def loads(text: str | None) -> Any:
+    """The value of a JSON column (``None`` for SQL NULL)."""
+    if text is None:
+        return None
+    return json.loads(text)
+
+
+def loads_mapping(text: str | None) -> dict[str, Any]:
+    """A JSON object column as a dict (``{}`` for NULL)."""
+    value = loads(text)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    return dict(value)
+
+
+def _base32(number: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        number, digit = divmod(number, 32)
+        chars.append(_CROCKFORD[digit])
+    return "".join(reversed(chars))
+
+
+class RunIdFactory:
+    """Time-sortable run ids from a clock's ``now`` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._last_random = 0
+
+    def __call__(self, now: datetime) -> str:
+        ms = (require_aware(now) - _EPOCH) // timedelta(milliseconds=1)
+        with self._lock:
+            if ms <= self._last_ms:
+                # Same millisecond (or the clock stepped back): stay strictly increasing.
+                ms, rand = self._last_ms, self._last_random + 1
+                if rand >= 1 << _RANDOM_BITS:
+                    ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
+            else:
+                # Start in the lower half so a burst in one millisecond cannot overflow.
+                rand = int.from_bytes(os.urandom(10), "big") >> 1
+            self._last_ms, self._last_random = ms, rand
+        return _base32(ms, 10) + _base32(rand, 16)
+
+
+new_run_id = RunIdFactory()
+"""The process-wide run id factory."""

@@ -1,0 +1,133 @@
+"""Engines for the two supported databases (SPEC §18, RELIABILITY #43, #45).
+
+SQLite
+    WAL, ``busy_timeout`` 10 s, foreign keys on, ``synchronous`` NORMAL or FULL from the
+    caller. The driver's own transaction handling is switched off (``isolation_level = None``)
+    and SQLAlchemy's ``begin`` event emits the BEGIN itself: ``BEGIN IMMEDIATE`` for every
+    transaction that is not explicitly read-only, so a writer takes the write lock *before* it
+    reads and waits for it under ``busy_timeout`` (a deferred transaction that reads and then
+    writes would get ``SQLITE_BUSY`` at once, ignoring the timeout). Read-only work opts into a
+    plain deferred ``BEGIN`` through :data:`READ_ONLY` (``Store.read()`` does). A data
+    directory on a network file system is refused (:mod:`cadenza.store.location`).
+
+PostgreSQL
+    psycopg 3 (``postgresql+psycopg://``; a bare ``postgresql://`` URL is taken to mean it),
+    ``pool_pre_ping`` so that a restarted server costs one failed ping, not a failed write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.pool import StaticPool
+
+from cadenza.domain.errors import StoreError
+from cadenza.store.location import ensure_local_directory
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
+READ_ONLY = "cadenza_read_only"
+"""Execution option: this connection's transactions only read (SQLite: deferred BEGIN)."""
+
+
+def describe_url(url: sa.URL) -> str:
+    """The URL without its password, for messages."""
+    return url.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: sa.URL) -> Path | None:
+    """The database file of a SQLite URL, or ``None`` for an in-memory database."""
+    database = url.database
+    if not database or database == ":memory:" or url.query.get("mode") == "memory":
+        return None
+    if database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database)
+
+
+def create_engine(url: str | sa.URL, *, sqlite_synchronous: str = "NORMAL") -> sa.Engine:
+    """An engine for ``url`` set up as the module docstring says.
+
+    Raises :class:`StoreError` for an unsupported URL or setting, and
+    :class:`~cadenza.domain.errors.UnsafeStoreLocation` for a SQLite file on a network share.
+    """
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise StoreError(f"invalid store URL: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return _sqlite_engine(parsed, sqlite_synchronous)
+    if backend == "postgresql":
+        return _postgresql_engine(parsed)
+    raise StoreError(
+        f"unsupported store URL {describe_url(parsed)}: "
+        "use sqlite:///path/to/cadenza.db or postgresql+psycopg://user@host/db"
+    )
+
+
+def _sqlite_engine(url: sa.URL, synchronous: str) -> sa.Engine:
+    level = synchronous.upper()
+    if level not in SQLITE_SYNCHRONOUS:
+        raise StoreError(
+            f"sqlite_synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}, "
+            f"got {synchronous!r}"
+        )
+    if url.get_driver_name() not in ("pysqlite", ""):
+        raise StoreError(f"unsupported SQLite driver in {describe_url(url)}: use sqlite:///")
+    path = sqlite_path(url)
+    kwargs: dict[str, Any] = {}
+    if path is None:
+        # One shared connection, or every connection would see its own empty database.
+        kwargs["poolclass"] = StaticPool
+    else:
+        ensure_local_directory(path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        **kwargs,
+    )
+    event.listen(engine, "connect", _sqlite_on_connect(level, wal=path is not None))
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(synchronous: str, *, wal: bool) -> Any:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the driver: SQLAlchemy's "begin" event emits it (below).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            if wal:
+                mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"SQLite refused WAL mode (journal_mode is {mode})")
+            cursor.execute(f"PRAGMA synchronous = {synchronous}")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    return on_connect
+
+
+def _sqlite_on_begin(conn: sa.Connection) -> None:
+    if conn.get_execution_options().get(READ_ONLY):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _postgresql_engine(url: sa.URL) -> sa.Engine:
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_driver_name() != "psycopg":
+        raise StoreError(
+            f"unsupported PostgreSQL driver in {describe_url(url)}: use postgresql+psycopg://"
+        )
+    connect_args = {"connect_timeout": 10, "application_name": "cadenza"}
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)

@@ -1,0 +1,142 @@
+"""The audit log (``event_log``, append-only) and run logs (``run_logs``), SPEC §10.
+
+Both are redacted before they are written: message text through the redactor's
+``redact_text``, event payloads through ``redact_value``. The database refuses UPDATE on
+``event_log`` (a trigger); retention may delete old rows.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import TERMINAL_RUN_STATES
+from cadenza.store.codec import require_aware
+from cadenza.store.core import StoreCore
+from cadenza.store.records import EventRecord, LogRecord
+from cadenza.store.tables import event_log, run_logs, runs
+
+
+class EventsRepository(StoreCore):
+    """Audit events and run log lines."""
+
+    def append_event(
+        self,
+        event_type: EventType | str,
+        message: str,
+        *,
+        run_id: str | None = None,
+        resource_id: str | None = None,
+        level: Level | str = Level.INFO,
+        payload: Any = None,
+        actor: str = "system",
+        conn: sa.Connection | None = None,
+    ) -> int:
+        """Append one event; returns its ``event_id`` (increasing, never reused).
+
+        ``message`` goes through ``redact_text`` and ``payload`` (any JSON-able value) through
+        ``redact_value`` before the INSERT. With ``conn``, the event commits with the caller's
+        transaction. Changes nothing else.
+        """
+        level = Level(level)
+        with self._joined(conn) as c:
+            return self._insert_event(
+                c,
+                event_type,
+                message,
+                run_id=run_id,
+                resource_id=resource_id,
+                level=level,
+                payload=payload,
+                actor=actor,
+            )
+
+    def list_events(
+        self,
+        *,
+        run_id: str | None = None,
+        resource_id: str | None = None,
+        event_type: EventType | str | None = None,
+        since: datetime | None = None,
+        limit: int = 1000,
+        after_id: int | None = None,
+        newest_first: bool = False,
+    ) -> list[EventRecord]:
+        """Events matching every given filter, oldest first (``newest_first`` reverses).
+
+        ``since`` keeps events created at or after that time; ``after_id`` is a keyset cursor
+        (events with a larger ``event_id``), e.g. for following the log.
+        """
+        query = sa.select(event_log)
+        if run_id is not None:
+            query = query.where(event_log.c.run_id == run_id)
+        if resource_id is not None:
+            query = query.where(event_log.c.resource_id == resource_id)
+        if event_type is not None:
+            query = query.where(event_log.c.event_type == str(event_type))
+        if since is not None:
+            query = query.where(event_log.c.created_at >= require_aware(since, "since"))
+        if after_id is not None:
+            query = query.where(event_log.c.event_id > after_id)
+        order = event_log.c.event_id.desc() if newest_first else event_log.c.event_id
+        with self.read() as c:
+            rows = c.execute(query.order_by(order).limit(limit)).all()
+        return [EventRecord.from_row(row) for row in rows]
+
+    def append_log(
+        self,
+        run_id: str,
+        level: Level | str,
+        message: str,
+        *,
+        step: str | None = None,
+        conn: sa.Connection | None = None,
+    ) -> int:
+        """Append one line to the run's log (``ts`` = now), redacted; returns its id.
+
+        With ``conn``, the line commits with the caller's transaction. Writes no event.
+        """
+        level = Level(level)
+        with self._joined(conn) as c:
+            key = c.execute(
+                run_logs.insert().values(
+                    run_id=run_id,
+                    ts=self._now(),
+                    level=level.value,
+                    step=step,
+                    message=self.redactor.redact_text(message),
+                )
+            ).inserted_primary_key
+        return int(key[0]) if key is not None else 0
+
+    def list_logs(
+        self,
+        run_id: str,
+        *,
+        after_id: int | None = None,
+        limit: int | None = None,
+        min_level: Level | str | None = None,
+    ) -> list[LogRecord]:
+        """The run's log lines in order; ``after_id`` continues after a line (``--follow``)."""
+        query = sa.select(run_logs).where(run_logs.c.run_id == run_id)
+        if after_id is not None:
+            query = query.where(run_logs.c.id > after_id)
+        if min_level is not None:
+            order = list(Level)
+            allowed = order[order.index(Level(min_level)) :]
+            query = query.where(run_logs.c.level.in_([lv.value for lv in allowed]))
+        query = query.order_by(run_logs.c.id)
+        if limit is not None:
+            query = query.limit(limit)
+        with self.read() as c:
+            rows = c.execute(query).all()
+        return [LogRecord.from_row(row) for row in rows]
+
+    def run_is_finished(self, run_id: str) -> bool:
+        """Whether the run is in a terminal state (a log follower stops then)."""
+        with self.read() as c:
+            state = c.execute(sa.select(runs.c.state).where(runs.c.id == run_id)).scalar()
+        return state is not None and state in {s.value for s in TERMINAL_RUN_STATES}

@@ -1,0 +1,257 @@
+"""What the store returns: frozen snapshots of rows (never live objects).
+
+Timestamps are aware UTC ``datetime``; JSON columns are decoded; states are the domain enums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.states import ResourceState, RunState, StepState
+from cadenza.store.codec import loads, loads_mapping
+
+
+def _m(row: sa.Row[Any]) -> sa.RowMapping:
+    return row._mapping
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One run (table ``runs``)."""
+
+    id: str
+    job_id: str
+    state: RunState
+    trigger: str
+    schedule: str | None
+    scheduled_for: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    not_before: datetime | None
+    priority: int
+    params: dict[str, Any]
+    overrides: dict[str, Any]
+    rows: int | None
+    error: str | None
+    reason: str | None
+    wait_reason: str | None
+    lease_owner: str | None
+    lease_until: datetime | None
+    lease_epoch: int
+    attempt: int
+    resumes: int
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> RunRecord:
+        m = _m(row)
+        return cls(
+            id=m["id"],
+            job_id=m["job_id"],
+            state=RunState(m["state"]),
+            trigger=m["trigger"],
+            schedule=m["schedule"],
+            scheduled_for=m["scheduled_for"],
+            created_at=m["created_at"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+            not_before=m["not_before"],
+            priority=m["priority"],
+            params=loads_mapping(m["params_json"]),
+            overrides=loads_mapping(m["overrides_json"]),
+            rows=m["rows"],
+            error=m["error"],
+            reason=m["reason"],
+            wait_reason=m["wait_reason"],
+            lease_owner=m["lease_owner"],
+            lease_until=m["lease_until"],
+            lease_epoch=m["lease_epoch"],
+            attempt=m["attempt"],
+            resumes=m["resumes"],
+            updated_at=m["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepRunRecord:
+    """One attempt of one step (table ``step_runs``)."""
+
+    id: int
+    run_id: str
+    step: str
+    step_type: str
+    attempt: int
+    state: StepState
+    reason: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    rows: int | None
+    output: Any
+    error: str | None
+    error_class: str | None
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> StepRunRecord:
+        m = _m(row)
+        return cls(
+            id=m["id"],
+            run_id=m["run_id"],
+            step=m["step"],
+            step_type=m["step_type"],
+            attempt=m["attempt"],
+            state=StepState(m["state"]),
+            reason=m["reason"],
+            created_at=m["created_at"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
+            rows=m["rows"],
+            output=loads(m["output_json"]),
+            error=m["error"],
+            error_class=m["error_class"],
+            updated_at=m["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceHealthRecord:
+    """The last health check of a resource (table ``resource_health``, SPEC §8)."""
+
+    last_checked_at: datetime | None
+    latency_ms: float | None
+    consecutive_successes: int
+    consecutive_failures: int
+    recent_timeouts: int
+    last_error_type: str | None
+    cooldown_until: datetime | None
+    score: float | None
+    egress_ip: str | None
+    egress_region: str | None
+    updated_at: datetime
+
+
+HEALTH_FIELDS = tuple(
+    name for name in ResourceHealthRecord.__dataclass_fields__ if name != "updated_at"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRecord:
+    """One pool member (table ``resources``), with its health when it was ever checked."""
+
+    resource_id: str
+    pool: str
+    kind: str
+    state: ResourceState
+    lease_owner: str | None
+    lease_until: datetime | None
+    lease_epoch: int
+    route_id: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+    health: ResourceHealthRecord | None = None
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> ResourceRecord:
+        m = _m(row)
+        health = None
+        if m.get("health_updated_at") is not None:
+            health = ResourceHealthRecord(
+                **{name: m[name] for name in HEALTH_FIELDS}, updated_at=m["health_updated_at"]
+            )
+        return cls(
+            resource_id=m["resource_id"],
+            pool=m["pool"],
+            kind=m["kind"],
+            state=ResourceState(m["state"]),
+            lease_owner=m["lease_owner"],
+            lease_until=m["lease_until"],
+            lease_epoch=m["lease_epoch"],
+            route_id=m["route_id"],
+            last_error=m["last_error"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            health=health,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One run log line (table ``run_logs``), already redacted."""
+
+    id: int
+    run_id: str
+    ts: datetime
+    level: str
+    step: str | None
+    message: str
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> LogRecord:
+        m = _m(row)
+        return cls(m["id"], m["run_id"], m["ts"], m["level"], m["step"], m["message"])
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One audit event (table ``event_log``), already redacted."""
+
+    event_id: int
+    run_id: str | None
+    resource_id: str | None
+    event_type: str
+    level: str
+    message: str
+    payload: Any
+    created_at: datetime
+    actor: str
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> EventRecord:
+        m = _m(row)
+        return cls(
+            event_id=m["event_id"],
+            run_id=m["run_id"],
+            resource_id=m["resource_id"],
+            event_type=m["event_type"],
+            level=m["level"],
+            message=m["message"],
+            payload=loads(m["payload_json"]),
+            created_at=m["created_at"],
+            actor=m["actor"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UserRecord:
+    """One user (table ``users``). ``password_hash`` is left out of ``repr``."""
+
+    username: str
+    display_name: str | None
+    email: str | None
+    roles: tuple[str, ...]
+    disabled: bool
+    created_at: datetime
+    updated_at: datetime
+    password_hash: str = field(repr=False, default="")
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> UserRecord:
+        m = _m(row)
+        return cls(
+            username=m["username"],
+            display_name=m["display_name"],
+            email=m["email"],
+            roles=tuple(loads(m["roles_json"]) or ()),
+            disabled=bool(m["disabled"]),
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            password_hash=m["password_hash"],
+        )

@@ -1,0 +1,412 @@
+"""Runs: creation (one row per fire) and state transitions enforced in SQL (SPEC §6, §7).
+
+A transition is ``UPDATE runs SET state = :to ... WHERE id = :id AND state IN (sources_of(to))
+[AND lease_epoch = :epoch]``; it happened iff exactly one row changed, and its events are
+inserted in the same transaction. A lost race and a forbidden transition look the same to SQL:
+both return ``False`` and change nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.errors import InvalidTransition, StaleEpoch, StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import (
+    RUN_TRANSITIONS,
+    TERMINAL_RUN_STATES,
+    RunState,
+    is_allowed,
+    sources_of,
+)
+from cadenza.store.codec import UTCDateTime, aware_values, dumps, new_run_id, require_aware
+from cadenza.store.core import StoreCore
+from cadenza.store.records import RunRecord
+from cadenza.store.tables import runs
+
+RUN_FIELDS = frozenset(
+    "not_before priority rows error wait_reason lease_owner lease_until lease_epoch attempt"
+    " resumes started_at finished_at".split()
+)
+"""Columns a transition may set through ``fields`` (besides state, reason and timestamps)."""
+
+_REDACTED_TEXT = frozenset({"error", "wait_reason"})
+_RUN_LEVEL = {RunState.FAILED: Level.ERROR, RunState.NEEDS_REVIEW: Level.WARNING}
+
+
+def _run_event_level(state: RunState) -> Level:
+    return _RUN_LEVEL.get(state, Level.INFO)
+
+
+# Statements of the hot path are built once: constructing and cache-keying a Core statement
+# costs more Python time than SQLite needs to run it.
+_SELECT_FOR_TRANSITION = (
+    sa.select(runs.c.state, runs.c.lease_epoch, runs.c.started_at, runs.c.job_id)
+    .where(runs.c.id == sa.bindparam("p_id"))
+    .with_for_update()
+)
+
+
+@functools.cache
+def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.Update:
+    """``UPDATE runs SET ... WHERE id = :p_id AND state IN (sources) [AND lease_epoch = :p_epoch]``.
+
+    Parameters: p_id, p_now, p_reason, p_epoch, and f_<name> for each explicit field.
+    """
+    now = sa.bindparam("p_now", type_=UTCDateTime())
+    values: dict[str, Any] = {
+        "state": to.value,
+        "updated_at": now,
+        "reason": sa.bindparam("p_reason", type_=sa.Text()),
+    }
+    if to is RunState.RUNNING:
+        values["lease_epoch"] = runs.c.lease_epoch + 1
+        values["started_at"] = sa.func.coalesce(runs.c.started_at, now)
+        values["wait_reason"] = None
+    else:
+        values["lease_owner"] = None
+        values["lease_until"] = None
+    if to in TERMINAL_RUN_STATES:
+        values["finished_at"] = now
+        values["wait_reason"] = None
+    if to is RunState.QUEUED:
+        resuming = runs.c.state == RunState.NEEDS_REVIEW.value
+        values["resumes"] = sa.case((resuming, runs.c.resumes + 1), else_=runs.c.resumes)
+        values["attempt"] = sa.case((resuming, 0), else_=runs.c.attempt)
+    for name in fields:
+        values[name] = sa.bindparam(f"f_{name}", type_=runs.c[name].type)
+    sources = sorted(s.value for s in sources_of(RUN_TRANSITIONS, to))
+    where = [runs.c.id == sa.bindparam("p_id"), runs.c.state.in_(sources)]
+    if fenced:
+        where.append(runs.c.lease_epoch == sa.bindparam("p_epoch"))
+    return sa.update(runs).where(*where).values(values)
+
+
+class RunsRepository(StoreCore):
+    """Runs (table ``runs``)."""
+
+    def create_run(
+        self,
+        job_id: str,
+        trigger: str,
+        *,
+        state: RunState = RunState.QUEUED,
+        schedule: str | None = None,
+        scheduled_for: datetime | None = None,
+        params: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+        priority: int = 0,
+        not_before: datetime | None = None,
+        actor: str = "system",
+        conn: sa.Connection | None = None,
+    ) -> str | None:
+        """Record a new run; returns its id, or ``None`` when this fire is already recorded.
+
+        ``state`` is QUEUED or MISSED (:class:`InvalidTransition` otherwise). A scheduled fire
+        (``schedule`` given: the name of the job's or a preset's schedule) needs
+        ``scheduled_for`` and is unique on (job_id, schedule, scheduled_for) on both dialects;
+        manual and call_job runs have ``schedule=None`` and never collide.
+
+        Sets every column (created_at = updated_at = now; finished_at = now for MISSED).
+        Writes RUN_CREATED (QUEUED) or RUN_MISSED (MISSED) in the same transaction; nothing
+        when the fire already existed.
+        """
+        state = RunState(state)
+        if state not in RUN_TRANSITIONS[None]:
+            raise InvalidTransition("run", None, state)
+        if schedule is not None and scheduled_for is None:
+            raise ValueError("a scheduled fire needs scheduled_for")
+        if trigger == "scheduled" and schedule is None:
+            raise ValueError("a scheduled run needs the name of its schedule")
+        if scheduled_for is not None:
+            scheduled_for = require_aware(scheduled_for, "scheduled_for")
+        if not_before is not None:
+            not_before = require_aware(not_before, "not_before")
+        now = self._now()
+        run_id = new_run_id(now)
+        values = {
+            "id": run_id,
+            "job_id": job_id,
+            "state": state.value,
+            "trigger": trigger,
+            "schedule": schedule,
+            "scheduled_for": scheduled_for,
+            "created_at": now,
+            "finished_at": now if state in TERMINAL_RUN_STATES else None,
+            "not_before": not_before,
+            "priority": priority,
+            "params_json": dumps(dict(params or {})),
+            "overrides_json": dumps(dict(overrides or {})),
+            "reason": self._redact_text(reason),
+            "updated_at": now,
+        }
+        stmt = self._insert_ignore(runs, ["job_id", "schedule", "scheduled_for"]).values(values)
+        with self._joined(conn) as c:
+            if c.execute(stmt).rowcount != 1:
+                return None
+            missed = state is RunState.MISSED
+            when = f" for {scheduled_for.isoformat()}" if scheduled_for else ""
+            message = f"run of {job_id} {'missed' if missed else 'queued'}{when} ({trigger})"
+            if reason:
+                message += f": {reason}"
+            self._insert_event(
+                c,
+                EventType.RUN_MISSED if missed else EventType.RUN_CREATED,
+                message,
+                run_id=run_id,
+                level=Level.WARNING if missed else Level.INFO,
+                payload={
+                    "job_id": job_id,
+                    "state": state,
+                    "trigger": trigger,
+                    "schedule": schedule,
+                    "scheduled_for": scheduled_for,
+                    "params": dict(params or {}),
+                    "overrides": dict(overrides or {}),
+                    "priority": priority,
+                    "not_before": not_before,
+                    "reason": reason,
+                },
+                actor=actor,
+                now=now,
+            )
+        return run_id
+
+    def transition_run(
+        self,
+        run_id: str,
+        to: RunState,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        epoch: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+        conn: sa.Connection | None = None,
+    ) -> bool:
+        """Move a run to ``to`` if its current state allows it (and ``epoch`` still matches).
+
+        Returns ``True`` iff the row changed. Always sets state, updated_at and reason (``None``
+        clears it). Entering RUNNING increments lease_epoch (the new holder's fencing token),
+        sets started_at on the first start and clears wait_reason. Any other target clears
+        lease_owner and lease_until. Terminal states set finished_at. NEEDS_REVIEW -> QUEUED
+        (a resume) increments resumes and resets attempt to 0. ``fields`` then sets any of
+        :data:`RUN_FIELDS` explicitly (error and wait_reason redacted).
+
+        Writes RUN_STATE_CHANGED, plus RUN_FINISHED for SUCCEEDED, FAILED and CANCELED, in the
+        same transaction; nothing when refused.
+        """
+        return self._transition_run(run_id, to, actor, reason, epoch, fields, conn)[0]
+
+    def transition_run_or_raise(
+        self,
+        run_id: str,
+        to: RunState,
+        *,
+        actor: str = "system",
+        reason: str | None = None,
+        epoch: int | None = None,
+        fields: Mapping[str, Any] | None = None,
+        conn: sa.Connection | None = None,
+    ) -> None:
+        """:meth:`transition_run`, raising when nothing changed.
+
+        :class:`InvalidTransition` (with the state the run was in) when the tables forbid it,
+        :class:`StaleEpoch` when only the epoch did not match, :class:`StoreError` when there
+        is no such run.
+        """
+        done, frm = self._transition_run(run_id, to, actor, reason, epoch, fields, conn)
+        if done:
+            return
+        if frm is None:
+            raise StoreError(f"run {run_id} does not exist")
+        if epoch is not None and is_allowed(RUN_TRANSITIONS, frm, RunState(to)):
+            raise StaleEpoch(f"run {run_id}: lease epoch {epoch} is stale; {frm} -> {to} refused")
+        raise InvalidTransition("run", frm, RunState(to))
+
+    def _run_values(self, fields: Mapping[str, Any] | None) -> dict[str, Any]:
+        values = aware_values(fields or {})
+        unknown = set(values) - RUN_FIELDS
+        if unknown:
+            raise ValueError(
+                f"cannot set run fields {sorted(unknown)}; allowed: {sorted(RUN_FIELDS)}"
+            )
+        for key in _REDACTED_TEXT & values.keys():
+            values[key] = self._redact_text(values[key])
+        return values
+
+    def _transition_run(
+        self,
+        run_id: str,
+        to: RunState,
+        actor: str,
+        reason: str | None,
+        epoch: int | None,
+        fields: Mapping[str, Any] | None,
+        conn: sa.Connection | None,
+    ) -> tuple[bool, RunState | None]:
+        to = RunState(to)
+        explicit = self._run_values(fields)
+        with self._joined(conn) as c:
+            before = c.execute(_SELECT_FOR_TRANSITION, {"p_id": run_id}).first()
+            if before is None:
+                return False, None
+            frm = RunState(before.state)
+            if not sources_of(RUN_TRANSITIONS, to):
+                return False, frm
+            now = self._now()
+            params = {f"f_{name}": value for name, value in explicit.items()}
+            params.update(p_id=run_id, p_now=now, p_reason=self._redact_text(reason), p_epoch=epoch)
+            statement = _update_statement(to, epoch is not None, frozenset(explicit))
+            if c.execute(statement, params).rowcount != 1:
+                return False, frm
+            new_epoch = explicit.get(
+                "lease_epoch",
+                before.lease_epoch + 1 if to is RunState.RUNNING else before.lease_epoch,
+            )
+            self._run_events(
+                c,
+                run_id,
+                before.job_id,
+                before.started_at,
+                frm,
+                to,
+                reason,
+                new_epoch,
+                explicit,
+                actor,
+                now,
+            )
+            return True, frm
+
+    def _run_events(
+        self,
+        c: sa.Connection,
+        run_id: str,
+        job_id: str,
+        started: datetime | None,
+        frm: RunState,
+        to: RunState,
+        reason: str | None,
+        epoch: int,
+        explicit: Mapping[str, Any],
+        actor: str,
+        now: datetime,
+    ) -> None:
+        message = f"run {frm} -> {to}" + (f": {reason}" if reason else "")
+        self._insert_event(
+            c,
+            EventType.RUN_STATE_CHANGED,
+            message,
+            run_id=run_id,
+            level=_run_event_level(to),
+            payload={
+                "job_id": job_id,
+                "from": frm,
+                "to": to,
+                "reason": reason,
+                "epoch": epoch,
+                "fields": dict(explicit),
+            },
+            actor=actor,
+            now=now,
+        )
+        if to in TERMINAL_RUN_STATES:
+            duration = (now - started).total_seconds() if started else None
+            self._insert_event(
+                c,
+                EventType.RUN_FINISHED,
+                f"run of {job_id} finished {to}" + (f": {reason}" if reason else ""),
+                run_id=run_id,
+                level=_run_event_level(to),
+                payload={
+                    "job_id": job_id,
+                    "state": to,
+                    "reason": reason,
+                    "started_at": started,
+                    "finished_at": now,
+                    "duration_s": duration,
+                },
+                actor=actor,
+                now=now,
+            )
+
+    def renew_run_lease(
+        self,
+        run_id: str,
+        epoch: int,
+        lease_until: datetime,
+        *,
+        conn: sa.Connection | None = None,
+    ) -> bool:
+        """Extend the lease of a RUNNING run held at ``epoch`` (the worker's heartbeat).
+
+        Sets lease_until and updated_at; ``False`` when the run is no longer RUNNING at that
+        epoch (the lease was lost: the worker must stop). Writes no event (heartbeats would
+        flood the audit log; the epoch makes a lost lease visible instead).
+        """
+        until = require_aware(lease_until, "lease_until")
+        with self._joined(conn) as c:
+            changed = c.execute(
+                sa.update(runs)
+                .where(
+                    runs.c.id == run_id,
+                    runs.c.state == RunState.RUNNING.value,
+                    runs.c.lease_epoch == epoch,
+                )
+                .values(lease_until=until, updated_at=self._now())
+            ).rowcount
+        return changed == 1
+
+    def get_run(self, run_id: str, *, conn: sa.Connection | None = None) -> RunRecord | None:
+        """The run ``run_id``, or ``None``."""
+        with self._reading(conn) as c:
+            row = c.execute(sa.select(runs).where(runs.c.id == run_id)).first()
+        return None if row is None else RunRecord.from_row(row)
+
+    def list_runs(
+        self,
+        *,
+        job: str | None = None,
+        state: RunState | str | Iterable[RunState | str] | None = None,
+        limit: int = 50,
+        before: str | datetime | None = None,
+        trigger: str | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first (created_at, then id), at most ``limit``.
+
+        ``before`` is a keyset cursor: a run id (runs created before that run) or a time.
+        """
+        query = sa.select(runs)
+        if job is not None:
+            query = query.where(runs.c.job_id == job)
+        if state is not None:
+            states = [state] if isinstance(state, str) else list(state)
+            query = query.where(runs.c.state.in_([RunState(s).value for s in states]))
+        if trigger is not None:
+            query = query.where(runs.c.trigger == trigger)
+        with self.read() as c:
+            if isinstance(before, datetime):
+                query = query.where(runs.c.created_at < require_aware(before, "before"))
+            elif before is not None:
+                cursor_at = c.execute(
+                    sa.select(runs.c.created_at).where(runs.c.id == before)
+                ).scalar()
+                if cursor_at is None:
+                    query = query.where(runs.c.id < before)
+                else:
+                    query = query.where(
+                        sa.or_(
+                            runs.c.created_at < cursor_at,
+                            sa.and_(runs.c.created_at == cursor_at, runs.c.id < before),
+                        )
+                    )
+            rows = c.execute(
+                query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
+            ).all()
+        return [RunRecord.from_row(row) for row in rows]

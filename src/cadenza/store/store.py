@@ -1,0 +1,104 @@
+"""The durable store: one object over SQLite or PostgreSQL (SPEC §18).
+
+::
+
+    store = Store.open("sqlite:///data/cadenza.db", clock=SystemClock(), redactor=redactor)
+    run_id = store.create_run("sales-load", "manual")
+    if store.transition_run(run_id, RunState.RUNNING, fields={"lease_owner": "node-1"}):
+        ...
+    store.close()
+
+Every method's docstring says which columns it changes and which events it writes; every
+state change and its events commit in one transaction (one commit per call, or none of its
+own when given ``conn=`` from :meth:`Store.write`).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import sqlalchemy as sa
+
+from cadenza.clock import Clock, SystemClock
+from cadenza.domain.errors import StoreError
+from cadenza.store import migrate as migrations
+from cadenza.store.core import NoRedaction, Redactor
+from cadenza.store.engine import create_engine, describe_url
+from cadenza.store.events import EventsRepository
+from cadenza.store.resources import ResourcesRepository
+from cadenza.store.runs import RunsRepository
+from cadenza.store.steps import StepRunsRepository
+from cadenza.store.users import UsersRepository
+
+
+class Store(
+    RunsRepository,
+    StepRunsRepository,
+    ResourcesRepository,
+    EventsRepository,
+    UsersRepository,
+):
+    """Runs, step runs, resources, logs, events and users in one database."""
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        redactor: Redactor | None = None,
+        sqlite_synchronous: str = "NORMAL",
+        migrate: bool = True,
+    ) -> Store:
+        """Connect to ``url`` and check (or, with ``migrate``, upgrade) the schema.
+
+        ``url``: ``sqlite:///path/to/cadenza.db`` or ``postgresql+psycopg://user@host/db``.
+        ``clock`` gives every timestamp (default: the system clock); ``redactor`` cleans
+        everything before it is written (default: none). ``sqlite_synchronous`` is NORMAL or
+        FULL. Raises :class:`StoreError` when the database cannot be reached, its schema is
+        newer than this code (or, without ``migrate``, not current), and
+        :class:`~cadenza.domain.errors.UnsafeStoreLocation` for SQLite on a network share.
+        """
+        engine = create_engine(url, sqlite_synchronous=sqlite_synchronous)
+        store = cls(engine, clock or SystemClock(), redactor or NoRedaction())
+        try:
+            if migrate:
+                with store.write() as conn:
+                    migrations.upgrade(conn)
+            else:
+                with store.read() as conn:
+                    migrations.require_head(conn)
+        except StoreError as exc:
+            engine.dispose()
+            if isinstance(exc.__cause__, sa.exc.OperationalError):
+                raise StoreError(
+                    f"cannot open the store at {describe_url(engine.url)}: {exc.__cause__.orig}"
+                ) from exc.__cause__
+            raise
+        except BaseException:
+            engine.dispose()
+            raise
+        return store
+
+    def ping(self) -> bool:
+        """True when the database answers a trivial query (for ``/api/health``)."""
+        try:
+            with self.read() as conn:
+                conn.execute(sa.text("SELECT 1"))
+        except (StoreError, sa.exc.SQLAlchemyError):
+            return False
+        return True
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({describe_url(self.engine.url)!r})"

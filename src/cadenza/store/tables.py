@@ -1,0 +1,297 @@
+"""The store's tables (SQLAlchemy Core): one schema for SQLite and PostgreSQL.
+
+Conventions: ids of runs are ULID-like strings (:mod:`cadenza.store.codec`); other rows use
+autoincrement integers (never reused on SQLite either, so ``after_id`` cursors stay valid after
+pruning); every timestamp is :class:`~cadenza.store.codec.UTCDateTime`; JSON is text (``*_json``);
+states are checked by the database as well as by the transition tables.
+
+The Alembic migrations under ``migrations/versions`` create exactly this schema; a contract test
+compares the two on both dialects. Change both together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+
+import sqlalchemy as sa
+
+from cadenza.domain.states import ResourceState, RunState, StepState
+from cadenza.store.codec import UTCDateTime
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING)
+
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""An autoincrement key: BIGINT on PostgreSQL, INTEGER PRIMARY KEY (the rowid) on SQLite."""
+
+RESOURCE_KINDS = ("unit", "route", "credential")
+NOTIFICATION_STATES = ("SENT", "FAILED")
+
+
+def in_list(column: str, values: Iterable[StrEnum | str]) -> str:
+    """SQL text of a CHECK that ``column`` holds one of ``values``."""
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"{column} IN ({quoted})"
+
+
+def _ts(name: str, nullable: bool = True) -> sa.Column[datetime]:
+    return sa.Column(name, UTCDateTime(), nullable=nullable)
+
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("job_id", sa.String(64), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    # scheduled | manual | call_job:<parent job>@<parent run>
+    sa.Column("trigger", sa.String(200), nullable=False),
+    # Name of the schedule that fired the run (the job's own, or a preset's); NULL for others.
+    sa.Column("schedule", sa.String(128), nullable=True),
+    _ts("scheduled_for"),
+    _ts("created_at", nullable=False),
+    _ts("started_at"),
+    _ts("finished_at"),
+    _ts("not_before"),
+    sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("params_json", sa.Text(), nullable=False, server_default="{}"),
+    sa.Column("overrides_json", sa.Text(), nullable=False, server_default="{}"),
+    sa.Column("rows", sa.BigInteger(), nullable=True),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("reason", sa.Text(), nullable=True),
+    sa.Column("wait_reason", sa.Text(), nullable=True),
+    sa.Column("lease_owner", sa.String(200), nullable=True),
+    _ts("lease_until"),
+    sa.Column("lease_epoch", sa.Integer(), nullable=False, server_default="0"),
+    # Attempts spent by the run's retry policy; reset by a resume.
+    sa.Column("attempt", sa.Integer(), nullable=False, server_default="0"),
+    # Times an operator resumed the run from NEEDS_REVIEW.
+    sa.Column("resumes", sa.Integer(), nullable=False, server_default="0"),
+    _ts("updated_at", nullable=False),
+    # A fire is recorded once. Scheduled runs always carry both schedule and scheduled_for
+    # (the CHECK below), so no NULL can slip past the constraint on either dialect.
+    sa.UniqueConstraint("job_id", "schedule", "scheduled_for"),
+    sa.CheckConstraint(in_list("state", RunState), name="state"),
+    sa.CheckConstraint("schedule IS NULL OR scheduled_for IS NOT NULL", name="fire"),
+    sa.Index(None, "job_id", "created_at"),
+    sa.Index(None, "state", "not_before", "priority"),
+    sa.Index(None, "state", "lease_until"),
+    sa.Index(None, "created_at"),
+)
+
+step_runs = sa.Table(
+    "step_runs",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "run_id", sa.String(26), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("step", sa.String(128), nullable=False),
+    sa.Column("step_type", sa.String(64), nullable=False),
+    sa.Column("attempt", sa.Integer(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=True),
+    _ts("created_at", nullable=False),
+    _ts("started_at"),
+    _ts("finished_at"),
+    sa.Column("rows", sa.BigInteger(), nullable=True),
+    sa.Column("output_json", sa.Text(), nullable=True),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("error_class", sa.String(32), nullable=True),
+    _ts("updated_at", nullable=False),
+    sa.UniqueConstraint("run_id", "step", "attempt"),
+    sa.CheckConstraint(in_list("state", StepState), name="state"),
+    sqlite_autoincrement=True,
+)
+
+run_logs = sa.Table(
+    "run_logs",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column(
+        "run_id", sa.String(26), sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False
+    ),
+    _ts("ts", nullable=False),
+    sa.Column("level", sa.String(10), nullable=False),
+    sa.Column("step", sa.String(128), nullable=True),
+    sa.Column("message", sa.Text(), nullable=False),
+    sa.Index(None, "run_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column(
+        "run_id", sa.String(26), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column("next_step", sa.String(128), nullable=True),
+    sa.Column("outputs_json", sa.Text(), nullable=False, server_default="{}"),
+    sa.Column("step_state_json", sa.Text(), nullable=True),
+    _ts("updated_at", nullable=False),
+)
+
+# Kept beyond retention on purpose: an effect must not be applied twice even after its run
+# was pruned, so run_id is informative only (no foreign key).
+operation_keys = sa.Table(
+    "operation_keys",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("job_id", sa.String(64), nullable=False),
+    sa.Column("key", sa.String(512), nullable=False),
+    sa.Column("result_json", sa.Text(), nullable=True),
+    sa.Column("run_id", sa.String(26), nullable=True),
+    _ts("created_at", nullable=False),
+    sa.UniqueConstraint("job_id", "key"),
+    sqlite_autoincrement=True,
+)
+
+schedule_cursors = sa.Table(
+    "schedule_cursors",
+    metadata,
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("schedule", sa.String(128), primary_key=True),
+    _ts("last_fire"),
+    _ts("updated_at", nullable=False),
+)
+
+resources = sa.Table(
+    "resources",
+    metadata,
+    sa.Column("resource_id", sa.String(128), primary_key=True),
+    sa.Column("pool", sa.String(64), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("lease_owner", sa.String(200), nullable=True),
+    _ts("lease_until"),
+    sa.Column("lease_epoch", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("route_id", sa.String(128), nullable=True),
+    sa.Column("last_error", sa.Text(), nullable=True),
+    _ts("created_at", nullable=False),
+    _ts("updated_at", nullable=False),
+    sa.CheckConstraint(in_list("state", ResourceState), name="state"),
+    sa.CheckConstraint(in_list("kind", RESOURCE_KINDS), name="kind"),
+    sa.Index(None, "pool", "state"),
+)
+
+resource_health = sa.Table(
+    "resource_health",
+    metadata,
+    sa.Column(
+        "resource_id",
+        sa.String(128),
+        sa.ForeignKey("resources.resource_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    _ts("last_checked_at"),
+    sa.Column("latency_ms", sa.Float(), nullable=True),
+    sa.Column("consecutive_successes", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("consecutive_failures", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("recent_timeouts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("last_error_type", sa.String(64), nullable=True),
+    _ts("cooldown_until"),
+    sa.Column("score", sa.Float(), nullable=True),
+    sa.Column("egress_ip", sa.String(64), nullable=True),
+    sa.Column("egress_region", sa.String(16), nullable=True),
+    _ts("updated_at", nullable=False),
+)
+
+# Append-only (an UPDATE trigger refuses changes; retention may DELETE). No foreign keys:
+# the audit log outlives pruned runs and removed resources.
+event_log = sa.Table(
+    "event_log",
+    metadata,
+    sa.Column("event_id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(26), nullable=True),
+    sa.Column("resource_id", sa.String(128), nullable=True),
+    sa.Column("event_type", sa.String(40), nullable=False),
+    sa.Column("level", sa.String(10), nullable=False),
+    sa.Column("message", sa.Text(), nullable=False),
+    sa.Column("payload_json", sa.Text(), nullable=True),
+    _ts("created_at", nullable=False),
+    sa.Column("actor", sa.String(128), nullable=False),
+    sa.Index(None, "run_id", "event_id"),
+    sa.Index(None, "resource_id", "event_id"),
+    sa.Index(None, "created_at"),
+    sa.Index(None, "event_type", "created_at"),
+    sqlite_autoincrement=True,
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("username", sa.String(64), primary_key=True),
+    sa.Column("display_name", sa.String(200), nullable=True),
+    sa.Column("email", sa.String(320), nullable=True),
+    sa.Column("password_hash", sa.Text(), nullable=False),
+    sa.Column("roles_json", sa.Text(), nullable=False, server_default="[]"),
+    sa.Column("disabled", sa.Boolean(), nullable=False, server_default=sa.false()),
+    _ts("created_at", nullable=False),
+    _ts("updated_at", nullable=False),
+)
+
+# ``id`` holds a hash of the session cookie value, never the value itself.
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    sa.Column("id", sa.String(128), primary_key=True),
+    sa.Column(
+        "username",
+        sa.String(64),
+        sa.ForeignKey("users.username", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("csrf_token", sa.String(128), nullable=False),
+    _ts("created_at", nullable=False),
+    _ts("expires_at", nullable=False),
+    _ts("revoked_at"),
+    _ts("last_seen_at"),
+    sa.Index(None, "username"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("token_hash", sa.String(128), nullable=False, unique=True),
+    sa.Column(
+        "username",
+        sa.String(64),
+        sa.ForeignKey("users.username", ondelete="CASCADE"),
+        nullable=True,
+    ),
+    sa.Column("roles_json", sa.Text(), nullable=False, server_default="[]"),
+    _ts("created_at", nullable=False),
+    _ts("revoked_at"),
+    _ts("last_used_at"),
+)
+
+notification_log = sa.Table(
+    "notification_log",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    # (event, run, recipient) dedup key, e.g. "FAILED:<run id>:ops@example.org".
+    sa.Column("event_key", sa.String(512), nullable=False, unique=True),
+    sa.Column("run_id", sa.String(26), nullable=True),
+    sa.Column("channel", sa.String(64), nullable=False),
+    sa.Column("recipient", sa.String(320), nullable=False),
+    sa.Column("state", sa.String(8), nullable=False),
+    sa.Column("error", sa.Text(), nullable=True),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    _ts("created_at", nullable=False),
+    _ts("updated_at", nullable=False),
+    sa.CheckConstraint(in_list("state", NOTIFICATION_STATES), name="state"),
+    sa.Index(None, "run_id"),
+    sqlite_autoincrement=True,
+)
+
+ALL_TABLES = tuple(metadata.sorted_tables)

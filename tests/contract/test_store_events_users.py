@@ -1,0 +1,115 @@
+"""The audit log, run logs and users in the store."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cadenza.clock import FakeClock
+from cadenza.domain.errors import StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.store import Store
+
+
+def test_events_filter_and_page(store: Store, clock: FakeClock) -> None:
+    run_id = store.create_run("j", "manual")  # RUN_CREATED
+    assert run_id
+    store.upsert_resource("fr-1", "egress", "route")  # RESOURCE_STATE_CHANGED
+    start = clock.advance(60)
+    ids = [
+        store.append_event(
+            EventType.HTTP_REQUEST,
+            f"GET {n}",
+            run_id=run_id,
+            resource_id="fr-1",
+            payload={"status": 200, "n": n},
+            level="DEBUG" if n % 2 else Level.INFO,
+        )
+        for n in range(5)
+    ]
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert len(store.list_events(run_id=run_id)) == 6
+    assert len(store.list_events(resource_id="fr-1")) == 6
+    http = store.list_events(event_type=EventType.HTTP_REQUEST)
+    assert [e.payload["n"] for e in http] == [0, 1, 2, 3, 4]
+    assert [e.level for e in http[:2]] == ["INFO", "DEBUG"]
+    assert len(store.list_events(since=start)) == 5
+    assert [e.event_id for e in store.list_events(after_id=ids[2])] == ids[3:]
+    assert [e.event_id for e in store.list_events(limit=2, newest_first=True)] == ids[:-3:-1]
+    assert store.list_events(since=start + timedelta(seconds=1)) == []
+    with pytest.raises(ValueError):
+        store.append_event("CONFIG_CHANGED", "x", level="LOUD")
+
+
+def test_an_event_joins_the_callers_transaction(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.write() as conn:
+        store.append_event("CONFIG_CHANGED", "never committed", conn=conn)
+        raise RuntimeError("rolled back")
+    assert store.list_events() == []
+
+
+def test_run_logs_keep_order_and_follow(store: Store, clock: FakeClock) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    first = store.append_log(run_id, "INFO", "starting")
+    clock.advance(1)
+    store.append_log(run_id, Level.DEBUG, "SELECT 1", step="count")
+    store.append_log(run_id, "ERROR", "failed", step="count")
+    lines = store.list_logs(run_id)
+    assert [(line.level, line.step, line.message) for line in lines] == [
+        ("INFO", None, "starting"),
+        ("DEBUG", "count", "SELECT 1"),
+        ("ERROR", "count", "failed"),
+    ]
+    assert lines[1].ts == clock.now()
+    assert [line.message for line in store.list_logs(run_id, after_id=first)] == [
+        "SELECT 1",
+        "failed",
+    ]
+    assert [line.message for line in store.list_logs(run_id, min_level="INFO")] == [
+        "starting",
+        "failed",
+    ]
+    assert not store.run_is_finished(run_id)
+    with pytest.raises(ValueError):
+        store.append_log(run_id, "CHATTY", "x")
+
+
+def test_users(store: Store) -> None:
+    secret_hash = "$argon2id$v=19$m=65536,t=3,p=4$c2FsdHNhbHQ$aGFzaGhhc2g"
+    store.add_user(
+        "alice",
+        secret_hash,
+        ["admin", "ops"],
+        email="alice@example.org",
+        display_name="Alice",
+        actor="init",
+    )
+    store.add_user("bob", "$argon2id$bob", ["viewer"])
+    with pytest.raises(StoreError, match="'alice' already exists"):
+        store.add_user("alice", "other", ["viewer"])
+    alice = store.get_user("alice")
+    assert alice is not None
+    assert (alice.roles, alice.email, alice.display_name, alice.disabled) == (
+        ("admin", "ops"),
+        "alice@example.org",
+        "Alice",
+        False,
+    )
+    assert alice.password_hash == secret_hash and secret_hash not in repr(alice)
+    assert [u.username for u in store.list_users()] == ["alice", "bob"]
+    assert store.get_user("carol") is None
+    assert store.update_user("bob", disabled=True, password_hash="$argon2id$new", actor="alice")
+    assert not store.update_user("carol", disabled=True)
+    bob = store.get_user("bob")
+    assert bob is not None and bob.disabled and bob.password_hash == "$argon2id$new"
+    events = store.list_events(event_type=EventType.USER_CHANGED)
+    assert [(e.actor, e.payload["action"]) for e in events] == [
+        ("init", "added"),
+        ("system", "added"),
+        ("alice", "changed"),
+    ]
+    assert events[2].payload["changed"] == ["disabled", "password_hash"]
+    dumped = repr(events)
+    assert "argon2id" not in dumped

@@ -1,0 +1,154 @@
+"""Races on one store: threads and separate processes; exactly one wins each time (SPEC §19).
+
+Processes are real interpreters started with ``subprocess`` (the same on Windows), each with
+its own engine and pool, so SQLite file locks and PostgreSQL row locks do the arbitration.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from cadenza.clock import FakeClock
+from cadenza.domain.events import EventType
+from cadenza.domain.states import RunState
+from cadenza.store import Store
+from cadenza.store import migrate as migrations
+
+WORKER = Path(__file__).with_name("store_race_worker.py")
+ROUNDS = 20
+
+
+class Worker:
+    """One store_race_worker.py process, spoken to line by line."""
+
+    def __init__(self, url: str) -> None:
+        self._stderr: IO[str] = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            encoding="utf-8",
+        )
+
+    def send(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def answer(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout=30)
+            self._stderr.seek(0)
+            pytest.fail(f"worker exited {self.proc.returncode}: {self._stderr.read()}")
+        return line.strip()
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.send("quit")
+        except OSError:
+            pass
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._stderr.close()
+
+
+def _start(url: str, count: int) -> list[Worker]:
+    workers: list[Worker] = []
+    try:
+        workers.extend(Worker(url) for _ in range(count))
+        for worker in workers:
+            assert worker.answer() == "ready"
+    except BaseException:
+        for worker in workers:
+            worker.close()
+        raise
+    return workers
+
+
+def test_processes_race_for_one_transition_and_one_fire(
+    store: Store, store_url: str, clock: FakeClock
+) -> None:
+    workers = _start(store_url, 3)
+    try:
+        for _ in range(ROUNDS):
+            run_id = store.create_run("race", "manual")
+            assert run_id
+            for worker in workers:
+                worker.send(f"transition {run_id}")
+            answers = [worker.answer() for worker in workers]
+            assert answers.count("1") == 1, answers
+            run = store.get_run(run_id)
+            assert run is not None and (run.state, run.lease_epoch) == (RunState.RUNNING, 1)
+            changes = store.list_events(run_id=run_id, event_type=EventType.RUN_STATE_CHANGED)
+            assert len(changes) == 1
+        for n in range(ROUNDS):
+            at = clock.now() + timedelta(minutes=n)
+            for worker in workers:
+                worker.send(f"fire nightly {at.isoformat()}")
+            answers = [worker.answer() for worker in workers]
+            assert sum(answer != "-" for answer in answers) == 1, answers
+    finally:
+        for worker in workers:
+            worker.close()
+    assert len(store.list_runs(job="nightly", limit=100)) == ROUNDS
+    assert len(store.list_events(event_type=EventType.RUN_CREATED, limit=10_000)) == 2 * ROUNDS
+
+
+def test_processes_opening_a_fresh_database_together_migrate_once(store_url: str) -> None:
+    workers = _start(store_url, 3)
+    for worker in workers:
+        worker.close()
+    store = Store.open(store_url, migrate=False)
+    try:
+        with store.read() as conn:
+            assert migrations.current_revisions(conn) == (migrations.head_revision(),)
+    finally:
+        store.close()
+
+
+def test_threads_race_for_one_transition_and_one_fire(store: Store, clock: FakeClock) -> None:
+    threads = 6
+    run_ids = [store.create_run("race", "manual") for _ in range(ROUNDS)]
+    fires = [clock.now() + timedelta(minutes=n) for n in range(ROUNDS)]
+    barrier = threading.Barrier(threads)
+
+    def contender(_: int) -> tuple[list[bool], list[bool]]:
+        won, created = [], []
+        for run_id in run_ids:
+            assert run_id
+            barrier.wait(timeout=30)
+            won.append(store.transition_run(run_id, RunState.RUNNING))
+        for at in fires:
+            barrier.wait(timeout=30)
+            created.append(
+                store.create_run("nightly", "scheduled", schedule="main", scheduled_for=at)
+                is not None
+            )
+        return won, created
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(contender, range(threads)))
+    for n in range(ROUNDS):
+        assert sum(won[n] for won, _ in results) == 1
+        assert sum(created[n] for _, created in results) == 1
+    assert all(r.lease_epoch == 1 for r in store.list_runs(job="race", limit=100))

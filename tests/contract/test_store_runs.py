@@ -1,0 +1,265 @@
+"""Runs in the store: every (from, to) pair, events, timestamps, fencing, unique fires, listing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo
+
+import pytest
+import sqlalchemy as sa
+
+from cadenza.clock import FakeClock
+from cadenza.domain.errors import InvalidTransition, StoreError
+from cadenza.domain.events import EventType
+from cadenza.domain.states import RUN_TRANSITIONS, TERMINAL_RUN_STATES, RunState, is_allowed
+from cadenza.store import StaleEpoch, Store
+from cadenza.store.tables import runs
+
+Force = Callable[[sa.Table, object, StrEnum], None]
+R = RunState
+
+
+def test_every_run_state_pair_is_allowed_or_refused_by_the_table(
+    store: Store, force: Force, clock: FakeClock
+) -> None:
+    problems: list[str] = []
+    for frm in RunState:
+        for to in RunState:
+            run_id = store.create_run("pairs", "manual")
+            assert run_id is not None
+            force(runs, run_id, frm)
+            before = store.get_run(run_id)
+            seen = len(store.list_events(run_id=run_id))
+            clock.advance(1)
+            done = store.transition_run(run_id, to, reason=f"{frm}->{to}", actor="tester")
+            after = store.get_run(run_id)
+            new_events = store.list_events(run_id=run_id)[seen:]
+            assert after is not None
+            if done != is_allowed(RUN_TRANSITIONS, frm, to):
+                problems.append(f"{frm}->{to}: returned {done}")
+                continue
+            if not done:
+                if after != before or new_events:
+                    problems.append(f"{frm}->{to}: refused but the row or the log changed")
+                continue
+            expected = [EventType.RUN_STATE_CHANGED]
+            if to in TERMINAL_RUN_STATES:
+                expected.append(EventType.RUN_FINISHED)
+            if [e.event_type for e in new_events] != expected:
+                problems.append(f"{frm}->{to}: events {[e.event_type for e in new_events]}")
+                continue
+            change = new_events[0]
+            if (change.payload["from"], change.payload["to"], change.actor) != (frm, to, "tester"):
+                problems.append(f"{frm}->{to}: event payload {change.payload}")
+            if after.state is not to or after.updated_at != clock.now():
+                problems.append(f"{frm}->{to}: row {after.state} {after.updated_at}")
+            if after.reason != f"{frm}->{to}":
+                problems.append(f"{frm}->{to}: reason {after.reason!r}")
+    assert problems == []
+
+
+def test_creation_states_and_events(store: Store, clock: FakeClock) -> None:
+    queued = store.create_run("j", "manual", params={"period": "2027-02"}, priority=5)
+    missed = store.create_run(
+        "j",
+        "scheduled",
+        state=R.MISSED,
+        schedule="main",
+        scheduled_for=clock.now(),
+        reason="server down",
+    )
+    assert queued and missed
+    q, m = store.get_run(queued), store.get_run(missed)
+    assert q is not None and m is not None
+    assert (q.state, q.params, q.priority) == (R.QUEUED, {"period": "2027-02"}, 5)
+    assert q.finished_at is None
+    assert (m.state, m.finished_at, m.reason) == (R.MISSED, clock.now(), "server down")
+    assert [e.event_type for e in store.list_events(run_id=queued)] == [EventType.RUN_CREATED]
+    [event] = store.list_events(run_id=missed)
+    assert (event.event_type, event.level) == (EventType.RUN_MISSED, "WARNING")
+    for state in (R.RUNNING, R.SUCCEEDED, R.NEEDS_REVIEW):
+        with pytest.raises(InvalidTransition):
+            store.create_run("j", "manual", state=state)
+    with pytest.raises(ValueError):
+        store.create_run("j", "scheduled")  # a scheduled run names its schedule
+    with pytest.raises(ValueError):
+        store.create_run("j", "scheduled", schedule="main")  # ... and its time
+
+
+def test_a_fire_is_recorded_once(store: Store, clock: FakeClock) -> None:
+    at = clock.now()
+    first = store.create_run("nightly", "scheduled", schedule="main", scheduled_for=at)
+    # The same instant written in another zone is the same fire.
+    paris = at.astimezone(ZoneInfo("Europe/Paris"))
+    again = store.create_run("nightly", "scheduled", schedule="main", scheduled_for=paris)
+    missed = store.create_run(
+        "nightly", "scheduled", state=R.MISSED, schedule="main", scheduled_for=at
+    )
+    assert first is not None and again is None and missed is None
+    other_schedule = store.create_run(
+        "nightly", "scheduled", schedule="preset:month-end", scheduled_for=at
+    )
+    other_time = store.create_run(
+        "nightly", "scheduled", schedule="main", scheduled_for=at + timedelta(days=1)
+    )
+    manual = [store.create_run("nightly", "manual", scheduled_for=at) for _ in range(3)]
+    assert other_schedule and other_time and all(manual)
+    assert len(store.list_runs(job="nightly")) == 6
+    assert len(store.list_events(event_type=EventType.RUN_CREATED)) == 6
+    assert store.list_events(event_type=EventType.RUN_MISSED) == []
+
+
+def test_the_database_itself_holds_fire_uniqueness(store: Store, clock: FakeClock) -> None:
+    row = {
+        "job_id": "raw",
+        "state": "QUEUED",
+        "trigger": "scheduled",
+        "schedule": "main",
+        "scheduled_for": clock.now(),
+        "created_at": clock.now(),
+        "updated_at": clock.now(),
+    }
+    with store.write() as conn:
+        conn.execute(runs.insert().values(id="A" * 26, **row))
+    with pytest.raises(sa.exc.IntegrityError), store.write() as conn:
+        conn.execute(runs.insert().values(id="B" * 26, **row))
+    # A scheduled fire without its time could slip past UNIQUE (NULLs are distinct): refused.
+    with pytest.raises(sa.exc.IntegrityError), store.write() as conn:
+        conn.execute(runs.insert().values(id="C" * 26, **{**row, "scheduled_for": None}))
+
+
+def test_running_fences_with_an_epoch_and_sets_times(store: Store, clock: FakeClock) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    lease_until = clock.now() + timedelta(minutes=5)
+    assert store.transition_run(
+        run_id, R.RUNNING, fields={"lease_owner": "node-a", "lease_until": lease_until}
+    )
+    first = store.get_run(run_id)
+    assert first is not None
+    assert (first.lease_epoch, first.lease_owner, first.lease_until) == (1, "node-a", lease_until)
+    assert first.started_at == clock.now()
+    # The lease expired; another node re-queued and re-claimed it: epoch 2.
+    clock.advance(600)
+    assert store.transition_run(run_id, R.QUEUED, reason="lease expired", epoch=1)
+    queued = store.get_run(run_id)
+    assert queued is not None and queued.lease_owner is None and queued.lease_until is None
+    assert store.transition_run(run_id, R.RUNNING, fields={"lease_owner": "node-b"})
+    # The first holder wakes up (RELIABILITY #40): its stale epoch is refused.
+    seen = len(store.list_events(run_id=run_id))
+    assert not store.transition_run(run_id, R.SUCCEEDED, epoch=1)
+    with pytest.raises(StaleEpoch):
+        store.transition_run_or_raise(run_id, R.SUCCEEDED, epoch=1)
+    assert len(store.list_events(run_id=run_id)) == seen
+    clock.advance(30)
+    assert store.transition_run(run_id, R.SUCCEEDED, epoch=2, fields={"rows": 42})
+    done = store.get_run(run_id)
+    assert done is not None
+    assert (done.state, done.rows, done.lease_owner, done.lease_epoch) == (R.SUCCEEDED, 42, None, 2)
+    assert done.started_at == first.started_at  # the first start is kept
+    assert done.finished_at == clock.now()
+    finished = store.list_events(run_id=run_id, event_type=EventType.RUN_FINISHED)
+    assert [e.payload["duration_s"] for e in finished] == [630.0]
+
+
+def test_resume_gives_fresh_attempts(store: Store) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    store.transition_run_or_raise(run_id, R.RUNNING)
+    store.transition_run_or_raise(run_id, R.QUEUED, fields={"attempt": 2, "wait_reason": "retry"})
+    store.transition_run_or_raise(run_id, R.RUNNING)
+    retried = store.get_run(run_id)
+    assert retried is not None and (retried.attempt, retried.wait_reason) == (2, None)
+    store.transition_run_or_raise(run_id, R.NEEDS_REVIEW, fields={"attempt": 3})
+    store.transition_run_or_raise(run_id, R.QUEUED, actor="alice", reason="resumed")
+    resumed = store.get_run(run_id)
+    assert resumed is not None and (resumed.attempt, resumed.resumes) == (0, 1)
+
+
+def test_or_raise_names_the_state_that_blocked_it(store: Store) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    with pytest.raises(InvalidTransition) as info:
+        store.transition_run_or_raise(run_id, R.SUCCEEDED)
+    assert (info.value.frm, info.value.to) == (R.QUEUED, R.SUCCEEDED)
+    with pytest.raises(StoreError, match="does not exist"):
+        store.transition_run_or_raise("0" * 26, R.RUNNING)
+    assert not store.transition_run("0" * 26, R.RUNNING)
+
+
+def test_bad_fields_are_refused_before_anything_is_written(store: Store) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    with pytest.raises(ValueError, match="cannot set run fields"):
+        store.transition_run(run_id, R.RUNNING, fields={"state": "SUCCEEDED"})
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.transition_run(run_id, R.RUNNING, fields={"lease_until": _naive()})
+    run = store.get_run(run_id)
+    assert run is not None and run.state is R.QUEUED
+    assert len(store.list_events(run_id=run_id)) == 1
+
+
+def _naive() -> datetime:
+    return datetime(2027, 1, 1, 12, 0)
+
+
+def test_a_transition_is_one_commit_and_joins_a_caller_transaction(store: Store) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    commits: list[object] = []
+
+    def count(conn: object) -> None:
+        commits.append(conn)
+
+    sa.event.listen(store.engine, "commit", count)
+    try:
+        assert store.transition_run(run_id, R.RUNNING)
+        assert len(commits) == 1
+        with pytest.raises(RuntimeError), store.write() as conn:
+            assert store.transition_run(run_id, R.SUCCEEDED, conn=conn)
+            store.append_log(run_id, "INFO", "done", conn=conn)
+            raise RuntimeError("the caller failed after the transition")
+    finally:
+        sa.event.remove(store.engine, "commit", count)
+    run = store.get_run(run_id)
+    assert run is not None and run.state is R.RUNNING
+    assert store.list_logs(run_id) == []
+    assert EventType.RUN_FINISHED not in {e.event_type for e in store.list_events(run_id=run_id)}
+
+
+def test_list_runs_filters_and_pages_newest_first(store: Store, clock: FakeClock) -> None:
+    ids = []
+    for i in range(7):
+        run_id = store.create_run("a" if i % 2 == 0 else "b", "manual")
+        assert run_id
+        ids.append(run_id)
+        if i % 3 == 0:
+            clock.advance(1)  # some runs share a created_at: the id breaks the tie
+    assert [r.id for r in store.list_runs()] == ids[::-1]
+    assert [r.id for r in store.list_runs(job="a")] == ids[::-2]
+    page1 = store.list_runs(limit=3)
+    page2 = store.list_runs(limit=3, before=page1[-1].id)
+    page3 = store.list_runs(limit=3, before=page2[-1].id)
+    assert [r.id for r in page1 + page2 + page3] == ids[::-1]
+    store.transition_run_or_raise(ids[0], R.RUNNING)
+    assert [r.id for r in store.list_runs(state=R.RUNNING)] == [ids[0]]
+    assert len(store.list_runs(state=[R.RUNNING, "QUEUED"])) == 7
+    newest = store.get_run(ids[-1])
+    assert newest is not None
+    assert ids[-1] not in {r.id for r in store.list_runs(before=newest.created_at)}
+
+
+def test_a_heartbeat_renews_only_the_current_lease(store: Store, clock: FakeClock) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    assert not store.renew_run_lease(run_id, 0, clock.now())  # QUEUED: nothing to renew
+    store.transition_run_or_raise(run_id, R.RUNNING, fields={"lease_owner": "node-a"})
+    seen = len(store.list_events(run_id=run_id))
+    later = clock.now() + timedelta(minutes=3)
+    assert store.renew_run_lease(run_id, 1, later)
+    assert not store.renew_run_lease(run_id, 0, later + timedelta(minutes=3))  # stale epoch
+    run = store.get_run(run_id)
+    assert run is not None and run.lease_until == later
+    assert len(store.list_events(run_id=run_id)) == seen

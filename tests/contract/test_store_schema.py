@@ -1,0 +1,97 @@
+"""The schema: migrations equal the tables, newer schemas are refused, the audit log is
+append-only, and timestamps come back aware and in UTC on every dialect."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from cadenza.clock import FakeClock
+from cadenza.domain.errors import StoreError
+from cadenza.store import Store
+from cadenza.store import migrate as migrations
+from cadenza.store.tables import event_log, metadata, runs
+
+
+def test_the_migrations_create_exactly_the_tables(store: Store) -> None:
+    with store.read() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        differences = compare_metadata(context, metadata)
+        assert differences == []
+        assert migrations.current_revisions(conn) == (migrations.head_revision(),)
+        names = set(sa.inspect(conn).get_table_names())
+    assert {t.name for t in metadata.sorted_tables} <= names
+
+
+def test_opening_again_is_a_no_op(store_url: str, clock: FakeClock) -> None:
+    first = Store.open(store_url, clock=clock)
+    run_id = first.create_run("j", "manual")
+    first.close()
+    again = Store.open(store_url, clock=clock)
+    try:
+        assert again.get_run(run_id or "") is not None
+    finally:
+        again.close()
+
+
+def test_a_newer_schema_is_refused(store: Store, store_url: str) -> None:
+    with store.write() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999_from_the_future'"))
+    store.close()
+    for migrate in (True, False):
+        with pytest.raises(StoreError, match="9999_from_the_future is newer than this Cadenza"):
+            Store.open(store_url, migrate=migrate)
+
+
+def test_without_migrate_an_empty_database_is_refused(store_url: str) -> None:
+    with pytest.raises(StoreError, match="needs schema"):
+        Store.open(store_url, migrate=False)
+
+
+def test_an_unreachable_database_is_a_store_error() -> None:
+    url = "postgresql+psycopg://nobody:pw@127.0.0.1:1/nothing"
+    with pytest.raises(StoreError, match="cannot open the store") as info:
+        Store.open(url)
+    assert ":pw@" not in str(info.value)
+
+
+def test_unsupported_urls_and_settings_are_refused() -> None:
+    with pytest.raises(StoreError, match="unsupported store URL"):
+        Store.open("mysql+pymysql://root@127.0.0.1/x")
+    with pytest.raises(StoreError, match="sqlite_synchronous"):
+        Store.open("sqlite:///x.db", sqlite_synchronous="OFF")
+
+
+def test_the_event_log_refuses_updates(store: Store) -> None:
+    event_id = store.append_event("CONFIG_CHANGED", "before")
+    with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.write() as conn:
+        conn.execute(sa.update(event_log).values(message="after"))
+    assert [e.message for e in store.list_events()] == ["before"]
+    with store.write() as conn:  # retention may still delete
+        conn.execute(sa.delete(event_log).where(event_log.c.event_id == event_id))
+    assert store.list_events() == []
+    assert store.append_event("CONFIG_CHANGED", "next") > event_id  # ids are never reused
+
+
+def test_timestamps_are_utc_and_aware(store: Store, clock: FakeClock) -> None:
+    paris = ZoneInfo("Europe/Paris")
+    clock.set(datetime(2027, 7, 1, 2, 30, tzinfo=paris))  # summer time, UTC+2
+    at = datetime(2027, 7, 1, 2, 0, tzinfo=paris)
+    run_id = store.create_run("tz", "scheduled", schedule="main", scheduled_for=at, not_before=at)
+    assert run_id
+    run = store.get_run(run_id)
+    assert run is not None
+    for value in (run.scheduled_for, run.created_at, run.not_before, run.updated_at):
+        assert value is not None and value.tzinfo is UTC
+    assert run.scheduled_for == at and run.scheduled_for.hour == 0
+    assert run.created_at == datetime(2027, 7, 1, 0, 30, tzinfo=UTC)
+    with store.read() as conn:
+        stored = conn.execute(sa.select(runs.c.scheduled_for).where(runs.c.id == run_id)).scalar()
+    assert stored == at
+    with pytest.raises(ValueError, match="timezone-aware"):
+        store.create_run("tz", "manual", not_before=datetime(2027, 1, 1))

@@ -26,11 +26,18 @@ GROUP = "cadenza.steps"
 
 
 class StepType:
-    """Base class of step types: a ``name`` (the ``type`` written in jobs.toml) and a
-    pydantic ``Config`` model holding the step's fields."""
+    """Base class of step types: a ``name`` (the ``type`` written in jobs.toml), a
+    pydantic ``Config`` model holding the step's fields, the fields whose ``${...}``
+    tokens the step renders itself (``raw_fields``), and ``run``.
+
+    ``run(self, ctx: StepContext, config: Config) -> StepResult`` (see
+    :mod:`cadenza.steps.runtime`) is defined by every type that can execute; the
+    executor refuses, with a clear error, a step whose type has no ``run``.
+    """
 
     name: ClassVar[str]
     Config: ClassVar[type[StepConfig]]
+    raw_fields: ClassVar[frozenset[str]] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,113 @@
+"""What a step type sees while it runs, and what it returns.
+
+The executor implements :class:`StepContext`; step modules code against this protocol
+only, so that ``steps`` never imports ``executor`` (dependencies point one way).
+
+A step type's ``run(ctx, config) -> StepResult`` receives its ``Config`` with every
+``${...}`` token already substituted, except the fields it lists in ``raw_fields`` (for
+example ``sql_query.query``, whose tokens must become bind parameters, never text: it
+renders them itself with :func:`cadenza.domain.params.render_sql` and ``ctx.scope``).
+
+Errors: raise :class:`cadenza.Retryable`, :class:`cadenza.Deferred`,
+:class:`cadenza.Fatal` or :class:`cadenza.ResourceFault`; a built-in step translates its
+driver's exceptions into these at its boundary (SPEC §7).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import httpx
+    import sqlalchemy as sa
+
+    from cadenza.config.schema_settings import Settings
+    from cadenza.domain.params import Scope
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What a step recorded: ``rows`` (None when the notion does not apply) and ``output``,
+    a JSON-able dict stored (redacted) with the step run; its keys are readable by later
+    steps as ``${steps.NAME.KEY}``."""
+
+    rows: int | None = None
+    output: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """Facts of the run a step belongs to."""
+
+    id: str
+    job_id: str
+    trigger: str
+    scheduled_for: datetime | None
+    log_level: str
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """Facts of the step being run."""
+
+    name: str
+    type: str
+    attempt: int
+    timeout_seconds: float
+
+
+class StepLog(Protocol):
+    """A logger whose lines go to the run log (redacted), with the step's name."""
+
+    def debug(self, message: str, *args: object) -> None: ...
+    def info(self, message: str, *args: object) -> None: ...
+    def warning(self, message: str, *args: object) -> None: ...
+    def error(self, message: str, *args: object) -> None: ...
+
+
+class StepContext(Protocol):
+    """The ``ctx`` of SPEC §4, as built-in and plugin steps see it."""
+
+    params: Mapping[str, Any]
+    run: RunInfo
+    step: StepInfo
+    log: StepLog
+    home: Path
+    settings: Settings
+    scope: Scope
+
+    @property
+    def job(self) -> RunInfo:
+        """The job's id is ``ctx.job.job_id`` (same object as ``ctx.run``)."""
+        ...
+
+    def connection(self, name: str) -> sa.Connection | httpx.Client:
+        """A ``sql`` connection: a SQLAlchemy Connection in a transaction that commits when
+        the step succeeds and rolls back when it fails. An ``http`` connection: an httpx
+        Client with the connection's base URL and headers."""
+        ...
+
+    def sql_engine(self, name: str) -> sa.Engine:
+        """The engine of a ``sql`` connection, for steps that manage their own transactions."""
+        ...
+
+    def event(self, event_type: str, message: str, payload: Mapping[str, Any] | None = None,
+              level: str = "INFO") -> None:
+        """Write an audit event about this run (redacted)."""
+        ...
+
+    def cancelled(self) -> bool:
+        """True once the run is being canceled or its time is up."""
+        ...
+
+    def remaining(self) -> float:
+        """Seconds left before the step's timeout."""
+        ...
+
+    def previous(self, step: str) -> Mapping[str, Any] | None:
+        """An earlier step's recorded output and state, or None."""
+        ...

@@ -33,7 +33,18 @@ def print_json(value: Any) -> None:
 def print_table(
     rows: Iterable[Mapping[str, Any]], columns: Sequence[str], title: str | None = None
 ) -> None:
-    """People output: a table with the given columns (missing values print empty)."""
+    """People output: a table with the given columns (missing values print empty).
+
+    On a terminal, a rich table; piped, one tab-separated line per row under a header line,
+    never wrapped or truncated, so that ``grep`` and ``cut`` work on it.
+    """
+    if not out.is_terminal:
+        lines = ["\t".join(columns)]
+        lines += ["\t".join(_cell(row.get(c)).replace("\t", " ").replace("\n", " ")
+                            for c in columns) for row in rows]
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+        return
     table = Table(title=title, show_edge=False, header_style="bold")
     for column in columns:
         table.add_column(column)

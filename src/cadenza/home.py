@@ -119,10 +119,11 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
         (path / JOBS_FILE).write_text(
             (example_dir / JOBS_FILE).read_text(encoding="utf-8"), encoding="utf-8"
         )
-        plugin = example_dir / "plugins" / "demo_tasks.py"
-        (path / "plugins" / "demo_tasks.py").write_text(
-            plugin.read_text(encoding="utf-8"), encoding="utf-8"
-        )
+        for plugin in (example_dir / "plugins").iterdir():
+            if plugin.is_file() and plugin.name.endswith(".py"):
+                (path / "plugins" / plugin.name).write_text(
+                    plugin.read_text(encoding="utf-8"), encoding="utf-8"
+                )
         _write_sample_sales(data / "files" / "sales", today or date.today())
         _create_warehouse(data / "warehouse.db")
     else:

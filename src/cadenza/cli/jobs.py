@@ -1,13 +1,14 @@
-"""``cadenza jobs list | show ID``."""
+"""``cadenza jobs list | show ID | next ID``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
 from cadenza.cli.context import state
-from cadenza.cli.output import fail, out, print_json, print_table
+from cadenza.cli.output import err, fail, out, print_json, print_table
 
 app = typer.Typer(help="The job catalogue.", no_args_is_help=True)
 
@@ -69,3 +70,90 @@ def show_job(
         out.print(f"    {index}. {step['name']} ({step['type']}) {rest}", markup=False)
     for name, preset in definition.get("presets", {}).items():
         out.print(f"  preset {name}: {preset}", markup=False)
+
+
+def _parse_instant(text: str, option: str) -> datetime:
+    """An ISO date or time; without an offset it is read in the server's zone."""
+    from cadenza.scheduler.schedules import server_zone
+
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{option}: expected an ISO time like 2027-10-30T12:00:00+02:00, got {text!r}", 2)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=server_zone())
+    return parsed.astimezone(UTC)
+
+
+@app.command("next")
+def next_fires(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="ID")],
+    count: Annotated[int, typer.Option("-n", "--count", min=1, max=1000, help="How many.")] = 10,
+    start: Annotated[
+        str | None,
+        typer.Option("--from", help="Preview from this ISO time instead of now."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
+) -> None:
+    """The next fires of a job's schedule and of its scheduled presets, in time order.
+
+    Each fire shows its local time and UTC offset, the UTC time, the schedule (job or
+    preset:NAME) and a DST mark: gap (the wall time did not exist; the fire is at the first
+    instant after the spring gap) or fold (the wall time occurs twice; see docs/scheduling.md).
+    """
+    from cadenza.domain.cron import describe_weekdays
+    from cadenza.scheduler.fires import upcoming
+    from cadenza.scheduler.schedules import schedules_of, server_zone
+
+    st = state(ctx)
+    config = st.config()
+    job = config.jobs.get(job_id)
+    if job is None:
+        fail(f"no job {job_id!r}; known jobs: {', '.join(config.jobs) or '(none)'}")
+    after = _parse_instant(start, "--from") if start else datetime.now(UTC)
+    specs = schedules_of(job, server_zone())
+    fires = upcoming(specs, after, count)
+    if as_json:
+        print_json([fire.as_json() for fire in fires])
+        return
+    for spec in specs:
+        days = describe_weekdays(spec.cron)
+        line = f"{spec.name}: {spec.expression} ({spec.zone.key}; days: {days})"
+        if spec.enabled:
+            out.print(line, markup=False)
+        else:
+            err.print(f"{line} is not listed: {spec.disabled_because}", markup=False)
+    if not specs:
+        err.print(f"{job_id} has no schedule (manual runs only)", markup=False)
+    elif not any(spec.enabled for spec in specs):
+        err.print(f"{job_id} has no enabled schedule: nothing will fire", markup=False)
+    rows = [
+        {
+            "local time": f"{fire.local:%Y-%m-%d %H:%M}",
+            "day": fire.day_name,
+            "UTC offset": _offset(fire.local),
+            "UTC": fire.utc.strftime("%Y-%m-%d %H:%M"),
+            "schedule": fire.schedule,
+            "DST": _DST_TEXT.get(fire.dst or "", ""),
+        }
+        for fire in fires
+    ]
+    if rows:
+        print_table(rows, ["local time", "day", "UTC offset", "UTC", "schedule", "DST"])
+
+
+_DST_TEXT = {
+    "gap": "gap: wall time skipped by DST, fires at the first instant after",
+    "fold": "fold: wall time occurs twice",
+}
+
+
+def _offset(local: datetime) -> str:
+    offset = local.utcoffset()
+    if offset is None:
+        return ""
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    hours, mins = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{mins:02d}"

@@ -10,8 +10,11 @@ import typer
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
+from cadenza.cli import run as run_cmd
+from cadenza.cli import runs as runs_cmd
 from cadenza.cli import secrets as secrets_cmd
 from cadenza.cli import serve as serve_cmd
+from cadenza.cli import simulate as simulate_cmd
 from cadenza.cli import users as users_cmd
 from cadenza.cli.context import CliState
 
@@ -40,7 +43,10 @@ def root(
 
 home_cmd.register(app)
 serve_cmd.register(app)
+simulate_cmd.register(app)
 events_cmd.register(app)
+run_cmd.register(app)
+app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(users_cmd.app, name="users")
 app.add_typer(secrets_cmd.app, name="secrets")

@@ -38,6 +38,7 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 RuleEvent = Literal["failed", "needs_review", "succeeded", "canceled", "missed", "long_run",
                     "recovered"]
 _SECONDS_30 = timedelta(seconds=30)
+_APP_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _store_url(value: str) -> str:
@@ -102,8 +103,22 @@ class SqlConnection(StrictModel):
     url: SqlUrl
 
 
+def _wsgi_app(value: str) -> str:
+    if not _APP_SPEC.fullmatch(value):
+        fail(f"expected 'module:attribute' naming a WSGI application in plugins/ (like "
+             f"'demo_downstream:app'), got {value!r}")
+    return value
+
+
 class HttpConnection(StrictModel):
-    """An HTTP service: base URL, default headers, and whether private addresses are allowed."""
+    """An HTTP service: base URL, default headers, and whether private addresses are allowed.
+
+    ``timeout`` bounds each request (all its redirect hops and its body), within the
+    step's own timeout. ``app = "module:attribute"`` names a WSGI application (imported
+    from the home's ``plugins/``) that answers in-process instead of the network: nothing
+    leaves the process, so the egress policy does not apply; ``base_url`` still gives the
+    paths (its host is not contacted). The demo home uses it to run offline.
+    """
 
     type: Literal["http"]
     base_url: HttpUrl
@@ -111,6 +126,7 @@ class HttpConnection(StrictModel):
     allow_private: bool = False
     timeout: Duration = _SECONDS_30
     verify_tls: bool = True
+    app: Annotated[str, AfterValidator(_wsgi_app)] | None = None
 
 
 class LdapConnection(StrictModel):

@@ -6,17 +6,28 @@ Five fields: minute hour day-of-month month day-of-week, with ``* , - /`` and na
 Aliases: ``@hourly @daily @weekly @monthly @yearly`` (``@annually``, ``@midnight`` too).
 
 Parsing is ours, so that errors name the field and the dialect is exactly the spec's; the
-firing engine underneath is cronsim, whose DST handling is the spec's rule (a time in the
-spring gap fires once at the first instant after the gap; a time repeated in autumn fires
-once, at its first occurrence; ``*``/step hours fire in both). cronsim counts 0 = Sunday, so
-the day-of-week set is translated at this boundary and handed over as an explicit list.
+firing engine underneath is cronsim. The DST rule is SPEC §6's: a time in the spring gap
+fires once at the first instant after the gap; a time repeated in autumn fires once, at its
+first occurrence; ``*``/step hours fire in both. cronsim counts 0 = Sunday, so the
+day-of-week set is translated at this boundary and handed over as an explicit list.
+
+cronsim is driven in wall-clock mode (every field is handed over as an explicit list), which
+gives the gap rule and "once, at the first occurrence" in the autumn fold. SPEC §6 wants
+``*``/step hours to fire in both repeated hours, so :meth:`CronExpr.fires` adds the second
+occurrence of each repeated wall time for those schedules (``repeat_in_fold``).
+
+:meth:`CronExpr.dst_mark` classifies a fire for previews: ``"gap"`` when it stands for wall
+times that did not exist (it is the first instant after a spring gap and the schedule
+matched a time inside the gap), ``"fold"`` when its wall time occurs twice that night.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Literal
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim  # type: ignore[import-untyped,unused-ignore]
@@ -37,6 +48,12 @@ ALIASES = {
     "@hourly": "0 * * * *",
 }
 _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_FOLD_SPAN = timedelta(hours=3)
+"""Longer than any real clock set-back: fires are regenerated from this far back so that the
+second occurrence of a repeated wall time is found even when ``after`` lies past the first."""
+
+DstMark = Literal["gap", "fold"]
+ONE_MINUTE = timedelta(minutes=1)
 
 
 class CronError(ValueError):
@@ -59,13 +76,27 @@ class CronExpr:
     weekdays: frozenset[int]  # 0 = Monday … 6 = Sunday
     days_restricted: bool
     weekdays_restricted: bool
+    repeat_in_fold: bool = False
+    """The hour field is ``*`` or a step: fire in both occurrences of a repeated hour."""
 
-    @property
+    @functools.cached_property
     def engine_expr(self) -> str:
         """The equivalent expression in cronsim's dialect (0 = Sunday)."""
 
         def lst(values: frozenset[int]) -> str:
-            return ",".join(str(v) for v in sorted(values))
+            # Runs as ranges ("0-59", not sixty numbers): cronsim parses it far faster. Never
+            # "*": a field starting with "*" switches cronsim's DST handling (see fires()).
+            ordered = sorted(values)
+            runs: list[str] = []
+            start = prev = ordered[0]
+            for value in [*ordered[1:], None]:
+                if value is not None and value == prev + 1:
+                    prev = value
+                    continue
+                runs.append(str(start) if start == prev else f"{start}-{prev}")
+                if value is not None:
+                    start = prev = value
+            return ",".join(runs)
 
         dom = lst(self.days) if self.days_restricted else "*"
         dow = (
@@ -74,13 +105,90 @@ class CronExpr:
         return f"{lst(self.minutes)} {lst(self.hours)} {dom} {lst(self.months)} {dow}"
 
     def fires(self, after: datetime, tz: ZoneInfo) -> Iterator[datetime]:
-        """Fire times strictly after ``after`` (aware), as aware datetimes in ``tz``."""
+        """Fire times strictly after ``after`` (aware), as aware datetimes in ``tz``, in order.
+
+        A repeated wall time's second occurrence carries ``fold=1``. Compare fires through
+        ``astimezone(UTC)``: Python compares two datetimes of the same zone by wall time,
+        ignoring ``fold``.
+        """
         if after.tzinfo is None:
             raise ValueError("fires() needs an aware datetime")
-        it = CronSim(self.engine_expr, after.astimezone(tz))
-        for fire in it:
-            if fire > after:
+        after_utc = after.astimezone(UTC)
+        start = after_utc
+        if self.repeat_in_fold and _near_transition(after_utc, tz):
+            start = after_utc - _FOLD_SPAN
+        pending: list[datetime] = []  # second occurrences, waiting for their turn
+        for fire in CronSim(self.engine_expr, start.astimezone(tz)):
+            fire_utc = fire.astimezone(UTC)
+            while pending and pending[0].astimezone(UTC) < fire_utc:
+                second = pending.pop(0)
+                if second.astimezone(UTC) > after_utc:
+                    yield second
+            if fire_utc > after_utc:
                 yield fire
+            if self.repeat_in_fold and is_ambiguous(fire):
+                pending.append(fire.replace(fold=1))
+        for second in pending:
+            if second.astimezone(UTC) > after_utc:
+                yield second
+
+    def matches(self, wall: datetime) -> bool:
+        """Whether the wall time ``wall`` (naive or aware; its fields are read) is chosen."""
+        if wall.minute not in self.minutes or wall.hour not in self.hours:
+            return False
+        if wall.month not in self.months:
+            return False
+        dom = wall.day in self.days
+        dow = wall.weekday() in self.weekdays
+        if self.days_restricted and self.weekdays_restricted:
+            return dom or dow
+        return dom and dow
+
+    def dst_mark(self, fire: datetime, tz: ZoneInfo) -> DstMark | None:
+        """``"fold"``, ``"gap"`` or ``None`` for a fire of this schedule (see module doc)."""
+        local = fire.astimezone(tz)
+        if is_ambiguous(local):
+            return "fold"
+        instant = local.astimezone(UTC)
+        before = (instant - timedelta(seconds=1)).astimezone(tz)
+        after_offset, before_offset = local.utcoffset(), before.utcoffset()
+        if after_offset is None or before_offset is None or after_offset <= before_offset:
+            return None
+        wall = local.replace(tzinfo=None, fold=0)
+        missing = wall - (after_offset - before_offset)
+        while missing < wall:
+            if self.matches(missing):
+                return "gap"
+            missing += ONE_MINUTE
+        return None
+
+
+def _near_transition(instant: datetime, tz: ZoneInfo) -> bool:
+    """Whether the UTC offset of ``tz`` changes within :data:`_FOLD_SPAN` of ``instant``."""
+    offsets = {(instant + k * _FOLD_SPAN).astimezone(tz).utcoffset() for k in (-1, 0, 1)}
+    return len(offsets) > 1
+
+
+def is_ambiguous(local: datetime) -> bool:
+    """Whether the wall time of ``local`` (aware, in its zone) occurs twice (autumn fold)."""
+    zone = local.tzinfo
+    if zone is None:
+        return False
+    first, second = local.replace(fold=0), local.replace(fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return False
+    return _exists(first, zone) and _exists(second, zone)
+
+
+def is_imaginary(local: datetime) -> bool:
+    """Whether the wall time of ``local`` (aware) does not exist (inside a spring gap)."""
+    zone = local.tzinfo
+    return zone is not None and not _exists(local, zone)
+
+
+def _exists(local: datetime, zone: tzinfo) -> bool:
+    back = local.astimezone(UTC).astimezone(zone)
+    return back.replace(tzinfo=None, fold=0) == local.replace(tzinfo=None, fold=0)
 
 
 def _number(token: str, index: int) -> int:
@@ -155,6 +263,8 @@ def parse_cron(expr: str) -> CronExpr:
             f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}"
         )
     parsed = [_parse_field(p, i) for i, p in enumerate(parts)]
+    # SPEC §6: "*"/step hours fire in both repeated hours; fixed hours fire once.
+    repeat = parts[1].startswith("*") or "/" in parts[1]
     (minutes, _), (hours, _), (days, dom_r), (months, _), (weekdays, dow_r) = parsed
     if dom_r and not dow_r:
         # A day-of-month-only schedule that no chosen month can hold never fires.
@@ -162,7 +272,7 @@ def parse_cron(expr: str) -> CronExpr:
             raise CronError(
                 "no chosen month has any of these days: the schedule never fires", "day-of-month"
             )
-    return CronExpr(source, minutes, hours, days, months, weekdays, dom_r, dow_r)
+    return CronExpr(source, minutes, hours, days, months, weekdays, dom_r, dow_r, repeat)
 
 
 def next_fires(expr: str | CronExpr, tz: ZoneInfo, after: datetime, n: int) -> list[datetime]:
@@ -183,4 +293,3 @@ def describe_weekdays(cron: CronExpr) -> str:
     return ", ".join(DAY_NAMES[d] for d in sorted(cron.weekdays))
 
 
-ONE_MINUTE = timedelta(minutes=1)

@@ -3,13 +3,17 @@
 One :class:`Connections` per process (or per worker pool) caches one SQLAlchemy engine per
 ``sql`` connection, so that runs share connection pools. Relative SQLite paths resolve
 against the home. Drivers: SQLite (stdlib), PostgreSQL (psycopg 3), MariaDB/MySQL (PyMySQL).
+HTTP clients go through the egress policy of :mod:`cadenza.steps.netguard`, or to a WSGI
+application in-process when the connection names one (``app``).
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import sqlalchemy as sa
@@ -21,6 +25,17 @@ from cadenza.config.schema_settings import (
     absolute_sqlite_url,
 )
 from cadenza.domain.errors import Fatal
+from cadenza.steps.netguard import (
+    EgressPolicy,
+    GuardedTransport,
+    PublicPolicy,
+    Resolver,
+    default_is_public,
+    system_resolver,
+)
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
 
 SQLITE_BUSY_TIMEOUT_S = 30
 
@@ -60,19 +75,52 @@ class Connections:
             self._engines[name] = engine
             return engine
 
-    def http_client(self, name: str, **kwargs: Any) -> httpx.Client:
+    def http_client(self, name: str, *, resolver: Resolver | None = None,
+                    is_public: PublicPolicy | None = None, **kwargs: Any) -> httpx.Client:
         """A new httpx Client for the ``http`` connection ``name``: its base URL, headers,
-        timeout and TLS verification. The caller closes it."""
+        timeout and TLS verification. The caller closes it.
+
+        Requests go through the egress policy (:mod:`cadenza.steps.netguard`: private
+        targets refused unless ``allow_private``, every hop checked, DNS pinned), or,
+        when the connection names a WSGI ``app``, to that application in-process.
+        ``resolver`` and ``is_public`` replace the policy's defaults (tests).
+        """
         definition = self.definition(name)
         if not isinstance(definition, HttpConnection):
             raise Fatal(f"connection {name!r} is of type {definition.type!r}, not http")
+        transport: httpx.BaseTransport
+        if definition.app is not None:
+            transport = httpx.WSGITransport(app=self.wsgi_app(definition.app))
+        else:
+            policy = EgressPolicy(allow_private=definition.allow_private,
+                                  resolver=resolver or system_resolver,
+                                  is_public=is_public or default_is_public)
+            transport = GuardedTransport(policy, verify=definition.verify_tls)
+        options: dict[str, Any] = {"transport": transport, "trust_env": False, **kwargs}
         return httpx.Client(
             base_url=definition.base_url,
             headers=dict(definition.headers),
             timeout=definition.timeout.total_seconds(),
-            verify=definition.verify_tls,
-            **kwargs,
+            **options,
         )
+
+    def wsgi_app(self, spec: str) -> WSGIApplication:
+        """The WSGI application ``module:attribute``, imported with the home's ``plugins/``
+        first on ``sys.path``; :class:`Fatal` when it cannot be imported or is not callable."""
+        plugins = str(self.home / "plugins")
+        if plugins not in sys.path:
+            sys.path.insert(0, plugins)
+        module_name, _, attribute = spec.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise Fatal(f"cannot load the in-process HTTP app {spec!r} from "
+                        f"{plugins}: {type(exc).__name__}: {exc}") from exc
+        if not callable(target):
+            raise Fatal(f"the in-process HTTP app {spec!r} is not a WSGI callable")
+        return cast("WSGIApplication", target)
 
     def close(self) -> None:
         """Dispose of every engine."""

@@ -1,16 +1,77 @@
-"""``http``: one HTTP request, to a URL or to a path of an ``http`` connection."""
+"""``http``: one HTTP request, to a URL or to a path of an ``http`` connection.
+
+How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md``):
+
+* target: ``url`` (always under the strict egress policy: no private address), or the
+  connection's ``base_url`` joined with ``path`` (staying on that origin, no ``..``),
+  under the connection's policy (``allow_private``) or to its in-process ``app``;
+* headers: the connection's, then the step's; POST, PUT, PATCH and DELETE carry an
+  ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break or
+  NUL in a header refuses the step before anything is sent;
+* one deadline for the whole exchange (every hop and the body): the step's remaining time,
+  capped by the connection's ``timeout``;
+* redirects are followed (at most 10; a 3xx listed in ``expect`` is not), each hop checked
+  by the egress policy, secret-looking headers dropped when the origin changes; every hop
+  writes an HTTP_REQUEST event (method, host, status, latency_ms, route);
+* the body is read with a bound on decoded bytes (64 KiB, or 10 MiB for JSON).
+
+Output: ``status``, ``elapsed_ms``, ``url`` (redacted), ``headers`` (lower-case names,
+secret-looking values masked), ``preview`` (text, at most 64 KiB), ``json`` (the decoded
+body when it is JSON within 10 MiB, else None) and ``truncated`` (the preview is partial).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import codecs
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote
 
+import httpx
 from pydantic import Field, JsonValue, model_validator
 
+from cadenza import __version__
+from cadenza.audit import REDACTED, Redactor, is_secret_key
+from cadenza.clock import Clock, SystemClock
+from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
+from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
 from cadenza.steps.base import StepConfig
+from cadenza.steps.netguard import (
+    ALLOWED_SCHEMES,
+    EgressPolicy,
+    EgressRefused,
+    PublicPolicy,
+    Resolver,
+    default_is_public,
+    guarded_client,
+    read_body,
+    redacted_url,
+    system_resolver,
+)
 from cadenza.steps.registry import StepType
+from cadenza.steps.runtime import StepContext, StepResult
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+PREVIEW_CAP = 64 * 1024
+JSON_CAP = 10 * 1024 * 1024
+MAX_REDIRECTS = 10
+IN_PROCESS = "in-process"
+USER_AGENT = f"cadenza/{__version__}"
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+RETRYABLE_STATUSES = frozenset({408, 502, 503, 504})
+DEFAULT_RETRY_AFTER = timedelta(seconds=60)
+MAX_RETRY_AFTER = timedelta(days=1)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_MAX_HEADERS, _MAX_HEADER_VALUE, _EXCERPT = 64, 1024, 200
 
 
 class HttpConfig(StepConfig):
@@ -45,8 +106,294 @@ class HttpConfig(StepConfig):
         return self
 
 
+@dataclass
+class _Target:
+    url: httpx.URL
+    client: httpx.Client
+    owned: bool  # made by the step, closed by it; a ctx.connection() client is the ctx's
+    budget: float
+    route: str | None
+    base_headers: Mapping[str, str]
+
+
 class HttpStep(StepType):
-    """Call an HTTP endpoint (SPEC §4)."""
+    """Call an HTTP endpoint (SPEC §4). ``resolver``, ``is_public`` and ``clock`` replace
+    the defaults of a bare ``url``'s egress policy and of time (tests)."""
 
     name = "http"
     Config = HttpConfig
+
+    def __init__(self, *, resolver: Resolver | None = None, is_public: PublicPolicy | None = None,
+                 clock: Clock | None = None) -> None:
+        self._policy = EgressPolicy(False, resolver or system_resolver,
+                                    is_public or default_is_public)
+        self._clock = clock or SystemClock()
+
+    def run(self, ctx: StepContext, config: HttpConfig) -> StepResult:
+        """Send the request, follow redirects, read the answer; raise the SPEC §7 class of
+        any failure."""
+        if config.via is not None:
+            raise Fatal(f"'via' ({config.via!r}): sending through a route pool needs route "
+                        f"leasing, which this build does not have; refusing to go direct")
+        target = self._target(ctx, config)
+        started = time.monotonic()
+        deadline = started + target.budget
+        try:
+            headers = _request_headers(ctx, config, target.base_headers)
+            with _translated(target.url):
+                request = target.client.build_request(
+                    config.method, target.url, params=_query(config.query), headers=headers,
+                    json=config.json_, content=None if config.body is None
+                    else config.body.encode("utf-8"))
+                response = self._exchange(ctx, target, request, config.expect, deadline)
+                try:
+                    is_json = _is_json(response)
+                    body, truncated, raw = read_body(
+                        response, JSON_CAP if is_json else PREVIEW_CAP, deadline, ctx.cancelled)
+                finally:
+                    response.close()
+        finally:
+            if target.owned:
+                target.client.close()
+        self._check_status(response, body, config.expect)
+        elapsed_ms = round((time.monotonic() - started) * 1000)
+        decoded = _decode_json(body, ctx) if is_json and not raw and not truncated else None
+        if is_json and truncated:
+            ctx.log.warning("JSON answer larger than %s bytes: not decoded", JSON_CAP)
+        ctx.log.info("%s %s: %s in %s ms", config.method, redacted_url(response.request.url),
+                     response.status_code, elapsed_ms)
+        return StepResult(output={
+            "status": response.status_code, "elapsed_ms": elapsed_ms,
+            "url": redacted_url(response.request.url), "headers": _headers_out(response),
+            "preview": _text(body[:PREVIEW_CAP], response, cut=len(body) > PREVIEW_CAP),
+            "json": decoded, "truncated": truncated or len(body) > PREVIEW_CAP,
+        })
+
+    def _target(self, ctx: StepContext, config: HttpConfig) -> _Target:
+        remaining = ctx.remaining()
+        if config.url is not None:
+            return _Target(_parse_url(config.url), guarded_client(self._policy), True,
+                           remaining, None, {})
+        name = config.connection or ""
+        definition = ctx.settings.connections.get(name)
+        if not isinstance(definition, HttpConnection):
+            raise Fatal(f"connection {name!r} is not an http connection of cadenza.toml")
+        url = _join(definition.base_url, config.path)
+        client = ctx.connection(name)
+        if not isinstance(client, httpx.Client):
+            raise Fatal(f"connection {name!r} did not give an HTTP client")
+        return _Target(url, client, False, min(remaining, definition.timeout.total_seconds()),
+                       IN_PROCESS if definition.app else None, definition.headers)
+
+    def _exchange(self, ctx: StepContext, target: _Target, request: httpx.Request,
+                  expect: list[str], deadline: float) -> httpx.Response:
+        for hop in range(MAX_REDIRECTS + 1):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or ctx.cancelled():
+                raise Retryable(f"{request.method} {redacted_url(request.url)}: stopped "
+                                f"before hop {hop + 1}: out of time or canceled")
+            request.extensions["timeout"] = httpx.Timeout(remaining).as_dict()
+            response = self._send(ctx, target, request, hop)
+            nxt = response.next_request
+            if nxt is None or _matches(response.status_code, expect):
+                return response
+            response.close()
+            if hop == MAX_REDIRECTS:
+                break
+            if _origin(nxt.url) != _origin(request.url):
+                for name in [n for n in nxt.headers if is_secret_key(n)]:
+                    del nxt.headers[name]
+            request = nxt
+        raise Fatal(f"{redacted_url(target.url)}: more than {MAX_REDIRECTS} redirects")
+
+    def _send(self, ctx: StepContext, target: _Target, request: httpx.Request,
+              hop: int) -> httpx.Response:
+        started = time.monotonic()
+        status: int | None = None
+        problem: str | None = None
+        try:
+            response = target.client.send(request, stream=True, follow_redirects=False)
+            status = response.status_code
+            return response
+        except EgressRefused as exc:
+            problem = f"refused: {exc}"
+            raise
+        except httpx.HTTPError as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            raise
+        except Exception as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+            if target.route != IN_PROCESS:
+                raise
+            raise Fatal(f"the in-process HTTP app failed: {problem}") from exc
+        finally:
+            latency_ms = round((time.monotonic() - started) * 1000)
+            host = request.url.host
+            ctx.event("HTTP_REQUEST", f"{request.method} {host}: {status or problem}", {
+                "method": request.method, "host": host, "port": request.url.port,
+                "status": status, "latency_ms": latency_ms, "route": target.route,
+                "url": redacted_url(request.url), "hop": hop, "error": problem,
+            }, level="INFO" if problem is None else "WARNING")
+
+    def _check_status(self, response: httpx.Response, body: bytes, expect: list[str]) -> None:
+        status = response.status_code
+        if _matches(status, expect):
+            return
+        where = f"{response.request.method} {redacted_url(response.request.url)}: HTTP " \
+                f"{status} {response.reason_phrase}".rstrip()
+        if status == 429:
+            until = retry_after(response.headers.get("retry-after"), self._clock.now())
+            raise Deferred(until, f"{where}; retry after {until.isoformat()}")
+        if status in RETRYABLE_STATUSES:
+            raise Retryable(where)
+        if status == 407:
+            raise ResourceFault(f"{where} (the proxy refused its credentials)")
+        text = " ".join(_text(body[:PREVIEW_CAP], response, cut=True).split())
+        excerpt = Redactor().redact_text(text[:_EXCERPT])
+        raise Fatal(f"{where}, expected {' or '.join(expect)}" + (f": {excerpt}" if excerpt
+                                                                 else ""))
+
+
+# --- errors (SPEC §7): every httpx failure is translated here ------------------------------
+
+@contextmanager
+def _translated(url: httpx.URL) -> Iterator[None]:
+    where = redacted_url(url)
+    try:
+        yield
+    except StepError:
+        raise
+    except httpx.ProxyError as exc:
+        raise ResourceFault(f"{where}: proxy error: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        raise Retryable(f"{where}: timed out ({type(exc).__name__})") from exc
+    except (httpx.UnsupportedProtocol, httpx.LocalProtocolError) as exc:
+        raise Fatal(f"{where}: cannot send this request: {exc}") from exc
+    except httpx.TransportError as exc:
+        raise Retryable(f"{where}: {type(exc).__name__}: {exc}") from exc
+    except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as exc:
+        raise Fatal(f"{where}: {type(exc).__name__}: {exc}") from exc
+
+
+def retry_after(value: str | None, now: datetime) -> datetime:
+    """When a ``Retry-After`` header (seconds or an HTTP date) allows the next try; 60 s
+    when it is missing or unreadable, at most one day ahead, never in the past."""
+    delay = DEFAULT_RETRY_AFTER
+    text = (value or "").strip()
+    if text.isdigit():
+        delay = timedelta(seconds=min(int(text), MAX_RETRY_AFTER.total_seconds()))
+    elif text:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            when = None
+        if when is not None:
+            delay = (when.replace(tzinfo=now.tzinfo) if when.tzinfo is None else when) - now
+    return now + max(timedelta(0), min(delay, MAX_RETRY_AFTER))
+
+
+# --- the request -----------------------------------------------------------------------------
+
+def _parse_url(text: str) -> httpx.URL:
+    try:
+        url = httpx.URL(text)
+    except httpx.InvalidURL as exc:
+        raise Fatal(f"invalid URL: {exc}") from exc
+    if url.scheme not in ALLOWED_SCHEMES or not url.host:
+        raise EgressRefused(f"refused {redacted_url(url)}: expected an http(s) URL with a host")
+    return url
+
+
+def _join(base_url: str, path: str | None) -> httpx.URL:
+    """``base_url`` + ``path``, refused unless it stays on the base's origin, without
+    ``..`` (also percent-encoded) or control characters."""
+    base = _parse_url(base_url)
+    if not path:
+        return base
+    route = path.split("?", 1)[0].split("#", 1)[0]
+    if (not path.startswith("/") or path.startswith("//") or "\\" in path
+            or any(ord(c) < 32 for c in path)
+            or any(unquote(seg) in (".", "..") for seg in route.split("/"))):
+        raise Fatal(f"path {path!r}: expected '/...' without '..', '//' or control characters")
+    joined = _parse_url(str(base.copy_with(query=None, fragment=None)).rstrip("/") + path)
+    if _origin(joined) != _origin(base):
+        raise Fatal(f"path {path!r} leaves the connection's base_url")
+    return joined
+
+
+def _request_headers(ctx: StepContext, config: HttpConfig,
+                     base: Mapping[str, str]) -> dict[str, str]:
+    headers = dict(config.headers)
+    key = config.idempotency_key
+    named = {n.lower() for n in (*headers, *base)}
+    if key is None and config.method in UNSAFE_METHODS and "idempotency-key" not in named:
+        key = f"{ctx.run.id}:{ctx.step.name}"
+    if key is not None:
+        headers = {n: v for n, v in headers.items() if n.lower() != "idempotency-key"}
+        headers["Idempotency-Key"] = key
+    for name, value in headers.items():
+        if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\x00"):
+            raise Fatal(f"header {name!r}: names are letters, digits and -, values have no "
+                        f"line break or NUL (refused before sending)")
+    if "user-agent" not in named:
+        headers["User-Agent"] = USER_AGENT
+    if "accept-encoding" not in named:
+        headers["Accept-Encoding"] = "gzip, deflate"  # what read_body decodes with a bound
+    return headers
+
+
+def _query(query: Mapping[str, JsonValue]) -> list[tuple[str, str | int | float | bool | None]]:
+    """Each value as text (``true``/``false`` for booleans); a list repeats the key; a
+    table is sent as compact JSON; None leaves the key out."""
+    items: list[tuple[str, str | int | float | bool | None]] = []
+    for key, value in query.items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str | int | float):  # bool is an int: httpx sends "true"
+                items.append((key, item))
+            elif item is not None:
+                items.append((key, json.dumps(item, separators=(",", ":"))))
+    return items
+
+
+def _origin(url: httpx.URL) -> tuple[str, bytes, int | None]:
+    return url.scheme, url.raw_host, url.port
+
+
+def _matches(status: int, expect: list[str]) -> bool:
+    text = str(status)
+    return any(p == text or (p.endswith("xx") and p[0] == text[0]) for p in expect)
+
+
+# --- the answer ------------------------------------------------------------------------------
+
+def _is_json(response: httpx.Response) -> bool:
+    kind = str(response.headers.get("content-type", "")).split(";", 1)[0].strip().lower()
+    return kind == "application/json" or kind.endswith("+json")
+
+
+def _decode_json(body: bytes, ctx: StepContext) -> Any:
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(body, parse_constant=refuse)
+    except (ValueError, RecursionError) as exc:
+        ctx.log.warning("the answer says JSON but cannot be decoded: %s", str(exc)[:200])
+        return None
+
+
+def _text(data: bytes, response: httpx.Response, *, cut: bool) -> str:
+    charset = response.charset_encoding or "utf-8"
+    try:
+        decoder = codecs.getincrementaldecoder(charset)(errors="replace")
+    except LookupError:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return str(decoder.decode(data, final=not cut))
+
+
+def _headers_out(response: httpx.Response) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in list(response.headers.keys())[:_MAX_HEADERS]:
+        value = ", ".join(response.headers.get_list(name))
+        out[name] = REDACTED if is_secret_key(name) else value[:_MAX_HEADER_VALUE]
+    return out

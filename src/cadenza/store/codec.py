@@ -89,11 +89,16 @@ def _json_default(value: object) -> object:
     raise TypeError(f"cannot store a value of type {type(value).__name__} as JSON")
 
 
+_ENCODER = json.JSONEncoder(
+    default=_json_default, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+)
+
+
 def dumps(value: object) -> str:
-    """JSON text for a JSON column (sorted keys, compact, UTF-8 kept as is)."""
-    return json.dumps(
-        value, default=_json_default, sort_keys=True, ensure_ascii=False, separators=(",", ":")
-    )
+    """JSON text for a JSON column (sorted keys, compact, UTF-8 kept as is).
+
+    One shared encoder: ``json.dumps`` with options builds a new encoder on every call."""
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | None) -> Any:

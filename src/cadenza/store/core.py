@@ -16,6 +16,7 @@ lines through ``redact_text``, payloads and step outputs through ``redact_value`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -70,9 +71,27 @@ class StoreCore:
         self.dialect = engine.dialect.name
         self.clock = clock
         self.redactor = redactor
+        # SQLite has one writer at a time. Threads of this process queue on a lock instead
+        # of on SQLite's busy handler, which polls with sleeps of up to 100 ms and would let
+        # a few busy threads cut the write rate by orders of magnitude. Re-entrant, so that a
+        # nested write() in one thread behaves as before (it waits on SQLite's own lock).
+        self._write_lock: threading.RLock | None = (
+            threading.RLock() if self.dialect == "sqlite" else None
+        )
+        # With that lock, one connection does all of this process's SQLite writes: checking
+        # a connection out of the pool and back for every transaction costs more than a
+        # small transaction itself. Used only under the lock, by one thread at a time.
+        self._writer: sa.Connection | None = None
+        self._writer_busy = False
 
     def close(self) -> None:
         """Close every pooled connection (on SQLite the last close checkpoints the WAL)."""
+        lock = self._write_lock
+        if lock is not None:
+            with lock:
+                if self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
         self.engine.dispose()
 
     @contextmanager
@@ -82,12 +101,35 @@ class StoreCore:
         On SQLite it starts with ``BEGIN IMMEDIATE``: the write lock is taken first (waiting up
         to ``busy_timeout``), so a read-then-write inside the block never fails with "database
         is locked". Database errors that mean "unavailable" become :class:`StoreError`.
+        Threads of one process take turns on an in-process lock first (SQLite only), so they
+        queue without polling; other processes still wait under ``busy_timeout``.
         """
-        try:
-            with self.engine.connect() as conn, conn.begin():
-                yield conn
-        except sa.exc.OperationalError as exc:
-            raise StoreError(f"store write failed: {exc.orig}") from exc
+        lock = self._write_lock
+        if lock is None:
+            try:
+                with self.engine.connect() as conn, conn.begin():
+                    yield conn
+            except sa.exc.OperationalError as exc:
+                raise StoreError(f"store write failed: {exc.orig}") from exc
+            return
+        with lock:
+            if self._writer_busy:  # nested in this thread: a connection of its own, as before
+                try:
+                    with self.engine.connect() as conn, conn.begin():
+                        yield conn
+                except sa.exc.OperationalError as exc:
+                    raise StoreError(f"store write failed: {exc.orig}") from exc
+                return
+            self._writer_busy = True
+            try:
+                if self._writer is None or self._writer.closed:
+                    self._writer = self.engine.connect()
+                with self._writer.begin():
+                    yield self._writer
+            except sa.exc.OperationalError as exc:
+                raise StoreError(f"store write failed: {exc.orig}") from exc
+            finally:
+                self._writer_busy = False
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:

@@ -22,9 +22,13 @@ import sqlalchemy as sa
 from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
+from cadenza.store.admission import AdmissionRepository
 from cadenza.store.core import NoRedaction, Redactor
+from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
+from cadenza.store.execution import ExecutionRepository
+from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.runs import RunsRepository
 from cadenza.store.steps import StepRunsRepository
@@ -37,6 +41,10 @@ class Store(
     ResourcesRepository,
     EventsRepository,
     UsersRepository,
+    CursorsRepository,
+    ExecutionRepository,
+    RecordingRepository,
+    AdmissionRepository,
 ):
     """Runs, step runs, resources, logs, events and users in one database."""
 

@@ -87,6 +87,9 @@ runs = sa.Table(
     sa.Index(None, "state", "lease_until"),
     sa.Index(None, "created_at"),
 )
+# The claim order (migration 0002): highest priority first, then oldest.
+sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), runs.c.created_at,
+         runs.c.id)
 
 step_runs = sa.Table(
     "step_runs",

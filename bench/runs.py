@@ -1,0 +1,218 @@
+"""Benchmark: one-step no-op runs executed end to end through the store (not a test).
+
+Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
+``isolation = "thread"``, calling a function that returns None), then:
+
+1. **enqueue**: creates N QUEUED runs with ``Store.create_runs`` in batches of ``--create-batch``
+   (each batch one transaction: the runs and their RUN_CREATED events);
+2. **drain**: a :class:`~cadenza.executor.worker.WorkerPool` of ``-w`` threads claims them in
+   batches of ``--claim-batch`` and executes each: claim (QUEUED -> RUNNING, one event),
+   resolved params + step start (one step run row, STEP_STARTED, two INFO log lines), the step
+   in a thread, step end + run end (STEP_SUCCEEDED, RUN_STATE_CHANGED, RUN_FINISHED, two log
+   lines). Boundaries of concurrent runs share commits (group commit).
+
+It checks that every run ended SUCCEEDED with one SUCCEEDED step run, counts commits with an
+engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end runs/s
+(enqueue + drain), commits per run, median and min-max over ``--reps``.
+
+Usage::
+
+    python bench/runs.py --store sqlite --sync NORMAL -n 10000 -w 4
+    python bench/runs.py --store postgresql -n 5000 -w 4 [--pg-url postgresql+psycopg://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.audit import Redactor
+from cadenza.config import load_home
+from cadenza.executor.worker import WorkerPool
+from cadenza.store import Store
+from cadenza.store.boundary import NewRun
+from cadenza.store.engine import READ_ONLY
+from cadenza.store.tables import event_log, run_logs, runs, step_runs
+
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+JOBS = """
+[jobs.noop]
+[[jobs.noop.steps]]
+name = "nothing"
+type = "python"
+callable = "bench_noop:noop"
+isolation = "thread"
+"""
+
+
+@contextmanager
+def database(args: argparse.Namespace, home: Path) -> Iterator[str]:
+    """A fresh store URL (a SQLite file in the home, or a scratch PostgreSQL database)."""
+    if args.store == "sqlite":
+        yield f"sqlite:///{(home / 'data' / 'cadenza.db').as_posix()}"
+        return
+    admin = sa.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
+    name = f"cadenza_bench_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def write_home(home: Path, url: str, sync: str) -> None:
+    (home / "plugins").mkdir(parents=True, exist_ok=True)
+    (home / "data").mkdir(exist_ok=True)
+    (home / "cadenza.toml").write_text(
+        f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n', encoding="utf-8")
+    (home / "jobs.toml").write_text(JOBS, encoding="utf-8")
+    (home / "plugins" / "bench_noop.py").write_text(
+        "def noop():\n    return None\n", encoding="utf-8")
+
+
+def enqueue(store: Store, n: int, batch: int) -> None:
+    for start in range(0, n, batch):
+        store.create_runs([NewRun("noop", "manual:bench")
+                           for _ in range(min(batch, n - start))])
+
+
+def counts(store: Store) -> dict[str, Any]:
+    with store.read() as c:
+        def count(table: sa.Table, *where: Any) -> int:
+            query = sa.select(sa.func.count()).select_from(table).where(*where)
+            return int(c.execute(query).scalar_one())
+
+        return {
+            "runs_succeeded": count(runs, runs.c.state == "SUCCEEDED"),
+            "runs_other": count(runs, runs.c.state != "SUCCEEDED"),
+            "step_runs_succeeded": count(step_runs, step_runs.c.state == "SUCCEEDED"),
+            "events": count(event_log),
+            "log_lines": count(run_logs),
+        }
+
+
+def one_rep(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        home = Path(tmp)
+        with database(args, home) as url:
+            write_home(home, url, args.sync)
+            config = load_home(home)
+            # The product always writes through a redactor; so does the benchmark.
+            redactor = Redactor(["bench-secret-value-1", "bench-secret-value-2"])
+            store = Store.open(url, sqlite_synchronous=args.sync, redactor=redactor)
+            commits = 0
+
+            def count_commit(conn: sa.Connection) -> None:
+                nonlocal commits
+                if not conn.get_execution_options().get(READ_ONLY):  # writes only
+                    commits += 1
+
+            try:
+                if args.warmup:  # import the plugin, warm caches and pools
+                    enqueue(store, args.warmup, args.create_batch)
+                    WorkerPool(store, config, workers=args.workers,
+                               batch=args.claim_batch).drain()
+                sa.event.listen(store.engine, "commit", count_commit)
+                t0 = time.perf_counter()
+                enqueue(store, args.n, args.create_batch)
+                t1 = time.perf_counter()
+                enqueue_commits = commits
+                pool = WorkerPool(store, config, workers=args.workers, batch=args.claim_batch)
+                stats = pool.drain()
+                t2 = time.perf_counter()
+                sa.event.remove(store.engine, "commit", count_commit)
+                pool.close()
+                found = counts(store)
+            finally:
+                store.close()
+    expected = args.n + args.warmup
+    if found["runs_succeeded"] != expected or found["step_runs_succeeded"] != expected \
+            or stats.errors:
+        raise RuntimeError(f"not every run succeeded: {found}, errors {stats.errors[:3]}")
+    return {
+        "enqueue_per_s": args.n / (t1 - t0),
+        "drain_runs_per_s": args.n / (t2 - t1),
+        "end_to_end_runs_per_s": args.n / (t2 - t0),
+        "commits_per_run": commits / args.n,
+        "drain_commits_per_run": (commits - enqueue_commits) / args.n,
+        "boundaries_per_commit": pool.recorder.boundaries / max(1, pool.recorder.batches),
+        "claims": stats.claims,
+        "events_per_run": found["events"] / expected,
+        "log_lines_per_run": found["log_lines"] / expected,
+    }
+
+
+def versions(args: argparse.Namespace) -> dict[str, str]:
+    found = {"python": platform.python_version(), "sqlalchemy": sa.__version__,
+             "sqlite": sqlite3.sqlite_version}
+    if args.store == "postgresql":
+        import psycopg
+
+        engine = sa.create_engine(args.pg_url)
+        with engine.connect() as conn:
+            found["postgresql"] = str(conn.exec_driver_sql("SHOW server_version").scalar())
+        engine.dispose()
+        found["psycopg"] = psycopg.__version__
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--sync", choices=["NORMAL", "FULL"], default="NORMAL")
+    parser.add_argument("-n", type=int, default=10_000, help="timed runs per repetition")
+    parser.add_argument("-w", "--workers", type=int, default=4)
+    parser.add_argument("--claim-batch", type=int, default=8)
+    parser.add_argument("--create-batch", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
+    parser.add_argument("--dir", default=None, help="where the temporary homes go")
+    args = parser.parse_args(argv)
+
+    reps = [one_rep(args) for _ in range(args.reps)]
+
+    def summary(key: str) -> dict[str, float]:
+        values = [r[key] for r in reps]
+        return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+    result = {
+        "benchmark": "executor: one-step no-op runs end to end",
+        "store": args.store,
+        "synchronous": args.sync if args.store == "sqlite" else None,
+        "n": args.n,
+        "workers": args.workers,
+        "claim_batch": args.claim_batch,
+        "reps": args.reps,
+        "drain_runs_per_s": summary("drain_runs_per_s"),
+        "end_to_end_runs_per_s": summary("end_to_end_runs_per_s"),
+        "enqueue_per_s": summary("enqueue_per_s"),
+        "commits_per_run": summary("commits_per_run"),
+        "drain_commits_per_run": summary("drain_commits_per_run"),
+        "repetitions": reps,
+        "versions": versions(args),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "command": " ".join([Path(sys.argv[0]).as_posix(), *(argv or sys.argv[1:])]),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""``cadenza run JOB``: run a job now, in this process, with live per-step progress.
+
+Today every run started from the CLI executes here, against the home's store (``--local``
+is what happens anyway); ``--no-wait``, which needs the server's queue, is refused until the
+server runs queued work. Exit codes: 0 SUCCEEDED, 1 FAILED, 2 usage error (unknown job,
+preset, step or parameter, a malformed ``k=v``, an unknown log level), 3 any other end
+(CANCELED after Ctrl-C, or a run whose lease was lost).
+"""
+
+from __future__ import annotations
+
+import getpass
+import time
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.table import Table
+from rich.text import Text
+
+from cadenza.cli.context import state
+from cadenza.cli.output import err, fail, out, print_json
+from cadenza.cli.runs import run_document
+from cadenza.domain.states import RunState, StepState
+from cadenza.executor.tracking import Observer, RunOutcome
+
+if TYPE_CHECKING:
+    from cadenza.executor.steprun import StepOutcome
+    from cadenza.store import RunRecord
+
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_OTHER = 0, 1, 2, 3
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def os_user() -> str:
+    """The OS user's name (``getpass.getuser``, which also works on Windows)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no USER/LOGNAME and no passwd entry (some containers)
+        return "unknown"
+
+
+def run(
+    ctx: typer.Context,
+    job_id: Annotated[str, typer.Argument(metavar="JOB", help="The job to run.")],
+    param: Annotated[list[str] | None, typer.Option(
+        "-p", "--param", metavar="NAME=VALUE",
+        help="Set a job parameter (a string; repeatable). NAME must be in the job's params.",
+    )] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="Use a preset's values.")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", metavar="STEP.NAME=VALUE",
+        help="Set a step argument, over its op_kwargs (a string; repeatable).",
+    )] = None,
+    disable: Annotated[list[str] | None, typer.Option(
+        "--disable", metavar="STEP", help="Skip this step (repeatable).",
+    )] = None,
+    log_level: Annotated[str | None, typer.Option(
+        "--log-level", metavar="LEVEL", help="WARNING, INFO or DEBUG (DEBUG adds the SQL).",
+    )] = None,
+    local: Annotated[bool, typer.Option(
+        "--local", help="Execute in this process (the only mode until the server queue exists).",
+    )] = False,
+    wait: Annotated[bool, typer.Option(
+        "--wait/--no-wait", help="Wait for the end (--no-wait needs the server queue).",
+    )] = True,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print the finished run as `runs show --json` does.",
+    )] = False,
+) -> None:
+    """Run a job now and show each step as it goes; exit 0 only if the run SUCCEEDED."""
+    from cadenza.executor.request import RequestError, check_request, request_from_cli
+    from cadenza.executor.runner import Executor
+
+    if not wait:
+        fail("--no-wait needs the server's run queue, which this version does not have yet: "
+             "runs execute in this process (--local) and the command waits for the end",
+             EXIT_USAGE)
+    st = state(ctx)
+    config = st.config()
+    job = config.jobs.get(job_id)
+    if job is None:
+        fail(f"no job {job_id!r}; known jobs: {', '.join(config.jobs) or '(none)'}", EXIT_USAGE)
+    try:
+        request = request_from_cli(param or [], arg or [], preset=preset,
+                                   disabled=disable or [], log_level=log_level)
+        check_request(job, request)
+    except RequestError as exc:
+        fail(str(exc), EXIT_USAGE)
+    user = os_user()
+    console = err if as_json else out
+    with st.store() as store:
+        executor = Executor(store, config)
+        try:
+            run_id = executor.enqueue(job_id, request, trigger=f"manual:{user}", actor=user)
+            progress = Progress(console)
+            try:
+                outcome = progress.watch(lambda: executor.execute(run_id, progress))
+            except KeyboardInterrupt:
+                fail(f"interrupted before run {run_id} started", EXIT_OTHER)
+        finally:
+            executor.close()
+        record = store.get_run(run_id)
+        document = run_document(store, record) if record is not None and as_json else None
+    if document is not None:
+        print_json(document)
+    raise typer.Exit(exit_code(outcome))
+
+
+def exit_code(outcome: RunOutcome) -> int:
+    """0 SUCCEEDED, 1 FAILED, 3 anything else."""
+    if outcome.state is RunState.SUCCEEDED:
+        return EXIT_SUCCEEDED
+    if outcome.state is RunState.FAILED:
+        return EXIT_FAILED
+    return EXIT_OTHER
+
+
+class _StepLine:
+    def __init__(self, name: str, step_type: str) -> None:
+        self.name = name
+        self.type = step_type
+        self.state = StepState.PENDING.value
+        self.started: float | None = None
+        self.seconds: float | None = None
+        self.rows: int | None = None
+        self.note = ""
+
+
+class Progress(Observer):
+    """Per-step progress: a live table on a terminal, one plain line per change otherwise."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live_mode = console.is_terminal
+        self.lines: dict[str, _StepLine] = {}
+        self.run: RunRecord | None = None
+        self.outcome: RunOutcome | None = None
+        self.started = time.monotonic()
+
+    def watch(self, execute: Any) -> RunOutcome:
+        """Call ``execute()`` (which reports to this observer) while drawing progress."""
+        if not self.live_mode:
+            result: RunOutcome = execute()
+            return result
+        with Live(self, console=self.console, refresh_per_second=8, transient=False):
+            result = execute()
+        return result
+
+    # Observer callbacks (the executor's thread)
+    def run_started(self, run: RunRecord, steps: list[tuple[str, str]]) -> None:
+        self.run = run
+        self.started = time.monotonic()
+        self.lines = {name: _StepLine(name, step_type) for name, step_type in steps}
+        self._plain(f"run {run.id} of {run.job_id} started ({len(steps)} steps)")
+
+    def step_started(self, name: str) -> None:
+        line = self.lines[name]
+        line.state, line.started = StepState.RUNNING.value, time.monotonic()
+        self._plain(f"step {name}: RUNNING")
+
+    def step_skipped(self, name: str, reason: str) -> None:
+        line = self.lines[name]
+        line.state, line.note = StepState.SKIPPED.value, reason
+        self._plain(f"step {name}: SKIPPED ({reason})")
+
+    def step_finished(self, name: str, outcome: StepOutcome) -> None:
+        line = self.lines[name]
+        line.state, line.seconds, line.rows = outcome.state.value, outcome.seconds, outcome.rows
+        line.note = outcome.error or ""
+        rows = f", {outcome.rows} rows" if outcome.rows is not None else ""
+        error = f": {outcome.error}" if outcome.error else ""
+        self._plain(f"step {name}: {outcome.state.value}{rows} in {outcome.seconds:.2f}s{error}")
+
+    def run_finished(self, outcome: RunOutcome) -> None:
+        self.outcome = outcome
+        seconds = time.monotonic() - self.started
+        state_text = outcome.state.value if outcome.state else "LOST"
+        rows = f", {outcome.rows} rows" if outcome.rows is not None else ""
+        error = f": {outcome.error}" if outcome.error else ""
+        if not self.live_mode:
+            self._plain(f"run {outcome.run_id} {state_text}{rows} in {seconds:.2f}s{error}")
+
+    def _plain(self, text: str) -> None:
+        if not self.live_mode:
+            stamp = datetime.now().strftime("%H:%M:%S")
+            self.console.print(f"{stamp} {text}", markup=False, highlight=False)
+
+    def __rich__(self) -> Group:
+        table = Table(show_edge=False, header_style="bold", box=None)
+        for column in ("", "step", "type", "state", "rows", "time", ""):
+            table.add_column(column)
+        now = time.monotonic()
+        for line in self.lines.values():
+            icon: Any = _ICONS.get(line.state, Text(" "))
+            if line.state == StepState.RUNNING.value:
+                icon = Spinner("dots")
+            seconds = line.seconds if line.seconds is not None else (
+                now - line.started if line.started is not None else None)
+            table.add_row(icon, line.name, line.type, Text(line.state, style=_STYLE.get(
+                line.state, "")), "" if line.rows is None else str(line.rows),
+                "" if seconds is None else f"{seconds:.1f}s", Text(line.note, style="dim"))
+        title = Text("starting…") if self.run is None else Text(
+            f"run {self.run.id} · {self.run.job_id}", style="bold")
+        parts: list[Any] = [title, table]
+        if self.outcome is not None:
+            state_text = self.outcome.state.value if self.outcome.state else "LOST"
+            summary = Text(f"{state_text}", style=_STYLE.get(state_text, "bold"))
+            if self.outcome.rows is not None:
+                summary.append(f" · {self.outcome.rows} rows")
+            summary.append(f" · {now - self.started:.2f}s")
+            if self.outcome.error:
+                summary.append(f"\n{self.outcome.error}", style="red")
+            parts.append(summary)
+        return Group(*parts)
+
+
+_ICONS = {
+    StepState.PENDING.value: Text("·", style="dim"),
+    StepState.SUCCEEDED.value: Text("✔", style="green"),
+    StepState.FAILED.value: Text("✘", style="red"),
+    StepState.SKIPPED.value: Text("–", style="yellow"),
+    StepState.CANCELED.value: Text("■", style="yellow"),
+}
+_STYLE = {
+    "SUCCEEDED": "green", "FAILED": "red", "SKIPPED": "yellow", "CANCELED": "yellow",
+    "RUNNING": "cyan", "LOST": "red",
+}

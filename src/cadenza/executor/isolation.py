@@ -1,0 +1,291 @@
+"""Where a step's code runs, and how it is stopped at its deadline (SPEC §7 "Timeouts").
+
+``thread``
+    The step runs in a thread of the worker. A thread cannot be killed: at the deadline the
+    step is marked (``ctx.cancelled()`` becomes true, its further log lines are dropped), it
+    fails with :class:`~cadenza.executor.errors.StepTimeout`, and the thread is abandoned;
+    when it returns, its ``ctx.connection`` transactions are rolled back, never committed.
+``process``
+    The step runs in a child process started with multiprocessing's ``spawn`` method (the
+    same on Linux, macOS and Windows; see :mod:`cadenza.executor.child`). Its ``ctx.log``
+    lines and ``ctx.event`` events arrive through a pipe while it runs. At the deadline the
+    whole process tree is killed (psutil: the descendants, then the child; on POSIX the child
+    also leads its own session, whose process group is killed too), so the run ends within
+    the timeout plus a moment and no process is left behind.
+
+Both wait in slices of :data:`TICK` seconds and call ``on_tick`` between slices, so that the
+executor can write the log lines of a long step while it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+
+from cadenza.domain.errors import Retryable
+from cadenza.executor.child import ChildSpec, child_main
+from cadenza.executor.context import ExecutionContext, check_result
+from cadenza.executor.errors import RemoteError, StepTimeout, rebuild
+from cadenza.executor.runlog import RunLog
+from cadenza.steps.runtime import StepResult
+from cadenza.store.boundary import LogLine
+
+TICK = 0.5
+"""Seconds between the checks of a waiting executor (deadline, pending log lines)."""
+IDLE_SECONDS = 60.0
+"""A step thread with nothing to do for this long exits."""
+JOIN_SECONDS = 5.0
+"""How long a child that sent its result may take to exit before it is killed."""
+
+
+def run_in_thread(
+    call: Callable[[], Any],
+    ctx: ExecutionContext,
+    log: RunLog,
+    timeout: float,
+    on_tick: Callable[[], None],
+) -> StepResult:
+    """Run ``call()`` (the step type's ``run``) in a new thread and wait for it, at most
+    ``timeout`` seconds (see the module docstring)."""
+    lock = threading.Lock()
+    done = threading.Event()
+    state = ["running"]  # running -> finishing -> done, or running -> abandoned
+    outcome: list[Any] = [None, None]  # result, error
+
+    def body() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except BaseException as exc:  # everything the step raises is recorded, not lost
+            error = exc
+        with lock:
+            abandoned = state[0] == "abandoned"
+            if not abandoned:
+                state[0] = "finishing"
+        try:
+            ctx.finish(success=error is None and not abandoned)
+        except BaseException as exc:
+            error = error or exc
+        outcome[0], outcome[1] = result, error
+        with lock:
+            if not abandoned:
+                state[0] = "done"
+        done.set()
+
+    deadline = time.monotonic() + timeout
+    STEP_THREADS.submit(body)
+    while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
+        if time.monotonic() < deadline:
+            on_tick()
+            continue
+        with lock:
+            if state[0] == "running":
+                state[0] = "abandoned"
+                ctx.cancel()
+                log.close_step(ctx.step.name)
+                raise StepTimeout(
+                    f"step {ctx.step.name!r} timed out after {_seconds(timeout)}; it runs in a "
+                    "thread (isolation = \"thread\"), which cannot be stopped: it was "
+                    "abandoned and its ctx.connection work is rolled back"
+                )
+        done.wait()  # it was committing when the deadline came: let it finish
+        break
+    result, error = outcome
+    if isinstance(error, Exception):
+        raise error
+    if error is not None:  # SystemExit and the like must not stop the worker
+        raise RemoteError(type(error).__name__, str(error), "fatal")
+    return check_result(result, ctx.step.name)
+
+
+class StepThreads:
+    """Threads that run thread-isolated steps, kept between steps (starting a thread per
+    step costs more than a short step). A thread idle for :data:`IDLE_SECONDS` exits; one
+    still busy with an abandoned step simply comes back when that step returns."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[_StepThread] = []
+        self._count = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on an idle thread, or a new one."""
+        with self._lock:
+            helper = self._idle.pop() if self._idle else None
+            if helper is None:
+                self._count += 1
+                helper = _StepThread(self, self._count)
+                helper.start()
+        helper.inbox.put(job)
+
+    def _release(self, helper: _StepThread) -> None:
+        with self._lock:
+            self._idle.append(helper)
+
+    def _retire(self, helper: _StepThread) -> bool:
+        with self._lock:
+            if helper in self._idle:
+                self._idle.remove(helper)
+                return True
+            return False  # a job was handed to it just now
+
+
+class _StepThread(threading.Thread):
+    def __init__(self, owner: StepThreads, number: int) -> None:
+        super().__init__(name=f"cadenza-step-{number}", daemon=True)
+        self.owner = owner
+        self.inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def run(self) -> None:
+        while True:
+            try:
+                job = self.inbox.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                if self.owner._retire(self):
+                    return
+                continue
+            job()
+            self.owner._release(self)
+
+
+STEP_THREADS = StepThreads()
+"""The process's step threads."""
+
+
+def run_in_process(
+    spec: ChildSpec,
+    log: RunLog,
+    timeout: float,
+    on_tick: Callable[[], None],
+) -> StepResult:
+    """Run the step described by ``spec`` in a spawned child process and wait for its
+    result, at most ``timeout`` seconds; then kill its process tree if still there."""
+    mp = multiprocessing.get_context("spawn")
+    reader, writer = mp.Pipe(duplex=False)
+    process = mp.Process(target=child_main, args=(spec, writer), daemon=True,
+                         name=f"cadenza-step-{spec.step.name}")
+    deadline = time.monotonic() + timeout
+    process.start()
+    writer.close()  # the child holds the only writer: EOF here means it is gone
+    step = spec.step.name
+    answered = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                kill_tree(process.pid)
+                raise StepTimeout(f"step {step!r} timed out after {_seconds(timeout)}; its "
+                                  "process and every process it started were killed")
+            try:
+                ready = reader.poll(min(TICK, left))
+            except (EOFError, OSError):
+                ready = True
+            on_tick()
+            if not ready:
+                continue
+            try:
+                message = reader.recv()
+            except (EOFError, OSError):
+                process.join(1.0)
+                raise Retryable(f"step {step!r}: its process ended without a result "
+                                f"(exit code {process.exitcode})") from None
+            kind = message[0]
+            if kind == "log":
+                _, ts, level, text = message
+                log.add_line(LogLine(ts, level, step, text))
+            elif kind == "event":
+                log.event(message[1], step)
+            elif kind == "result":
+                answered = True
+                _, rows, output_json = message
+                return check_result(StepResult(rows, json.loads(output_json)), step)
+            elif kind == "error":
+                answered = True
+                info = message[1]
+                exc = rebuild(info)
+                exc.__cadenza_traceback__ = info.traceback  # type: ignore[attr-defined]
+                raise exc
+    finally:
+        reader.close()
+        if answered:  # it is on its way out: give it a moment to close its connections
+            process.join(JOIN_SECONDS)
+        if process.exitcode is None:
+            kill_tree(process.pid)
+        process.join(JOIN_SECONDS)
+        if process.exitcode is not None:
+            process.close()
+
+
+def kill_tree(pid: int | None) -> None:
+    """Kill process ``pid`` and all its descendants: the descendants first (found while the
+    tree is intact), then (POSIX) the process group it leads, then the process itself.
+
+    Waits (briefly) until the descendants are gone or zombies; ``pid`` itself, a child of
+    this process, is left for its owner to reap (``Process.join``)."""
+    if pid is None:
+        return
+    try:
+        root = psutil.Process(pid)
+        family = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return
+    group = _own_group(pid)
+    for proc in reversed(family):
+        _kill(proc)
+    if group is not None:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+    _kill(root)
+    _wait_gone(family, JOIN_SECONDS)
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
+    """Wait until every process has exited (a zombie has: only its reaping is left)."""
+    end = time.monotonic() + timeout
+    alive = list(procs)
+    while alive and time.monotonic() < end:
+        still = []
+        for proc in alive:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    still.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        alive = still
+        if alive:
+            time.sleep(0.01)
+
+
+def _own_group(pid: int) -> int | None:
+    """The process group ``pid`` leads (POSIX), never this process's own group."""
+    if not hasattr(os, "killpg"):
+        return None
+    try:
+        group = os.getpgid(pid)
+        return group if group == pid and group != os.getpgid(0) else None
+    except OSError:
+        return None
+
+
+def _kill(proc: psutil.Process) -> None:
+    try:
+        proc.kill()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s" if value < 60 or not math.isfinite(value) else f"{value / 60:g}min"

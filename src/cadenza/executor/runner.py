@@ -1,0 +1,140 @@
+"""Executing a run: claim it, run its steps in order, record each step boundary (SPEC §7).
+
+:meth:`Executor.execute` claims one QUEUED run (QUEUED -> RUNNING, a conditional UPDATE that
+increments the lease epoch; every later write is fenced on that epoch) and runs it to its end
+in the caller's thread. :meth:`Executor.run_claimed` runs a run that a worker pool already
+claimed. The rules:
+
+* steps run in order, one step run row per attempt (start, end, state, rows, output, error,
+  error class);
+* a disabled step (``enabled = false``, ``--disable``, a preset's ``disabled_steps``) is
+  recorded SKIPPED "disabled" and the run goes on;
+* a failed step fails the run; its error names the step; every later step is recorded
+  SKIPPED "earlier step failed" (retries come with the reliability issue: for now every
+  failure is final, and its class is recorded);
+* the run's rows are the sum of its steps' rows; a step's output keys are read by later
+  steps as ``${steps.NAME.KEY}`` (plus ``rows``).
+
+Commits: the claim, the run's resolved parameters and the first step's start share one
+transaction (:meth:`execute`); then one per step boundary (the end of step N, its log lines
+and events, and the start of step N+1 or the end of the run). A run of S executed steps
+costs S + 1 commits (plus its creation); a worker pool's group commit shares them between
+runs. For a long step, pending log lines are also written about once a second.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.domain.errors import StoreError
+from cadenza.domain.states import RunState
+from cadenza.executor.connections import Connections
+from cadenza.executor.recorder import DirectRecorder, Recorder
+from cadenza.executor.request import RunRequest, new_run
+from cadenza.executor.steprun import StepRunner
+from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
+from cadenza.scheduler.schedules import server_zone
+from cadenza.steps.registry import StepType, registry
+from cadenza.store import RunRecord, Store
+
+LEASE_GRACE = timedelta(minutes=5)
+"""The lease outlives the job's timeout by this much (renewals come with recovery)."""
+
+
+def default_owner() -> str:
+    """``host:pid:thread``, the lease owner written on runs this process claims."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class Executor:
+    """Runs jobs of one loaded configuration against one store (thread-safe: a worker pool
+    shares one executor between its threads).
+
+    ``step_types`` replaces the registry's (embedding and tests); ``default_zone`` is the
+    zone of jobs without one (default: the server's)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: LoadedConfig,
+        *,
+        owner: str | None = None,
+        connections: Connections | None = None,
+        recorder: Recorder | None = None,
+        default_zone: ZoneInfo | None = None,
+        step_types: Mapping[str, type[StepType]] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.owner = owner or default_owner()
+        self._own_connections = connections is None
+        self.connections = connections or Connections(config.home, config.settings)
+        self.recorder: Recorder = recorder or DirectRecorder(store)
+        self.zone = default_zone or server_zone()
+        self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
+                                settings=config.settings, home=config.home)
+
+    def enqueue(self, job_id: str, request: RunRequest, *, trigger: str,
+                actor: str = "system") -> str:
+        """Create a QUEUED run of ``job_id`` for ``request`` (checked first: raises
+        :class:`~cadenza.executor.request.RequestError` or :class:`KeyError` for an unknown
+        job); returns its id. A manual run's scheduled time is now."""
+        job = self.config.jobs[job_id]
+        spec = new_run(job, request, trigger, now=self.store.clock.now(), actor=actor)
+        return self.store.create_runs([spec])[0]
+
+    def execute(self, run_id: str, observer: Observer | None = None) -> RunOutcome:
+        """Claim the QUEUED run ``run_id`` and run it to its end in this thread.
+
+        Returns with ``claimed=False`` (changing nothing) when the run is not QUEUED any more.
+        The claim, the resolved parameters and the first step's start are one commit."""
+        run = self.store.get_run(run_id)
+        if run is None:
+            raise StoreError(f"no run {run_id!r}")
+        if run.state is not RunState.QUEUED:
+            return RunOutcome(run_id, run.state, run.rows, run.error, claimed=False)
+        tracker = self._tracker(run, observer)
+        lease_until = self.store.clock.now() + tracker.lease_for()
+        with self.store.write() as conn:
+            claimed = self.store.claim_runs(self.owner, lease_until, run_ids=[run_id],
+                                            conn=conn)
+            if not claimed:
+                return RunOutcome(run_id, None, claimed=False)
+            tracker.claimed(claimed[0])
+            first = tracker.first_boundary()
+            result = self.store.record_boundaries([first], conn=conn)[0]
+        return tracker.go(result)
+
+    def run_claimed(self, run: RunRecord, observer: Observer | None = None) -> RunOutcome:
+        """Run ``run``, already claimed by this executor's owner (a worker pool's batch)."""
+        tracker = self._tracker(run, observer)
+        tracker.claimed(run)
+        return tracker.go(self.recorder.record(tracker.first_boundary()))
+
+    def lease_for(self, job_id: str) -> timedelta:
+        """How long a claim of a run of ``job_id`` holds its lease."""
+        job = self.config.jobs.get(job_id)
+        return (job.timeout if job is not None else timedelta(hours=24)) + LEASE_GRACE
+
+    def close(self) -> None:
+        """Dispose of the connections this executor opened."""
+        if self._own_connections:
+            self.connections.close()
+
+    def _tracker(self, run: RunRecord, observer: Observer | None) -> RunTracker:
+        return RunTracker(
+            run=run,
+            job=self.config.jobs.get(run.job_id),
+            store=self.store,
+            recorder=self.recorder,
+            steps=self.steps,
+            zone=self.zone,
+            observer=observer or Observer(),
+            lease=self.lease_for(run.job_id),
+        )

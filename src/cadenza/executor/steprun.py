@@ -1,0 +1,181 @@
+"""One attempt of one step: plan it, run it in its isolation, classify what happened.
+
+:meth:`StepRunner.attempt` never raises for a step's failure (only ``KeyboardInterrupt``
+and the like go through): it returns a :class:`StepOutcome`, SUCCEEDED with the rows and
+output, or FAILED with the error text (``"ClassName: message"``) and its class (SPEC §7).
+The lines it writes to the run log: INFO when the step starts and ends, DEBUG the rendered
+config, ERROR the failure (with the traceback when the exception was not one of Cadenza's
+step errors, i.e. a bug or an untranslated driver error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cadenza.config.schema_settings import Settings
+from cadenza.domain.errors import Fatal
+from cadenza.domain.states import StepState
+from cadenza.executor.child import ChildSpec, step_class_path
+from cadenza.executor.connections import Connections
+from cadenza.executor.context import ExecutionContext
+from cadenza.executor.errors import (
+    StepTimeout,
+    classify,
+    describe,
+    is_expected,
+    traceback_text,
+)
+from cadenza.executor.isolation import run_in_process, run_in_thread
+from cadenza.executor.plan import ConfigCache, RunPlan, StepPlan, plan_step
+from cadenza.executor.runlog import RunLog
+from cadenza.steps.base import StepConfig
+from cadenza.steps.registry import StepType
+from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """How one attempt ended."""
+
+    state: StepState
+    rows: int | None = None
+    output: dict[str, Any] | None = None
+    error: str | None = None
+    error_class: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.state is not StepState.SUCCEEDED
+
+
+class StepRunner:
+    """Runs step attempts for one executor (shares its connections and config cache)."""
+
+    def __init__(
+        self,
+        *,
+        types: Mapping[str, type[StepType]],
+        connections: Connections,
+        settings: Settings,
+        home: Any,
+    ) -> None:
+        self.types = types
+        self.connections = connections
+        self.settings = settings
+        self.home = home
+        self.cache = ConfigCache()
+
+    def attempt(
+        self,
+        plan: RunPlan,
+        step: StepConfig,
+        *,
+        attempt: int,
+        outputs: Mapping[str, Mapping[str, Any]],
+        records: Mapping[str, Mapping[str, Any]],
+        log: RunLog,
+        run_deadline: float,
+        on_tick: Callable[[], None],
+    ) -> StepOutcome:
+        """Run ``step`` once; ``outputs`` are earlier steps' outputs for ``${steps...}``,
+        ``records`` what ``ctx.previous`` returns; ``run_deadline`` is the run's timeout on
+        the monotonic clock."""
+        started = time.monotonic()
+        log.add("INFO", f"started ({step.type})", step.name)
+        run_limited = False
+        try:
+            step_type = self.types.get(step.type)
+            if step_type is None:
+                raise Fatal(f"step type {step.type!r} is not installed")
+            if not callable(getattr(step_type, "run", None)):
+                raise Fatal(f"step type {step.type!r} cannot run in this version")
+            planned = plan_step(plan, step, step_type, outputs, self.cache)
+            if log.enabled("DEBUG"):
+                log.add("DEBUG", "config: " + json.dumps(
+                    planned.config.model_dump(mode="json", by_alias=True, exclude_unset=True),
+                    sort_keys=True, default=str), step.name)
+            budget = step.timeout.total_seconds()
+            left = run_deadline - time.monotonic()
+            if left <= 0:
+                raise Fatal(f"the run's timeout ({plan.job.timeout}) was reached before "
+                            f"step {step.name!r}")
+            if left < budget:
+                budget, run_limited = left, True
+            info = StepInfo(step.name, step.type, attempt, budget)
+            result = self._run(plan, step_type, planned, info, records, log, on_tick)
+        except StepTimeout as exc:
+            if run_limited:
+                return self._failed(step, Fatal(f"the run's timeout ({plan.job.timeout}) was "
+                                                f"reached during step {step.name!r}"),
+                                    started, log)
+            return self._failed(step, exc, started, log)
+        except Exception as exc:
+            return self._failed(step, exc, started, log)
+        seconds = time.monotonic() - started
+        rows = "" if result.rows is None else f"{result.rows} rows "
+        log.add("INFO", f"succeeded: {rows}in {seconds:.2f}s", step.name)
+        return StepOutcome(StepState.SUCCEEDED, result.rows, dict(result.output),
+                           seconds=seconds)
+
+    def _run(
+        self,
+        plan: RunPlan,
+        step_type: type[StepType],
+        planned: StepPlan,
+        info: StepInfo,
+        records: Mapping[str, Mapping[str, Any]],
+        log: RunLog,
+        on_tick: Callable[[], None],
+    ) -> StepResult:
+        run_info = RunInfo(plan.run.id, plan.job.id, plan.run.trigger, plan.scheduled_for,
+                           plan.log_level)
+        if getattr(planned.config, "isolation", "thread") == "process":
+            spec = ChildSpec(
+                home=self.home,
+                step_class=step_class_path(step_type),
+                config=planned.config.model_dump(mode="json", by_alias=True,
+                                                 exclude_unset=True),
+                params=dict(planned.params),
+                run=run_info,
+                step=info,
+                settings=self.settings,
+                scope=planned.scope,
+                log_level=plan.log_level,
+                timeout_seconds=info.timeout_seconds,
+                outputs={k: dict(v) for k, v in records.items()},
+                parent_pid=os.getpid(),
+            )
+            return run_in_process(spec, log, info.timeout_seconds, on_tick)
+        ctx = ExecutionContext(
+            params=planned.params,
+            run=run_info,
+            step=info,
+            log=log.logger(info.name),
+            home=self.home,
+            settings=self.settings,
+            scope=planned.scope,
+            connections=self.connections,
+            events=lambda event: log.event(event, info.name),
+            outputs=records,
+        )
+        instance = step_type()
+        run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above
+        config = planned.config
+        return run_in_thread(lambda: run(ctx, config), ctx, log, info.timeout_seconds, on_tick)
+
+    def _failed(self, step: StepConfig, exc: BaseException, started: float,
+                log: RunLog) -> StepOutcome:
+        error = describe(exc)
+        error_class = classify(exc)
+        message = f"failed ({error_class}): {error}"
+        if not is_expected(exc):
+            message += "\n" + traceback_text(exc).rstrip()
+        log.add("ERROR", message, step.name)
+        return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
+                           seconds=time.monotonic() - started)

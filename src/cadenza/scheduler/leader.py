@@ -1,0 +1,211 @@
+"""Leader election: which scheduler of a deployment fires schedules (SPEC §18).
+
+Only the leader's :meth:`~cadenza.scheduler.service.Scheduler.run_forever` ticks. This is an
+optimisation, never the guard: a fire is unique in the store on (job, schedule,
+scheduled_for), so two schedulers that both believe they lead (a network partition, a stuck
+lock) still record each fire once.
+
+* PostgreSQL: a session-level advisory lock, ``pg_try_advisory_lock(KEY)``, held on a
+  dedicated connection (not from the store's pool, whose connections come and go). The lock
+  dies with the session, so a crashed or partitioned node loses it by itself; the holder
+  checks its connection on every :meth:`acquire` and steps down when it is gone.
+* SQLite: an exclusive OS lock on ``<database>.scheduler.lock`` next to the database file
+  (``flock`` on POSIX, ``msvcrt.locking`` on Windows). The OS releases it when the process
+  dies; the file holds the holder's pid and host for people. An in-memory database has one
+  process by definition: :class:`AlwaysLeader`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import IO, Protocol, runtime_checkable
+
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from cadenza.store.engine import describe_url, sqlite_path
+
+log = logging.getLogger(__name__)
+
+ADVISORY_KEY = int.from_bytes(hashlib.sha256(b"cadenza:scheduler").digest()[:8], "big", signed=True)
+"""The advisory lock key every Cadenza scheduler of one PostgreSQL database competes for."""
+
+
+@runtime_checkable
+class Leadership(Protocol):
+    """A try-lock that says whether this scheduler should fire schedules."""
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether the last :meth:`acquire` won (and nothing since showed it lost)."""
+        ...
+
+    def acquire(self) -> bool:
+        """Try once, without blocking, to be (or stay) the leader; True when it is."""
+        ...
+
+    def release(self) -> None:
+        """Step down (idempotent)."""
+        ...
+
+
+class AlwaysLeader:
+    """Leadership for a single process (an in-memory store, tests)."""
+
+    is_leader = True
+
+    def acquire(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        return None
+
+
+class FileLeadership:
+    """An exclusive, non-blocking OS lock on a file next to the SQLite database."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle: IO[str] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._handle is not None
+
+    def acquire(self) -> bool:
+        if self._handle is not None:
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path, "a+", encoding="utf-8")  # held while leading
+        except OSError as exc:
+            log.warning("cannot open the scheduler lock file %s: %s", self.path, exc)
+            return False
+        try:
+            _lock(handle)
+        except OSError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        self._handle = handle
+        log.info("scheduler leadership taken (%s)", self.path)
+        return True
+
+    def release(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        try:
+            _unlock(handle)
+        except OSError:
+            pass
+        handle.close()
+
+    def holder(self) -> str:
+        """Who holds the lock, as its file says (empty when unknown)."""
+        try:
+            return self.path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return ""
+
+
+if sys.platform == "win32":
+    import msvcrt
+
+    def _lock(handle: IO[str]) -> None:
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+
+    def _unlock(handle: IO[str]) -> None:
+        handle.seek(0)
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+
+else:
+    import fcntl
+
+    def _lock(handle: IO[str]) -> None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _unlock(handle: IO[str]) -> None:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+class PostgresLeadership:
+    """``pg_try_advisory_lock`` on a dedicated session."""
+
+    def __init__(self, url: sa.URL | str, key: int = ADVISORY_KEY) -> None:
+        self.key = key
+        self._engine = sa.create_engine(url, poolclass=NullPool)
+        self._conn: sa.Connection | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self._conn is not None
+
+    def acquire(self) -> bool:
+        if self._conn is not None:
+            try:
+                self._conn.execute(sa.text("SELECT 1"))
+                return True
+            except sa.exc.SQLAlchemyError:
+                log.warning("scheduler leadership lost: its database session is gone")
+                self._drop()
+        try:
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        except sa.exc.SQLAlchemyError as exc:
+            log.warning("cannot reach %s to compete for leadership: %s",
+                        describe_url(self._engine.url), exc)
+            return False
+        try:
+            won = bool(
+                conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": self.key}).scalar()
+            )
+        except sa.exc.SQLAlchemyError:
+            conn.close()
+            return False
+        if not won:
+            conn.close()
+            return False
+        self._conn = conn
+        log.info("scheduler leadership taken (advisory lock %d)", self.key)
+        return True
+
+    def release(self) -> None:
+        if self._conn is None:
+            return
+        try:
+            self._conn.execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
+        except sa.exc.SQLAlchemyError:
+            pass  # the session ends below, which releases the lock anyway
+        self._drop()
+
+    def close(self) -> None:
+        """Release and dispose of the dedicated engine."""
+        self.release()
+        self._engine.dispose()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sa.exc.SQLAlchemyError:
+                pass
+
+
+def leadership_for(engine: sa.Engine) -> Leadership:
+    """The leadership that fits the store on ``engine`` (see the module doc)."""
+    if engine.dialect.name == "postgresql":
+        return PostgresLeadership(engine.url)
+    path = sqlite_path(engine.url)
+    if path is None:
+        return AlwaysLeader()
+    return FileLeadership(path.with_name(path.name + ".scheduler.lock"))

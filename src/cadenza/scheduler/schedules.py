@@ -1,0 +1,158 @@
+"""The schedules of a job: its own and each preset's, with their zones and run values.
+
+A job has up to one schedule of its own (``schedule = "..."``), named ``"job"``, and one per
+preset that has a ``schedule``, named ``"preset:NAME"`` (SPEC §6). These names are what
+``runs.schedule`` and ``schedule_cursors.schedule`` hold.
+
+Enabled rules: the job's ``enabled = false`` switches off the job's own schedule only; a
+preset's schedule has its own ``enabled`` and fires even when the job's schedule is absent or
+disabled (SPEC §6 wins over the shorter wording of §4).
+
+Zones: the preset's ``timezone``, else the job's, else the server's zone
+(:func:`server_zone`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from cadenza.domain.cron import CronExpr, parse_cron
+
+JOB_SCHEDULE = "job"
+PRESET_PREFIX = "preset:"
+
+
+def preset_schedule_name(preset: str) -> str:
+    """``"preset:NAME"``, the schedule name of preset ``NAME``."""
+    return f"{PRESET_PREFIX}{preset}"
+
+
+def server_zone() -> ZoneInfo:
+    """The server's IANA zone, the zone of a job without ``timezone``: the same answer as
+    admission's :func:`~cadenza.config.admission_limits.server_timezone` (``$TZ``, else the
+    ``/etc/localtime`` link, else UTC; Windows zone names are not IANA names: UTC)."""
+    from cadenza.config.admission_limits import server_timezone
+
+    zone = server_timezone()
+    return zone if isinstance(zone, ZoneInfo) else ZoneInfo("UTC")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """One schedule of one job, ready to compute fires.
+
+    ``overrides`` is what a fire's run carries in ``runs.overrides``: empty for the job's own
+    schedule; for a preset ``{"preset", "params", "step_args", "disabled_steps",
+    "log_level"}`` (the executor may also read the preset by name).
+    """
+
+    job_id: str
+    name: str
+    expression: str
+    cron: CronExpr
+    zone: ZoneInfo
+    enabled: bool
+    disabled_because: str | None
+    preset: str | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(job_id, schedule name): the cursor's key."""
+        return (self.job_id, self.name)
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """What makes a changed schedule a new one: its expression and zone."""
+        return (self.expression, self.zone.key)
+
+
+@dataclass(frozen=True)
+class JobPolicy:
+    """The job fields the scheduler decides with (SPEC §4)."""
+
+    job_id: str
+    priority: int = 0
+    max_concurrency: int = 1
+    on_overlap: str = "skip"
+    on_missed: str = "skip"
+    missed_grace: timedelta = timedelta(seconds=60)
+    catchup_max: int = 10
+    jitter: timedelta = timedelta(0)
+
+
+def policy_of(job: Any) -> JobPolicy:
+    """The :class:`JobPolicy` of a ``JobConfig``."""
+    return JobPolicy(
+        job_id=job.id,
+        priority=job.priority,
+        max_concurrency=job.max_concurrency,
+        on_overlap=job.on_overlap,
+        on_missed=job.on_missed,
+        missed_grace=job.missed_grace,
+        catchup_max=job.catchup_max,
+        jitter=job.jitter,
+    )
+
+
+def schedules_of(job: Any, default_zone: ZoneInfo | None = None) -> list[ScheduleSpec]:
+    """Every schedule of ``job`` (a ``JobConfig``), enabled or not, the job's first.
+
+    Disabled ones carry ``disabled_because`` (for previews); the scheduler skips them.
+    """
+    fallback = default_zone or server_zone()
+    job_zone = ZoneInfo(job.timezone) if job.timezone else fallback
+    out: list[ScheduleSpec] = []
+    if job.schedule:
+        out.append(
+            ScheduleSpec(
+                job_id=job.id,
+                name=JOB_SCHEDULE,
+                expression=job.schedule,
+                cron=parse_cron(job.schedule),
+                zone=job_zone,
+                enabled=bool(job.enabled),
+                disabled_because=None if job.enabled else "the job is disabled (enabled = false)",
+            )
+        )
+    for name, preset in job.presets.items():
+        if not preset.schedule:
+            continue
+        out.append(
+            ScheduleSpec(
+                job_id=job.id,
+                name=preset_schedule_name(name),
+                expression=preset.schedule,
+                cron=parse_cron(preset.schedule),
+                zone=ZoneInfo(preset.timezone) if preset.timezone else job_zone,
+                enabled=bool(preset.enabled),
+                disabled_because=None
+                if preset.enabled
+                else f"preset {name!r} is disabled (enabled = false)",
+                preset=name,
+                overrides=preset_overrides(name, preset),
+            )
+        )
+    return out
+
+
+def preset_overrides(name: str, preset: Any) -> dict[str, Any]:
+    """The ``runs.overrides`` of a fire of preset ``name``."""
+    return {
+        "preset": name,
+        "params": dict(preset.params),
+        "step_args": {step: dict(args) for step, args in preset.step_args.items()},
+        "disabled_steps": list(preset.disabled_steps),
+        "log_level": preset.log_level,
+    }
+
+
+def all_schedules(
+    jobs: dict[str, Any], default_zone: ZoneInfo | None = None
+) -> dict[tuple[str, str], ScheduleSpec]:
+    """Every schedule of every job, keyed by (job_id, schedule name)."""
+    zone = default_zone or server_zone()
+    return {spec.key: spec for job in jobs.values() for spec in schedules_of(job, zone)}

@@ -1,0 +1,398 @@
+"""The scheduler service: turns due fires into runs, durably, once (SPEC §6).
+
+::
+
+    scheduler = Scheduler(store, loaded_config, clock=SystemClock())
+    stop = threading.Event()
+    threading.Thread(target=scheduler.run_forever, args=(stop,), daemon=True).start()
+    ...
+    scheduler.reload(new_config)      # after a valid config change
+    stop.set()                        # run_forever returns promptly
+
+A tick, for every enabled schedule whose next fire is due: lock its cursor, take the fires in
+``(cursor, now]``, decide each one (:func:`~cadenza.scheduler.fires.plan_job`: on time,
+missed, caught up, overlap), write the runs and move the cursor to the last fire **in one
+transaction**. A crash before the commit leaves neither; a crash after it leaves both. Two
+schedulers racing for the same fire insert one row (UNIQUE job, schedule, scheduled_for) and
+the loser's insert is a no-op; on PostgreSQL the cursor row lock (``FOR UPDATE``) makes the
+second scheduler wait and then see the advanced cursor.
+
+Cursors (``schedule_cursors``): a schedule seen for the first time starts at ``now`` (no
+backfill). At start-up and on reload a disabled, removed, changed (expression or zone) or
+newly enabled schedule's cursor moves to ``now``: nothing is owed for a time it was off, and a
+new expression never backfills. A clock stepping back never re-fires (cursors only move
+forward); a step forward is downtime (the skipped fires are missed).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+
+from cadenza.clock import Clock
+from cadenza.domain.errors import StoreError
+from cadenza.scheduler.fires import (
+    CreatedRun,
+    DueFires,
+    PlannedRun,
+    TickResult,
+    fires_between,
+    jobs_of,
+    log_result,
+    next_fire,
+    plan_job,
+)
+from cadenza.scheduler.leader import Leadership
+from cadenza.scheduler.schedules import (
+    JobPolicy,
+    ScheduleSpec,
+    all_schedules,
+    policy_of,
+    server_zone,
+)
+from cadenza.store import Store
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+RUNS_PER_TRANSACTION = 500
+"""Runs written per transaction: a tick's due jobs are grouped up to this many fires; a long
+backlog (days of downtime of a frequent job) is written in chunks of this size."""
+MAX_SLEEP = 60.0
+"""Longest sleep of :meth:`Scheduler.run_forever`, so a wall clock step is noticed."""
+LEADER_RETRY = 15.0
+"""Seconds between attempts to become the leader."""
+MAX_BACKOFF = 60.0
+
+
+class Scheduler:
+    """Creates the runs of due fires; embeddable (see the module doc). Thread-safe."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: Any,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        leader: Leadership | None = None,
+        default_zone: ZoneInfo | None = None,
+        actor: str = "scheduler",
+    ) -> None:
+        """``config``: a ``LoadedConfig`` (or a mapping of job id to ``JobConfig``).
+        ``rng`` draws the jitter (inject a seeded one in tests); ``leader`` gates
+        :meth:`run_forever` only (None: always lead); ``default_zone`` is the zone of jobs
+        without ``timezone`` (default: :func:`server_zone`)."""
+        self.store = store
+        self.clock = clock or store.clock
+        self.rng = rng or random.Random()
+        self.leader = leader
+        self.zone = default_zone or server_zone()
+        self.actor = actor
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._specs: dict[Key, ScheduleSpec] = {}
+        self._policies: dict[str, JobPolicy] = {}
+        self._cursors: dict[Key, datetime] = {}
+        self._next: dict[Key, datetime | None] = {}
+        self._moves: dict[Key, datetime] = {}
+        self._loaded = False
+        self._apply(config)
+
+    # -- public API ---------------------------------------------------------------------
+
+    @property
+    def schedules(self) -> list[ScheduleSpec]:
+        """Every schedule of the current config (enabled or not)."""
+        with self._lock:
+            return list(self._specs.values())
+
+    def tick(self, now: datetime) -> TickResult:
+        """Record every fire due at ``now`` (see the module doc); raises StoreError when the
+        store fails (nothing of the failed transaction is kept; the next tick retries)."""
+        if now.tzinfo is None:
+            raise ValueError("tick() needs an aware datetime")
+        with self._lock:
+            return self._tick(now.astimezone(UTC))
+
+    def next_wakeup(self, now: datetime) -> datetime | None:
+        """When the next tick has work: the earliest next fire of an enabled schedule, ``now``
+        when cursors must be read or moved first, None when nothing is scheduled."""
+        with self._lock:
+            if not self._loaded or self._moves:
+                return now.astimezone(UTC)
+            due = [when for when in self._next.values() if when is not None]
+            return min(due) if due else None
+
+    def reload(self, config: Any, now: datetime | None = None) -> None:
+        """Switch to a new valid configuration.
+
+        First records what the old configuration owes up to ``now``, then moves the cursors
+        of changed, added, re-enabled, disabled and removed schedules to ``now`` (a removed
+        schedule's cursor row is kept), and wakes :meth:`run_forever`.
+        """
+        with self._lock:
+            at = (now or self.clock.now()).astimezone(UTC)
+            if self._loaded:
+                try:
+                    self._tick(at)
+                except (StoreError, sa.exc.SQLAlchemyError):
+                    log.exception("could not record the fires due before the reload")
+            before = {key: (s.enabled, s.identity) for key, s in self._specs.items()}
+            self._apply(config)
+            after = {key: (s.enabled, s.identity) for key, s in self._specs.items()}
+            for key in before.keys() | after.keys():
+                if before.get(key) != after.get(key):
+                    self._moves[key] = at
+            if self._loaded:
+                try:
+                    self._flush_moves()
+                except (StoreError, sa.exc.SQLAlchemyError):
+                    log.exception("could not move schedule cursors; retrying on the next tick")
+        self.wake()
+
+    def wake(self) -> None:
+        """Interrupt :meth:`run_forever`'s sleep (it recomputes when to wake)."""
+        self._wake.set()
+
+    def invalidate(self) -> None:
+        """Forget the cursors held in memory; the next tick reads them again."""
+        with self._lock:
+            self._loaded = False
+        self.wake()
+
+    def run_forever(
+        self,
+        stop_event: threading.Event,
+        clock: Clock | None = None,
+        *,
+        wait: Callable[[float], object] | None = None,
+    ) -> None:
+        """Tick whenever a fire is due, until ``stop_event`` is set.
+
+        Sleeps until the next due fire (at most :data:`MAX_SLEEP` seconds, so a step of the
+        wall clock is noticed), a :meth:`reload`/:meth:`wake`, or ``stop_event``; never
+        polls. Ticks only while ``leader`` (if any) grants leadership. A failed tick (store
+        unavailable, or anything else) is logged and retried with a growing pause (up to a
+        minute); the loop itself never dies of it. ``wait`` replaces the
+        interruptible sleep (tests pass one that advances a ``FakeClock``).
+        """
+        clock = clock or self.clock
+        sleep = wait or self._wake.wait
+
+        def forward_stop() -> None:
+            stop_event.wait()
+            self._wake.set()
+
+        watcher = threading.Thread(target=forward_stop, name="cadenza-scheduler-stop", daemon=True)
+        watcher.start()
+        backoff = 1.0
+        leading = self.leader is None
+        try:
+            while not stop_event.is_set():
+                self._wake.clear()
+                if self.leader is not None:
+                    now_leading = self.leader.acquire()
+                    if now_leading and not leading:
+                        self.invalidate()
+                        self._wake.clear()
+                    leading = now_leading
+                    if not leading:
+                        sleep(LEADER_RETRY)
+                        continue
+                try:
+                    result = self.tick(clock.now())
+                except (StoreError, sa.exc.SQLAlchemyError) as exc:
+                    log.warning("scheduler tick failed (retrying in %.0fs): %s", backoff, exc)
+                    sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF)
+                    continue
+                except Exception:
+                    # The loop outlives any one failure: a bug must not stop every schedule.
+                    log.exception("scheduler tick failed (retrying in %.0fs)", backoff)
+                    sleep(backoff)
+                    backoff = min(backoff * 2, MAX_BACKOFF)
+                    continue
+                backoff = 1.0
+                log_result(result)
+                if stop_event.is_set():
+                    break
+                now = clock.now()
+                wake_at = self.next_wakeup(now)
+                timeout = MAX_SLEEP
+                if wake_at is not None:
+                    timeout = min(max((wake_at - now).total_seconds(), 0.0), MAX_SLEEP)
+                sleep(timeout)
+        finally:
+            if self.leader is not None:
+                self.leader.release()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _apply(self, config: Any) -> None:
+        jobs = jobs_of(config)
+        self._specs = all_schedules(dict(jobs), self.zone)
+        self._policies = {job_id: policy_of(job) for job_id, job in jobs.items()}
+        enabled = {key for key, spec in self._specs.items() if spec.enabled}
+        self._cursors = {k: v for k, v in self._cursors.items() if k in enabled}
+        self._next = {k: v for k, v in self._next.items() if k in enabled}
+        if enabled - self._next.keys():
+            self._loaded = False  # a new schedule: read (or create) its cursor first
+
+    def _enabled(self) -> dict[Key, ScheduleSpec]:
+        return {key: spec for key, spec in self._specs.items() if spec.enabled}
+
+    def _remember(self, key: Key, cursor: datetime) -> None:
+        spec = self._specs.get(key)
+        if spec is None or not spec.enabled:
+            return
+        known = self._cursors.get(key)
+        if known is not None and known > cursor:
+            cursor = known
+        self._cursors[key] = cursor
+        self._next[key] = next_fire(spec, cursor)
+
+    def _load(self, now: datetime) -> None:
+        """Read every cursor; create missing ones and move off-schedule ones to ``now``."""
+        enabled = self._enabled()
+        existing = self.store.get_cursors()
+        targets = dict(self._moves)
+        for key in self._specs.keys() | existing.keys():
+            if key not in enabled:
+                targets[key] = now  # nothing is owed for a time it was off or gone
+            elif existing.get(key) is None:
+                targets.setdefault(key, now)  # new: from its reload, else from now
+        if targets:
+            self.store.advance_cursors(targets)
+        self._moves.clear()
+        cursors = self.store.get_cursors(enabled)
+        self._cursors.clear()
+        self._next.clear()
+        for key in enabled:
+            self._remember(key, cursors.get(key) or now)
+        self._loaded = True
+
+    def _flush_moves(self) -> None:
+        if not self._moves:
+            return
+        moves = dict(self._moves)
+        self.store.advance_cursors(moves)
+        self._moves.clear()
+        cursors = self.store.get_cursors(moves)
+        for key, when in moves.items():
+            self._remember(key, cursors.get(key) or when)
+
+    def _tick(self, now: datetime) -> TickResult:
+        if not self._loaded:
+            self._load(now)
+        self._flush_moves()
+        due = sorted(
+            (when, key) for key, when in self._next.items() if when is not None and when <= now
+        )
+        created: list[CreatedRun] = []
+        duplicates = 0
+        batch: dict[str, list[Key]] = {}
+        size = 0
+        for _when, key in due:
+            batch.setdefault(key[0], []).append(key)
+            size += 1
+            if size >= RUNS_PER_TRANSACTION:
+                duplicates += self._fire(batch, now, created)
+                batch, size = {}, 0
+        if batch:
+            duplicates += self._fire(batch, now, created)
+        return TickResult(now, tuple(created), duplicates, self.next_wakeup(now))
+
+    def _fire(self, batch: Mapping[str, list[Key]], now: datetime, out: list[CreatedRun]) -> int:
+        """One transaction for the due schedules of ``batch``; long backlogs continue in
+        further transactions. Returns the number of fires that were already recorded."""
+        keys = [key for keys in batch.values() for key in keys]
+        leftovers: list[tuple[str, list[PlannedRun]]] = []
+        duplicates = 0
+        with self.store.write() as conn:
+            locked = self.store.lock_cursors(keys, conn=conn)
+            missing = [key for key in keys if locked.get(key) is None]
+            if missing:
+                self.store.init_cursors(missing, now, conn=conn)
+            active = self.store.count_active_runs(batch, conn=conn)
+            moved: dict[Key, datetime] = {key: locked.get(key) or now for key in keys}
+            for job_id, job_keys in batch.items():
+                dues = [
+                    DueFires(self._specs[key], fires_between(self._specs[key], moved[key], now))
+                    for key in job_keys
+                ]
+                plan = plan_job(self._policies[job_id], dues, now, active.get(job_id, 0), self.rng)
+                head, tail = plan[:RUNS_PER_TRANSACTION], plan[RUNS_PER_TRANSACTION:]
+                duplicates += self._write(conn, job_id, head, moved, out)
+                if tail:
+                    leftovers.append((job_id, tail))
+            self.store.advance_cursors(moved, create=False, conn=conn)
+        for key, cursor in moved.items():
+            self._remember(key, cursor)
+        for job_id, tail in leftovers:
+            duplicates += self._write_backlog(job_id, tail, out)
+        return duplicates
+
+    def _write_backlog(self, job_id: str, plan: list[PlannedRun], out: list[CreatedRun]) -> int:
+        duplicates = 0
+        for start in range(0, len(plan), RUNS_PER_TRANSACTION):
+            chunk = plan[start : start + RUNS_PER_TRANSACTION]
+            keys = {(job_id, run.schedule.name) for run in chunk}
+            with self.store.write() as conn:
+                locked = self.store.lock_cursors(keys, conn=conn)
+                moved = {key: locked.get(key) or chunk[0].scheduled_for for key in keys}
+                todo = [r for r in chunk if r.scheduled_for > moved[(job_id, r.schedule.name)]]
+                duplicates += len(chunk) - len(todo)
+                duplicates += self._write(conn, job_id, todo, moved, out)
+                self.store.advance_cursors(moved, create=False, conn=conn)
+            for key, cursor in moved.items():
+                self._remember(key, cursor)
+        return duplicates
+
+    def _write(
+        self,
+        conn: sa.Connection,
+        job_id: str,
+        plan: Iterable[PlannedRun],
+        moved: dict[Key, datetime],
+        out: list[CreatedRun],
+    ) -> int:
+        """Insert the planned runs in the caller's transaction; ``moved`` gets each
+        schedule's new cursor (the caller writes it in the same transaction)."""
+        policy = self._policies[job_id]
+        duplicates = 0
+        created: list[CreatedRun] = []
+        for run in plan:
+            name = run.schedule.name
+            run_id = self.store.create_run(
+                job_id,
+                "scheduled",
+                state=run.state,
+                schedule=name,
+                scheduled_for=run.scheduled_for,
+                overrides=run.overrides,
+                reason=run.reason,
+                priority=policy.priority,
+                not_before=run.not_before,
+                actor=self.actor,
+                conn=conn,
+            )
+            key = (job_id, name)
+            moved[key] = max(moved[key], run.scheduled_for)
+            if run_id is None:
+                duplicates += 1
+                continue
+            created.append(
+                CreatedRun(
+                    run_id, job_id, name, run.scheduled_for, run.state, run.reason, run.not_before
+                )
+            )
+        out.extend(created)
+        return duplicates

@@ -1,0 +1,211 @@
+"""What admission reads and writes (SPEC §9): queued candidates, the load, wait reasons.
+
+One decision of the worker pool, exact across nodes::
+
+    with store.write() as conn:
+        store.lock_admission(conn)                  # PostgreSQL: one deciding node at a time
+        candidates = store.queued_candidates(now, limit=200, conn=conn)
+        load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn)
+        decision = admit(candidates, limits, load, now, free_slots)
+        for run in decision.admitted:               # claim them in the same transaction
+            store.transition_run(run.run_id, RunState.RUNNING, ..., conn=conn)
+        store.set_wait_reasons(decision.wait_texts(), conn=conn)
+
+Reading the load and claiming in one transaction under :meth:`lock_admission` is what keeps
+``max_concurrency`` and budgets exact with several nodes: without it, two nodes could read the
+same load and both start the last free slot.
+
+Wait reasons and the audit log: a wait reason is a live display value (like a lease
+heartbeat), recomputed on every decision, and its time part ("next slot 14:07") moves as
+slots free up. :meth:`set_wait_reasons` therefore writes only the rows whose text changed, and
+appends one ``RUN_WAITING`` event per waiting episode: when a QUEUED run that had no reason
+gets one (entering RUNNING clears the reason, so a retried run gets one event per wait).
+Later changes of the text update the column without an event, so the log never grows with
+the number of decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from cadenza.domain.admission import HOUR, Candidate, Load
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState
+from cadenza.store.codec import UTCDateTime, require_aware
+from cadenza.store.core import StoreCore
+from cadenza.store.tables import runs
+
+RUN_WAITING = EventType.RUN_WAITING
+"""Event type written when a queued run starts waiting (one per waiting episode)."""
+
+ADMISSION_LOCK_KEY = int.from_bytes(b"cadadmit", "big")
+"""The PostgreSQL advisory lock that serializes admission decisions across nodes."""
+
+_QUEUED = RunState.QUEUED.value
+_RUNNING = RunState.RUNNING.value
+_CHUNK = 500  # ids per IN (...) list: far below every dialect's bind parameter limit
+_QUEUED_AT = sa.func.coalesce(runs.c.scheduled_for, runs.c.created_at, type_=UTCDateTime())
+_CANDIDATE_COLUMNS = (
+    runs.c.id,
+    runs.c.job_id,
+    runs.c.priority,
+    _QUEUED_AT.label("queued_at"),
+    runs.c.not_before,
+    runs.c.attempt,
+    runs.c.started_at,
+)
+_SET_WAIT_REASON = (
+    sa.update(runs)
+    .where(runs.c.id == sa.bindparam("p_id"), runs.c.state == _QUEUED)
+    .values(
+        wait_reason=sa.bindparam("p_reason", type_=sa.Text()),
+        updated_at=sa.bindparam("p_now", type_=UTCDateTime()),
+    )
+)
+
+
+class AdmissionRepository(StoreCore):
+    """Reads and writes of the admission loop (table ``runs``)."""
+
+    def lock_admission(self, conn: sa.Connection) -> None:
+        """Take the admission lock for the rest of ``conn``'s transaction (from :meth:`write`).
+
+        PostgreSQL: a transaction-scoped advisory lock, so one node at a time reads the load
+        and claims runs. SQLite: nothing to do, ``write()`` already holds the database's
+        single write lock (``BEGIN IMMEDIATE``). Changes nothing; writes no event.
+        """
+        if self.dialect == "postgresql":
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(ADMISSION_LOCK_KEY)))
+
+    def queued_candidates(
+        self, now: datetime, limit: int = 200, *, conn: sa.Connection | None = None
+    ) -> list[Candidate]:
+        """QUEUED runs in admission order: priority DESC, scheduled time ASC, id ASC.
+
+        The scheduled time is ``scheduled_for``, or ``created_at`` for runs without one.
+        Returns at most ``limit`` runs whose ``not_before`` has passed at ``now`` (or is
+        unset), plus at most ``limit`` runs still held by ``not_before`` (so that they get
+        a wait reason, but a long tail of retries in backoff never crowds out runs that could
+        start), merged in admission order. Changes nothing.
+        """
+        now = require_aware(now, "now")
+        ready = sa.or_(runs.c.not_before.is_(None), runs.c.not_before <= now)
+        order = (runs.c.priority.desc(), _QUEUED_AT.asc(), runs.c.id.asc())
+        base = sa.select(*_CANDIDATE_COLUMNS).where(runs.c.state == _QUEUED)
+        with self._reading(conn) as c:
+            rows = [
+                *c.execute(base.where(ready).order_by(*order).limit(limit)),
+                *c.execute(base.where(sa.not_(ready)).order_by(*order).limit(limit)),
+            ]
+        candidates = [
+            Candidate(
+                run_id=row.id,
+                job_id=row.job_id,
+                queued_at=row.queued_at,
+                priority=row.priority,
+                not_before=row.not_before,
+                attempt=row.attempt,
+                requeued=row.started_at is not None,
+            )
+            for row in rows
+        ]
+        candidates.sort(key=lambda cand: cand.order_key)
+        return candidates
+
+    def admission_load(
+        self,
+        now: datetime,
+        *,
+        budget_jobs: Collection[str] | None = None,
+        conn: sa.Connection | None = None,
+    ) -> Load:
+        """RUNNING runs on every node (in total and per job) and recent starts per job.
+
+        Starts are the ``started_at`` of runs first started in the hour before ``now``
+        (``now - 1h < started_at``), whatever their state since: a start spends budget even
+        when the run already ended. A retried or resumed run keeps its first ``started_at``,
+        so its later attempts spend no budget again. ``budget_jobs`` limits the starts read to
+        those jobs (``Limits.budgeted_jobs()``); an empty collection skips that query; ``None``
+        reads every job's. Per-tag figures are the caller's sum over the config's job → tags
+        map (the store does not know tags). Changes nothing.
+        """
+        now = require_aware(now, "now")
+        starts: dict[str, list[datetime]] = {}
+        with self._reading(conn) as c:
+            running = {
+                row.job_id: int(row.n)
+                for row in c.execute(
+                    sa.select(runs.c.job_id, sa.func.count().label("n"))
+                    .where(runs.c.state == _RUNNING)
+                    .group_by(runs.c.job_id)
+                )
+            }
+            if budget_jobs is None or budget_jobs:
+                query = sa.select(runs.c.job_id, runs.c.started_at).where(
+                    runs.c.started_at > now - HOUR
+                )
+                jobs = None if budget_jobs is None else sorted(set(budget_jobs))
+                for part in [None] if jobs is None else _chunks(jobs):
+                    chunk = query if part is None else query.where(runs.c.job_id.in_(part))
+                    for row in c.execute(chunk):
+                        starts.setdefault(row.job_id, []).append(row.started_at)
+        return Load(sum(running.values()), running, starts)
+
+    def set_wait_reasons(
+        self,
+        reasons: Mapping[str, str | None],
+        *,
+        actor: str = "system",
+        conn: sa.Connection | None = None,
+    ) -> int:
+        """Set ``wait_reason`` of QUEUED runs (``None`` clears it); one transaction.
+
+        Only runs still QUEUED whose (redacted) text differs are written: wait_reason and
+        updated_at. Runs that started meanwhile or do not exist are left alone; on
+        PostgreSQL, rows another node holds locked (being claimed) are skipped rather than
+        waited for. Appends one ``RUN_WAITING`` event (INFO) for each run that had no reason
+        and gets one; a changed or cleared reason writes no event (see the module
+        docstring). Returns the number of runs changed.
+        """
+        wanted = {run_id: self._redact_text(text) for run_id, text in reasons.items()}
+        if not wanted:
+            return 0
+        with self._joined(conn) as c:
+            current: list[sa.Row[tuple[str, str, str | None]]] = []
+            for part in _chunks(sorted(wanted)):
+                current.extend(
+                    c.execute(
+                        sa.select(runs.c.id, runs.c.job_id, runs.c.wait_reason)
+                        .where(runs.c.id.in_(part), runs.c.state == _QUEUED)
+                        .with_for_update(skip_locked=True)
+                    )
+                )
+            changed = [row for row in current if row.wait_reason != wanted[row.id]]
+            if not changed:
+                return 0
+            now = self._now()
+            c.execute(
+                _SET_WAIT_REASON,
+                [{"p_id": row.id, "p_reason": wanted[row.id], "p_now": now} for row in changed],
+            )
+            for row in changed:
+                text = wanted[row.id]
+                if row.wait_reason is None and text is not None:
+                    self._insert_event(
+                        c,
+                        RUN_WAITING,
+                        f"run of {row.job_id} waits: {text}",
+                        run_id=row.id,
+                        level=Level.INFO,
+                        payload={"job_id": row.job_id, "wait_reason": text},
+                        actor=actor,
+                        now=now,
+                    )
+        return len(changed)
+
+
+def _chunks(items: list[str]) -> list[list[str]]:
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]

@@ -1,0 +1,125 @@
+"""What an executor asks the store to record at once (see :mod:`cadenza.store.execution`).
+
+Plain frozen values: an executor builds them while a run goes on and hands a whole
+:class:`Boundary` to :meth:`~cadenza.store.execution.ExecutionRepository.record_boundaries`,
+which writes it in one transaction (together with other runs' boundaries, when a group
+commit collects several).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cadenza.domain.states import RunState, StepState
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """An unscheduled run to create QUEUED (manual or call_job trigger).
+
+    ``params`` are the run's parameter overrides as given; ``overrides`` the rest of the run
+    request (preset, step_args, disabled_steps, log_level)."""
+
+    job_id: str
+    trigger: str
+    scheduled_for: datetime | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    not_before: datetime | None = None
+    actor: str = "system"
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One run log line as produced (its own time), before redaction."""
+
+    ts: datetime
+    level: str
+    step: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """An audit event a step asked for (``ctx.event``), written with its boundary."""
+
+    event_type: str
+    message: str
+    level: str = "INFO"
+    payload: Any = None
+    ts: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepStart:
+    """A step run row to create: RUNNING (the step starts now) or SKIPPED with a reason
+    (disabled | earlier step failed | canceled)."""
+
+    step: str
+    step_type: str
+    attempt: int = 1
+    state: StepState = StepState.RUNNING
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepEnd:
+    """The end of a RUNNING step run: SUCCEEDED, FAILED or CANCELED, with what it recorded."""
+
+    step_run_id: int
+    step: str
+    step_type: str
+    attempt: int
+    state: StepState
+    rows: int | None = None
+    output: Any = None
+    error: str | None = None
+    error_class: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """The end of the run: a terminal state, its rows, its error."""
+
+    state: RunState
+    rows: int | None = None
+    error: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """Everything recorded between two steps of one run, fenced on the run's lease ``epoch``.
+
+    Applied in this order: ``step_end``, ``starts``, ``params`` (the run's resolved
+    parameters), ``run_end``; ``logs`` and ``events`` go with them."""
+
+    run_id: str
+    epoch: int
+    step_end: StepEnd | None = None
+    starts: Sequence[StepStart] = ()
+    run_end: RunEnd | None = None
+    params: Mapping[str, Any] | None = None
+    logs: Sequence[LogLine] = ()
+    events: Sequence[EventSpec] = ()
+    actor: str = "system"
+
+    def is_empty(self) -> bool:
+        """True when there is nothing to write."""
+        return not (self.step_end or self.starts or self.run_end or self.params is not None
+                    or self.logs or self.events)
+
+
+@dataclass(frozen=True, slots=True)
+class BoundaryResult:
+    """Whether a boundary was applied; the ids of the step runs it created (in the order of
+    its ``starts``); the run's state (when refused: ``None`` if there is no such run)."""
+
+    applied: bool
+    step_run_ids: tuple[int, ...]
+    state: RunState | None

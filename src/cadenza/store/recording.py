@@ -1,0 +1,369 @@
+"""Step boundaries recorded in one transaction: the executor's hot write path.
+
+A *boundary* (:class:`~cadenza.store.boundary.Boundary`) is everything that happens between
+two steps of one run: the end of the step that just finished, the audit events and run log
+lines it produced, the start of the next step (or the steps recorded SKIPPED on the way), and
+possibly the end of the run. :meth:`RecordingRepository.record_boundaries` writes any number
+of boundaries, of any runs, in one transaction and a fixed number of statements:
+
+1. one fencing read of the runs concerned (``FOR UPDATE`` on PostgreSQL; SQLite's
+   ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
+   is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
+2. step ends as conditional UPDATEs (``WHERE state = 'RUNNING'``), step starts as INSERTs,
+   run ends and parameters as conditional UPDATEs (``WHERE state = 'RUNNING' AND lease_epoch
+   = :epoch``), every row count checked;
+3. run log lines and audit events, redacted, with ``executemany``.
+
+Redaction: log messages, reasons, errors, outputs, parameters and the steps' own events go
+through the store's redactor; the payloads of the step and run events are built from those
+redacted parts plus ids, counts, states and jobs.toml identifiers (see :func:`event_row`).
+
+The events and their payloads are those the single-row methods
+(:meth:`~cadenza.store.steps.StepRunsRepository.transition_step_run`,
+:meth:`~cadenza.store.runs.RunsRepository.transition_run`) write.
+
+Why plain SQL here: this path runs twice per run, and SQLAlchemy Core's per-statement
+overhead (about 50-80 µs of Python each) cost more than SQLite needs to execute them. The
+statements below are written out once, in the driver's parameter style, and executed on the
+DBAPI cursor of the transaction's connection (so commits, the SQLite write lock and the error
+mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply). Values are encoded as the
+tables' types do (:mod:`cadenza.store.codec`): timestamps as UTC, naive text of a fixed width
+on SQLite; JSON as :func:`~cadenza.store.codec.dumps` text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.errors import InvalidTransition, StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import (
+    RUN_TRANSITIONS,
+    STEP_TRANSITIONS,
+    TERMINAL_RUN_STATES,
+    RunState,
+    StepState,
+    is_allowed,
+)
+from cadenza.store.boundary import Boundary, BoundaryResult, RunEnd
+from cadenza.store.codec import dumps
+from cadenza.store.core import Redactor, StoreCore
+
+_RUNNING = RunState.RUNNING.value
+_STEP_EVENT = {
+    StepState.RUNNING: (EventType.STEP_STARTED, Level.INFO),
+    StepState.SUCCEEDED: (EventType.STEP_SUCCEEDED, Level.INFO),
+    StepState.FAILED: (EventType.STEP_FAILED, Level.ERROR),
+}
+
+_SQL = {
+    "end_step": "UPDATE step_runs SET state = :state, updated_at = :now, finished_at = :now,"
+                " reason = :reason, rows = :rows, output_json = :output, error = :error,"
+                " error_class = :error_class WHERE id = :id AND state = 'RUNNING'",
+    "params": "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
+              " AND state = 'RUNNING' AND lease_epoch = :epoch",
+    "end_run": "UPDATE runs SET state = :state, updated_at = :now, finished_at = :now,"
+               " reason = :reason, rows = :rows, error = :error, lease_owner = NULL,"
+               " lease_until = NULL, wait_reason = NULL WHERE id = :id AND state = 'RUNNING'"
+               " AND lease_epoch = :epoch",
+}
+_LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
+EVENT_COLUMNS = ("run_id", "event_type", "level", "message", "payload_json", "created_at",
+                  "actor")
+_STEP_COLUMNS = ("run_id", "step", "step_type", "attempt", "state", "reason", "created_at",
+                 "started_at", "finished_at", "updated_at")
+_NAMED = re.compile(r":(\w+)")
+_PARAMS_PER_INSERT = 3000
+"""Parameters per multi-row INSERT: far below every driver's limit (SQLite 32766)."""
+
+
+class _Dialect:
+    """The statements and the timestamp encoding of one database."""
+
+    def __init__(self, name: str) -> None:
+        self.postgres = name == "postgresql"
+        convert = (lambda sql: _NAMED.sub(r"%(\1)s", sql)) if self.postgres else (lambda s: s)
+        self.sql = {key: convert(sql) for key, sql in _SQL.items()}
+        self._convert = convert
+        self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
+
+    def fence(self, count: int) -> str:
+        marks = ", ".join(f":r{k}" for k in range(count))
+        sql = f"SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
+        return self._convert(sql + (" FOR UPDATE" if self.postgres else ""))
+
+    def insert(self, table: str, columns: tuple[str, ...], count: int,
+               returning: str = "") -> str:
+        """``INSERT INTO table (columns) VALUES (...), ... [RETURNING ...]`` for ``count``
+        rows, with positional parameters (cached)."""
+        key = (table, columns, count, returning)
+        sql = self._inserts.get(key)
+        if sql is None:
+            mark = "%s" if self.postgres else "?"
+            row = "(" + ", ".join([mark] * len(columns)) + ")"
+            sql = (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                   + ", ".join([row] * count) + (f" RETURNING {returning}" if returning else ""))
+            if len(self._inserts) < 4096:
+                self._inserts[key] = sql
+        return sql
+
+    def ts(self, value: datetime | None) -> Any:
+        """A bind value for a timestamp column (see :class:`~cadenza.store.codec.UTCDateTime`)."""
+        if value is None:
+            return None
+        utc = value.astimezone(UTC)
+        return utc if self.postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+    @staticmethod
+    def read_ts(value: Any) -> datetime | None:
+        """A timestamp column's value as an aware UTC datetime."""
+        if value is None:
+            return None
+        if isinstance(value, datetime):
+            return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+
+
+def event_row(event_type: EventType | str, message: str, run_id: str, level: Level | str,
+              payload: Any, actor: str, created_at: Any,
+              redactor: Redactor | None = None) -> dict[str, Any]:
+    """One ``event_log`` row, keyed by the column names.
+
+    With ``redactor``, the message and the payload are redacted here. Without, the caller
+    built them only from values already redacted (reasons, errors, outputs) or that cannot
+    hold a secret (ids, counts, states, times, and identifiers from jobs.toml, which never
+    holds one): walking a payload through ``redact_value`` costs more than the rest of a
+    step boundary, and the store writes several of these per run."""
+    if redactor is not None:
+        message = redactor.redact_text(message)
+        payload = None if payload is None else redactor.redact_value(payload)
+    return {
+        "run_id": run_id, "event_type": str(event_type), "level": str(level),
+        "message": message, "payload_json": None if payload is None else dumps(payload),
+        "created_at": created_at, "actor": actor, "resource_id": None,
+    }
+
+
+class RecordingRepository(StoreCore):
+    """:meth:`record_boundaries` (see the module docstring)."""
+
+    _hot: _Dialect | None = None
+
+    def _sql(self) -> _Dialect:
+        if self._hot is None:
+            self._hot = _Dialect(self.dialect)
+        return self._hot
+
+    def record_boundaries(
+        self, boundaries: Sequence[Boundary], *, conn: sa.Connection | None = None
+    ) -> list[BoundaryResult]:
+        """Apply each boundary whose run is RUNNING at its ``epoch``; refuse the others.
+
+        Returns one :class:`BoundaryResult` per boundary, in order: ``applied`` and the ids of
+        the step runs it created, or the run's state when refused (``None``: no such run).
+        Columns changed: a step end sets state, reason, rows, output_json (redacted), error
+        (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
+        sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
+        sets state, reason, rows, error (redacted), finished_at, updated_at and clears the
+        lease. Events, in this order per boundary: the step's own events, STEP_SUCCEEDED /
+        STEP_FAILED / STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per
+        start, RUN_STATE_CHANGED and RUN_FINISHED for the run end.
+
+        Raises :class:`InvalidTransition` for a target the state tables forbid (before
+        writing anything), and :class:`StoreError` (rolling everything back) if a guarded
+        UPDATE changes fewer rows than the fencing read promised.
+        """
+        for boundary in boundaries:
+            _check_targets(boundary)
+        if not boundaries:
+            return []
+        d = self._sql()
+        with self._joined(conn) as c:
+            cursor = c.connection.cursor()
+            try:
+                return self._record(cursor, d, boundaries)
+            finally:
+                cursor.close()
+
+    def _record(self, cursor: Any, d: _Dialect,
+                boundaries: Sequence[Boundary]) -> list[BoundaryResult]:
+        ids = sorted({b.run_id for b in boundaries})
+        cursor.execute(d.fence(len(ids)), {f"r{k}": run_id for k, run_id in enumerate(ids)})
+        seen = {row[0]: row for row in cursor.fetchall()}
+        now = self._now()
+        stamp = d.ts(now)
+        live: list[Boundary] = []
+        refused: dict[int, RunState | None] = {}
+        for k, b in enumerate(boundaries):
+            row = seen.get(b.run_id)
+            if row is None or row[1] != _RUNNING or row[2] != b.epoch:
+                refused[k] = RunState(row[1]) if row is not None else None
+            else:
+                live.append(b)
+        new_ids: dict[int, list[int]] = {}
+        events: list[dict[str, Any]] = []
+        redact = self.redactor
+        ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
+        self._many(cursor, d.sql["end_step"], ends, "step end")
+        self._start_steps(cursor, d, live, stamp, new_ids)
+        self._many(cursor, d.sql["params"], [
+            {"id": b.run_id, "epoch": b.epoch, "now": stamp,
+             "params": dumps(redact.redact_value(dict(b.params)))}
+            for b in live if b.params is not None], "run params")
+        self._many(cursor, d.sql["end_run"], [
+            self._run_end_row(b, b.run_end, stamp) for b in live if b.run_end is not None
+        ], "run end")
+        logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
+                 redact.redact_text(line.message)) for b in live for line in b.logs]
+        insert_rows(cursor, d, "run_logs", _LOG_COLUMNS, logs)
+        for b in live:
+            fence = seen[b.run_id]
+            events.extend(self._events(b, new_ids[id(b)], fence[3], d.read_ts(fence[4]), now,
+                                       d))
+        insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
+                [tuple(row[c] for c in EVENT_COLUMNS) for row in events])
+        return [
+            BoundaryResult(False, (), refused[k]) if k in refused
+            else BoundaryResult(True, tuple(new_ids[id(b)]), RunState.RUNNING)
+            for k, b in enumerate(boundaries)
+        ]
+
+    def _start_steps(self, cursor: Any, d: _Dialect, live: list[Boundary], stamp: Any,
+                     new_ids: dict[int, list[int]]) -> None:
+        """Insert every step start of the batch at once (see :func:`_insert`)."""
+        rows: list[tuple[Any, ...]] = []
+        owners: list[tuple[int, tuple[str, str, int]]] = []
+        for b in live:
+            new_ids[id(b)] = []
+            for start in b.starts:
+                running = start.state is StepState.RUNNING
+                rows.append((b.run_id, start.step, start.step_type, start.attempt,
+                             start.state.value, self._redact_text(start.reason), stamp,
+                             stamp if running else None, None if running else stamp, stamp))
+                owners.append((id(b), (b.run_id, start.step, start.attempt)))
+        if not rows:
+            return
+        returned = insert_rows(cursor, d, "step_runs", _STEP_COLUMNS, rows,
+                           returning="id, run_id, step, attempt")
+        # RETURNING gives no order guarantee: match the rows by their unique key.
+        created = {(run_id, step, attempt): int(step_run_id)
+                   for step_run_id, run_id, step, attempt in returned}
+        if len(created) != len(rows):
+            raise StoreError("the database returned fewer ids than step runs inserted")
+        for owner, key in owners:
+            new_ids[owner].append(created[key])
+
+    @staticmethod
+    def _many(cursor: Any, sql: str, rows: list[dict[str, Any]], what: str) -> None:
+        if not rows:
+            return
+        cursor.executemany(sql, rows)
+        if cursor.rowcount != len(rows):
+            raise StoreError(f"a {what} change was refused after its run passed the fence "
+                             f"({cursor.rowcount} of {len(rows)} rows changed)")
+
+    def _end_row(self, b: Boundary, stamp: Any) -> dict[str, Any]:
+        end = b.step_end
+        assert end is not None
+        output = None if end.output is None else dumps(self.redactor.redact_value(end.output))
+        return {"id": end.step_run_id, "state": end.state.value, "now": stamp,
+                "reason": self._redact_text(end.reason), "rows": end.rows, "output": output,
+                "error": self._redact_text(end.error), "error_class": end.error_class}
+
+    def _run_end_row(self, b: Boundary, end: RunEnd | None, stamp: Any) -> dict[str, Any]:
+        assert end is not None
+        return {"id": b.run_id, "epoch": b.epoch, "now": stamp, "state": end.state.value,
+                "rows": end.rows, "reason": self._redact_text(end.reason),
+                "error": self._redact_text(end.error)}
+
+    def _events(self, b: Boundary, created: list[int], job_id: str,
+                started: datetime | None, now: datetime, d: _Dialect) -> list[dict[str, Any]]:
+        stamp = d.ts(now)
+        rows = [event_row(spec.event_type, spec.message, b.run_id, spec.level, spec.payload,
+                          b.actor, d.ts(spec.ts or now), self.redactor) for spec in b.events]
+        end = b.step_end
+        if end is not None:
+            kind, level = _step_event(end.state)
+            reason, error = self._redact_text(end.reason), self._redact_text(end.error)
+            rows.append(event_row(
+                kind, f"step {end.step} (attempt {end.attempt}) RUNNING -> {end.state}"
+                + (f": {reason}" if reason else ""), b.run_id, level,
+                {"step_run_id": end.step_run_id, "step": end.step, "step_type": end.step_type,
+                 "attempt": end.attempt, "from": StepState.RUNNING.value,
+                 "to": end.state.value, "reason": reason, "rows": end.rows,
+                 "error_class": end.error_class, "error": error}, b.actor, stamp))
+        for start, step_run_id in zip(b.starts, created, strict=True):
+            kind, level = _step_event(start.state)
+            reason = self._redact_text(start.reason)
+            rows.append(event_row(
+                kind, f"step {start.step} (attempt {start.attempt}) {start.state}"
+                + (f": {reason}" if reason else ""), b.run_id, level,
+                {"step_run_id": step_run_id, "step": start.step, "step_type": start.step_type,
+                 "attempt": start.attempt, "from": None, "to": start.state.value,
+                 "reason": reason}, b.actor, stamp))
+        if b.run_end is not None:
+            rows.extend(self._run_end_events(b, b.run_end, job_id, started, now, stamp))
+        return rows
+
+    def _run_end_events(self, b: Boundary, end: RunEnd, job_id: str,
+                        started: datetime | None, now: datetime,
+                        stamp: Any) -> list[dict[str, Any]]:
+        level = Level.ERROR if end.state is RunState.FAILED else Level.INFO
+        reason = self._redact_text(end.reason)
+        suffix = f": {reason}" if reason else ""
+        fields = {"rows": end.rows, "error": self._redact_text(end.error)}
+        duration = (now - started).total_seconds() if started else None
+        return [
+            event_row(EventType.RUN_STATE_CHANGED, f"run RUNNING -> {end.state}{suffix}",
+                      b.run_id, level, {"job_id": job_id, "from": RunState.RUNNING.value,
+                                        "to": end.state.value, "reason": reason,
+                                        "epoch": b.epoch, "fields": fields}, b.actor, stamp),
+            event_row(EventType.RUN_FINISHED, f"run of {job_id} finished {end.state}{suffix}",
+                      b.run_id, level, {"job_id": job_id, "state": end.state.value,
+                                        "reason": reason, "started_at": started,
+                                        "finished_at": now, "duration_s": duration},
+                      b.actor, stamp),
+        ]
+
+
+def insert_rows(cursor: Any, d: _Dialect, table: str, columns: tuple[str, ...],
+            rows: list[tuple[Any, ...]], returning: str = "") -> list[Any]:
+    """Insert ``rows`` with as few multi-row INSERTs as the parameter limit allows.
+
+    Not ``executemany``: the writer holds the write lock, and the sqlite3 module lets go of
+    the GIL for every row it steps; getting it back can take a whole switch interval while
+    other threads run, so one statement for many rows keeps the lock held briefly."""
+    found: list[Any] = []
+    per = max(1, _PARAMS_PER_INSERT // len(columns))
+    for first in range(0, len(rows), per):
+        chunk = rows[first:first + per]
+        cursor.execute(d.insert(table, columns, len(chunk), returning),
+                       [value for row in chunk for value in row])
+        if returning:
+            found.extend(cursor.fetchall())
+    return found
+
+
+def _step_event(state: StepState) -> tuple[EventType, Level]:
+    return _STEP_EVENT.get(state, (EventType.STEP_STATE_CHANGED, Level.INFO))
+
+
+def _check_targets(boundary: Boundary) -> None:
+    end = boundary.step_end
+    if end is not None and not is_allowed(STEP_TRANSITIONS, StepState.RUNNING, end.state):
+        raise InvalidTransition("step_run", StepState.RUNNING, end.state)
+    for start in boundary.starts:
+        if start.state not in (StepState.RUNNING, StepState.SKIPPED):
+            raise InvalidTransition("step_run", None, start.state)
+    run_end = boundary.run_end
+    if run_end is not None and (
+        run_end.state not in TERMINAL_RUN_STATES
+        or not is_allowed(RUN_TRANSITIONS, RunState.RUNNING, run_end.state)
+    ):
+        raise InvalidTransition("run", RunState.RUNNING, run_end.state)
+

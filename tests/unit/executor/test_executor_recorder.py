@@ -1,0 +1,93 @@
+"""Group commit of step boundaries, on a real SQLite store."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from cadenza.clock import FakeClock
+from cadenza.domain.errors import StoreError
+from cadenza.domain.states import RunState, StepState
+from cadenza.executor.recorder import DirectRecorder, GroupCommit
+from cadenza.store import Store
+from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    opened = Store.open(f"sqlite:///{(tmp_path / 'c.db').as_posix()}",
+                        clock=FakeClock("2027-01-01T00:00:00+00:00"))
+    yield opened
+    opened.close()
+
+
+def _claimed(store: Store, n: int) -> list[tuple[str, int]]:
+    store.create_runs([NewRun("j", "manual") for _ in range(n)])
+    until = store.clock.now() + timedelta(hours=1)
+    return [(r.id, r.lease_epoch) for r in store.claim_runs("me", until, limit=n)]
+
+
+def test_concurrent_boundaries_share_commits(store: Store) -> None:
+    runs = _claimed(store, 16)
+    recorder = GroupCommit(store)
+    results = {}
+
+    def worker(run_id: str, epoch: int) -> None:
+        results[run_id] = recorder.record(Boundary(run_id, epoch,
+                                                   starts=[StepStart("a", "python")]))
+
+    threads = [threading.Thread(target=worker, args=run) for run in runs]
+    with store.write():  # the first leader waits for this transaction; the others queue up
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while len(recorder._queue) < 15 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for thread in threads:
+        thread.join()
+    assert all(r.applied and len(r.step_run_ids) == 1 for r in results.values())
+    assert recorder.boundaries == 16 and recorder.batches == 2
+    assert all(len(store.list_step_runs(run_id)) == 1 for run_id, _ in runs)
+
+
+def test_a_run_end_waits_for_the_next_write_or_a_flush(store: Store) -> None:
+    (first, e1), (second, e2) = _claimed(store, 2)
+    recorder = GroupCommit(store)
+    assert recorder.finish(Boundary(first, e1, run_end=RunEnd(RunState.SUCCEEDED, 0))) is None
+    assert store.get_run(first).state is RunState.RUNNING  # type: ignore[union-attr]
+    recorder.record(Boundary(second, e2, starts=[StepStart("a", "python")]))
+    assert store.get_run(first).state is RunState.SUCCEEDED  # type: ignore[union-attr]
+    recorder.finish(Boundary(second, e2, run_end=RunEnd(RunState.FAILED, 0, "x")))
+    recorder.flush()
+    assert store.get_run(second).state is RunState.FAILED  # type: ignore[union-attr]
+    recorder.flush()  # nothing queued: nothing written
+    assert recorder.problems == []
+
+
+def test_a_bad_boundary_fails_alone(store: Store) -> None:
+    (good, e1), (bad, e2) = _claimed(store, 2)
+    recorder = GroupCommit(store)
+    # The run end of ``bad`` is deferred; the batch that carries it also carries ``good``.
+    recorder.finish(Boundary(bad, e2, step_end=StepEnd(999_999, "x", "python", 1,
+                                                       StepState.SUCCEEDED)))
+    result = recorder.record(Boundary(good, e1, starts=[StepStart("a", "python")]))
+    assert result.applied
+    assert len(recorder.problems) == 1 and bad in recorder.problems[0]
+    with pytest.raises(StoreError):
+        DirectRecorder(store).record(Boundary(bad, e2, step_end=StepEnd(
+            999_999, "x", "python", 1, StepState.SUCCEEDED)))
+
+
+def test_a_refused_boundary_is_reported_not_raised(store: Store) -> None:
+    ((run_id, epoch),) = _claimed(store, 1)
+    recorder = GroupCommit(store)
+    result = recorder.record(Boundary(run_id, epoch + 1, starts=[StepStart("a", "python")]))
+    assert not result.applied and result.state is RunState.RUNNING
+    recorder.finish(Boundary(run_id, epoch + 1, run_end=RunEnd(RunState.SUCCEEDED)))
+    recorder.flush()
+    assert "refused" in recorder.problems[0]

@@ -44,6 +44,6 @@ def test_serve_answers_health_and_nothing_else_leaks(tmp_path: Path) -> None:
         assert body["status"] == "ok" and body["store"] == "sqlite" and body["store_ok"] is True
     finally:
         proc.terminate()
-        out, err = proc.communicate(timeout=30)
+        out, _err = proc.communicate(timeout=30)
     assert f"http://127.0.0.1:{port}/" in out
     assert "Login: admin" in out

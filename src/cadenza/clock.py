@@ -44,6 +44,43 @@ class SystemClock:
             time.sleep(seconds)
 
 
+class OffsetClock(SystemClock):
+    """The system clock shifted so that it reads ``start`` at creation, then runs in real time.
+
+    For end-to-end tests and demos of schedules (``CADENZA_FAKE_NOW`` for ``cadenza serve``):
+    a real process believes it is 01:55 on a chosen night without touching the OS clock.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise ValueError("OffsetClock needs a timezone-aware start time")
+        self._offset = start.astimezone(UTC) - datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self._offset
+
+
+FAKE_NOW_ENV = "CADENZA_FAKE_NOW"
+
+
+def clock_from_env(environ: dict[str, str] | None = None) -> Clock:
+    """``OffsetClock`` when ``$CADENZA_FAKE_NOW`` holds an ISO time with offset, else the
+    system clock. Raises ValueError naming the variable when its value is not such a time."""
+    import os
+
+    value = (environ if environ is not None else dict(os.environ)).get(FAKE_NOW_ENV, "").strip()
+    if not value:
+        return SystemClock()
+    try:
+        start = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{FAKE_NOW_ENV}={value!r}: expected an ISO time like "
+                         "2027-03-28T01:55:00+01:00") from None
+    if start.tzinfo is None:
+        raise ValueError(f"{FAKE_NOW_ENV}={value!r}: the time needs a UTC offset")
+    return OffsetClock(start)
+
+
 class FakeClock:
     """A clock that only moves when told to.
 

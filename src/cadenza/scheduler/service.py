@@ -174,8 +174,12 @@ class Scheduler:
         clock: Clock | None = None,
         *,
         wait: Callable[[float], object] | None = None,
+        on_tick: Callable[[TickResult], object] | None = None,
     ) -> None:
         """Tick whenever a fire is due, until ``stop_event`` is set.
+
+        ``on_tick`` is called after each successful tick (``cadenza serve`` wakes its
+        dispatcher with it, so that new runs start without waiting for a poll).
 
         Sleeps until the next due fire (at most :data:`MAX_SLEEP` seconds, so a step of the
         wall clock is noticed), a :meth:`reload`/:meth:`wake`, or ``stop_event``; never
@@ -222,6 +226,8 @@ class Scheduler:
                     continue
                 backoff = 1.0
                 log_result(result)
+                if on_tick is not None:
+                    on_tick(result)
                 if stop_event.is_set():
                     break
                 now = clock.now()

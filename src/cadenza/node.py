@@ -1,0 +1,262 @@
+"""One ``cadenza serve`` process: the scheduler, the dispatcher, the workers, reloads.
+
+::
+
+    scheduler thread ──creates runs──▶ store ◀──claims── dispatcher thread ──RunRecord──▶ workers
+         (leader only)                                    (admission: one decision per
+                                                           write transaction)
+
+* The **scheduler** (:class:`~cadenza.scheduler.service.Scheduler`) records every fire as a
+  run or a MISSED row; only the leader ticks (the store's unique fire is the real guard).
+* The **dispatcher** decides, in one write transaction, which QUEUED runs may start
+  (:func:`~cadenza.domain.admission.admit`: caps, budgets, windows, ``not_before``, free
+  workers on this node), claims them (QUEUED → RUNNING, a new lease epoch each) and writes
+  the ``wait_reason`` of the others. It wakes when the scheduler created runs, when a worker
+  finished, when a waiting run's time comes, and at least every ``POLL_SECONDS`` (runs
+  enqueued by other processes: ``cadenza run``, other nodes).
+* **Workers** run claimed runs with the :class:`~cadenza.executor.runner.Executor` of the
+  configuration that was current when the run was claimed.
+* **Reload**: on a change of ``cadenza.toml`` / ``jobs.toml`` (checked every
+  ``WATCH_SECONDS``) or :meth:`Node.request_reload` (SIGHUP). A file with errors is refused:
+  its problems are logged and written as a CONFIG_CHANGED event at ERROR level, and the
+  running configuration stays.
+* **Stop** (:meth:`Node.stop`): no new claims; running runs finish (or, when the process is
+  killed, are left RUNNING with a lease that a later start reclaims).
+
+Windows: threads only; the CLI installs SIGINT/SIGTERM (and SIGHUP where it exists).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from cadenza.clock import Clock
+from cadenza.config.admission_limits import limits_from_loaded
+from cadenza.config.loader import LoadedConfig
+from cadenza.domain.admission import Limits, admit
+from cadenza.domain.errors import ConfigError
+from cadenza.domain.events import EventType, Level
+from cadenza.executor.runner import Executor, default_owner
+from cadenza.home import Home
+from cadenza.scheduler.leader import leadership_for
+from cadenza.scheduler.service import Scheduler
+from cadenza.store import RunRecord, Store
+
+log = logging.getLogger("cadenza.node")
+
+POLL_SECONDS = 1.0
+WATCH_SECONDS = 2.0
+CANDIDATES_PER_DECISION = 200
+
+
+@dataclass
+class _Current:
+    config: LoadedConfig
+    executor: Executor
+    limits: Limits
+    retired: list[Executor] = field(default_factory=list)
+
+
+class Node:
+    """Everything of one server process but the HTTP server (see the module doc)."""
+
+    def __init__(self, home: Home, config: LoadedConfig, store: Store, *, clock: Clock,
+                 workers: int | None = None, scheduler: bool = True,
+                 owner: str | None = None) -> None:
+        self.home = home
+        self.store = store
+        self.clock = clock
+        self.owner = owner or default_owner()
+        self.workers = workers or config.settings.workers.count
+        self.stop_event = threading.Event()
+        self._wake = threading.Event()
+        self._reload = threading.Event()
+        self._lock = threading.Lock()
+        self._idle = self.workers
+        self._queue: queue.Queue[tuple[RunRecord, Executor] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._current = _Current(config, self._executor(config), limits_from_loaded(config))
+        self._mtimes = self._stat()
+        self.scheduler: Scheduler | None = None
+        if scheduler:
+            self.leader = leadership_for(store.engine)
+            self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader)
+
+    @property
+    def config(self) -> LoadedConfig:
+        return self._current.config
+
+    def _executor(self, config: LoadedConfig) -> Executor:
+        return Executor(self.store, config, owner=self.owner)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the threads; returns at once."""
+        def spawn(target: Callable[[], None], name: str) -> None:
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+        if self.scheduler is not None:
+            scheduler = self.scheduler
+            spawn(lambda: scheduler.run_forever(self.stop_event, self.clock,
+                                                on_tick=self._after_tick),
+                  "cadenza-scheduler")
+        spawn(self._dispatch_loop, "cadenza-dispatcher")
+        for k in range(self.workers):
+            spawn(self._work_loop, f"cadenza-worker-{k}")
+        spawn(self._watch_loop, "cadenza-config-watch")
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running runs finish (up to ``timeout``), then close."""
+        self.stop_event.set()
+        self._wake.set()
+        for _ in range(self.workers):
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+        current = self._current
+        for executor in [current.executor, *current.retired]:
+            executor.close()
+        if self.scheduler is not None and hasattr(self.leader, "close"):
+            self.leader.close()
+
+    def request_reload(self) -> None:
+        """Reload both files at the next occasion (SIGHUP)."""
+        self._reload.set()
+        self._wake.set()
+
+    # -- dispatcher -----------------------------------------------------------------------
+
+    def _after_tick(self, result: object) -> None:
+        if getattr(result, "queued", None):
+            self._wake.set()
+
+    def dispatch_once(self, now: datetime) -> datetime | None:
+        """One admission decision: claim what may start, note why the rest waits.
+
+        Returns when a waiting run's time rule clears (None: it depends on runs ending)."""
+        with self._lock:
+            free = self._idle
+        current = self._current
+        with self.store.write() as conn:
+            self.store.lock_admission(conn)
+            candidates = self.store.queued_candidates(now, CANDIDATES_PER_DECISION, conn=conn)
+            if not candidates:
+                return None
+            load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
+                                             conn=conn)
+            decision = admit(candidates, current.limits, load, now, free)
+            claimed: list[RunRecord] = []
+            if decision.admitted:
+                ids = [c.run_id for c in decision.admitted]
+                until = now + max(current.executor.lease_for(c.job_id)
+                                  for c in decision.admitted)
+                claimed = self.store.claim_runs(self.owner, until, limit=len(ids),
+                                                run_ids=ids, conn=conn)
+            self.store.set_wait_reasons(decision.wait_texts(), conn=conn)
+        if claimed:
+            with self._lock:
+                self._idle -= len(claimed)
+            for run in claimed:
+                self._queue.put((run, current.executor))
+        return decision.next_check
+
+    def _dispatch_loop(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            self._wake.clear()
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload()
+            now = self.clock.now()
+            try:
+                next_check = self.dispatch_once(now)
+                backoff = 1.0
+            except Exception:  # the store may be down: log, back off, never die
+                log.exception("dispatch failed (retrying in %.0fs)", backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 60.0)
+                continue
+            timeout = POLL_SECONDS
+            if next_check is not None:
+                timeout = min(timeout, max((next_check - self.clock.now()).total_seconds(), 0))
+            self._wake.wait(timeout)
+
+    def _work_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            run, executor = item
+            try:
+                outcome = executor.run_claimed(run)
+                log.info("run %s of %s ended %s", run.id, run.job_id,
+                         outcome.state.value if outcome.state else "(lost)")
+            except Exception:  # a store failure mid-run: its lease will expire
+                log.exception("run %s of %s failed in the worker", run.id, run.job_id)
+            finally:
+                with self._lock:
+                    self._idle += 1
+                self._wake.set()
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def _stat(self) -> tuple[float, float]:
+        def mtime(path: Path) -> float:
+            try:
+                return path.stat().st_mtime
+            except OSError:
+                return 0.0
+
+        return mtime(self.home.config_file), mtime(self.home.jobs_file)
+
+    def _watch_loop(self) -> None:
+        while not self.stop_event.wait(WATCH_SECONDS):
+            stamp = self._stat()
+            if stamp != self._mtimes:
+                self._mtimes = stamp
+                self.request_reload()
+
+    def reload(self) -> bool:
+        """Load both files again; apply them if valid, else keep the running config.
+
+        Writes CONFIG_CHANGED: the jobs added, removed and changed, or (level ERROR) the
+        problems that made the reload fail. Returns whether the new config was applied."""
+        try:
+            new = self.home.load_config()
+        except ConfigError as exc:
+            problems = [str(p) for p in exc.problems]
+            for line in problems:
+                log.error("config reload refused: %s", line)
+            self.store.append_event(EventType.CONFIG_CHANGED,
+                                    f"reload refused: {len(problems)} problem(s); the running "
+                                    "configuration is kept", level=Level.ERROR,
+                                    payload={"problems": problems}, actor="reload")
+            return False
+        old = self._current
+        old_jobs = {k: v.model_dump(mode="json") for k, v in old.config.jobs.items()}
+        new_jobs = {k: v.model_dump(mode="json") for k, v in new.jobs.items()}
+        diff = {
+            "added": sorted(new_jobs.keys() - old_jobs.keys()),
+            "removed": sorted(old_jobs.keys() - new_jobs.keys()),
+            "changed": sorted(k for k in new_jobs.keys() & old_jobs.keys()
+                              if new_jobs[k] != old_jobs[k]),
+        }
+        self._current = _Current(new, self._executor(new), limits_from_loaded(new),
+                                 [*old.retired, old.executor])
+        if self.scheduler is not None:
+            self.scheduler.reload(new, self.clock.now())
+        self.store.append_event(EventType.CONFIG_CHANGED, "configuration reloaded",
+                                payload=diff, actor="reload")
+        log.info("configuration reloaded: %s", diff)
+        self._wake.set()
+        return True
+

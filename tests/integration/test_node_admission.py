@@ -1,0 +1,106 @@
+"""The serve node's dispatcher applies admission to real runs (issue 4, Must show)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cadenza.cli.main import app
+from cadenza.clock import SystemClock
+from cadenza.domain.states import RunState
+from cadenza.home import Home
+from cadenza.node import Node
+from cadenza.store import Store
+
+PLUGIN = "import time\n\ndef nap(seconds=0.4):\n    time.sleep(seconds)\n    return 1\n"
+
+
+def make_home(tmp_path: Path, job_extra: str, settings_extra: str = "") -> Home:
+    home = tmp_path / "home"
+    assert CliRunner().invoke(app, ["init", str(home)]).exit_code == 0
+    (home / "plugins" / "adm_tasks.py").write_text(PLUGIN)
+    (home / "jobs.toml").write_text(
+        "[jobs.work]\ntags = [\"scraping\"]\ntimezone = \"UTC\"\n" + job_extra +
+        '\n[[jobs.work.steps]]\nname = "nap"\ntype = "python"\n'
+        'callable = "adm_tasks:nap"\nisolation = "thread"\n')
+    if settings_extra:
+        cfg = home / "cadenza.toml"
+        cfg.write_text(cfg.read_text() + settings_extra)
+    return Home(home.resolve())
+
+
+@pytest.fixture
+def node_for() -> Iterator[object]:
+    started: list[tuple[Node, Store]] = []
+
+    def start(home: Home, runs: int, workers: int = 4) -> tuple[Node, Store]:
+        config = home.load_config()
+        store = home.open_store(config)
+        for _ in range(runs):
+            store.create_run("work", "manual:test")
+        node = Node(home, config, store, clock=SystemClock(), workers=workers, scheduler=False)
+        node.start()
+        started.append((node, store))
+        return node, store
+
+    yield start
+    for node, store in started:
+        node.stop(timeout=30)
+        store.close()
+
+
+def wait_for(probe: object, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if probe():  # type: ignore[operator]
+            return
+        time.sleep(0.1)  # real runs of a real node; no schedule is waited for
+    raise AssertionError("timed out")
+
+
+def test_max_concurrency_two_never_overlaps_more_than_two(tmp_path: Path, node_for: object) -> None:
+    home = make_home(tmp_path, "max_concurrency = 2")
+    _, store = node_for(home, 5)  # type: ignore[operator]
+    wait_for(lambda: all(r.state is RunState.SUCCEEDED for r in store.list_runs(job="work")), 60)
+    runs = store.list_runs(job="work")
+    assert len(runs) == 5
+    moments = sorted([(r.started_at, 1) for r in runs] + [(r.finished_at, -1) for r in runs],
+                     key=lambda m: (m[0], m[1]))
+    level = peak = 0
+    for _, delta in moments:
+        level += delta
+        peak = max(peak, level)
+    assert peak == 2
+
+
+def test_tag_budget_starts_three_and_says_why_the_rest_waits(
+    tmp_path: Path, node_for: object
+) -> None:
+    home = make_home(tmp_path, "", "\n[limits.tags.scraping]\nbudget_per_hour = 3\n")
+    _, store = node_for(home, 5)  # type: ignore[operator]
+    wait_for(lambda: len([r for r in store.list_runs(job="work")
+                          if r.state is RunState.SUCCEEDED]) == 3)
+    time.sleep(1.5)  # one more dispatch round must not start a fourth
+    runs = store.list_runs(job="work")
+    assert sorted(r.state for r in runs).count(RunState.SUCCEEDED) == 3
+    waiting = [r for r in runs if r.state is RunState.QUEUED]
+    assert len(waiting) == 2
+    for run in waiting:
+        assert run.wait_reason and "budget 3/h for tag scraping" in run.wait_reason
+        assert "next slot" in run.wait_reason
+
+
+def test_run_outside_its_window_waits_for_it(tmp_path: Path, node_for: object) -> None:
+    hour = datetime.now(UTC).hour
+    closed = f"{(hour + 2) % 24:02d}:00-{(hour + 3) % 24:02d}:00"
+    home = make_home(tmp_path, f'windows = ["{closed}"]')
+    _, store = node_for(home, 1)  # type: ignore[operator]
+    wait_for(lambda: store.list_runs(job="work")[0].wait_reason)
+    run = store.list_runs(job="work")[0]
+    assert run.state is RunState.QUEUED
+    assert "window" in run.wait_reason and closed.split("-")[0] in run.wait_reason

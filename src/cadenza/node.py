@@ -39,7 +39,7 @@ from pathlib import Path
 from cadenza.clock import Clock
 from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
-from cadenza.domain.admission import Limits, admit
+from cadenza.domain.admission import Limits, WaitRule, admit
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
 from cadenza.executor.runner import Executor, default_owner
@@ -53,6 +53,7 @@ log = logging.getLogger("cadenza.node")
 POLL_SECONDS = 1.0
 WATCH_SECONDS = 2.0
 CANDIDATES_PER_DECISION = 200
+PREFETCH = 1
 
 
 @dataclass
@@ -78,7 +79,9 @@ class Node:
         self._wake = threading.Event()
         self._reload = threading.Event()
         self._lock = threading.Lock()
-        self._idle = self.workers
+        # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
+        # between two decisions; they hold their lease while they wait in the local queue.
+        self._idle = self.workers * (1 + PREFETCH)
         self._queue: queue.Queue[tuple[RunRecord, Executor] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._current = _Current(config, self._executor(config), limits_from_loaded(config))
@@ -161,7 +164,13 @@ class Node:
                                   for c in decision.admitted)
                 claimed = self.store.claim_runs(self.owner, until, limit=len(ids),
                                                 run_ids=ids, conn=conn)
-            self.store.set_wait_reasons(decision.wait_texts(), conn=conn)
+            # "No free worker on this node" is this node's business of the moment, not the
+            # run's: writing it for every queued run at every decision would cost a write
+            # per run per decision. Such runs show no wait_reason.
+            self.store.set_wait_reasons(
+                {run_id: why.text for run_id, why in decision.waiting.items()
+                 if why.rule is not WaitRule.NODE_WORKERS},
+                conn=conn)
         if claimed:
             with self._lock:
                 self._idle -= len(claimed)

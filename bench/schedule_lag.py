@@ -1,0 +1,170 @@
+"""Schedule lag and idle CPU of `cadenza serve` (issue 4's figures). A benchmark, not a test.
+
+lag: N jobs, all `* * * * *` in UTC, each one python no-op step (thread isolation); a real
+node (scheduler + dispatcher + workers) on a SQLite or PostgreSQL store fires them at the next
+minute boundary. Lag = the step run's recorded start − the run's scheduled time. Also counts
+missed and doubled fires (runs per (job, scheduled_for)).
+
+idle: a real `cadenza serve --no-web` process with N jobs scheduled far away (`0 3 1 1 *`);
+its CPU time over a quiet interval, as a share of one core.
+
+    .venv/bin/python bench/schedule_lag.py lag --jobs 1000 --workers 4 [--store postgresql]
+    .venv/bin/python bench/schedule_lag.py idle --jobs 1000 --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+import sqlalchemy as sa
+
+from cadenza.clock import SystemClock
+from cadenza.domain.states import RunState
+from cadenza.home import Home, create_home
+from cadenza.node import Node
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+
+
+def write_home(root: Path, jobs: int, schedule: str, store_url: str | None) -> Home:
+    home = create_home(root / "home", example=False)
+    (home.path / "plugins" / "bench_tasks.py").write_text("def noop():\n    return None\n")
+    lines = []
+    for k in range(jobs):
+        lines.append(f'[jobs.j{k:05d}]\nschedule = "{schedule}"\ntimezone = "UTC"\n'
+                     f'[[jobs.j{k:05d}.steps]]\nname = "noop"\ntype = "python"\n'
+                     'callable = "bench_tasks:noop"\nisolation = "thread"\n')
+    home.jobs_file.write_text("\n".join(lines))
+    if store_url:
+        text = home.config_file.read_text().replace('url = "sqlite:///data/cadenza.db"',
+                                                   f'url = "{store_url}"')
+        home.config_file.write_text(text)
+    return home
+
+
+def pg_database() -> tuple[str, sa.Engine]:
+    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    name = f"cadenza_bench_{uuid.uuid4().hex[:8]}"
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    return admin.url.set(database=name).render_as_string(hide_password=False), admin
+
+
+def lag(args: argparse.Namespace) -> dict[str, object]:
+    admin = None
+    url = None
+    if args.store == "postgresql":
+        url, admin = pg_database()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = write_home(Path(tmp), args.jobs, "* * * * *", url)
+        config = home.load_config()
+        store = home.open_store(config)
+        node = Node(home, config, store, clock=SystemClock(), workers=args.workers)
+        node.start()
+        now = datetime.now(UTC)
+        boundary = now.replace(second=0, microsecond=0).timestamp() + 60
+        if boundary - now.timestamp() < 5:
+            boundary += 60
+        fire = datetime.fromtimestamp(boundary, UTC)
+        deadline = boundary + args.timeout
+        while time.time() < deadline:
+            with store.read() as c:
+                done = c.execute(sa.text(
+                    "SELECT count(*) FROM runs WHERE state = 'SUCCEEDED'")).scalar()
+            if done and done >= args.jobs:
+                break
+            time.sleep(0.5)
+        node.stop(timeout=60)
+        with store.read() as c:
+            rows = c.execute(sa.text(
+                "SELECT r.job_id, r.scheduled_for, r.state, s.started_at, r.created_at FROM runs r "
+                "LEFT JOIN step_runs s ON s.run_id = r.id")).all()
+        store.close()
+    if admin is not None and url is not None:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE "{sa.make_url(url).database}" WITH (FORCE)'))
+        admin.dispose()
+
+    def aware(value: object) -> datetime:
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        assert isinstance(value, datetime)
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+    at_fire = [r for r in rows if aware(r.scheduled_for) == fire]
+    per_job: dict[str, int] = {}
+    for r in at_fire:
+        per_job[r.job_id] = per_job.get(r.job_id, 0) + 1
+    lags = sorted((aware(r.started_at) - fire).total_seconds() * 1000
+                  for r in at_fire if r.started_at is not None)
+
+    created = sorted((aware(r.created_at) - fire).total_seconds() * 1000 for r in at_fire)
+
+    def pct(p: float, values: list[float] | None = None) -> float:
+        v = lags if values is None else values
+        return round(v[min(len(v) - 1, int(p * len(v)))], 1) if v else float("nan")
+
+    return {
+        "bench": "schedule_lag", "store": args.store, "jobs": args.jobs,
+        "workers": args.workers, "fire": fire.isoformat(),
+        "executed": len(lags),
+        "missed": args.jobs - len(per_job),
+        "doubled": sum(1 for n in per_job.values() if n > 1),
+        "states": {s.value: sum(1 for r in at_fire if r.state == s.value) for s in RunState},
+        "created_ms": {"p0": pct(0, created), "p50": pct(0.5, created),
+                       "max": pct(1, created)},
+        "lag_ms": {"p0": pct(0), "p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99),
+                   "max": round(lags[-1], 1) if lags else None},
+    }
+
+
+def idle(args: argparse.Namespace) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = write_home(Path(tmp), args.jobs, "0 3 1 1 *", None)
+        proc = subprocess.Popen([sys.executable, "-m", "cadenza", "--home", str(home.path),
+                                 "serve", "--no-web"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(args.settle)
+            ps = psutil.Process(proc.pid)
+            before = ps.cpu_times()
+            time.sleep(args.seconds)
+            after = ps.cpu_times()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    used = (after.user - before.user) + (after.system - before.system)
+    return {"bench": "idle_cpu", "jobs": args.jobs, "seconds": args.seconds,
+            "cpu_seconds": round(used, 3),
+            "cpu_percent_of_one_core": round(100 * used / args.seconds, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p_lag = sub.add_parser("lag")
+    p_lag.add_argument("--jobs", type=int, default=1000)
+    p_lag.add_argument("--workers", type=int, default=4)
+    p_lag.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
+    p_lag.add_argument("--timeout", type=float, default=120)
+    p_idle = sub.add_parser("idle")
+    p_idle.add_argument("--jobs", type=int, default=1000)
+    p_idle.add_argument("--seconds", type=float, default=30)
+    p_idle.add_argument("--settle", type=float, default=10)
+    args = parser.parse_args()
+    result = lag(args) if args.what == "lag" else idle(args)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

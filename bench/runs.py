@@ -5,11 +5,12 @@ Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
 
 1. **enqueue**: creates N QUEUED runs with ``Store.create_runs`` in batches of ``--create-batch``
    (each batch one transaction: the runs and their RUN_CREATED events);
-2. **drain**: a :class:`~cadenza.executor.worker.WorkerPool` of ``-w`` threads claims them in
-   batches of ``--claim-batch`` and executes each: claim (QUEUED -> RUNNING, one event),
-   resolved params + step start (one step run row, STEP_STARTED, two INFO log lines), the step
-   in a thread, step end + run end (STEP_SUCCEEDED, RUN_STATE_CHANGED, RUN_FINISHED, two log
-   lines). Boundaries of concurrent runs share commits (group commit).
+2. **drain**: a :class:`~cadenza.executor.worker.WorkerPool` of ``-w`` threads; free workers
+   claim runs (as many as are free, at most ``--claim-batch``) and execute each: claim and
+   first step start (QUEUED -> RUNNING, one step run row, RUN_STATE_CHANGED, STEP_STARTED,
+   two INFO log lines), the step in a thread, step end and run end (STEP_SUCCEEDED,
+   RUN_STATE_CHANGED, RUN_FINISHED, two log lines). The writes of concurrent workers share
+   commits (group commit; on PostgreSQL claims are transactions of their own).
 
 It checks that every run ended SUCCEEDED with one SUCCEEDED step run, counts commits with an
 engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end runs/s
@@ -179,8 +180,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sync", choices=["NORMAL", "FULL"], default="NORMAL")
     parser.add_argument("-n", type=int, default=10_000, help="timed runs per repetition")
     parser.add_argument("-w", "--workers", type=int, default=4)
-    parser.add_argument("--claim-batch", type=int, default=8)
     parser.add_argument("--create-batch", type=int, default=500)
+    parser.add_argument("--claim-batch", type=int, default=16,
+                        help="most runs one claim takes (for that many free workers)")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))

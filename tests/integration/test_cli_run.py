@@ -99,7 +99,7 @@ def test_json_output_is_the_runs_show_document(home: Path) -> None:
     (["run", "three", "--preset", "south"], "job 'three' has no preset 'south'"),
     (["run", "three", "--disable", "fourth"], "--disable: job 'three' has no step 'fourth'"),
     (["run", "three", "--log-level", "LOUD"], "unknown log level 'LOUD'"),
-    (["run", "three", "--no-wait"], "--no-wait needs the server's run queue"),
+    (["run", "three", "--no-wait", "--local"], "choose one"),
     (["runs", "list", "--state", "DONE"], "unknown state DONE"),
 ])
 def test_usage_errors_exit_2_and_run_nothing(home: Path, args: list[str], message: str) -> None:
@@ -143,3 +143,16 @@ def test_runs_show_for_people(home: Path) -> None:
     assert f"run {run_id}" in out and "FAILED" in out
     assert "error: step 'second' failed: ValueError: no luck" in out
     assert "earlier step failed" in out
+
+
+def test_no_wait_queues_the_run_for_the_server(home: Path) -> None:
+    code, out, err = cli(home, "run", "three", "--no-wait", "-p", "region=east")
+    assert code == 0, err
+    run_id = out.strip()
+    assert "is queued" in err
+    code, shown, _ = cli(home, "runs", "show", run_id, "--json")
+    document = json.loads(shown)
+    assert document["state"] == "QUEUED" and document["steps"] == []
+    assert document["params"] == {"region": "east"}
+    code, out, _ = cli(home, "run", "three", "--no-wait", "--json")
+    assert code == 0 and json.loads(out)["state"] == "QUEUED"

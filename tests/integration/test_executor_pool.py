@@ -43,7 +43,7 @@ def test_the_pool_drains_the_queue_with_few_commits(tmp_path: Path, store_url: s
         ids = bench.store.create_runs([NewRun("noop", "manual:t") for _ in range(120)])
         bad = bench.executor.enqueue("broken", RunRequest(), trigger="manual:t")
         commits = bench.count_commits()
-        pool = WorkerPool(bench.store, bench.config, workers=workers, batch=8)
+        pool = WorkerPool(bench.store, bench.config, workers=workers)
         stats = pool.drain()
         pool.close()
         assert stats.errors == []
@@ -58,6 +58,6 @@ def test_the_pool_drains_the_queue_with_few_commits(tmp_path: Path, store_url: s
             assert [(s.step, s.state) for s in steps] == [("one", StepState.SUCCEEDED)]
             assert [e.event_type for e in bench.store.list_events(run_id=run_id)][-2:] == [
                 "RUN_STATE_CHANGED", "RUN_FINISHED"]
-        # A one-step run: one claim per 8 runs, and its two boundaries share commits with
-        # other runs' (the end of one run goes with the start of the next).
-        assert commits[0] / 121 <= 1.4, commits[0]
+        # A one-step run: its claim and start are one commit, and its end goes with the
+        # next write of any worker (on SQLite, several workers' writes share commits).
+        assert commits[0] / 121 <= 1.1, commits[0]

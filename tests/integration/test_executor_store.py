@@ -81,6 +81,7 @@ def test_concurrent_claimers_never_take_the_same_run(store: Store, clock: FakeCl
             got = store.claim_runs(threading.current_thread().name, clock.now(), limit=3)
             if not got:
                 return
+            assert len(got) <= 3  # never more than asked for, even with SKIP LOCKED
             with lock:
                 taken.extend(r.id for r in got)
 
@@ -90,6 +91,9 @@ def test_concurrent_claimers_never_take_the_same_run(store: Store, clock: FakeCl
     for thread in threads:
         thread.join()
     assert len(taken) == 60 and len(set(taken)) == 60
+    store.create_runs([NewRun("j", "manual")] * 3)
+    sizes = [len(store.claim_runs("x", clock.now(), limit=2)) for _ in range(3)]
+    assert sizes == [2, 1, 0]
 
 
 def _claimed(store: Store, clock: FakeClock) -> tuple[str, int]:
@@ -168,3 +172,37 @@ def test_forbidden_targets_raise_before_writing(store: Store, clock: FakeClock) 
                                           starts=[StepStart("a", "p", state=StepState.FAILED)])])
     run = store.get_run(run_id)
     assert run is not None and run.state is RunState.RUNNING
+
+
+def test_many_boundaries_in_one_batch(store: Store, clock: FakeClock) -> None:
+    claimed = [_claimed(store, clock) for _ in range(5)]
+    starts = store.record_boundaries([
+        Boundary(run_id, epoch, starts=[StepStart("a", "python"), StepStart("b", "python")],
+                 params={"n": k}) for k, (run_id, epoch) in enumerate(claimed)])
+    assert all(r.applied and len(r.step_run_ids) == 2 for r in starts)
+    ends = store.record_boundaries([
+        Boundary(run_id, epoch, step_end=StepEnd(result.step_run_ids[0], "a", "python", 1,
+                                                 StepState.SUCCEEDED, k, {"k": k}),
+                 run_end=RunEnd(RunState.SUCCEEDED if k % 2 else RunState.FAILED, k, "e"))
+        for k, ((run_id, epoch), result) in enumerate(zip(claimed, starts, strict=True))])
+    assert all(r.applied for r in ends)
+    for k, (run_id, _) in enumerate(claimed):
+        run = store.get_run(run_id)
+        assert run is not None and run.rows == k and run.params == {"n": k}
+        assert run.state is (RunState.SUCCEEDED if k % 2 else RunState.FAILED)
+        a = store.list_step_runs(run_id)[0]
+        assert (a.state, a.rows, a.output) == (StepState.SUCCEEDED, k, {"k": k})
+
+
+def test_a_batch_whose_guard_fails_changes_nothing(store: Store, clock: FakeClock) -> None:
+    (one, e1), (two, e2) = _claimed(store, clock), _claimed(store, clock)
+    from cadenza.domain.errors import StoreError
+
+    with pytest.raises(StoreError, match="refused after its run passed the fence"):
+        store.record_boundaries([
+            Boundary(one, e1, run_end=RunEnd(RunState.SUCCEEDED, 0),
+                     step_end=StepEnd(123_456, "a", "python", 1, StepState.SUCCEEDED)),
+            Boundary(two, e2, run_end=RunEnd(RunState.SUCCEEDED, 0),
+                     step_end=StepEnd(123_457, "a", "python", 1, StepState.SUCCEEDED)),
+        ])
+    assert {store.get_run(r).state for r in (one, two)} == {RunState.RUNNING}  # type: ignore[union-attr]

@@ -107,7 +107,10 @@ def test_overwrite_swaps_atomically(ctx: SqlTestContext, db: Db, files: Path) ->
     seen: list[int] = []
     ctx.cancel = lambda: bool(seen.append(scalar(db.url, f"SELECT count(*) FROM {t}")))
     assert load(ctx, "big.csv", t, mode="overwrite").rows == 60_000
-    assert set(seen) == {1} and len(seen) >= 2  # readers saw the old rows all along
+    # Readers saw the old table or the whole new one, never an empty or half-loaded one
+    # (sampled each time the load checks for a cancel: often on SQLite, every 0.2 s on the
+    # servers; a sample may fall after the swap, MariaDB's RENAME TABLE commits by itself).
+    assert seen and seen[0] == 1 and set(seen) <= {1, 60_000}
     assert scalar(db.url, f"SELECT count(*) FROM {t} WHERE w = 'keep'") == 60_000
     assert not {f"{t}__new", f"{t}__old"} & table_names(db.url)
     with pytest.raises(sa.exc.IntegrityError):  # the primary key came with the table's shape

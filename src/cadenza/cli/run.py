@@ -1,10 +1,11 @@
 """``cadenza run JOB``: run a job now, in this process, with live per-step progress.
 
-Today every run started from the CLI executes here, against the home's store (``--local``
-is what happens anyway); ``--no-wait``, which needs the server's queue, is refused until the
-server runs queued work. Exit codes: 0 SUCCEEDED, 1 FAILED, 2 usage error (unknown job,
-preset, step or parameter, a malformed ``k=v``, an unknown log level), 3 any other end
-(CANCELED after Ctrl-C, or a run whose lease was lost).
+By default (and with ``--local``) the run executes here, against the home's store, and the
+command waits for its end. ``--no-wait`` only records the run QUEUED and prints its id: a
+running ``cadenza serve`` on the same store picks it up (its admission rules apply).
+Exit codes: 0 SUCCEEDED (or queued, with ``--no-wait``), 1 FAILED, 2 usage error (unknown
+job, preset, step or parameter, a malformed ``k=v``, an unknown log level, ``--no-wait``
+with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease was lost).
 """
 
 from __future__ import annotations
@@ -65,10 +66,11 @@ def run(
         "--log-level", metavar="LEVEL", help="WARNING, INFO or DEBUG (DEBUG adds the SQL).",
     )] = None,
     local: Annotated[bool, typer.Option(
-        "--local", help="Execute in this process (the only mode until the server queue exists).",
+        "--local", help="Execute in this process and wait (what happens without --no-wait).",
     )] = False,
     wait: Annotated[bool, typer.Option(
-        "--wait/--no-wait", help="Wait for the end (--no-wait needs the server queue).",
+        "--wait/--no-wait",
+        help="Wait for the end (default), or only queue the run for `cadenza serve`.",
     )] = True,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print the finished run as `runs show --json` does.",
@@ -78,10 +80,9 @@ def run(
     from cadenza.executor.request import RequestError, check_request, request_from_cli
     from cadenza.executor.runner import Executor
 
-    if not wait:
-        fail("--no-wait needs the server's run queue, which this version does not have yet: "
-             "runs execute in this process (--local) and the command waits for the end",
-             EXIT_USAGE)
+    if not wait and local:
+        fail("--local runs the job in this process and waits for its end; --no-wait leaves "
+             "it queued for `cadenza serve`: choose one", EXIT_USAGE)
     st = state(ctx)
     config = st.config()
     job = config.jobs.get(job_id)
@@ -99,10 +100,17 @@ def run(
         executor = Executor(store, config)
         try:
             run_id = executor.enqueue(job_id, request, trigger=f"manual:{user}", actor=user)
+            if not wait:
+                _queued(run_id, as_json)
+                return
             progress = Progress(console)
             try:
                 outcome = progress.watch(lambda: executor.execute(run_id, progress))
             except KeyboardInterrupt:
+                # Interrupted before the run started: it must not wait in the queue for a
+                # server that would run it later.
+                store.transition_run(run_id, RunState.CANCELED, actor=user,
+                                     reason="interrupted (Ctrl-C) before it started")
                 fail(f"interrupted before run {run_id} started", EXIT_OTHER)
         finally:
             executor.close()
@@ -111,6 +119,15 @@ def run(
     if document is not None:
         print_json(document)
     raise typer.Exit(exit_code(outcome))
+
+
+def _queued(run_id: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"id": run_id, "state": RunState.QUEUED.value})
+        return
+    out.print(run_id, markup=False)
+    err.print(f"run {run_id} is queued; a running `cadenza serve` on this store starts it "
+              f"(follow it with `cadenza runs logs {run_id} --follow`)", markup=False)
 
 
 def exit_code(outcome: RunOutcome) -> int:

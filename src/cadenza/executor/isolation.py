@@ -85,22 +85,33 @@ def run_in_thread(
 
     deadline = time.monotonic() + timeout
     STEP_THREADS.submit(body)
-    while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
-        if time.monotonic() < deadline:
-            on_tick()
-            continue
+    def abandon() -> bool:
         with lock:
-            if state[0] == "running":
-                state[0] = "abandoned"
-                ctx.cancel()
-                log.close_step(ctx.step.name)
+            if state[0] != "running":
+                return False
+            state[0] = "abandoned"
+        ctx.cancel()
+        log.close_step(ctx.step.name)
+        return True
+
+    try:
+        while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
+            if time.monotonic() < deadline:
+                on_tick()
+                continue
+            if abandon():
                 raise StepTimeout(
-                    f"step {ctx.step.name!r} timed out after {_seconds(timeout)}; it runs in a "
-                    "thread (isolation = \"thread\"), which cannot be stopped: it was "
+                    f"step {ctx.step.name!r} timed out after {_seconds(timeout)}; it runs in "
+                    "a thread (isolation = \"thread\"), which cannot be stopped: it was "
                     "abandoned and its ctx.connection work is rolled back"
                 )
-        done.wait()  # it was committing when the deadline came: let it finish
-        break
+            done.wait()  # it was committing when the deadline came: let it finish
+            break
+    except BaseException:
+        # Ctrl-C, or the run's lease was lost while waiting: whatever the thread still does
+        # is not committed.
+        abandon()
+        raise
     result, error = outcome
     if isinstance(error, Exception):
         raise error

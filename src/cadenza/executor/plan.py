@@ -120,19 +120,34 @@ class StepPlan:
 
 
 class ConfigCache:
-    """Each step config dumped once (to a JSON-mode dict), not once per run."""
+    """Each step config dumped once (to a JSON-mode dict), not once per run, with whether
+    any of its rendered fields holds a ``${...}`` token at all."""
 
     def __init__(self) -> None:
-        self._dumped: dict[int, tuple[StepConfig, dict[str, Any]]] = {}
+        self._dumped: dict[int, tuple[StepConfig, dict[str, Any], bool]] = {}
 
-    def dump(self, config: StepConfig) -> dict[str, Any]:
-        """``config`` as the fields that were set, by alias, in JSON mode."""
+    def dump(self, config: StepConfig, raw_fields: frozenset[str] = frozenset()
+             ) -> tuple[dict[str, Any], bool]:
+        """``config`` as the fields that were set, by alias, in JSON mode; and whether a
+        field other than ``raw_fields`` holds a token."""
         hit = self._dumped.get(id(config))
         if hit is not None and hit[0] is config:
-            return hit[1]
+            return hit[1], hit[2]
         data = config.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        self._dumped[id(config)] = (config, data)
-        return data
+        tokens = any(_has_token(v) for k, v in data.items()
+                     if k not in raw_fields and k not in ("name", "type"))
+        self._dumped[id(config)] = (config, data, tokens)
+        return data, tokens
+
+
+def _has_token(value: Any) -> bool:
+    if isinstance(value, str):
+        return "${" in value
+    if isinstance(value, dict):
+        return any(_has_token(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_token(v) for v in value)
+    return False
 
 
 def plan_step(
@@ -154,7 +169,9 @@ def plan_step(
         raise PlanError(f"step {step.name!r}: op_kwargs: {exc}") from None
     params = merge(plan.params, args)
     scope = plan.scope(params=params, steps=outputs)
-    data = cache.dump(step)
+    data, tokens = cache.dump(step, step_type.raw_fields)
+    if not tokens and args == step.op_kwargs:
+        return StepPlan(params=params, args=args, config=step, scope=scope)  # as validated
     rendered: dict[str, Any] = {}
     for key, value in data.items():
         if key in _FIXED or key in step_type.raw_fields:

@@ -4,27 +4,32 @@ A worker thread hands each :class:`~cadenza.store.boundary.Boundary` to a :class
 and waits until it is durable: the next step must not start before its start is recorded,
 and a refused boundary (the run's lease epoch moved on) must stop the run. A run's *last*
 boundary (its end) starts nothing, so a recorder may write it later (:meth:`Recorder.finish`):
-:class:`GroupCommit` queues it and writes it with the next boundary of any run, typically the
-start of the worker's next run, so that a one-step run costs one commit, not two.
+:class:`GroupCommit` queues it and writes it with the next write of any run, typically the
+claim or the start of the worker's next run, so that a one-step run costs one commit, not two.
 
 :class:`GroupCommit` is the recorder of a worker pool. It needs no thread of its own: the
-first waiting worker becomes the *leader*, takes every boundary queued so far (up to
-``max_batch``), writes them in one transaction with
-:meth:`~cadenza.store.execution.ExecutionRepository.record_boundaries` and wakes their
-workers; boundaries submitted meanwhile wait for the next leader. With one worker it is a
-plain write per boundary; with W busy workers, about W boundaries share a commit. If a batch
-fails as a whole, its boundaries are written again one by one, so that one bad boundary
-fails only its own run.
+first waiting worker becomes the *leader*, takes everything queued so far (up to
+``max_batch``), writes it in one transaction with
+:meth:`~cadenza.store.recording.RecordingRepository.record_boundaries` and wakes the other
+workers; what is submitted meanwhile waits for the next leader. Besides boundaries it takes
+*jobs* (:meth:`GroupCommit.call`): a function run in the same transaction, such as a claim of
+the next runs. With one worker this is a plain write per call; with W busy workers, about W
+boundaries share a commit. If a batch fails as a whole, its items are written again one by
+one, so that one bad boundary fails only its own run.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import sqlalchemy as sa
 
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, BoundaryResult
+
+T = TypeVar("T")
 
 
 class Recorder(Protocol):
@@ -60,24 +65,31 @@ class DirectRecorder:
 
 
 class _Pending:
-    __slots__ = ("boundary", "deferred", "done", "error", "result")
+    __slots__ = ("boundary", "deferred", "done", "error", "job", "result", "wake")
 
-    def __init__(self, boundary: Boundary, deferred: bool = False) -> None:
+    def __init__(self, boundary: Boundary | None = None, *, deferred: bool = False,
+                 job: Callable[[sa.Connection], Any] | None = None) -> None:
         self.boundary = boundary
+        self.job = job
         self.deferred = deferred
         self.done = False
-        self.result: BoundaryResult | None = None
+        self.result: Any = None
         self.error: BaseException | None = None
+        # Set when the item is done, or when its thread is to lead the next batch: each
+        # waiting thread is woken once, not at every batch (16 workers on one condition
+        # would all wake for every commit).
+        self.wake = threading.Event()
 
 
 class GroupCommit:
-    """Leader/follower group commit of boundaries (see the module docstring)."""
+    """Leader/follower group commit of boundaries and jobs (see the module docstring)."""
 
     def __init__(self, store: Store, *, max_batch: int = 64) -> None:
         self.store = store
         self.max_batch = max_batch
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[_Pending] = []
+        self._conn: sa.Connection | None = None  # used by the leader only
         self._leading = False
         self.batches = 0
         self.boundaries = 0
@@ -86,75 +98,120 @@ class GroupCommit:
 
     def finish(self, boundary: Boundary) -> None:
         """Queue a run's last boundary; the next write (or :meth:`flush`) takes it along."""
-        with self._cond:
+        with self._lock:
             self._queue.append(_Pending(boundary, deferred=True))
 
     def flush(self) -> None:
         """Write whatever is queued (a worker about to go idle calls this)."""
-        with self._cond:
+        with self._lock:
             if not self._queue:
                 return
-        self.record(Boundary("", 0))
+        self._submit(_Pending(Boundary("", 0)))
 
     def record(self, boundary: Boundary) -> BoundaryResult:
-        item = _Pending(boundary)
-        with self._cond:
+        result: BoundaryResult = self._submit(_Pending(boundary))
+        return result
+
+    def call(self, job: Callable[[sa.Connection], T]) -> T:
+        """Run ``job(conn)`` in the next group transaction (with the queued boundaries) and
+        return its result; its exceptions are raised here."""
+        result: T = self._submit(_Pending(job=job))
+        return result
+
+    def _submit(self, item: _Pending) -> Any:
+        with self._lock:
             self._queue.append(item)
-        while True:
-            with self._cond:
-                while not item.done and self._leading:
-                    self._cond.wait()
-                if item.done:
-                    break
-                self._leading = True
-                batch = self._queue[: self.max_batch]
-                del self._queue[: self.max_batch]
-            try:
-                self._write(batch)
+            follow, self._leading = self._leading, True
+        if follow:
+            item.wake.wait()  # done by a leader, or handed the lead
+        if not item.done:
+            try:  # this thread leads until its own item is written
+                while not item.done:
+                    with self._lock:
+                        batch = self._queue[: self.max_batch]
+                        del self._queue[: self.max_batch]
+                    self._write(batch)
             finally:
-                with self._cond:
-                    self._leading = False
-                    self._cond.notify_all()
+                with self._lock:
+                    waiting = next((p for p in self._queue if not p.deferred), None)
+                    if waiting is not None:
+                        waiting.wake.set()  # hand the lead to one waiting thread
+                    else:
+                        self._leading = False  # deferred ends wait for the next write
         if item.error is not None:
             raise item.error
-        assert item.result is not None
         return item.result
 
     def _write(self, batch: Sequence[_Pending]) -> None:
         for pending in batch:
-            if pending.boundary.is_empty():  # flush()'s marker, or a step with nothing to say
+            if pending.boundary is not None and pending.boundary.is_empty():
                 self._settle(pending, BoundaryResult(True, (), None), None)
         batch = [p for p in batch if not p.done]
         if not batch:
             return
         self.batches += 1
-        self.boundaries += len(batch)
+        self.boundaries += sum(1 for p in batch if p.boundary is not None)
         try:
             try:
-                results = self.store.record_boundaries([p.boundary for p in batch])
-            except Exception as exc:
-                if len(batch) == 1:
-                    self._settle(batch[0], None, exc)
-                    return
-                for pending in batch:  # write them one by one: only the one at fault fails
-                    try:
-                        result = self.store.record_boundaries([pending.boundary])[0]
-                    except Exception as one:
-                        self._settle(pending, None, one)
-                    else:
-                        self._settle(pending, result, None)
-                return
-            for pending, result in zip(batch, results, strict=True):
-                self._settle(pending, result, None)
+                self._together(batch)
+            except Exception:
+                for pending in batch:  # one by one: only the one at fault fails
+                    if not pending.done:
+                        self._alone(pending)
         except BaseException as exc:  # e.g. KeyboardInterrupt: no follower may wait forever
             for pending in batch:
                 if not pending.done:
                     self._settle(pending, None, exc)
             raise
 
-    def _settle(self, item: _Pending, result: BoundaryResult | None,
-                error: BaseException | None) -> None:
+    def _together(self, batch: Sequence[_Pending]) -> None:
+        marks = [p for p in batch if p.boundary is not None]
+        jobs = [p for p in batch if p.job is not None]
+        with self.store.write(self._connection()) as conn:
+            results = self.store.record_boundaries(
+                [p.boundary for p in marks if p.boundary is not None], conn=conn)
+            answers = [p.job(conn) for p in jobs if p.job is not None]
+        for pending, result in zip(marks, results, strict=True):
+            self._settle(pending, result, None)
+        for pending, answer in zip(jobs, answers, strict=True):
+            self._settle(pending, answer, None)
+
+    def _connection(self) -> sa.Connection | None:
+        """The leader's own connection (one leader at a time), opened on first use; None on
+        SQLite, whose store already writes through one connection."""
+        if self.store.dialect == "sqlite":
+            return None
+        if self._conn is not None and (self._conn.closed or self._conn.invalidated):
+            self._conn.close()
+            self._conn = None
+        if self._conn is None:
+            self._conn = self.store.engine.connect()
+        return self._conn
+
+    def close(self) -> None:
+        """Close the leader's connection (call when no thread writes any more)."""
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _alone(self, pending: _Pending) -> None:
+        try:
+            if pending.boundary is not None:
+                result: Any = self.store.record_boundaries([pending.boundary])[0]
+            else:
+                assert pending.job is not None
+                with self.store.write() as conn:
+                    result = pending.job(conn)
+        except Exception as exc:
+            self._settle(pending, None, exc)
+        else:
+            self._settle(pending, result, None)
+
+    def _settle(self, item: _Pending, result: Any, error: BaseException | None) -> None:
         if item.deferred and (error is not None or (result is not None and not result.applied)):
             why = f"error: {error}" if error is not None else "refused (lease lost)"
-            self.problems.append(f"the end of run {item.boundary.run_id} was not recorded: {why}")
+            run_id = item.boundary.run_id if item.boundary is not None else "?"
+            self.problems.append(f"the end of run {run_id} was not recorded: {why}")
         item.result, item.error, item.done = result, error, True
+        item.wake.set()

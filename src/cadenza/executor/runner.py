@@ -27,9 +27,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.errors import StoreError
@@ -42,9 +45,26 @@ from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
 from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store
+from cadenza.store.boundary import BoundaryResult
 
 LEASE_GRACE = timedelta(minutes=5)
 """The lease outlives the job's timeout by this much (renewals come with recovery)."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """A run claimed and started by :meth:`Executor.claim_and_start`, to be run on."""
+
+    tracker: RunTracker
+    first: BoundaryResult
+
+    @property
+    def run_id(self) -> str:
+        return self.tracker.run.id
+
+    def go(self) -> RunOutcome:
+        """Run the steps to the end (in this thread)."""
+        return self.tracker.go(self.first)
 
 
 def default_owner() -> str:
@@ -116,6 +136,28 @@ class Executor:
         tracker = self._tracker(run, observer)
         tracker.claimed(run)
         return tracker.go(self.recorder.record(tracker.first_boundary()))
+
+    def claim_and_start(
+        self,
+        conn: sa.Connection,
+        *,
+        limit: int,
+        lease_until: datetime,
+        job_ids: Sequence[str] | None = None,
+        observer: Observer | None = None,
+    ) -> list[Started]:
+        """In the caller's transaction ``conn``: claim up to ``limit`` QUEUED runs and record
+        each one's first boundary (resolved parameters, first step's start). Hand each
+        :class:`Started` to a worker, which calls :meth:`Started.go`."""
+        runs = self.store.claim_runs(self.owner, lease_until, limit=limit, job_ids=job_ids,
+                                     conn=conn)
+        trackers = []
+        for run in runs:
+            tracker = self._tracker(run, observer)
+            tracker.claimed(run)
+            trackers.append(tracker)
+        firsts = self.store.record_boundaries([t.first_boundary() for t in trackers], conn=conn)
+        return [Started(t, first) for t, first in zip(trackers, firsts, strict=True)]
 
     def lease_for(self, job_id: str) -> timedelta:
         """How long a claim of a run of ``job_id`` holds its lease."""

@@ -17,6 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from cadenza.config.schema_jobs import JobConfig
+from cadenza.domain.errors import StepError
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.plan import PlanError, RunPlan, plan_run
 from cadenza.executor.recorder import Recorder
@@ -31,6 +32,10 @@ FLUSH_SECONDS = 1.0
 DISABLED = "disabled"
 EARLIER_FAILED = "earlier step failed"
 CANCELED = "canceled"
+
+
+class LeaseLost(StepError):
+    """The run's lease epoch moved on: this executor must stop writing about the run."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,6 @@ class RunTracker:
         self.rows = 0
         self.next_index: int | None = None
         self.last_flush = time.monotonic()
-        self.lost = False
 
     def lease_for(self) -> timedelta:
         return self.lease
@@ -219,7 +223,9 @@ class RunTracker:
             self.log.restore(boundary.logs, boundary.events)
             return
         if not result.applied:
-            self.lost = True
+            # Another holder took the run over: stop the step now (a process is killed, a
+            # thread abandoned); the step's end will be refused like this write was.
+            raise LeaseLost("the run's lease was taken over while the step ran")
 
     def _finished(self, planned: bool, run_end: RunEnd | None = None) -> RunOutcome:
         if run_end is None:

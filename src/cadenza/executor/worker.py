@@ -1,11 +1,17 @@
-"""A pool of worker threads that drains the queue: claim QUEUED runs in batches, run them.
+"""A pool of worker threads that drains the queue: free workers claim runs and run them.
 
-Each of the ``workers`` threads claims up to ``batch`` runs in one transaction
-(:meth:`~cadenza.store.execution.ExecutionRepository.claim_runs`, highest priority then
-oldest first, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL) and runs them one after the other
-with a shared :class:`~cadenza.executor.runner.Executor`, whose step boundaries go through
-one :class:`~cadenza.executor.recorder.GroupCommit`: the workers' boundaries share commits.
-A thread stops when a claim finds nothing.
+Runs are claimed only for workers that are free to start them at once: no claimed run ever
+waits behind another one (a batch claimed ahead by one worker would make its runs RUNNING
+while they wait for that worker's current run, possibly for hours). When a free worker
+finds nothing handed to it, it claims as many runs as there are free workers (at most
+``batch``) and records their first step starts in the same transaction
+(:meth:`~cadenza.executor.runner.Executor.claim_and_start`: highest priority then oldest
+first, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), keeps one and hands out the others. Claims
+grow with the load: the workers that finish while a claim is being made join the next one.
+
+Commits stay few because the workers share one :class:`~cadenza.executor.recorder.GroupCommit`:
+a claim joins the group's next transaction, with the step boundaries of the other workers
+and the ends of the runs that just finished (a run's end is written with the next write).
 
 This is the execution half of ``cadenza serve``; admission (concurrency caps, windows,
 budgets, resource leases) and the schedule loop come with the scheduling issue, and
@@ -16,13 +22,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
+
+import sqlalchemy as sa
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.executor.connections import Connections
 from cadenza.executor.recorder import GroupCommit
-from cadenza.executor.runner import Executor, default_owner
+from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.store import Store
 
@@ -52,13 +61,13 @@ class WorkerPool:
         config: LoadedConfig,
         *,
         workers: int = 4,
-        batch: int = 8,
+        batch: int = 16,
         owner: str | None = None,
         connections: Connections | None = None,
         observer: Observer | None = None,
     ) -> None:
         if workers < 1 or batch < 1:
-            raise ValueError("workers and batch must be at least 1")
+            raise ValueError("a pool needs at least one worker, and batch at least 1")
         self.store = store
         self.config = config
         self.workers = workers
@@ -69,6 +78,11 @@ class WorkerPool:
         self.observer = observer
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._drained = threading.Event()
+        self._cond = threading.Condition()
+        self._ready: deque[Started] = deque()
+        self._free = 0
+        self._claiming = False
         lease = max((self.executor.lease_for(job) for job in config.jobs), default=None)
         self.lease = lease or timedelta(hours=24)
 
@@ -80,6 +94,7 @@ class WorkerPool:
         """Run every QUEUED run of the configuration's jobs; return when none is left."""
         stats = DrainStats()
         started = time.monotonic()
+        self._drained.clear()
         threads = [
             threading.Thread(target=self._work, args=(stats,), name=f"cadenza-worker-{k}",
                              daemon=True)
@@ -89,38 +104,65 @@ class WorkerPool:
             thread.start()
         for thread in threads:
             thread.join()
-        self.recorder.flush()
+        self._flush(stats)
         stats.errors.extend(self.recorder.problems)
         self.recorder.problems.clear()
         stats.seconds = time.monotonic() - started
         return stats
 
     def _work(self, stats: DrainStats) -> None:
-        jobs = list(self.config.jobs)
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._drained.is_set():
+            started = self._next(stats)
+            if started is None:
+                self._drained.set()
+                break
             try:
-                until = self.store.clock.now() + self.lease
-                runs = self.store.claim_runs(self.executor.owner, until, limit=self.batch,
-                                             job_ids=jobs)
-            except Exception as exc:  # the store is down: report it, stop this worker
+                outcome = started.go()
+            except Exception as exc:  # a store failure mid-run: the lease will expire
                 with self._lock:
-                    stats.errors.append(f"claim failed: {exc}")
-                self._flush(stats)
-                return
+                    stats.errors.append(f"run {started.run_id}: {exc}")
+                continue
             with self._lock:
-                stats.claims += 1
+                stats.add(outcome)
+        self._flush(stats)
+
+    def _next(self, stats: DrainStats) -> Started | None:
+        """A claimed, started run for this (free) worker; None when none is queued."""
+        with self._cond:
+            self._free += 1
+            while not self._ready and self._claiming and not self._drained.is_set():
+                self._cond.wait()
+            if self._ready or self._drained.is_set():
+                self._free -= 1
+                return self._ready.popleft() if self._ready else None
+            self._claiming, wanted = True, min(self._free, self.batch)
+        runs: list[Started] = []
+        try:
+            runs = self._claim(wanted)
+        except Exception as exc:  # the store is down: report it, stop the pool
+            with self._lock:
+                stats.errors.append(f"claim failed: {exc}")
+        with self._cond:
+            self._claiming = False
+            self._free -= 1
+            stats.claims += 1
             if not runs:
-                self._flush(stats)
-                return
-            for run in runs:
-                try:
-                    outcome = self.executor.run_claimed(run, self.observer)
-                except Exception as exc:  # a store failure mid-run: the lease will expire
-                    with self._lock:
-                        stats.errors.append(f"run {run.id}: {exc}")
-                    continue
-                with self._lock:
-                    stats.add(outcome)
+                self._drained.set()
+            self._ready.extend(runs[1:])
+            self._cond.notify_all()
+        return runs[0] if runs else None
+
+    def _claim(self, wanted: int) -> list[Started]:
+        until = self.store.clock.now() + self.lease
+        jobs = list(self.config.jobs)
+
+        def claim(conn: sa.Connection) -> list[Started]:
+            return self.executor.claim_and_start(conn, limit=wanted, lease_until=until,
+                                                 job_ids=jobs, observer=self.observer)
+
+        # In the group's next transaction: it also writes the ends of the runs that just
+        # finished (deferred until a next write), and on SQLite there is one writer anyway.
+        return self.recorder.call(claim)
 
     def _flush(self, stats: DrainStats) -> None:
         try:
@@ -130,6 +172,6 @@ class WorkerPool:
                 stats.errors.append(f"writing the last run ends failed: {exc}")
 
     def close(self) -> None:
-        """Release the executor's connections."""
+        """Release the executor's and the group commit's connections."""
+        self.recorder.close()
         self.executor.close()
-

@@ -1,6 +1,7 @@
 """Fires of schedules and what becomes of them: pure functions, ``now`` always an argument.
 
-* :func:`fires_between` — the fires of one schedule in ``(after, until]``, as UTC instants.
+* :func:`fires_between` — the fires of one schedule in ``(after, until]``, as UTC instants;
+  :class:`FireStream` answers the same (and :func:`next_fire`) from one live iterator.
 * :func:`upcoming` — the next fires of several schedules merged in time order, each with its
   local time, UTC time, schedule name and DST mark (``cadenza jobs next``, the UI preview).
 * :class:`TickResult` / :class:`CreatedRun` — what a tick of the service wrote.
@@ -22,6 +23,7 @@
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import logging
 import random
@@ -57,6 +59,65 @@ def next_fire(spec: ScheduleSpec, after: datetime) -> datetime | None:
     for fire in spec.cron.fires(after.astimezone(UTC), spec.zone):
         return fire.astimezone(UTC)
     return None
+
+
+class FireStream:
+    """The fires of one schedule after an instant, computed lazily and kept between ticks.
+
+    Answers :func:`fires_between` and :func:`next_fire` for any ``after`` at or past its
+    ``base`` from one live :meth:`~cadenza.domain.cron.CronExpr.fires` iterator, instead of
+    starting a new one per question (the scheduler asks both about every due schedule on
+    every tick, and starting one costs more than the rest of the tick's work for that
+    schedule). An earlier ``after`` restarts it there. :meth:`forget` drops the fires a
+    cursor has passed. Not thread-safe (the scheduler holds its lock).
+    """
+
+    __slots__ = ("_ahead", "_fires", "_more", "base", "spec")
+
+    def __init__(self, spec: ScheduleSpec, after: datetime) -> None:
+        self.spec = spec
+        self._restart(after.astimezone(UTC))
+
+    def _restart(self, after: datetime) -> None:
+        self.base = after
+        self._fires = self.spec.cron.fires(after, self.spec.zone)
+        self._ahead: list[datetime] = []  # fires after base already computed, ascending
+        self._more = True
+
+    def _until_past(self, when: datetime) -> None:
+        """Compute fires until one lies after ``when`` (or there are no more)."""
+        if when < self.base:
+            self._restart(when)
+        while self._more and (not self._ahead or self._ahead[-1] <= when):
+            fire = next(self._fires, None)
+            if fire is None:
+                self._more = False
+            else:
+                self._ahead.append(fire.astimezone(UTC))
+
+    def between(self, after: datetime, until: datetime) -> list[datetime]:
+        """What :func:`fires_between` answers: fires with ``after < fire <= until`` (UTC)."""
+        after_utc, until_utc = after.astimezone(UTC), until.astimezone(UTC)
+        if until_utc <= after_utc:
+            return []
+        self._until_past(after_utc)
+        self._until_past(until_utc)
+        start = bisect.bisect_right(self._ahead, after_utc)
+        return self._ahead[start : bisect.bisect_right(self._ahead, until_utc, lo=start)]
+
+    def first_after(self, after: datetime) -> datetime | None:
+        """What :func:`next_fire` answers: the first fire strictly after ``after`` (UTC)."""
+        after_utc = after.astimezone(UTC)
+        self._until_past(after_utc)
+        k = bisect.bisect_right(self._ahead, after_utc)
+        return self._ahead[k] if k < len(self._ahead) else None
+
+    def forget(self, upto: datetime) -> None:
+        """Drop the fires at or before ``upto`` (the schedule's cursor moved there)."""
+        upto_utc = upto.astimezone(UTC)
+        if upto_utc > self.base:
+            del self._ahead[: bisect.bisect_right(self._ahead, upto_utc)]
+            self.base = upto_utc
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,13 @@ schedulers racing for the same fire insert one row (UNIQUE job, schedule, schedu
 the loser's insert is a no-op; on PostgreSQL the cursor row lock (``FOR UPDATE``) makes the
 second scheduler wait and then see the advanced cursor.
 
+Each transaction (the due schedules of up to :data:`RUNS_PER_TRANSACTION` fires) writes with
+a fixed number of statements: the runs and their RUN_CREATED / RUN_MISSED events through
+:meth:`~cadenza.store.fires.FiresRepository.create_fires` (``INSERT ... ON CONFLICT DO
+NOTHING RETURNING id``: events only for the rows inserted), the cursors with one
+:meth:`~cadenza.store.cursors.CursorsRepository.advance_cursors`. The fires of each schedule
+come from a :class:`~cadenza.scheduler.fires.FireStream` kept between ticks.
+
 Cursors (``schedule_cursors``): a schedule seen for the first time starts at ``now`` (no
 backfill). At start-up and on reload a disabled, removed, changed (expression or zone) or
 newly enabled schedule's cursor moves to ``now``: nothing is owed for a time it was off, and a
@@ -29,7 +36,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -41,12 +48,11 @@ from cadenza.domain.errors import StoreError
 from cadenza.scheduler.fires import (
     CreatedRun,
     DueFires,
+    FireStream,
     PlannedRun,
     TickResult,
-    fires_between,
     jobs_of,
     log_result,
-    next_fire,
     plan_job,
 )
 from cadenza.scheduler.leader import Leadership
@@ -58,6 +64,7 @@ from cadenza.scheduler.schedules import (
     server_zone,
 )
 from cadenza.store import Store
+from cadenza.store.fires import NewFire
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,7 @@ class Scheduler:
         self._cursors: dict[Key, datetime] = {}
         self._next: dict[Key, datetime | None] = {}
         self._moves: dict[Key, datetime] = {}
+        self._streams: dict[Key, FireStream] = {}
         self._loaded = False
         self._apply(config)
 
@@ -225,9 +233,9 @@ class Scheduler:
                     backoff = min(backoff * 2, MAX_BACKOFF)
                     continue
                 backoff = 1.0
-                log_result(result)
                 if on_tick is not None:
-                    on_tick(result)
+                    on_tick(result)  # first: the dispatcher need not wait for the log lines
+                log_result(result)
                 if stop_event.is_set():
                     break
                 now = clock.now()
@@ -249,6 +257,10 @@ class Scheduler:
         enabled = {key for key, spec in self._specs.items() if spec.enabled}
         self._cursors = {k: v for k, v in self._cursors.items() if k in enabled}
         self._next = {k: v for k, v in self._next.items() if k in enabled}
+        self._streams = {
+            k: stream for k, stream in self._streams.items()
+            if k in enabled and stream.spec.identity == self._specs[k].identity
+        }
         if enabled - self._next.keys():
             self._loaded = False  # a new schedule: read (or create) its cursor first
 
@@ -263,7 +275,19 @@ class Scheduler:
         if known is not None and known > cursor:
             cursor = known
         self._cursors[key] = cursor
-        self._next[key] = next_fire(spec, cursor)
+        stream = self._stream(key, cursor)
+        self._next[key] = stream.first_after(cursor)
+        stream.forget(cursor)
+
+    def _stream(self, key: Key, after: datetime) -> FireStream:
+        """The fires of the schedule ``key``, kept between ticks; a new one starts after
+        ``after`` (a stream answers for any instant, restarting when asked about an earlier
+        one than it holds)."""
+        spec = self._specs[key]
+        stream = self._streams.get(key)
+        if stream is None or stream.spec.identity != spec.identity:
+            stream = self._streams[key] = FireStream(spec, after)
+        return stream
 
     def _load(self, now: datetime) -> None:
         """Read every cursor; create missing ones and move off-schedule ones to ``now``."""
@@ -321,7 +345,7 @@ class Scheduler:
         further transactions. Returns the number of fires that were already recorded."""
         keys = [key for keys in batch.values() for key in keys]
         leftovers: list[tuple[str, list[PlannedRun]]] = []
-        duplicates = 0
+        todo: list[tuple[str, PlannedRun]] = []
         with self.store.write() as conn:
             locked = self.store.lock_cursors(keys, conn=conn)
             missing = [key for key in keys if locked.get(key) is None]
@@ -331,14 +355,18 @@ class Scheduler:
             moved: dict[Key, datetime] = {key: locked.get(key) or now for key in keys}
             for job_id, job_keys in batch.items():
                 dues = [
-                    DueFires(self._specs[key], fires_between(self._specs[key], moved[key], now))
+                    DueFires(
+                        self._specs[key],
+                        self._stream(key, moved[key]).between(moved[key], now),
+                    )
                     for key in job_keys
                 ]
                 plan = plan_job(self._policies[job_id], dues, now, active.get(job_id, 0), self.rng)
                 head, tail = plan[:RUNS_PER_TRANSACTION], plan[RUNS_PER_TRANSACTION:]
-                duplicates += self._write(conn, job_id, head, moved, out)
+                todo.extend((job_id, run) for run in head)
                 if tail:
                     leftovers.append((job_id, tail))
+            duplicates = self._write(conn, todo, moved, out)
             self.store.advance_cursors(moved, create=False, conn=conn)
         for key, cursor in moved.items():
             self._remember(key, cursor)
@@ -356,7 +384,7 @@ class Scheduler:
                 moved = {key: locked.get(key) or chunk[0].scheduled_for for key in keys}
                 todo = [r for r in chunk if r.scheduled_for > moved[(job_id, r.schedule.name)]]
                 duplicates += len(chunk) - len(todo)
-                duplicates += self._write(conn, job_id, todo, moved, out)
+                duplicates += self._write(conn, [(job_id, run) for run in todo], moved, out)
                 self.store.advance_cursors(moved, create=False, conn=conn)
             for key, cursor in moved.items():
                 self._remember(key, cursor)
@@ -365,40 +393,40 @@ class Scheduler:
     def _write(
         self,
         conn: sa.Connection,
-        job_id: str,
-        plan: Iterable[PlannedRun],
+        plan: Sequence[tuple[str, PlannedRun]],
         moved: dict[Key, datetime],
         out: list[CreatedRun],
     ) -> int:
-        """Insert the planned runs in the caller's transaction; ``moved`` gets each
-        schedule's new cursor (the caller writes it in the same transaction)."""
-        policy = self._policies[job_id]
-        duplicates = 0
-        created: list[CreatedRun] = []
-        for run in plan:
-            name = run.schedule.name
-            run_id = self.store.create_run(
+        """Record the planned runs (job id, run) in the caller's transaction with one
+        :meth:`~cadenza.store.fires.FiresRepository.create_fires` (QUEUED or MISSED rows, one
+        RUN_CREATED / RUN_MISSED event per row inserted); ``moved`` gets each schedule's new
+        cursor (the caller writes it in the same transaction) and ``out`` the runs created,
+        in plan order. Returns the number of fires that were already recorded."""
+        fires = [
+            NewFire(
                 job_id,
-                "scheduled",
+                run.schedule.name,
+                run.scheduled_for,
                 state=run.state,
-                schedule=name,
-                scheduled_for=run.scheduled_for,
                 overrides=run.overrides,
                 reason=run.reason,
-                priority=policy.priority,
+                priority=self._policies[job_id].priority,
                 not_before=run.not_before,
-                actor=self.actor,
-                conn=conn,
             )
+            for job_id, run in plan
+        ]
+        run_ids = self.store.create_fires(fires, actor=self.actor, conn=conn)
+        duplicates = 0
+        for (job_id, run), run_id in zip(plan, run_ids, strict=True):
+            name = run.schedule.name
             key = (job_id, name)
             moved[key] = max(moved[key], run.scheduled_for)
             if run_id is None:
                 duplicates += 1
                 continue
-            created.append(
+            out.append(
                 CreatedRun(
                     run_id, job_id, name, run.scheduled_for, run.state, run.reason, run.not_before
                 )
             )
-        out.extend(created)
         return duplicates

@@ -118,12 +118,15 @@ def loads_mapping(text: str | None) -> dict[str, Any]:
     return dict(value)
 
 
+_PAIRS = tuple(a + b for a in _CROCKFORD for b in _CROCKFORD)
+"""Two base32 digits for each 10-bit value."""
+
+
 def _base32(number: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        number, digit = divmod(number, 32)
-        chars.append(_CROCKFORD[digit])
-    return "".join(reversed(chars))
+    """The ``length`` (even) lowest base32 digits of ``number``, most significant first."""
+    return "".join(
+        [_PAIRS[(number >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)]
+    )
 
 
 class RunIdFactory:
@@ -135,18 +138,35 @@ class RunIdFactory:
         self._last_random = 0
 
     def __call__(self, now: datetime) -> str:
+        return self.many(now, 1)[0]
+
+    def many(self, now: datetime, count: int) -> list[str]:
+        """``count`` ids, as ``count`` calls with this ``now`` would give them (increasing)."""
         ms = (require_aware(now) - _EPOCH) // timedelta(milliseconds=1)
+        taken: list[tuple[int, int]] = []
         with self._lock:
-            if ms <= self._last_ms:
-                # Same millisecond (or the clock stepped back): stay strictly increasing.
-                ms, rand = self._last_ms, self._last_random + 1
-                if rand >= 1 << _RANDOM_BITS:
-                    ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
-            else:
-                # Start in the lower half so a burst in one millisecond cannot overflow.
-                rand = int.from_bytes(os.urandom(10), "big") >> 1
-            self._last_ms, self._last_random = ms, rand
-        return _base32(ms, 10) + _base32(rand, 16)
+            for _ in range(count):
+                taken.append(self._next(ms))
+        prefixes: dict[int, str] = {}
+        out: list[str] = []
+        for at, rand in taken:
+            prefix = prefixes.get(at)
+            if prefix is None:
+                prefix = prefixes[at] = _base32(at, 10)
+            out.append(prefix + _base32(rand, 16))
+        return out
+
+    def _next(self, ms: int) -> tuple[int, int]:
+        if ms <= self._last_ms:
+            # Same millisecond (or the clock stepped back): stay strictly increasing.
+            ms, rand = self._last_ms, self._last_random + 1
+            if rand >= 1 << _RANDOM_BITS:
+                ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            # Start in the lower half so a burst in one millisecond cannot overflow.
+            rand = int.from_bytes(os.urandom(10), "big") >> 1
+        self._last_ms, self._last_random = ms, rand
+        return ms, rand
 
 
 new_run_id = RunIdFactory()

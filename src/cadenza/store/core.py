@@ -95,7 +95,7 @@ class StoreCore:
         self.engine.dispose()
 
     @contextmanager
-    def write(self) -> Iterator[sa.Connection]:
+    def write(self, connection: sa.Connection | None = None) -> Iterator[sa.Connection]:
         """One write transaction: commits when the block ends, rolls back on an exception.
 
         On SQLite it starts with ``BEGIN IMMEDIATE``: the write lock is taken first (waiting up
@@ -103,12 +103,21 @@ class StoreCore:
         is locked". Database errors that mean "unavailable" become :class:`StoreError`.
         Threads of one process take turns on an in-process lock first (SQLite only), so they
         queue without polling; other processes still wait under ``busy_timeout``.
+
+        ``connection`` (from ``engine.connect()``, kept by the caller) is used instead of one
+        from the pool: a caller that writes often (the executor's group commit) saves the
+        pool checkout and, on PostgreSQL, its liveness ping. On SQLite it is ignored: all
+        writes already share one connection.
         """
         lock = self._write_lock
         if lock is None:
             try:
-                with self.engine.connect() as conn, conn.begin():
-                    yield conn
+                if connection is not None:
+                    with connection.begin():
+                        yield connection
+                else:
+                    with self.engine.connect() as conn, conn.begin():
+                        yield conn
             except sa.exc.OperationalError as exc:
                 raise StoreError(f"store write failed: {exc.orig}") from exc
             return

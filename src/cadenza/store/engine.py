@@ -17,6 +17,7 @@ PostgreSQL
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from cadenza.store.location import ensure_local_directory
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_SYNCHRONOUS = ("NORMAL", "FULL")
+SQLITE_MINIMUM = (3, 35)
+"""RETURNING (3.35) and UPDATE ... FROM (3.33) are used by the executor's write path."""
 READ_ONLY = "cadenza_read_only"
 """Execution option: this connection's transactions only read (SQLite: deferred BEGIN)."""
 
@@ -78,6 +81,12 @@ def _sqlite_engine(url: sa.URL, synchronous: str) -> sa.Engine:
         )
     if url.get_driver_name() not in ("pysqlite", ""):
         raise StoreError(f"unsupported SQLite driver in {describe_url(url)}: use sqlite:///")
+    if sqlite3.sqlite_version_info < SQLITE_MINIMUM:
+        raise StoreError(
+            f"this Python's SQLite is {sqlite3.sqlite_version}; the store needs "
+            f"{'.'.join(map(str, SQLITE_MINIMUM))} or newer (RETURNING, UPDATE ... FROM): "
+            "use a newer Python build or PostgreSQL"
+        )
     path = sqlite_path(url)
     kwargs: dict[str, Any] = {}
     if path is None:

@@ -18,7 +18,8 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.boundary import NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
-from cadenza.store.recording import EVENT_COLUMNS, RecordingRepository, event_row, insert_rows
+from cadenza.store.hotsql import EVENT_COLUMNS, insert_rows
+from cadenza.store.recording import RecordingRepository, event_row
 from cadenza.store.records import RunRecord
 from cadenza.store.tables import runs
 
@@ -35,7 +36,8 @@ def _claim(postgres: bool, by_id: bool, by_job: bool) -> sa.Update:
 
     Parameters: b_now, b_limit, b_owner, b_until, and b_run_ids / b_jobs when filtered."""
     chosen = sa.select(runs.c.id).where(
-        runs.c.state == _QUEUED,
+        # A literal, not a parameter: it must match the partial index's WHERE to use it.
+        runs.c.state == sa.literal_column("'QUEUED'"),
         sa.or_(runs.c.not_before.is_(None), runs.c.not_before <= _b("b_now", UTCDateTime())),
     )
     if by_id:
@@ -46,9 +48,17 @@ def _claim(postgres: bool, by_id: bool, by_job: bool) -> sa.Update:
         _b("b_limit"))
     if postgres:  # several nodes claim at once: each skips the rows another is taking
         chosen = chosen.with_for_update(skip_locked=True)
+    # A CTE, materialized: as a plain subquery PostgreSQL may evaluate it more than once,
+    # and with SKIP LOCKED each evaluation can pick other rows (claiming more than limit).
+    cte = chosen.cte("chosen")
+    if postgres:
+        cte = cte.prefix_with("MATERIALIZED")
     return (
         sa.update(runs)
-        .where(runs.c.id.in_(chosen.scalar_subquery()), runs.c.state == _QUEUED)
+        # The guard is an expression, not ``state = ?``: given a plain column, SQLite's
+        # planner scans every queued run in the index instead of looking the ids up.
+        .where(runs.c.id.in_(sa.select(cte.c.id)),
+               runs.c.state.op("||")(sa.literal("")) == _QUEUED)
         .values(
             state=_RUNNING,
             lease_epoch=runs.c.lease_epoch + 1,

@@ -12,7 +12,7 @@ of boundaries, of any runs, in one transaction and a fixed number of statements:
 2. step ends as conditional UPDATEs (``WHERE state = 'RUNNING'``), step starts as INSERTs,
    run ends and parameters as conditional UPDATEs (``WHERE state = 'RUNNING' AND lease_epoch
    = :epoch``), every row count checked;
-3. run log lines and audit events, redacted, with ``executemany``.
+3. run log lines and audit events, redacted, as multi-row INSERTs.
 
 Redaction: log messages, reasons, errors, outputs, parameters and the steps' own events go
 through the store's redactor; the payloads of the step and run events are built from those
@@ -22,20 +22,15 @@ The events and their payloads are those the single-row methods
 (:meth:`~cadenza.store.steps.StepRunsRepository.transition_step_run`,
 :meth:`~cadenza.store.runs.RunsRepository.transition_run`) write.
 
-Why plain SQL here: this path runs twice per run, and SQLAlchemy Core's per-statement
-overhead (about 50-80 µs of Python each) cost more than SQLite needs to execute them. The
-statements below are written out once, in the driver's parameter style, and executed on the
-DBAPI cursor of the transaction's connection (so commits, the SQLite write lock and the error
-mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply). Values are encoded as the
-tables' types do (:mod:`cadenza.store.codec`): timestamps as UTC, naive text of a fixed width
-on SQLite; JSON as :func:`~cadenza.store.codec.dumps` text.
+The statements are plain SQL (:mod:`cadenza.store.hotsql` says why) executed on the DBAPI
+cursor of the transaction's connection, so commits, the SQLite write lock and the error
+mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -53,6 +48,14 @@ from cadenza.domain.states import (
 from cadenza.store.boundary import Boundary, BoundaryResult, RunEnd
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
+from cadenza.store.hotsql import (
+    EVENT_COLUMNS,
+    LOG_COLUMNS,
+    STEP_COLUMNS,
+    Dialect,
+    insert_rows,
+    update_rows,
+)
 
 _RUNNING = RunState.RUNNING.value
 _STEP_EVENT = {
@@ -60,74 +63,6 @@ _STEP_EVENT = {
     StepState.SUCCEEDED: (EventType.STEP_SUCCEEDED, Level.INFO),
     StepState.FAILED: (EventType.STEP_FAILED, Level.ERROR),
 }
-
-_SQL = {
-    "end_step": "UPDATE step_runs SET state = :state, updated_at = :now, finished_at = :now,"
-                " reason = :reason, rows = :rows, output_json = :output, error = :error,"
-                " error_class = :error_class WHERE id = :id AND state = 'RUNNING'",
-    "params": "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
-              " AND state = 'RUNNING' AND lease_epoch = :epoch",
-    "end_run": "UPDATE runs SET state = :state, updated_at = :now, finished_at = :now,"
-               " reason = :reason, rows = :rows, error = :error, lease_owner = NULL,"
-               " lease_until = NULL, wait_reason = NULL WHERE id = :id AND state = 'RUNNING'"
-               " AND lease_epoch = :epoch",
-}
-_LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
-EVENT_COLUMNS = ("run_id", "event_type", "level", "message", "payload_json", "created_at",
-                  "actor")
-_STEP_COLUMNS = ("run_id", "step", "step_type", "attempt", "state", "reason", "created_at",
-                 "started_at", "finished_at", "updated_at")
-_NAMED = re.compile(r":(\w+)")
-_PARAMS_PER_INSERT = 3000
-"""Parameters per multi-row INSERT: far below every driver's limit (SQLite 32766)."""
-
-
-class _Dialect:
-    """The statements and the timestamp encoding of one database."""
-
-    def __init__(self, name: str) -> None:
-        self.postgres = name == "postgresql"
-        convert = (lambda sql: _NAMED.sub(r"%(\1)s", sql)) if self.postgres else (lambda s: s)
-        self.sql = {key: convert(sql) for key, sql in _SQL.items()}
-        self._convert = convert
-        self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
-
-    def fence(self, count: int) -> str:
-        marks = ", ".join(f":r{k}" for k in range(count))
-        sql = f"SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
-        return self._convert(sql + (" FOR UPDATE" if self.postgres else ""))
-
-    def insert(self, table: str, columns: tuple[str, ...], count: int,
-               returning: str = "") -> str:
-        """``INSERT INTO table (columns) VALUES (...), ... [RETURNING ...]`` for ``count``
-        rows, with positional parameters (cached)."""
-        key = (table, columns, count, returning)
-        sql = self._inserts.get(key)
-        if sql is None:
-            mark = "%s" if self.postgres else "?"
-            row = "(" + ", ".join([mark] * len(columns)) + ")"
-            sql = (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
-                   + ", ".join([row] * count) + (f" RETURNING {returning}" if returning else ""))
-            if len(self._inserts) < 4096:
-                self._inserts[key] = sql
-        return sql
-
-    def ts(self, value: datetime | None) -> Any:
-        """A bind value for a timestamp column (see :class:`~cadenza.store.codec.UTCDateTime`)."""
-        if value is None:
-            return None
-        utc = value.astimezone(UTC)
-        return utc if self.postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
-
-    @staticmethod
-    def read_ts(value: Any) -> datetime | None:
-        """A timestamp column's value as an aware UTC datetime."""
-        if value is None:
-            return None
-        if isinstance(value, datetime):
-            return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
-
 
 def event_row(event_type: EventType | str, message: str, run_id: str, level: Level | str,
               payload: Any, actor: str, created_at: Any,
@@ -152,11 +87,11 @@ def event_row(event_type: EventType | str, message: str, run_id: str, level: Lev
 class RecordingRepository(StoreCore):
     """:meth:`record_boundaries` (see the module docstring)."""
 
-    _hot: _Dialect | None = None
+    _hot: Dialect | None = None
 
-    def _sql(self) -> _Dialect:
+    def _sql(self) -> Dialect:
         if self._hot is None:
-            self._hot = _Dialect(self.dialect)
+            self._hot = Dialect(self.dialect)
         return self._hot
 
     def record_boundaries(
@@ -190,7 +125,7 @@ class RecordingRepository(StoreCore):
             finally:
                 cursor.close()
 
-    def _record(self, cursor: Any, d: _Dialect,
+    def _record(self, cursor: Any, d: Dialect,
                 boundaries: Sequence[Boundary]) -> list[BoundaryResult]:
         ids = sorted({b.run_id for b in boundaries})
         cursor.execute(d.fence(len(ids)), {f"r{k}": run_id for k, run_id in enumerate(ids)})
@@ -209,18 +144,18 @@ class RecordingRepository(StoreCore):
         events: list[dict[str, Any]] = []
         redact = self.redactor
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
-        self._many(cursor, d.sql["end_step"], ends, "step end")
+        update_rows(cursor, d, "end_step", ends, stamp, "step end")
         self._start_steps(cursor, d, live, stamp, new_ids)
-        self._many(cursor, d.sql["params"], [
+        update_rows(cursor, d, "params", [
             {"id": b.run_id, "epoch": b.epoch, "now": stamp,
              "params": dumps(redact.redact_value(dict(b.params)))}
-            for b in live if b.params is not None], "run params")
-        self._many(cursor, d.sql["end_run"], [
+            for b in live if b.params is not None], stamp, "run params")
+        update_rows(cursor, d, "end_run", [
             self._run_end_row(b, b.run_end, stamp) for b in live if b.run_end is not None
-        ], "run end")
+        ], stamp, "run end")
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  redact.redact_text(line.message)) for b in live for line in b.logs]
-        insert_rows(cursor, d, "run_logs", _LOG_COLUMNS, logs)
+        insert_rows(cursor, d, "run_logs", LOG_COLUMNS, logs)
         for b in live:
             fence = seen[b.run_id]
             events.extend(self._events(b, new_ids[id(b)], fence[3], d.read_ts(fence[4]), now,
@@ -233,7 +168,7 @@ class RecordingRepository(StoreCore):
             for k, b in enumerate(boundaries)
         ]
 
-    def _start_steps(self, cursor: Any, d: _Dialect, live: list[Boundary], stamp: Any,
+    def _start_steps(self, cursor: Any, d: Dialect, live: list[Boundary], stamp: Any,
                      new_ids: dict[int, list[int]]) -> None:
         """Insert every step start of the batch at once (see :func:`_insert`)."""
         rows: list[tuple[Any, ...]] = []
@@ -248,7 +183,7 @@ class RecordingRepository(StoreCore):
                 owners.append((id(b), (b.run_id, start.step, start.attempt)))
         if not rows:
             return
-        returned = insert_rows(cursor, d, "step_runs", _STEP_COLUMNS, rows,
+        returned = insert_rows(cursor, d, "step_runs", STEP_COLUMNS, rows,
                            returning="id, run_id, step, attempt")
         # RETURNING gives no order guarantee: match the rows by their unique key.
         created = {(run_id, step, attempt): int(step_run_id)
@@ -257,15 +192,6 @@ class RecordingRepository(StoreCore):
             raise StoreError("the database returned fewer ids than step runs inserted")
         for owner, key in owners:
             new_ids[owner].append(created[key])
-
-    @staticmethod
-    def _many(cursor: Any, sql: str, rows: list[dict[str, Any]], what: str) -> None:
-        if not rows:
-            return
-        cursor.executemany(sql, rows)
-        if cursor.rowcount != len(rows):
-            raise StoreError(f"a {what} change was refused after its run passed the fence "
-                             f"({cursor.rowcount} of {len(rows)} rows changed)")
 
     def _end_row(self, b: Boundary, stamp: Any) -> dict[str, Any]:
         end = b.step_end
@@ -282,7 +208,7 @@ class RecordingRepository(StoreCore):
                 "error": self._redact_text(end.error)}
 
     def _events(self, b: Boundary, created: list[int], job_id: str,
-                started: datetime | None, now: datetime, d: _Dialect) -> list[dict[str, Any]]:
+                started: datetime | None, now: datetime, d: Dialect) -> list[dict[str, Any]]:
         stamp = d.ts(now)
         rows = [event_row(spec.event_type, spec.message, b.run_id, spec.level, spec.payload,
                           b.actor, d.ts(spec.ts or now), self.redactor) for spec in b.events]
@@ -329,24 +255,6 @@ class RecordingRepository(StoreCore):
                                         "finished_at": now, "duration_s": duration},
                       b.actor, stamp),
         ]
-
-
-def insert_rows(cursor: Any, d: _Dialect, table: str, columns: tuple[str, ...],
-            rows: list[tuple[Any, ...]], returning: str = "") -> list[Any]:
-    """Insert ``rows`` with as few multi-row INSERTs as the parameter limit allows.
-
-    Not ``executemany``: the writer holds the write lock, and the sqlite3 module lets go of
-    the GIL for every row it steps; getting it back can take a whole switch interval while
-    other threads run, so one statement for many rows keeps the lock held briefly."""
-    found: list[Any] = []
-    per = max(1, _PARAMS_PER_INSERT // len(columns))
-    for first in range(0, len(rows), per):
-        chunk = rows[first:first + per]
-        cursor.execute(d.insert(table, columns, len(chunk), returning),
-                       [value for row in chunk for value in row])
-        if returning:
-            found.extend(cursor.fetchall())
-    return found
 
 
 def _step_event(state: StepState) -> tuple[EventType, Level]:

@@ -43,6 +43,42 @@ def _run_event_level(state: RunState) -> Level:
     return _RUN_LEVEL.get(state, Level.INFO)
 
 
+CREATION_PAYLOAD_KEYS = (
+    "job_id", "state", "trigger", "schedule", "scheduled_for", "params", "overrides",
+    "priority", "not_before", "reason",
+)
+"""The keys of a RUN_CREATED / RUN_MISSED payload, in the order they are built."""
+
+
+def creation_event(
+    job_id: str,
+    state: RunState,
+    trigger: str,
+    schedule: str | None,
+    scheduled_for: datetime | None,
+    params: dict[str, Any],
+    overrides: dict[str, Any],
+    priority: int,
+    not_before: datetime | None,
+    reason: str | None,
+) -> tuple[EventType, str, Level, dict[str, Any]]:
+    """The RUN_CREATED (QUEUED) or RUN_MISSED (MISSED) event of a new run, not yet redacted:
+    (type, message, level, payload). Shared by :meth:`RunsRepository.create_run` and
+    :meth:`~cadenza.store.fires.FiresRepository.create_fires`, so both write the same event."""
+    missed = state is RunState.MISSED
+    when = f" for {scheduled_for.isoformat()}" if scheduled_for else ""
+    message = f"run of {job_id} {'missed' if missed else 'queued'}{when} ({trigger})"
+    if reason:
+        message += f": {reason}"
+    payload = dict(zip(CREATION_PAYLOAD_KEYS, (
+        job_id, state, trigger, schedule, scheduled_for, params, overrides, priority,
+        not_before, reason,
+    ), strict=True))
+    if missed:
+        return EventType.RUN_MISSED, message, Level.WARNING, payload
+    return EventType.RUN_CREATED, message, Level.INFO, payload
+
+
 # Statements of the hot path are built once: constructing and cache-keying a Core statement
 # costs more Python time than SQLite needs to run it.
 _SELECT_FOR_TRANSITION = (
@@ -150,31 +186,13 @@ class RunsRepository(StoreCore):
         with self._joined(conn) as c:
             if c.execute(stmt).rowcount != 1:
                 return None
-            missed = state is RunState.MISSED
-            when = f" for {scheduled_for.isoformat()}" if scheduled_for else ""
-            message = f"run of {job_id} {'missed' if missed else 'queued'}{when} ({trigger})"
-            if reason:
-                message += f": {reason}"
+            event_type, message, level, payload = creation_event(
+                job_id, state, trigger, schedule, scheduled_for, dict(params or {}),
+                dict(overrides or {}), priority, not_before, reason,
+            )
             self._insert_event(
-                c,
-                EventType.RUN_MISSED if missed else EventType.RUN_CREATED,
-                message,
-                run_id=run_id,
-                level=Level.WARNING if missed else Level.INFO,
-                payload={
-                    "job_id": job_id,
-                    "state": state,
-                    "trigger": trigger,
-                    "schedule": schedule,
-                    "scheduled_for": scheduled_for,
-                    "params": dict(params or {}),
-                    "overrides": dict(overrides or {}),
-                    "priority": priority,
-                    "not_before": not_before,
-                    "reason": reason,
-                },
-                actor=actor,
-                now=now,
+                c, event_type, message, run_id=run_id, level=level, payload=payload,
+                actor=actor, now=now,
             )
         return run_id
 

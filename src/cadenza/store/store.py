@@ -28,6 +28,7 @@ from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
 from cadenza.store.execution import ExecutionRepository
+from cadenza.store.fires import FiresRepository
 from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.runs import RunsRepository
@@ -37,6 +38,7 @@ from cadenza.store.users import UsersRepository
 
 class Store(
     RunsRepository,
+    FiresRepository,
     StepRunsRepository,
     ResourcesRepository,
     EventsRepository,

@@ -87,9 +87,10 @@ runs = sa.Table(
     sa.Index(None, "state", "lease_until"),
     sa.Index(None, "created_at"),
 )
-# The claim order (migration 0002): highest priority first, then oldest.
+# The claim order of queued runs (migrations 0002, 0003): highest priority first, then oldest.
+_QUEUED_ONLY = sa.text("state = 'QUEUED'")
 sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), runs.c.created_at,
-         runs.c.id)
+         runs.c.id, sqlite_where=_QUEUED_ONLY, postgresql_where=_QUEUED_ONLY)
 
 step_runs = sa.Table(
     "step_runs",

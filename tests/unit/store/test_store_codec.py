@@ -9,7 +9,14 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import Dialect
 
-from cadenza.store.codec import RunIdFactory, UTCDateTime, dumps, loads, loads_mapping
+from cadenza.store.codec import (
+    RunIdFactory,
+    UTCDateTime,
+    _base32,
+    dumps,
+    loads,
+    loads_mapping,
+)
 
 T0 = datetime(2027, 1, 1, tzinfo=UTC)
 
@@ -28,6 +35,33 @@ def test_run_ids_from_different_factories_order_by_millisecond() -> None:
     a, b = RunIdFactory(), RunIdFactory()
     assert a(T0) < b(T0 + timedelta(milliseconds=1)) < a(T0 + timedelta(milliseconds=2))
     assert RunIdFactory()(T0)[:10] == "01MB78QN00"  # 48-bit milliseconds, base32
+
+
+def test_run_ids_in_bulk_are_what_single_calls_give() -> None:
+    make = RunIdFactory()
+    ids = [make(T0), *make.many(T0, 500), make(T0), *make.many(T0 + timedelta(seconds=1), 3)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids) == 505
+    assert {i[:10] for i in ids[:502]} == {"01MB78QN00"}
+    # The random part counts up by one within a millisecond, across single and bulk calls.
+    numbers = [int.from_bytes(base32_digits(i[10:]), "big") for i in ids[:502]]
+    assert numbers == list(range(numbers[0], numbers[0] + 502))
+
+
+def test_base32_digits_are_the_crockford_digits_of_the_number() -> None:
+    for number in (0, 1, 31, 32, 1023, 1024, 2**48 - 1, 2**50 - 1, 2**79 + 12345, 2**80 - 1):
+        for length in (10, 16):
+            expected = "".join(
+                "0123456789ABCDEFGHJKMNPQRSTVWXYZ"[(number >> (5 * k)) & 31]
+                for k in reversed(range(length))
+            )
+            assert _base32(number, length) == expected
+
+
+def base32_digits(text: str) -> bytes:
+    value = 0
+    for char in text:
+        value = value * 32 + "0123456789ABCDEFGHJKMNPQRSTVWXYZ".index(char)
+    return value.to_bytes(10, "big")
 
 
 @pytest.mark.parametrize("name", ["sqlite", "postgresql"])

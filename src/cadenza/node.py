@@ -36,12 +36,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from cadenza.clock import Clock
 from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import Limits, WaitRule, admit
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
+from cadenza.executor.recorder import GroupCommit
 from cadenza.executor.runner import Executor, default_owner
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
@@ -84,6 +87,9 @@ class Node:
         self._idle = self.workers * (1 + PREFETCH)
         self._queue: queue.Queue[tuple[RunRecord, Executor] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
+        # One group commit for the node: concurrent workers' step boundaries share commits,
+        # and a run's end is written with the next write (a claim, a step start) or at idle.
+        self.recorder = GroupCommit(store)
         self._current = _Current(config, self._executor(config), limits_from_loaded(config))
         self._mtimes = self._stat()
         self.scheduler: Scheduler | None = None
@@ -96,7 +102,7 @@ class Node:
         return self._current.config
 
     def _executor(self, config: LoadedConfig) -> Executor:
-        return Executor(self.store, config, owner=self.owner)
+        return Executor(self.store, config, owner=self.owner, recorder=self.recorder)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -125,6 +131,7 @@ class Node:
             self._queue.put(None)
         for thread in self._threads:
             thread.join(timeout)
+        self.recorder.flush()
         current = self._current
         for executor in [current.executor, *current.retired]:
             executor.close()
@@ -149,11 +156,12 @@ class Node:
         with self._lock:
             free = self._idle
         current = self._current
-        with self.store.write() as conn:
+
+        def decide(conn: sa.Connection) -> tuple[list[RunRecord], datetime | None]:
             self.store.lock_admission(conn)
             candidates = self.store.queued_candidates(now, CANDIDATES_PER_DECISION, conn=conn)
             if not candidates:
-                return None
+                return [], None
             load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
                                              conn=conn)
             decision = admit(candidates, current.limits, load, now, free)
@@ -171,12 +179,17 @@ class Node:
                 {run_id: why.text for run_id, why in decision.waiting.items()
                  if why.rule is not WaitRule.NODE_WORKERS},
                 conn=conn)
+            return claimed, decision.next_check
+
+        # Through the group commit: run ends that workers queued are written in the same
+        # transaction as this decision.
+        claimed, next_check = self.recorder.call(decide)
         if claimed:
             with self._lock:
                 self._idle -= len(claimed)
             for run in claimed:
                 self._queue.put((run, current.executor))
-        return decision.next_check
+        return next_check
 
     def _dispatch_loop(self) -> None:
         backoff = 1.0
@@ -212,6 +225,11 @@ class Node:
             except Exception:  # a store failure mid-run: its lease will expire
                 log.exception("run %s of %s failed in the worker", run.id, run.job_id)
             finally:
+                if self._queue.empty():
+                    try:
+                        self.recorder.flush()  # going idle: write the queued run ends now
+                    except Exception:
+                        log.exception("writing the end of finished runs failed")
                 with self._lock:
                     self._idle += 1
                 self._wake.set()

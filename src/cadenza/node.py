@@ -45,11 +45,11 @@ from cadenza.domain.admission import Limits, WaitRule, admit
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
 from cadenza.executor.recorder import GroupCommit
-from cadenza.executor.runner import Executor, default_owner
+from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
 from cadenza.scheduler.service import Scheduler
-from cadenza.store import RunRecord, Store
+from cadenza.store import Store
 
 log = logging.getLogger("cadenza.node")
 
@@ -85,7 +85,7 @@ class Node:
         # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
         # between two decisions; they hold their lease while they wait in the local queue.
         self._idle = self.workers * (1 + PREFETCH)
-        self._queue: queue.Queue[tuple[RunRecord, Executor] | None] = queue.Queue()
+        self._queue: queue.Queue[Started | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         # One group commit for the node: concurrent workers' step boundaries share commits,
         # and a run's end is written with the next write (a claim, a step start) or at idle.
@@ -157,7 +157,7 @@ class Node:
             free = self._idle
         current = self._current
 
-        def decide(conn: sa.Connection) -> tuple[list[RunRecord], datetime | None]:
+        def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
             self.store.lock_admission(conn)
             candidates = self.store.queued_candidates(now, CANDIDATES_PER_DECISION, conn=conn)
             if not candidates:
@@ -165,13 +165,14 @@ class Node:
             load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
                                              conn=conn)
             decision = admit(candidates, current.limits, load, now, free)
-            claimed: list[RunRecord] = []
+            claimed: list[Started] = []
             if decision.admitted:
                 ids = [c.run_id for c in decision.admitted]
                 until = now + max(current.executor.lease_for(c.job_id)
                                   for c in decision.admitted)
-                claimed = self.store.claim_runs(self.owner, until, limit=len(ids),
-                                                run_ids=ids, conn=conn)
+                # Claim and record each run's first step start in this same transaction.
+                claimed = current.executor.claim_and_start(conn, limit=len(ids),
+                                                           lease_until=until, run_ids=ids)
             # "No free worker on this node" is this node's business of the moment, not the
             # run's: writing it for every queued run at every decision would cost a write
             # per run per decision. Such runs show no wait_reason.
@@ -187,8 +188,8 @@ class Node:
         if claimed:
             with self._lock:
                 self._idle -= len(claimed)
-            for run in claimed:
-                self._queue.put((run, current.executor))
+            for started in claimed:
+                self._queue.put(started)
         return next_check
 
     def _dispatch_loop(self) -> None:
@@ -217,9 +218,9 @@ class Node:
             item = self._queue.get()
             if item is None:
                 return
-            run, executor = item
+            run = item.tracker.run
             try:
-                outcome = executor.run_claimed(run)
+                outcome = item.go()
                 log.info("run %s of %s ended %s", run.id, run.job_id,
                          outcome.state.value if outcome.state else "(lost)")
             except Exception:  # a store failure mid-run: its lease will expire

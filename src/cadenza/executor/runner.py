@@ -144,13 +144,15 @@ class Executor:
         limit: int,
         lease_until: datetime,
         job_ids: Sequence[str] | None = None,
+        run_ids: Sequence[str] | None = None,
         observer: Observer | None = None,
     ) -> list[Started]:
-        """In the caller's transaction ``conn``: claim up to ``limit`` QUEUED runs and record
-        each one's first boundary (resolved parameters, first step's start). Hand each
-        :class:`Started` to a worker, which calls :meth:`Started.go`."""
+        """In the caller's transaction ``conn``: claim up to ``limit`` QUEUED runs (only
+        among ``run_ids`` when given: the ones admission chose) and record each one's first
+        boundary (resolved parameters, first step's start). Hand each :class:`Started` to a
+        worker, which calls :meth:`Started.go`."""
         runs = self.store.claim_runs(self.owner, lease_until, limit=limit, job_ids=job_ids,
-                                     conn=conn)
+                                     run_ids=run_ids, conn=conn)
         trackers = []
         for run in runs:
             tracker = self._tracker(run, observer)

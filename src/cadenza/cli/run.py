@@ -1,8 +1,10 @@
 """``cadenza run JOB``: run a job now, in this process, with live per-step progress.
 
-By default (and with ``--local``) the run executes here, against the home's store, and the
-command waits for its end. ``--no-wait`` only records the run QUEUED and prints its id: a
-running ``cadenza serve`` on the same store picks it up (its admission rules apply).
+With ``--local``, or when no ``cadenza serve`` leads this store, the run executes here and
+the command waits for its end. Without ``--local`` while a server runs, the run is queued for
+it and the command follows it to its end (``--wait``, the default). ``--no-wait`` only
+records the run QUEUED and prints its id: a running ``cadenza serve`` on the same store
+picks it up (its admission rules apply).
 Exit codes: 0 SUCCEEDED (or queued, with ``--no-wait``), 1 FAILED, 2 usage error (unknown
 job, preset, step or parameter, a malformed ``k=v``, an unknown log level, ``--no-wait``
 with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease was lost).
@@ -25,12 +27,12 @@ from rich.text import Text
 from cadenza.cli.context import state
 from cadenza.cli.output import err, fail, out, print_json
 from cadenza.cli.runs import run_document
-from cadenza.domain.states import RunState, StepState
+from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.executor.tracking import Observer, RunOutcome
 
 if TYPE_CHECKING:
     from cadenza.executor.steprun import StepOutcome
-    from cadenza.store import RunRecord
+    from cadenza.store import RunRecord, Store
 
 EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_OTHER = 0, 1, 2, 3
 
@@ -103,6 +105,16 @@ def run(
             if not wait:
                 _queued(run_id, as_json)
                 return
+            if not local and server_is_running(store):
+                err.print(f"run {run_id} queued for the running `cadenza serve`; following it",
+                          markup=False)
+                outcome = follow(store, run_id, console)
+                record = store.get_run(run_id)
+                document = run_document(store, record) if record is not None and as_json \
+                    else None
+                if document is not None:
+                    print_json(document)
+                raise typer.Exit(exit_code(outcome))
             progress = Progress(console)
             try:
                 outcome = progress.watch(lambda: executor.execute(run_id, progress))
@@ -119,6 +131,44 @@ def run(
     if document is not None:
         print_json(document)
     raise typer.Exit(exit_code(outcome))
+
+
+def server_is_running(store: Store) -> bool:
+    """Whether a `cadenza serve` leads this store: its scheduler's leadership is taken
+    (a lock file next to a SQLite store, an advisory lock on PostgreSQL). A node started
+    with ``--no-scheduler`` alone is not seen; such runs then execute here."""
+    from cadenza.scheduler.leader import leadership_for
+
+    leader = leadership_for(store.engine)
+    try:
+        if leader.acquire():
+            leader.release()
+            return False
+        return True
+    finally:
+        close = getattr(leader, "close", None)
+        if close is not None:
+            close()
+
+
+def follow(store: Store, run_id: str, console: Console, poll: float = 0.2) -> RunOutcome:
+    """Print the run's step changes as the server records them, until the run ends."""
+    seen: dict[int, str] = {}
+    while True:
+        record = store.get_run(run_id)
+        for step in store.list_step_runs(run_id):
+            if seen.get(step.id) != step.state.value:
+                seen[step.id] = step.state.value
+                rows = f", {step.rows} rows" if step.rows is not None else ""
+                why = f" ({step.reason})" if step.reason else ""
+                console.print(f"step {step.step}: {step.state.value}{rows}{why}", markup=False)
+        if record is None:
+            return RunOutcome(run_id, None, claimed=False)
+        if record.state in TERMINAL_RUN_STATES or record.state is RunState.NEEDS_REVIEW:
+            console.print(f"run {run_id} {record.state.value}"
+                          + (f": {record.error}" if record.error else ""), markup=False)
+            return RunOutcome(run_id, record.state, record.rows, record.error, claimed=False)
+        time.sleep(poll)  # following another process's progress: real time, by nature
 
 
 def _queued(run_id: str, as_json: bool) -> None:

@@ -6,16 +6,13 @@ its own engine and pool, so SQLite file locks and PostgreSQL row locks do the ar
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
 
-import pytest
+from tests.support.line_worker import LineWorker
 
 from cadenza.clock import FakeClock
 from cadenza.domain.events import EventType
@@ -27,49 +24,11 @@ WORKER = Path(__file__).with_name("store_race_worker.py")
 ROUNDS = 20
 
 
-class Worker:
+class Worker(LineWorker):
     """One store_race_worker.py process, spoken to line by line."""
 
     def __init__(self, url: str) -> None:
-        self._stderr: IO[str] = tempfile.TemporaryFile("w+", encoding="utf-8")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), url],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            encoding="utf-8",
-        )
-
-    def send(self, command: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=30)
-            self._stderr.seek(0)
-            pytest.fail(f"worker exited {self.proc.returncode}: {self._stderr.read()}")
-        return line.strip()
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.send("quit")
-        except OSError:
-            pass
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._stderr.close()
+        super().__init__([sys.executable, str(WORKER), url])
 
 
 def _start(url: str, count: int) -> list[Worker]:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 import sys
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
+from tests.support.line_worker import LineWorker
 
 from cadenza.clock import FakeClock
 from cadenza.config.schema_jobs import JobConfig
@@ -116,46 +115,11 @@ def test_two_schedulers_in_threads(store_url: str) -> None:
     check_store(store_url)
 
 
-class Worker:
+class Worker(LineWorker):
     """One scheduler_race_worker.py process."""
 
     def __init__(self, url: str, jobs_file: Path) -> None:
-        self._stderr: IO[str] = tempfile.TemporaryFile("w+", encoding="utf-8")
-        self.proc = subprocess.Popen(
-            [sys.executable, str(WORKER), url, str(jobs_file)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            text=True, encoding="utf-8",
-        )
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def answer(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait(timeout=30)
-            self._stderr.seek(0)
-            pytest.fail(f"worker exited {self.proc.returncode}: {self._stderr.read()}")
-        return line.strip()
-
-    def close(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.send("quit")
-        except OSError:
-            pass
-        for stream in (self.proc.stdin, self.proc.stdout):
-            if stream is not None:
-                stream.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._stderr.close()
+        super().__init__([sys.executable, str(WORKER), url, str(jobs_file)])
 
 
 @pytest.fixture

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from common import scratch_pg_database
 
 DEFAULT_PG = os.environ.get("CADENZA_BENCH_PG",
                             "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
@@ -72,16 +72,8 @@ def database(kind: str, workdir: Path, pg_url: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory(dir=workdir) as tmp:
             yield f"sqlite:///{(Path(tmp) / 'bench.db').as_posix()}"
         return
-    admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    name = f"cadenza_bench_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with scratch_pg_database(pg_url) as url:
+        yield url
 
 
 def bulk(kind: str, url: str, path: Path) -> float:

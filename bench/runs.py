@@ -33,13 +33,13 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from common import scratch_pg_database
 
 from cadenza.audit import Redactor
 from cadenza.config import load_home
@@ -66,16 +66,8 @@ def database(args: argparse.Namespace, home: Path) -> Iterator[str]:
     if args.store == "sqlite":
         yield f"sqlite:///{(home / 'data' / 'cadenza.db').as_posix()}"
         return
-    admin = sa.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"cadenza_bench_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with scratch_pg_database(args.pg_url) as url:
+        yield url
 
 
 def write_home(home: Path, url: str, sync: str) -> None:

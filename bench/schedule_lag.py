@@ -20,19 +20,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
 import sqlalchemy as sa
+from common import scratch_pg_database
 
 from cadenza.clock import SystemClock
 from cadenza.domain.states import RunState
 from cadenza.home import Home, create_home
 from cadenza.node import Node
-
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
 def write_home(root: Path, jobs: int, schedule: str, store_url: str | None) -> Home:
@@ -51,20 +50,10 @@ def write_home(root: Path, jobs: int, schedule: str, store_url: str | None) -> H
     return home
 
 
-def pg_database() -> tuple[str, sa.Engine]:
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    name = f"cadenza_bench_{uuid.uuid4().hex[:8]}"
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    return admin.url.set(database=name).render_as_string(hide_password=False), admin
-
-
 def lag(args: argparse.Namespace) -> dict[str, object]:
-    admin = None
-    url = None
-    if args.store == "postgresql":
-        url, admin = pg_database()
-    with tempfile.TemporaryDirectory() as tmp:
+    with ExitStack() as stack:
+        url = stack.enter_context(scratch_pg_database()) if args.store == "postgresql" else None
+        tmp = stack.enter_context(tempfile.TemporaryDirectory())
         home = write_home(Path(tmp), args.jobs, "* * * * *", url)
         config = home.load_config()
         store = home.open_store(config)
@@ -89,10 +78,6 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
                 "SELECT r.job_id, r.scheduled_for, r.state, s.started_at, r.created_at FROM runs r "
                 "LEFT JOIN step_runs s ON s.run_id = r.id")).all()
         store.close()
-    if admin is not None and url is not None:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE "{sa.make_url(url).database}" WITH (FORCE)'))
-        admin.dispose()
 
     def aware(value: object) -> datetime:
         if isinstance(value, str):

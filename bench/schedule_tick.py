@@ -20,12 +20,12 @@ import random
 import statistics
 import tempfile
 import time
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
+from common import scratch_pg_database
 
 from cadenza.audit.redact import Redactor
 from cadenza.clock import FakeClock
@@ -96,17 +96,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result = bench(f"sqlite:///{(Path(tmp) / 'cadenza.db').as_posix()}", args)
     else:
-        admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-        name = f"cadenza_bench_{uuid.uuid4().hex[:8]}"
-        with admin.connect() as c:
-            c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        try:
-            url = admin.url.set(database=name).render_as_string(hide_password=False)
+        with scratch_pg_database(PG_ADMIN) as url:
             result = bench(url, args)
-        finally:
-            with admin.connect() as c:
-                c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
     print(json.dumps(result, indent=2))
 
 

@@ -27,13 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from common import scratch_pg_database
 
 from cadenza.domain.states import RunState
 from cadenza.store import Store
@@ -49,16 +49,8 @@ def database(args: argparse.Namespace) -> Iterator[str]:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             yield f"sqlite:///{(Path(tmp) / 'bench.db').as_posix()}"
         return
-    admin = sa.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    name = f"cadenza_bench_{uuid.uuid4().hex[:10]}"
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
+    with scratch_pg_database(args.pg_url) as url:
+        yield url
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -77,6 +77,9 @@ runs = sa.Table(
     # Times an operator resumed the run from NEEDS_REVIEW.
     sa.Column("resumes", sa.Integer(), nullable=False, server_default="0"),
     _ts("updated_at", nullable=False),
+    # A cancel request (``runs cancel`` from any process); the lease holder acts on it.
+    sa.Column("cancel_requested_by", sa.String(128), nullable=True),
+    _ts("cancel_requested_at"),
     # A fire is recorded once. Scheduled runs always carry both schedule and scheduled_for
     # (the CHECK below), so no NULL can slip past the constraint on either dialect.
     sa.UniqueConstraint("job_id", "schedule", "scheduled_for"),

@@ -32,29 +32,46 @@ from cadenza.clock import SystemClock
 from cadenza.domain.states import RunState
 from cadenza.home import Home, create_home
 from cadenza.node import Node
+from cadenza.store.tables import runs
+
+NOOP = """import os, time
+
+_OUT = os.open({path!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
 
-def write_home(root: Path, jobs: int, schedule: str, store_url: str | None) -> Home:
+def noop(job):
+    os.write(_OUT, f"{{job}} {{time.time():.6f}}\\n".encode())  # one append per call
+"""
+
+
+def write_home(root: Path, jobs: int, schedule: str, store_url: str | None,
+               workers: int = 4, max_runs: int = 16) -> tuple[Home, Path]:
+    """A home with ``jobs`` no-op jobs; returns it and the file the no-op appends
+    ``job entry_time`` to, the moment the step's function is entered."""
     home = create_home(root / "home", example=False)
-    (home.path / "plugins" / "bench_tasks.py").write_text("def noop():\n    return None\n")
+    entries = root / "entries.txt"
+    (home.path / "plugins" / "bench_tasks.py").write_text(NOOP.format(path=str(entries)))
     lines = []
     for k in range(jobs):
         lines.append(f'[jobs.j{k:05d}]\nschedule = "{schedule}"\ntimezone = "UTC"\n'
                      f'[[jobs.j{k:05d}.steps]]\nname = "noop"\ntype = "python"\n'
-                     'callable = "bench_tasks:noop"\nisolation = "thread"\n')
+                     'callable = "bench_tasks:noop"\nisolation = "thread"\n'
+                     f'op_kwargs = {{ job = "j{k:05d}" }}\n')
     home.jobs_file.write_text("\n".join(lines))
+    text = home.config_file.read_text()
     if store_url:
-        text = home.config_file.read_text().replace('url = "sqlite:///data/cadenza.db"',
-                                                   f'url = "{store_url}"')
-        home.config_file.write_text(text)
-    return home
+        text = text.replace('url = "sqlite:///data/cadenza.db"', f'url = "{store_url}"')
+    text += f"\n[workers]\ncount = {workers}\nmax_concurrent_runs = {max_runs}\n"
+    home.config_file.write_text(text)
+    return home, entries
 
 
 def lag(args: argparse.Namespace) -> dict[str, object]:
     with ExitStack() as stack:
         url = stack.enter_context(scratch_pg_database()) if args.store == "postgresql" else None
         tmp = stack.enter_context(tempfile.TemporaryDirectory())
-        home = write_home(Path(tmp), args.jobs, "* * * * *", url)
+        home, entries = write_home(Path(tmp), args.jobs, "* * * * *", url, args.workers,
+                                   args.max_runs or max(16, args.workers))
         config = home.load_config()
         store = home.open_store(config)
         node = Node(home, config, store, clock=SystemClock(), workers=args.workers)
@@ -66,13 +83,14 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
         fire = datetime.fromtimestamp(boundary, UTC)
         deadline = boundary + args.timeout
         while time.time() < deadline:
-            with store.read() as c:
-                done = c.execute(sa.text(
-                    "SELECT count(*) FROM runs WHERE state = 'SUCCEEDED'")).scalar()
+            with store.read() as c:  # the runs of this fire (the node may fire one earlier)
+                done = c.execute(sa.select(sa.func.count()).where(
+                    runs.c.state == "SUCCEEDED", runs.c.scheduled_for == fire)).scalar()
             if done and done >= args.jobs:
                 break
             time.sleep(0.5)
         node.stop(timeout=60)
+        entered = entries.read_text().split() if entries.exists() else []
         with store.read() as c:
             rows = c.execute(sa.text(
                 "SELECT r.job_id, r.scheduled_for, r.state, s.started_at, r.created_at FROM runs r "
@@ -93,6 +111,13 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
                   for r in at_fire if r.started_at is not None)
 
     created = sorted((aware(r.created_at) - fire).total_seconds() * 1000 for r in at_fire)
+    # Entries of this fire only (a node started less than a minute before it fires once more).
+    pairs = [(job, float(t)) for job, t in zip(entered[0::2], entered[1::2], strict=True)
+             if float(t) > fire.timestamp() - 30]
+    entry = sorted((t - fire.timestamp()) * 1000 for _, t in pairs)
+    calls: dict[str, int] = {}
+    for job, _ in pairs:
+        calls[job] = calls.get(job, 0) + 1
 
     def pct(p: float, values: list[float] | None = None) -> float:
         v = lags if values is None else values
@@ -109,12 +134,18 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
                        "max": pct(1, created)},
         "lag_ms": {"p0": pct(0), "p50": pct(0.50), "p90": pct(0.90), "p99": pct(0.99),
                    "max": round(lags[-1], 1) if lags else None},
+        "entry_ms": {"p0": pct(0, entry), "p50": pct(0.5, entry), "p90": pct(0.9, entry),
+                     "p99": pct(0.99, entry), "max": round(entry[-1], 1) if entry else None},
+        "entered": len(calls), "entered_twice": sum(1 for n in calls.values() if n > 1),
+        "max_concurrent_runs": args.max_runs or max(16, args.workers),
+        "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
     }
 
 
 def idle(args: argparse.Namespace) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
-        home = write_home(Path(tmp), args.jobs, "0 3 1 1 *", None)
+        home, _ = write_home(Path(tmp), args.jobs, "0 3 1 1 *", None, args.workers,
+                             max(16, args.workers))
         proc = subprocess.Popen([sys.executable, "-m", "cadenza", "--home", str(home.path),
                                  "serve", "--no-web"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -128,7 +159,8 @@ def idle(args: argparse.Namespace) -> dict[str, object]:
             proc.terminate()
             proc.wait(30)
     used = (after.user - before.user) + (after.system - before.system)
-    return {"bench": "idle_cpu", "jobs": args.jobs, "seconds": args.seconds,
+    return {"bench": "idle_cpu", "jobs": args.jobs, "workers": args.workers,
+            "seconds": args.seconds,
             "cpu_seconds": round(used, 3),
             "cpu_percent_of_one_core": round(100 * used / args.seconds, 2)}
 
@@ -142,10 +174,13 @@ def main() -> None:
     p_lag.add_argument("--workers", type=int, default=4)
     p_lag.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
     p_lag.add_argument("--timeout", type=float, default=120)
+    p_lag.add_argument("--max-runs", type=int, default=0,
+                       help="[workers].max_concurrent_runs (default: max(16, workers))")
     p_idle = sub.add_parser("idle")
     p_idle.add_argument("--jobs", type=int, default=1000)
     p_idle.add_argument("--seconds", type=float, default=30)
     p_idle.add_argument("--settle", type=float, default=10)
+    p_idle.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
     result = lag(args) if args.what == "lag" else idle(args)
     print(json.dumps(result, indent=2))

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import sqlalchemy as sa
 
 from cadenza.clock import Clock
@@ -44,12 +45,14 @@ from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import Limits, WaitRule, admit
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
+from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import GroupCommit
 from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
-from cadenza.scheduler.service import Scheduler
+from cadenza.scheduler.service import LOOKAHEAD, Scheduler
 from cadenza.store import Store
+from cadenza.store.leases import REAP_BATCH, owner_parts
 
 log = logging.getLogger("cadenza.node")
 
@@ -85,24 +88,31 @@ class Node:
         # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
         # between two decisions; they hold their lease while they wait in the local queue.
         self._idle = self.workers * (1 + PREFETCH)
+        self._refill_at = max(1, self._idle // 2)
         self._queue: queue.Queue[Started | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         # One group commit for the node: concurrent workers' step boundaries share commits,
         # and a run's end is written with the next write (a claim, a step start) or at idle.
         self.recorder = GroupCommit(store)
+        # -- leases (executor/lease.py, docs/leases.md): one heartbeat for the node's runs.
+        self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
+                                  clock=clock)
+        self.reaped = 0
         self._current = _Current(config, self._executor(config), limits_from_loaded(config))
         self._mtimes = self._stat()
         self.scheduler: Scheduler | None = None
         if scheduler:
             self.leader = leadership_for(store.engine)
-            self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader)
+            self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader,
+                                       lookahead=LOOKAHEAD)
 
     @property
     def config(self) -> LoadedConfig:
         return self._current.config
 
     def _executor(self, config: LoadedConfig) -> Executor:
-        return Executor(self.store, config, owner=self.owner, recorder=self.recorder)
+        return Executor(self.store, config, owner=self.owner, recorder=self.recorder,
+                        keeper=self.keeper)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -113,6 +123,13 @@ class Node:
             thread.start()
             self._threads.append(thread)
 
+        # -- leases: take back what a crash of this host left, then reap every lease/3.
+        try:
+            self.reclaim_at_start()
+        except Exception:  # the store may be down at start: the reaper loop retries
+            log.exception("reclaiming runs left by a previous process failed")
+        self.keeper.start()
+        spawn(self._reap_loop, "cadenza-reaper")
         if self.scheduler is not None:
             scheduler = self.scheduler
             spawn(lambda: scheduler.run_forever(self.stop_event, self.clock,
@@ -122,6 +139,13 @@ class Node:
         for k in range(self.workers):
             spawn(self._work_loop, f"cadenza-worker-{k}")
         spawn(self._watch_loop, "cadenza-config-watch")
+        # -- retention (cadenza.retention): the daily prune, on the scheduler's leader only.
+        if self.scheduler is not None:
+            from cadenza.retention import RetentionSweeper
+
+            self.retention = RetentionSweeper(self.store, lambda: self.config.settings.retention,
+                                              self.clock, leader=self.leader)
+            spawn(lambda: self.retention.run_forever(self.stop_event), "cadenza-retention")
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop claiming, let running runs finish (up to ``timeout``), then close."""
@@ -132,11 +156,65 @@ class Node:
         for thread in self._threads:
             thread.join(timeout)
         self.recorder.flush()
+        self.keeper.stop()  # runs still going lose their lease and are re-queued elsewhere
         current = self._current
         for executor in [current.executor, *current.retired]:
             executor.close()
         if self.scheduler is not None and hasattr(self.leader, "close"):
             self.leader.close()
+
+    # -- leases: reaping and reclaiming (store/leases.py) -------------------------------------
+
+    def reap_once(self) -> int:
+        """Re-queue the runs whose lease expired (any node's); returns how many were taken.
+        Loops over batches of :data:`~cadenza.store.leases.REAP_BATCH` runs."""
+        total = 0
+        while True:
+            batch = self.store.reap_expired_leases()
+            total += len(batch)
+            for got in batch:
+                log.warning("run %s of %s recovered from %s (epoch %d): now %s", got.run_id,
+                            got.job_id, got.old_owner, got.old_epoch, got.state.value)
+            if len(batch) < REAP_BATCH:
+                break
+        if total:
+            self.reaped += total
+            self._wake.set()
+        return total
+
+    def reclaim_at_start(self) -> int:
+        """What a previous ``cadenza serve`` on this host left RUNNING: runs whose lease
+        expired, and runs held by a process of this host that no longer exists (or by this
+        very host:pid, a previous incarnation: this process has claimed nothing yet), even
+        before their lease expires. A live process of this host keeps its runs."""
+        host, me = owner_parts(self.owner)
+
+        def dead(owner: str) -> bool:
+            their_host, pid = owner_parts(owner)
+            if their_host != host or pid is None:
+                return False
+            return pid == me or not psutil.pid_exists(pid)
+
+        total = 0
+        while True:
+            batch = self.store.reap_expired_leases(owner_like=_like_prefix(host) + ":%",
+                                                   dead_owner=dead)
+            total += len(batch)
+            for got in batch:
+                log.warning("run %s of %s reclaimed at start from %s: now %s", got.run_id,
+                            got.job_id, got.old_owner, got.state.value)
+            if len(batch) < REAP_BATCH:
+                break
+        self.reaped += total
+        return total
+
+    def _reap_loop(self) -> None:
+        while not self.stop_event.wait(
+                self.config.settings.workers.lease.total_seconds() / 3):
+            try:
+                self.reap_once()
+            except Exception:  # the store may be down: try again next time
+                log.exception("reaping expired leases failed")
 
     def request_reload(self) -> None:
         """Reload both files at the next occasion (SIGHUP)."""
@@ -159,7 +237,9 @@ class Node:
 
         def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
             self.store.lock_admission(conn)
-            candidates = self.store.queued_candidates(now, CANDIDATES_PER_DECISION, conn=conn)
+            # At a crowded due time every free worker gets a run from this one decision.
+            candidates = self.store.queued_candidates(
+                now, max(CANDIDATES_PER_DECISION, free), conn=conn)
             if not candidates:
                 return [], None
             load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
@@ -176,9 +256,14 @@ class Node:
             # "No free worker on this node" is this node's business of the moment, not the
             # run's: writing it for every queued run at every decision would cost a write
             # per run per decision. Such runs show no wait_reason.
+            # Likewise a fire recorded ahead (scheduled_for still to come) is not waiting:
+            # it is not due yet, and writing a reason and an event for each would double
+            # the writes of a crowded minute.
+            early = {c.run_id for c in candidates if c.queued_at > now}
             self.store.set_wait_reasons(
                 {run_id: why.text for run_id, why in decision.waiting.items()
-                 if why.rule is not WaitRule.NODE_WORKERS},
+                 if why.rule is not WaitRule.NODE_WORKERS
+                 and not (why.rule is WaitRule.NOT_BEFORE and run_id in early)},
                 conn=conn)
             return claimed, decision.next_check
 
@@ -233,7 +318,12 @@ class Node:
                         log.exception("writing the end of finished runs failed")
                 with self._lock:
                     self._idle += 1
-                self._wake.set()
+                    refill = self._idle >= self._refill_at
+                # A decision costs a write transaction and a read of the queue: while claimed
+                # runs still wait in the local queue, wake the dispatcher once half the
+                # slots are free rather than at every run end; at once when none waits.
+                if refill or self._queue.empty():
+                    self._wake.set()
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -288,3 +378,7 @@ class Node:
         self._wake.set()
         return True
 
+
+def _like_prefix(text: str) -> str:
+    """``text`` with the LIKE wildcards escaped away (a host name has none, but be sure)."""
+    return text.replace("%", "_").replace("\\", "_")

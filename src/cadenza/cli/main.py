@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from cadenza.cli import backup as backup_cmd
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
@@ -46,6 +47,7 @@ serve_cmd.register(app)
 simulate_cmd.register(app)
 events_cmd.register(app)
 run_cmd.register(app)
+backup_cmd.register(app)
 app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(users_cmd.app, name="users")

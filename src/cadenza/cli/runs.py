@@ -190,3 +190,58 @@ def _print_line(record: dict[str, Any]) -> None:
     out.print(f"{when} {record['level']:<7} {step:<20} {first}", markup=False, highlight=False)
     for line in rest:
         out.print(f"{'':>{len(when) + 30}}{line}", markup=False, highlight=False)
+
+
+@app.command("resume")
+def resume_run(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
+) -> None:
+    """Try a NEEDS_REVIEW run again: QUEUED with fresh attempts, from its checkpoint."""
+    _review(ctx, run_id, resume=True, as_json=as_json)
+
+
+@app.command("abandon")
+def abandon_run(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(metavar="RUN")],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
+) -> None:
+    """Give up on a NEEDS_REVIEW run: it ends FAILED."""
+    _review(ctx, run_id, resume=False, as_json=as_json)
+
+
+def _review(ctx: typer.Context, run_id: str, *, resume: bool, as_json: bool) -> None:
+    from cadenza.cli.run import os_user
+    from cadenza.domain.errors import InvalidTransition, StoreError
+
+    verb = "resumed" if resume else "abandoned"
+    user = os_user()
+    with state(ctx).store() as store:
+        try:
+            run = (store.resume_run if resume else store.abandon_run)(run_id, actor=user)
+        except InvalidTransition as exc:
+            fail(f"run {run_id} is {exc.frm}: only a NEEDS_REVIEW run can be {verb} "
+                 "(see `cadenza runs show RUN`)")
+        except StoreError as exc:
+            fail(str(exc))
+        document = run_document(store, run)
+        point = store.get_run_checkpoint(run_id) if resume else None
+    document["resumes"] = run.resumes
+    document["error"] = run.error
+    if as_json:
+        print_json(document)
+        return
+    if resume:
+        where = f" at step {point.next_step!r}" if point and point.next_step else ""
+        out.print(f"run {run.id} resumed by {user}: QUEUED, continues{where} with fresh "
+                  f"attempts (resume {run.resumes})", markup=False)
+    else:
+        out.print(f"run {run.id} abandoned by {user}: FAILED", markup=False)
+
+
+# `runs cancel` lives in its own module (leases and cancel, docs/leases.md).
+from cadenza.cli import runs_cancel as _runs_cancel  # noqa: E402
+
+_runs_cancel.register(app)

@@ -70,11 +70,28 @@ class StoreSettings(StrictModel):
     sqlite_synchronous: Literal["NORMAL", "FULL"] = "NORMAL"
 
 
+def _lease_length(value: timedelta) -> timedelta:
+    if value < MIN_LEASE:
+        fail(f'expected a lease of at least "3s" (it is renewed every third of it), got '
+             f"{value.total_seconds():g}s")
+    if value > MAX_LEASE:
+        fail(f'expected a lease of at most "1h" (a dead worker\'s runs wait this long), got '
+             f"{value.total_seconds():g}s")
+    return value
+
+
+MIN_LEASE = timedelta(seconds=3)
+MAX_LEASE = timedelta(hours=1)
+
+
 class WorkerSettings(StrictModel):
-    """``count`` concurrent runs on this node; ``max_concurrent_runs`` across all nodes."""
+    """``count`` concurrent runs on this node; ``max_concurrent_runs`` across all nodes;
+    ``lease``: how long a worker's hold on a run lasts without renewal (renewed every third
+    of it; a run whose worker died is re-queued once it expires; see docs/leases.md)."""
 
     count: int = Field(4, ge=1, le=1024)
     max_concurrent_runs: int = Field(16, ge=1, le=100_000)
+    lease: Annotated[Duration, AfterValidator(_lease_length)] = timedelta(seconds=60)
 
 
 class TagLimits(StrictModel):

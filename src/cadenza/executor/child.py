@@ -13,6 +13,12 @@ it needs. The child
    the parent, and whose ``ctx.connection(name)`` opens this process's own engines;
 4. commits its connections, then sends ``("result", rows, output_json)``, or rolls back and
    sends ``("error", ErrorInfo)``.
+
+``ctx.checkpoint`` and ``ctx.once`` in the child write to the store themselves: the spec
+carries a :class:`~cadenza.executor.context.Fence` (the store's URL and the run's lease
+epoch), filled when the spec is made in the parent from the run the tracker bound
+(:func:`~cadenza.executor.context.bind_run`); the child opens the store on first use and
+every write is fenced on the epoch in the database, as the parent's would be.
 """
 
 from __future__ import annotations
@@ -52,6 +58,13 @@ class ChildSpec:
     timeout_seconds: float
     outputs: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+    fence: Any = None  # a context.Fence; None: the run is not bound in this process
+
+    def __post_init__(self) -> None:
+        if self.fence is None:  # made in the parent: carry the run's binding to the child
+            from cadenza.executor.context import bound_fence
+
+            object.__setattr__(self, "fence", bound_fence(self.run.id))
 
     @property
     def plugins(self) -> Path:
@@ -83,7 +96,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
         with lock:
             conn.send(message)
 
-    from cadenza.executor.context import ExecutionContext, check_result
+    from cadenza.executor.context import ExecutionContext, check_result, fence_progress
     from cadenza.executor.runlog import SendingLog
 
     connections: Any = None
@@ -108,6 +121,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
             events=lambda event: send(("event", event)),
             outputs=spec.outputs,
             timeout_seconds=spec.timeout_seconds,
+            progress=None if spec.fence is None else fence_progress(spec.fence, spec.run),
         )
         result = check_result(step_type().run(ctx, config), spec.step.name)
         ctx.finish(success=True)
@@ -123,6 +137,8 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
         except (OSError, ValueError):
             pass
     finally:
+        if ctx is not None:
+            ctx.close_progress()
         if connections is not None:
             connections.close()
         conn.close()

@@ -102,8 +102,9 @@ def run_in_thread(
             if abandon():
                 raise StepTimeout(
                     f"step {ctx.step.name!r} timed out after {_seconds(timeout)}; it runs in "
-                    "a thread (isolation = \"thread\"), which cannot be stopped: it was "
-                    "abandoned and its ctx.connection work is rolled back"
+                    "a thread (isolation = \"thread\"), which cannot be stopped: it was told "
+                    "to stop (a SQL statement is canceled on the server, an HTTP request "
+                    "aborted), abandoned, and its ctx.connection work is rolled back"
                 )
             done.wait()  # it was committing when the deadline came: let it finish
             break

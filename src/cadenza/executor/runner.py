@@ -15,6 +15,12 @@ claimed. The rules:
 * the run's rows are the sum of its steps' rows; a step's output keys are read by later
   steps as ``${steps.NAME.KEY}`` (plus ``rows``).
 
+Leases (docs/leases.md): a claim takes the run's lease for ``[workers].lease`` (default 60 s)
+and registers the run, with a :class:`~cadenza.executor.control.RunControl` of its own, with
+the process's :class:`~cadenza.executor.lease.LeaseKeeper`, which renews it every third of
+that, stops the run when a cancel is requested or the lease is lost, and forgets it when the
+run's execution ends. A :meth:`Executor.cancel` in this process stops the run at once.
+
 Commits: the claim, the run's resolved parameters and the first step's start share one
 transaction (:meth:`execute`); then one per step boundary (the end of step N, its log lines
 and events, and the start of step N+1 or the end of the run). A run of S executed steps
@@ -38,6 +44,8 @@ from cadenza.config.loader import LoadedConfig
 from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState
 from cadenza.executor.connections import Connections
+from cadenza.executor.control import RunControl
+from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import DirectRecorder, Recorder
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import StepRunner
@@ -47,9 +55,6 @@ from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store
 from cadenza.store.boundary import BoundaryResult
 
-LEASE_GRACE = timedelta(minutes=5)
-"""The lease outlives the job's timeout by this much (renewals come with recovery)."""
-
 
 @dataclass(frozen=True)
 class Started:
@@ -57,14 +62,20 @@ class Started:
 
     tracker: RunTracker
     first: BoundaryResult
+    keeper: LeaseKeeper | None = None
+    control: RunControl | None = None
 
     @property
     def run_id(self) -> str:
         return self.tracker.run.id
 
     def go(self) -> RunOutcome:
-        """Run the steps to the end (in this thread)."""
-        return self.tracker.go(self.first)
+        """Run the steps to the end (in this thread); the run's lease is renewed until then."""
+        try:
+            return self.tracker.go(self.first)
+        finally:
+            if self.keeper is not None:
+                self.keeper.unregister(self.run_id, self.control)
 
 
 def default_owner() -> str:
@@ -89,10 +100,16 @@ class Executor:
         recorder: Recorder | None = None,
         default_zone: ZoneInfo | None = None,
         step_types: Mapping[str, type[StepType]] | None = None,
+        keeper: LeaseKeeper | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.owner = owner or default_owner()
+        self.lease = config.settings.workers.lease
+        # A node shares one keeper between its executors (one heartbeat per process); an
+        # executor on its own (``cadenza run --local``, tests) starts its own on first claim.
+        self._own_keeper = keeper is None
+        self.keeper = keeper or LeaseKeeper(store, self.lease)
         self._own_connections = connections is None
         self.connections = connections or Connections(config.home, config.settings)
         self.recorder: Recorder = recorder or DirectRecorder(store)
@@ -119,8 +136,8 @@ class Executor:
             raise StoreError(f"no run {run_id!r}")
         if run.state is not RunState.QUEUED:
             return RunOutcome(run_id, run.state, run.rows, run.error, claimed=False)
-        tracker = self._tracker(run, observer)
-        lease_until = self.store.clock.now() + tracker.lease_for()
+        tracker, control = self._tracker(run, observer)
+        lease_until = self.store.clock.now() + self.lease
         with self.store.write() as conn:
             claimed = self.store.claim_runs(self.owner, lease_until, run_ids=[run_id],
                                             conn=conn)
@@ -129,13 +146,21 @@ class Executor:
             tracker.claimed(claimed[0])
             first = tracker.first_boundary()
             result = self.store.record_boundaries([first], conn=conn)[0]
-        return tracker.go(result)
+        self._hold(claimed[0], control)
+        return Started(tracker, result, self.keeper, control).go()
 
     def run_claimed(self, run: RunRecord, observer: Observer | None = None) -> RunOutcome:
         """Run ``run``, already claimed by this executor's owner (a worker pool's batch)."""
-        tracker = self._tracker(run, observer)
+        tracker, control = self._tracker(run, observer)
+        self._hold(run, control)
         tracker.claimed(run)
-        return tracker.go(self.recorder.record(tracker.first_boundary()))
+        first = self.recorder.record(tracker.first_boundary())
+        return Started(tracker, first, self.keeper, control).go()
+
+    def cancel(self, run_id: str, by: str) -> bool:
+        """Stop ``run_id`` now if this executor's process runs it (the in-process fast path
+        of ``runs cancel``; the durable request is :meth:`Store.request_cancel`)."""
+        return self.keeper.cancel_local(run_id, by)
 
     def claim_and_start(
         self,
@@ -155,24 +180,36 @@ class Executor:
                                      run_ids=run_ids, conn=conn)
         trackers = []
         for run in runs:
-            tracker = self._tracker(run, observer)
+            tracker, control = self._tracker(run, observer)
+            # Held from the claim on: a run waiting in a node's local queue keeps its lease.
+            # (Should this transaction roll back, the keeper forgets the run by itself.)
+            self._hold(run, control)
             tracker.claimed(run)
-            trackers.append(tracker)
-        firsts = self.store.record_boundaries([t.first_boundary() for t in trackers], conn=conn)
-        return [Started(t, first) for t, first in zip(trackers, firsts, strict=True)]
+            trackers.append((tracker, control))
+        firsts = self.store.record_boundaries([t.first_boundary() for t, _ in trackers],
+                                              conn=conn)
+        return [Started(t, first, self.keeper, control)
+                for (t, control), first in zip(trackers, firsts, strict=True)]
 
     def lease_for(self, job_id: str) -> timedelta:
-        """How long a claim of a run of ``job_id`` holds its lease."""
-        job = self.config.jobs.get(job_id)
-        return (job.timeout if job is not None else timedelta(hours=24)) + LEASE_GRACE
+        """How long a claim of a run (of any job) holds its lease before a renewal:
+        ``[workers].lease``."""
+        return self.lease
 
     def close(self) -> None:
-        """Dispose of the connections this executor opened."""
+        """Dispose of the connections this executor opened (and its own lease keeper)."""
+        if self._own_keeper:
+            self.keeper.stop()
         if self._own_connections:
             self.connections.close()
 
-    def _tracker(self, run: RunRecord, observer: Observer | None) -> RunTracker:
-        return RunTracker(
+    def _hold(self, run: RunRecord, control: RunControl) -> None:
+        self.keeper.register(run.id, run.lease_epoch, run.lease_owner or self.owner, control)
+
+    def _tracker(self, run: RunRecord,
+                 observer: Observer | None) -> tuple[RunTracker, RunControl]:
+        control = RunControl(run.id)
+        tracker = RunTracker(
             run=run,
             job=self.config.jobs.get(run.job_id),
             store=self.store,
@@ -180,5 +217,7 @@ class Executor:
             steps=self.steps,
             zone=self.zone,
             observer=observer or Observer(),
-            lease=self.lease_for(run.job_id),
+            lease=self.lease,
+            control=control,
         )
+        return tracker, control

@@ -2,7 +2,9 @@
 
 :meth:`StepRunner.attempt` never raises for a step's failure (only ``KeyboardInterrupt``
 and the like go through): it returns a :class:`StepOutcome`, SUCCEEDED with the rows and
-output, or FAILED with the error text (``"ClassName: message"``) and its class (SPEC §7).
+output, or FAILED with the error text (``"ClassName: message"``), its class (SPEC §7), the
+exception's class name and a deferral's time. :class:`~cadenza.executor.control.RunStopped`
+(the run was canceled or lost its lease while the step ran) goes through to the tracker.
 The lines it writes to the run log: INFO when the step starts and ends, DEBUG the rendered
 config, ERROR the failure (with the traceback when the exception was not one of Cadenza's
 step errors, i.e. a bug or an untranslated driver error).
@@ -15,16 +17,19 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from cadenza.config.schema_settings import Settings
-from cadenza.domain.errors import Fatal
+from cadenza.domain.errors import Deferred, Fatal
 from cadenza.domain.states import StepState
 from cadenza.executor.child import ChildSpec, step_class_path
 from cadenza.executor.connections import Connections
 from cadenza.executor.context import ExecutionContext
+from cadenza.executor.control import RunStopped
 from cadenza.executor.errors import (
     StepTimeout,
+    class_name,
     classify,
     describe,
     is_expected,
@@ -48,6 +53,10 @@ class StepOutcome:
     error: str | None = None
     error_class: str | None = None
     seconds: float = 0.0
+    error_type: str | None = None
+    """The exception's class name (the child's, for a step run in a child process)."""
+    until: datetime | None = None
+    """A deferral's time (:class:`cadenza.Deferred`'s ``until``, HTTP 429 Retry-After)."""
 
     @property
     def failed(self) -> bool:
@@ -115,6 +124,8 @@ class StepRunner:
                                                 f"reached during step {step.name!r}"),
                                     started, log)
             return self._failed(step, exc, started, log)
+        except RunStopped:
+            raise  # canceled or lease lost: the tracker ends the run, not the step's class
         except Exception as exc:
             return self._failed(step, exc, started, log)
         seconds = time.monotonic() - started
@@ -177,5 +188,7 @@ class StepRunner:
         if not is_expected(exc):
             message += "\n" + traceback_text(exc).rstrip()
         log.add("ERROR", message, step.name)
+        until = exc.until if isinstance(exc, Deferred) else None
         return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
-                           seconds=time.monotonic() - started)
+                           seconds=time.monotonic() - started, error_type=class_name(exc),
+                           until=until)

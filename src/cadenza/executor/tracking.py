@@ -5,27 +5,64 @@ resolves the run's plan, builds the first boundary (the run's parameters, the st
 before the first one that runs, and that step's start), then runs the steps one by one,
 handing each boundary to the executor's recorder. :class:`Observer` is told about progress
 (the CLI draws it); it must be quick, it runs in the executor's thread.
+
+Failures (SPEC §7, docs/retries.md). A failed step's class decides, through
+:func:`cadenza.domain.retry.decide` and the step's retry policy (``job.retry_for(step)``):
+
+* fatal: the run ends FAILED, the later steps SKIPPED "earlier step failed";
+* retryable (attempts left), deferred, resource: the run goes back to QUEUED with
+  ``not_before`` (the backoff, or the deferral's time), its lease released, in the same
+  transaction as the step's end, with a RETRY_SCHEDULED event; the worker is free at once
+  (nothing sleeps here). Deferrals and resource faults spend no attempt; a next try past
+  the run's timeout fails the run ("run timeout");
+* retryable with the attempts spent: NEEDS_REVIEW, until ``cadenza runs resume`` or
+  ``abandon``.
+
+Checkpoints. Every boundary after a step records the run's checkpoint (next step, outputs so
+far) with it. A claim of a run that was claimed before (``lease_epoch > 1``: retried,
+deferred, resumed, or recovered after its worker died) reads the checkpoint and the step runs
+back and starts at the checkpoint's step with the recorded outputs (``${steps.X.*}`` of the
+earlier steps resolve), each new step run numbered after the ones recorded. A fresh run
+(epoch 1) reads nothing: the claim is the executor's hot path.
+
+Stops. ``tracker.control`` (:class:`~cadenza.executor.control.RunControl`) is checked before
+each step and at every tick of a running step. CANCELED: the running step ends CANCELED, the
+later ones SKIPPED "canceled", the run CANCELED "canceled by WHO" (a WARNING line names
+who). LEASE_LOST: nothing more is written; the outcome is "lost".
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.errors import StepError
+from cadenza.domain.events import EventType
+from cadenza.domain.retry import Action, Decision, decide
 from cadenza.domain.states import RunState, StepState
+from cadenza.executor.context import bind_run
+from cadenza.executor.control import RunControl, RunStopped, StopKind, StopRequest
 from cadenza.executor.plan import PlanError, RunPlan, plan_run
 from cadenza.executor.recorder import Recorder
 from cadenza.executor.runlog import RunLog
 from cadenza.executor.steprun import StepOutcome, StepRunner
 from cadenza.steps.base import StepConfig
 from cadenza.store import RunRecord, Store
-from cadenza.store.boundary import Boundary, BoundaryResult, RunEnd, StepEnd, StepStart
+from cadenza.store.boundary import (
+    Boundary,
+    BoundaryResult,
+    Checkpoint,
+    EventSpec,
+    RunEnd,
+    StepEnd,
+    StepStart,
+)
 
 FLUSH_SECONDS = 1.0
 """While a step runs, its pending log lines are written at most this often."""
@@ -40,8 +77,9 @@ class LeaseLost(StepError):
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """How a run execution ended: the final state (``None`` when the run was not claimed or
-    its lease was lost), its rows and its error."""
+    """How a run execution ended: the state it was left in (``None`` when the run was not
+    claimed or its lease was lost; QUEUED for a retry, NEEDS_REVIEW when the attempts are
+    spent), its rows and its error."""
 
     run_id: str
     state: RunState | None
@@ -74,11 +112,15 @@ class Observer:
 
 
 class RunTracker:
-    """The state of one run's execution (see the module docstring)."""
+    """The state of one run's execution (see the module docstring).
+
+    ``control`` is the run's stop switch (default: a fresh one, ``tracker.control``);
+    ``rand`` the random source of the retry jitter (tests make it deterministic)."""
 
     def __init__(self, *, run: RunRecord, job: JobConfig | None, store: Store,
                  recorder: Recorder, steps: StepRunner, zone: ZoneInfo, observer: Observer,
-                 lease: timedelta) -> None:
+                 lease: timedelta, control: RunControl | None = None,
+                 rand: Callable[[], float] | None = None) -> None:
         self.run = run
         self.job = job
         self.store = store
@@ -86,6 +128,8 @@ class RunTracker:
         self.steps = steps
         self.observer = observer
         self.lease = lease
+        self.control = control or RunControl(run.id)
+        self.rand = rand
         self.plan: RunPlan | None = None
         self.problem: str | None = None
         if job is None:
@@ -98,11 +142,18 @@ class RunTracker:
         self.log = RunLog(self.plan.log_level if self.plan else "INFO", store.clock.now)
         self.epoch = run.lease_epoch
         self.deadline = 0.0
+        self.deadline_at: datetime | None = None
         self.outputs: dict[str, dict[str, Any]] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.rows = 0
         self.next_index: int | None = None
         self.last_flush = time.monotonic()
+        self.attempts: dict[str, int] = {}
+        """The attempt number of each step's next step run (1 unless some are recorded)."""
+        self.start_index = 0
+        self.spent = 0
+        """Attempts already spent on the step at ``start_index`` (read back at a re-claim)."""
+        self.resumed_from: str | None = None
 
     def lease_for(self) -> timedelta:
         return self.lease
@@ -111,10 +162,47 @@ class RunTracker:
         """The claim succeeded: ``run`` as it is now (its new epoch fences every write)."""
         self.run = run
         self.epoch = run.lease_epoch
-        timeout = self.job.timeout.total_seconds() if self.job else 0.0
-        self.deadline = time.monotonic() + timeout
+        bind_run(run.id, self.store, run.lease_epoch)  # ctx.checkpoint / ctx.once fence on it
+        if run.lease_epoch > 1 and self.plan is not None:
+            self._restore()
+        if self.job is not None:
+            now = self.store.clock.now()
+            self.deadline_at = (run.started_at or now) + self.job.timeout
+            self.deadline = time.monotonic() + (self.deadline_at - now).total_seconds()
         names = [(s.name, s.type) for s in self.job.steps] if self.job else []
         self.observer.run_started(run, names)
+
+    def _restore(self) -> None:
+        """Read back what earlier executions of this run recorded (see the module docstring)."""
+        assert self.job is not None
+        recorded = self.store.list_step_runs(self.run.id)
+        point = self.store.get_run_checkpoint(self.run.id)
+        for row in recorded:
+            self.attempts[row.step] = max(self.attempts.get(row.step, 1), row.attempt + 1)
+        if point is None or point.next_step is None:
+            return  # it never passed its first step: start again from the beginning
+        names = [s.name for s in self.job.steps]
+        if point.next_step not in names:
+            self.plan = None
+            self.problem = (f"the run's checkpoint continues at step {point.next_step!r}, "
+                            f"which is not in job {self.job.id!r} any more")
+            return
+        self.start_index = names.index(point.next_step)
+        self.resumed_from = point.next_step
+        before = set(names[:self.start_index])
+        self.outputs = {name: dict(values) for name, values in point.outputs.items()
+                        if name in before and isinstance(values, dict)}
+        self.rows = sum(int(v.get("rows") or 0) for v in self.outputs.values())
+        for row in recorded:  # in id order: the last row of each step wins
+            if row.step in before:
+                self.records[row.step] = {"state": row.state.value, "rows": row.rows,
+                                          "output": row.output}
+        retried = [row for row in recorded if row.error_class == "retryable"]
+        if retried and retried[-1].step == point.next_step:
+            self.spent = self.run.attempt
+
+    def _attempt(self, name: str) -> int:
+        return self.attempts.get(name, 1)
 
     def first_boundary(self) -> Boundary:
         """The run's parameters, the leading skipped steps and the first start (or the
@@ -122,9 +210,16 @@ class RunTracker:
         if self.plan is None:
             self.log.add("ERROR", f"run FAILED: {self.problem}")
             return self._boundary(run_end=RunEnd(RunState.FAILED, None, self.problem))
-        shown = ", ".join(f"{k}={json.dumps(v, default=str)}" for k, v in self.plan.params.items())
-        self.log.add("INFO", f"run started ({self.run.trigger}); params: {shown or 'none'}")
-        starts, self.next_index = self._starts_from(0)
+        if self.resumed_from is not None:
+            step = self.resumed_from
+            self.log.add("INFO", f"run resumed at step {step!r} (attempt "
+                                 f"{self._attempt(step)}) from its checkpoint "
+                                 f"({self.run.trigger})")
+        else:
+            shown = ", ".join(f"{k}={json.dumps(v, default=str)}"
+                              for k, v in self.plan.params.items())
+            self.log.add("INFO", f"run started ({self.run.trigger}); params: {shown or 'none'}")
+        starts, self.next_index = self._starts_from(self.start_index)
         run_end = None if self.next_index is not None else self._success()
         # The resolved parameters replace the requested ones (written only when they differ).
         resolved = self.plan.params if self.plan.params != self.run.params else None
@@ -137,41 +232,101 @@ class RunTracker:
         if self.next_index is None or self.plan is None:
             return self._finished(self.plan is not None)
         step_run_id = first.step_run_ids[-1]
+        index = self.next_index
         try:
             while True:
                 assert self.job is not None and self.next_index is not None
                 index = self.next_index
                 step = self.job.steps[index]
+                attempt = self._attempt(step.name)
+                self.control.check()
                 self.observer.step_started(step.name)
                 outcome = self.steps.attempt(
-                    self.plan, step, attempt=1, outputs=self.outputs, records=self.records,
-                    log=self.log, run_deadline=self.deadline, on_tick=self._tick)
+                    self.plan, step, attempt=attempt, outputs=self.outputs,
+                    records=self.records, log=self.log, run_deadline=self.deadline,
+                    on_tick=self._tick)
+                if outcome.failed:
+                    self.control.check()  # a step failing because it was stopped
                 self._remember(step, outcome)
                 self.observer.step_finished(step.name, outcome)
-                run_end: RunEnd | None
-                end = StepEnd(step_run_id, step.name, step.type, 1, outcome.state,
+                end = StepEnd(step_run_id, step.name, step.type, attempt, outcome.state,
                               outcome.rows, outcome.output, outcome.error, outcome.error_class)
                 if outcome.failed:
-                    error = f"step {step.name!r} failed: {outcome.error}"
-                    starts = self._skip_rest(index + 1, EARLIER_FAILED)
-                    self.next_index = None
-                    run_end = RunEnd(RunState.FAILED, self.rows, error)
-                    self.log.add("ERROR", f"run FAILED: {error}")
+                    boundary = self._after_failure(index, step, outcome, end)
                 else:
                     starts, self.next_index = self._starts_from(index + 1)
-                    run_end = None if self.next_index is not None else self._success()
-                boundary = self._boundary(step_end=end, starts=starts, run_end=run_end)
-                if run_end is not None:
+                    if self.next_index is None:
+                        boundary = self._boundary(step_end=end, starts=starts,
+                                                  run_end=self._success())
+                    else:
+                        point = Checkpoint(self.job.steps[self.next_index].name,
+                                           dict(self.outputs))
+                        boundary = self._boundary(step_end=end, starts=starts,
+                                                  checkpoint=point)
+                if boundary.run_end is not None:
                     last = self.recorder.finish(boundary)
                     if last is not None and not last.applied:
                         return self._lost()
-                    return self._finished(True, run_end)
+                    return self._finished(True, boundary.run_end)
                 result = self.recorder.record(boundary)
                 if not result.applied:
                     return self._lost()
                 step_run_id = result.step_run_ids[-1]
+        except RunStopped as stop:
+            return self._stopped(stop.request, step_run_id, index)
         except KeyboardInterrupt:
             return self._interrupted()
+
+    def _after_failure(self, index: int, step: StepConfig, outcome: StepOutcome,
+                       end: StepEnd) -> Boundary:
+        """The boundary of a failed step: the run FAILED, back to QUEUED, or NEEDS_REVIEW."""
+        assert self.job is not None
+        policy = self.job.retry_for(step)
+        now = self.store.clock.now()
+        spent = self.spent if index == self.start_index else 0
+        decision = decide(outcome.error_class, policy, spent=spent, now=now,
+                          deadline=self.deadline_at, until=outcome.until, rand=self.rand)
+        error = f"step {step.name!r} failed: {outcome.error}"
+        self.next_index = None
+        if decision.action is Action.FAIL:
+            if decision.why:
+                error = f"step {step.name!r}: {decision.why} (it failed: {outcome.error})"
+            self.log.add("ERROR", f"run FAILED: {error}")
+            return self._boundary(step_end=end, starts=self._skip_rest(index + 1,
+                                                                       EARLIER_FAILED),
+                                  run_end=RunEnd(RunState.FAILED, self.rows, error))
+        point = Checkpoint(step.name, dict(self.outputs))
+        if decision.action is Action.REVIEW:
+            reason = f"retry attempts exhausted ({decision.spent}/{policy.attempts})"
+            self.log.add("WARNING", f"run NEEDS_REVIEW: {error}; {reason}. `cadenza runs "
+                                    f"resume {self.run.id}` tries again from step "
+                                    f"{step.name!r}, `cadenza runs abandon` fails it")
+            return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
+                RunState.NEEDS_REVIEW, self.rows, error, reason, attempt=decision.spent))
+        wait = self._wait_text(outcome, decision, policy.attempts)
+        self.log.add("WARNING", f"run QUEUED again: {wait}", step.name)
+        assert decision.not_before is not None
+        self.log.event(EventSpec(
+            EventType.RETRY_SCHEDULED, f"step {step.name}: {wait}", "WARNING", {
+                "step": step.name, "class": outcome.error_class,
+                "error_type": outcome.error_type, "attempt": end.attempt,
+                "spent": decision.spent, "attempts": policy.attempts,
+                "delay_s": round(decision.delay, 3),
+                "next_try": decision.not_before.isoformat()}))
+        return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
+            RunState.QUEUED, self.rows, error, wait, not_before=decision.not_before,
+            wait_reason=wait, attempt=decision.spent))
+
+    def _wait_text(self, outcome: StepOutcome, decision: Decision, attempts: int) -> str:
+        assert decision.not_before is not None
+        zone = ZoneInfo(self.plan.timezone) if self.plan else None
+        local = decision.not_before.astimezone(zone)
+        now = self.store.clock.now().astimezone(zone)
+        shown = local.strftime("%H:%M:%S" if local.date() == now.date() else "%Y-%m-%d %H:%M:%S")
+        if outcome.error_class == "retryable":
+            return f"retry {decision.spent + 1}/{attempts} after {outcome.error} at {shown}"
+        return (f"{outcome.error_class} after {outcome.error}: next try at {shown} "
+                "(no attempt spent)")
 
     def _starts_from(self, index: int) -> tuple[list[StepStart], int | None]:
         assert self.job is not None and self.plan is not None
@@ -179,12 +334,13 @@ class RunTracker:
         for k in range(index, len(self.job.steps)):
             step = self.job.steps[k]
             if self.plan.is_disabled(step):
-                starts.append(StepStart(step.name, step.type, 1, StepState.SKIPPED, DISABLED))
+                starts.append(StepStart(step.name, step.type, self._attempt(step.name),
+                                        StepState.SKIPPED, DISABLED))
                 self.records[step.name] = {"state": "SKIPPED", "rows": None, "output": None}
                 self.log.add("INFO", "skipped: disabled", step.name)
                 self.observer.step_skipped(step.name, DISABLED)
                 continue
-            starts.append(StepStart(step.name, step.type))
+            starts.append(StepStart(step.name, step.type, self._attempt(step.name)))
             return starts, k
         return starts, None
 
@@ -192,7 +348,8 @@ class RunTracker:
         assert self.job is not None
         starts = []
         for step in self.job.steps[index:]:
-            starts.append(StepStart(step.name, step.type, 1, StepState.SKIPPED, reason))
+            starts.append(StepStart(step.name, step.type, self._attempt(step.name),
+                                    StepState.SKIPPED, reason))
             self.observer.step_skipped(step.name, reason)
         return starts
 
@@ -212,6 +369,7 @@ class RunTracker:
         return Boundary(self.run.id, self.epoch, logs=lines, events=events, **parts)
 
     def _tick(self) -> None:
+        self.control.check()
         now = time.monotonic()
         if now - self.last_flush < FLUSH_SECONDS or not self.log.pending():
             return
@@ -224,8 +382,30 @@ class RunTracker:
             return
         if not result.applied:
             # Another holder took the run over: stop the step now (a process is killed, a
-            # thread abandoned); the step's end will be refused like this write was.
-            raise LeaseLost("the run's lease was taken over while the step ran")
+            # thread abandoned); nothing more is written about the run.
+            self.control.stop(StopKind.LEASE_LOST,
+                              reason="the run's lease was taken over while the step ran")
+            self.control.check()
+
+    def _stopped(self, request: StopRequest, step_run_id: int, index: int) -> RunOutcome:
+        """The run was stopped from outside (see the module docstring)."""
+        if request.kind is not StopKind.CANCELED or self.job is None:
+            return self._lost()
+        who = request.by or "unknown"
+        reason = f"canceled by {who}"
+        step = self.job.steps[index]
+        extra = f" ({request.reason})" if request.reason else ""
+        self.log.add("WARNING", f"run CANCELED: {reason}{extra}")
+        self.observer.step_finished(step.name, StepOutcome(StepState.CANCELED))
+        end = StepEnd(step_run_id, step.name, step.type, self._attempt(step.name),
+                      StepState.CANCELED, reason=reason)
+        run_end = RunEnd(RunState.CANCELED, self.rows, reason=reason)
+        boundary = self._boundary(step_end=end, starts=self._skip_rest(index + 1, CANCELED),
+                                  run_end=run_end, actor=who)
+        last = self.recorder.finish(boundary)
+        if last is not None and not last.applied:
+            return self._lost()
+        return self._finished(True, run_end)
 
     def _finished(self, planned: bool, run_end: RunEnd | None = None) -> RunOutcome:
         if run_end is None:
@@ -248,6 +428,8 @@ class RunTracker:
         come while a boundary was being written."""
         reason = "interrupted (Ctrl-C)"
         recorded = self.store.list_step_runs(self.run.id)
+        # Rows of this execution (earlier executions' rows have lower attempt numbers).
+        recorded = [s for s in recorded if s.attempt >= self._attempt(s.step)]
         running = [s for s in recorded if s.state is StepState.RUNNING]
         done = {s.step for s in recorded}
         end = None
@@ -255,8 +437,8 @@ class RunTracker:
             last = running[-1]
             end = StepEnd(last.id, last.step, last.step_type, last.attempt, StepState.CANCELED,
                           reason=reason)
-        steps = self.job.steps if self.job else []
-        starts = [StepStart(s.name, s.type, 1, StepState.SKIPPED, CANCELED)
+        steps = self.job.steps[self.start_index:] if self.job else []
+        starts = [StepStart(s.name, s.type, self._attempt(s.name), StepState.SKIPPED, CANCELED)
                   for s in steps if s.name not in done]
         self.log.add("WARNING", f"run CANCELED: {reason}")
         run_end = RunEnd(RunState.CANCELED, self.rows, reason=reason)

@@ -37,7 +37,8 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -45,6 +46,7 @@ import sqlalchemy as sa
 
 from cadenza.clock import Clock
 from cadenza.domain.errors import StoreError
+from cadenza.domain.states import RunState
 from cadenza.scheduler.fires import (
     CreatedRun,
     DueFires,
@@ -72,6 +74,9 @@ Key = tuple[str, str]
 RUNS_PER_TRANSACTION = 500
 """Runs written per transaction: a tick's due jobs are grouped up to this many fires; a long
 backlog (days of downtime of a frequent job) is written in chunks of this size."""
+LOOKAHEAD = timedelta(seconds=2)
+"""How long before a fire ``cadenza serve`` records its run (QUEUED, ``not_before`` = the
+scheduled time, plus jitter): at the due time only the claim remains (see the module doc)."""
 MAX_SLEEP = 60.0
 """Longest sleep of :meth:`Scheduler.run_forever`, so a wall clock step is noticed."""
 LEADER_RETRY = 15.0
@@ -92,12 +97,17 @@ class Scheduler:
         leader: Leadership | None = None,
         default_zone: ZoneInfo | None = None,
         actor: str = "scheduler",
+        lookahead: timedelta = timedelta(0),
     ) -> None:
         """``config``: a ``LoadedConfig`` (or a mapping of job id to ``JobConfig``).
         ``rng`` draws the jitter (inject a seeded one in tests); ``leader`` gates
         :meth:`run_forever` only (None: always lead); ``default_zone`` is the zone of jobs
-        without ``timezone`` (default: :func:`server_zone`)."""
+        without ``timezone`` (default: :func:`server_zone`); ``lookahead`` records fires that
+        far ahead (``cadenza serve``: :data:`LOOKAHEAD`; 0: at their due time)."""
+        if lookahead < timedelta(0):
+            raise ValueError("lookahead cannot be negative")
         self.store = store
+        self.lookahead = lookahead
         self.clock = clock or store.clock
         self.rng = rng or random.Random()
         self.leader = leader
@@ -111,6 +121,7 @@ class Scheduler:
         self._next: dict[Key, datetime | None] = {}
         self._moves: dict[Key, datetime] = {}
         self._streams: dict[Key, FireStream] = {}
+        self._held: dict[Key, datetime] = {}  # fires left for their due time (overlap)
         self._loaded = False
         self._apply(config)
 
@@ -136,8 +147,14 @@ class Scheduler:
         with self._lock:
             if not self._loaded or self._moves:
                 return now.astimezone(UTC)
-            due = [when for when in self._next.values() if when is not None]
+            due = [self._record_at(key, when) for key, when in self._next.items()
+                   if when is not None]
             return min(due) if due else None
+
+    def _record_at(self, key: Key, when: datetime) -> datetime:
+        """When the fire ``when`` of ``key`` is recorded: ``lookahead`` before it, or at it
+        when the look-ahead left it for its due time."""
+        return when if self._held.get(key) == when else when - self.lookahead
 
     def reload(self, config: Any, now: datetime | None = None) -> None:
         """Switch to a new valid configuration.
@@ -150,21 +167,44 @@ class Scheduler:
             at = (now or self.clock.now()).astimezone(UTC)
             if self._loaded:
                 try:
-                    self._tick(at)
+                    self._tick(at, ahead=False)
                 except (StoreError, sa.exc.SQLAlchemyError):
                     log.exception("could not record the fires due before the reload")
             before = {key: (s.enabled, s.identity) for key, s in self._specs.items()}
             self._apply(config)
             after = {key: (s.enabled, s.identity) for key, s in self._specs.items()}
+            changed = set()
             for key in before.keys() | after.keys():
                 if before.get(key) != after.get(key):
                     self._moves[key] = at
+                    changed.add(key)
+            if self._loaded and self.lookahead > timedelta(0):
+                try:
+                    self._withdraw(changed, before, after, at)
+                except (StoreError, sa.exc.SQLAlchemyError):
+                    log.exception("could not withdraw the fires recorded ahead")
             if self._loaded:
                 try:
                     self._flush_moves()
                 except (StoreError, sa.exc.SQLAlchemyError):
                     log.exception("could not move schedule cursors; retrying on the next tick")
         self.wake()
+
+    def _withdraw(self, keys: set[Key], before: Mapping[Key, Any], after: Mapping[Key, Any],
+                  at: datetime) -> None:
+        """Cancel the runs recorded ahead (not due at ``at``) of schedules a reload removed,
+        disabled or changed: the configuration that recorded them no longer has that fire."""
+        if not keys:
+            return
+        with self.store.write() as conn:
+            for run_id, job_id, name, when in self.store.fires_ahead(keys, at, conn=conn):
+                now = after.get((job_id, name))
+                why = ("removed" if now is None else "disabled" if not now[0]
+                       else "changed" if before.get((job_id, name)) else "re-enabled")
+                self.store.transition_run(
+                    run_id, RunState.CANCELED, actor=self.actor, conn=conn,
+                    reason=(f"withdrawn before its fire at {when.isoformat()}: schedule "
+                            f"{name} of {job_id} was {why} by a configuration reload"))
 
     def wake(self) -> None:
         """Interrupt :meth:`run_forever`'s sleep (it recomputes when to wake)."""
@@ -275,6 +315,9 @@ class Scheduler:
         if known is not None and known > cursor:
             cursor = known
         self._cursors[key] = cursor
+        held = self._held.get(key)
+        if held is not None and held <= cursor:
+            del self._held[key]
         stream = self._stream(key, cursor)
         self._next[key] = stream.first_after(cursor)
         stream.forget(cursor)
@@ -319,12 +362,15 @@ class Scheduler:
         for key, when in moves.items():
             self._remember(key, cursors.get(key) or when)
 
-    def _tick(self, now: datetime) -> TickResult:
+    def _tick(self, now: datetime, *, ahead: bool = True) -> TickResult:
         if not self._loaded:
             self._load(now)
         self._flush_moves()
+        horizon = now + self.lookahead if ahead else now
         due = sorted(
-            (when, key) for key, when in self._next.items() if when is not None and when <= now
+            (when, key) for key, when in self._next.items()
+            if when is not None and (when <= now or (
+                when <= horizon and self._record_at(key, when) <= now))
         )
         created: list[CreatedRun] = []
         duplicates = 0
@@ -334,13 +380,34 @@ class Scheduler:
             batch.setdefault(key[0], []).append(key)
             size += 1
             if size >= RUNS_PER_TRANSACTION:
-                duplicates += self._fire(batch, now, created)
+                duplicates += self._fire(batch, now, created, horizon)
                 batch, size = {}, 0
         if batch:
-            duplicates += self._fire(batch, now, created)
+            duplicates += self._fire(batch, now, created, horizon)
         return TickResult(now, tuple(created), duplicates, self.next_wakeup(now))
 
-    def _fire(self, batch: Mapping[str, list[Key]], now: datetime, out: list[CreatedRun]) -> int:
+    def _ahead(self, plan: list[PlannedRun], now: datetime) -> list[PlannedRun]:
+        """The look-ahead rule over one job's plan: a fire after ``now`` is recorded QUEUED
+        with ``not_before`` = its time (or its jitter's); one that the overlap rule would skip
+        is left, with the later fires of its schedule, for its due time (:attr:`_held`)."""
+        out: list[PlannedRun] = []
+        held: set[str] = set()
+        for run in plan:
+            if run.scheduled_for <= now:
+                out.append(run)
+                continue
+            name = run.schedule.name
+            if name in held:
+                continue
+            if run.state is not RunState.QUEUED:
+                held.add(name)
+                self._held[run.schedule.key] = run.scheduled_for
+                continue
+            out.append(replace(run, not_before=run.not_before or run.scheduled_for))
+        return out
+
+    def _fire(self, batch: Mapping[str, list[Key]], now: datetime, out: list[CreatedRun],
+              horizon: datetime | None = None) -> int:
         """One transaction for the due schedules of ``batch``; long backlogs continue in
         further transactions. Returns the number of fires that were already recorded."""
         keys = [key for keys in batch.values() for key in keys]
@@ -357,11 +424,13 @@ class Scheduler:
                 dues = [
                     DueFires(
                         self._specs[key],
-                        self._stream(key, moved[key]).between(moved[key], now),
+                        self._stream(key, moved[key]).between(moved[key], horizon or now),
                     )
                     for key in job_keys
                 ]
                 plan = plan_job(self._policies[job_id], dues, now, active.get(job_id, 0), self.rng)
+                if horizon is not None and horizon > now:
+                    plan = self._ahead(plan, now)
                 head, tail = plan[:RUNS_PER_TRANSACTION], plan[RUNS_PER_TRANSACTION:]
                 todo.extend((job_id, run) for run in head)
                 if tail:

@@ -15,12 +15,32 @@ PostgreSQL ``COPY`` (CSV produced by Arrow, or ``write_row``), MariaDB ``execute
   skips files already recorded for the table (overwrite: skips when the table already
   holds exactly these files).
 
+Per-batch checkpoints (SPEC §7): with a ``ctx`` that keeps checkpoints (the executor's), a
+load commits every :data:`COMMIT_ROWS` rows and at the end of each file, together with its
+progress in ``cadenza_load_progress`` of the target database (rows done per file
+checksum), in the same transaction as the rows. The load's id is saved with
+``ctx.checkpoint`` before its first commit; a later attempt of the step (a retry, or a
+resume after a crash) finds it in ``ctx.last_checkpoint`` and skips exactly the rows
+already committed, so a resumed load neither skips nor doubles rows. ``overwrite`` keeps
+filling ``<table>__new`` across attempts and swaps it in at the end (readers see the old
+table or the whole new one). A load that ended is recorded as done with its output: an
+attempt after that (a crash between the last commit and the step's end) returns it. A
+``ctx`` without checkpoints (tests, benchmarks) loads in one transaction.
+Fencing: each attempt takes the load over by writing its own holder token on the load's
+progress row, and every commit checks it; an older attempt still running (a hung worker
+that lost its lease) fails its next commit and rolls that batch back. A load that fails
+for good (``Fatal``, cancel) drops its ``__new`` table and progress; rows of ``append`` /
+``upsert`` committed before that stay (the log says how many).
+
 Output: ``{"rows", "table", "mode", "files", "checksums", "skipped"}``.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import uuid
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import chain
 from typing import Any, BinaryIO, Literal
@@ -48,7 +68,25 @@ from cadenza.steps.runtime import StepContext, StepResult
 
 WAIT_RETRY = timedelta(seconds=60)
 MAX_NAME = 63
-
+COMMIT_ROWS = 50_000
+"""A resumable load commits (rows and progress together) every this many rows, and at the
+end of each file."""
+KEEP_PROGRESS = timedelta(days=30)
+"""Progress rows of loads older than this are pruned (by the next load that ends)."""
+#: progress of resumable loads, kept in the target database; the row with checksum "" is
+#: the load's own (holder token, done, output)
+PROGRESS = sa.Table(
+    "cadenza_load_progress", sa.MetaData(),
+    sa.Column("load_id", sa.String(32), primary_key=True),
+    sa.Column("checksum", sa.String(64), primary_key=True),
+    sa.Column("table_name", sa.String(255), nullable=False),
+    sa.Column("rows_done", sa.BigInteger, nullable=False),
+    sa.Column("done", sa.Boolean, nullable=False),
+    sa.Column("holder", sa.String(32), nullable=True),
+    sa.Column("result_json", sa.Text, nullable=True),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    mysql_charset="utf8mb4",
+)
 
 
 class FileLoadConfig(StepConfig):
@@ -97,9 +135,121 @@ class FileLoadStep(StepType):
             with files.open_checked(item) as fh:
                 sums.append((item, files.digest(fh)))
         engine = ctx.sql_engine(config.connection)
-        with sqlutil.transaction(engine, ctx, f"file_load into {config.table}") as (conn, guard):
-            load = _Load(ctx, config, conn, guard)
-            return load.run(sums)
+        load_id = _load_id(ctx, config)
+        try:
+            with sqlutil.transaction(engine, ctx, f"file_load into {config.table}") as (
+                    conn, guard):
+                resume = None if load_id is None else _Resume(ctx, conn, guard, load_id,
+                                                              config.table)
+                load = _Load(ctx, config, conn, guard, resume)
+                return load.run(sums)
+        except Fatal:
+            if load_id is not None:  # failed for good: no attempt will resume this load
+                _abandon(engine, config, load_id, ctx)
+            raise
+
+
+def _load_id(ctx: StepContext, config: FileLoadConfig) -> str | None:
+    """The id of this step's load: an earlier attempt's (``ctx.last_checkpoint``) or a new
+    one, saved before anything is committed; None for a one-transaction load."""
+    if not callable(getattr(ctx, "checkpoint", None)):
+        return None  # a context without checkpoints: one transaction
+    saved = ctx.last_checkpoint
+    if isinstance(saved, dict) and saved.get("table") == config.table and isinstance(
+            saved.get("load"), str):
+        return str(saved["load"])
+    load_id = uuid.uuid4().hex
+    ctx.checkpoint({"load": load_id, "table": config.table})
+    return load_id
+
+
+def _abandon(engine: sa.Engine, config: FileLoadConfig, load_id: str,
+             ctx: StepContext) -> None:
+    """Drop what a load that failed for good left: its ``__new`` table and its progress."""
+    def clean() -> None:
+        with engine.begin() as conn:
+            if config.mode == "overwrite":
+                sqlutil.drop_table(conn, sqlutil.sibling(config.table, "__new"))
+            if sqlutil.exists(conn, PROGRESS.name):
+                done = conn.execute(sa.select(PROGRESS.c.rows_done).where(
+                    PROGRESS.c.load_id == load_id, PROGRESS.c.checksum == "")).scalar()
+                conn.execute(PROGRESS.delete().where(PROGRESS.c.load_id == load_id))
+                if done and config.mode != "overwrite":
+                    ctx.log.warning("%s rows committed into %s before the failure stay",
+                                    done, config.table)
+    sqlutil.quietly(clean)
+
+
+class _Resume:
+    """The progress of one resumable load in the target database (see the module
+    docstring): taken over at start, advanced and fenced at each commit."""
+
+    def __init__(self, ctx: StepContext, conn: sa.Connection, guard: sqlutil.Guard,
+                 load_id: str, table: str) -> None:
+        self.ctx, self.conn, self.guard = ctx, conn, guard
+        self.load_id, self.table = load_id, table
+        self.holder = uuid.uuid4().hex
+        self.files: dict[str, tuple[int, bool]] = {}
+        self.result: dict[str, Any] | None = None
+        self.resumed = False
+        self.rows = 0
+
+    def start(self) -> None:
+        """Take the load over (or create it); read what earlier attempts committed."""
+        p, now = PROGRESS, datetime.now(UTC)
+        self.conn.execute(sa.schema.CreateTable(p, if_not_exists=True))
+        taken = self.conn.execute(p.update().where(
+            p.c.load_id == self.load_id, p.c.checksum == "").values(
+            holder=self.holder, updated_at=now)).rowcount
+        if not taken:
+            self.conn.execute(p.insert().values(
+                load_id=self.load_id, checksum="", table_name=self.table, rows_done=0,
+                done=False, holder=self.holder, updated_at=now))
+        else:
+            self.resumed = True
+            for checksum, rows, done, result in self.conn.execute(sa.select(
+                    p.c.checksum, p.c.rows_done, p.c.done, p.c.result_json).where(
+                    p.c.load_id == self.load_id)):
+                if checksum == "":
+                    self.rows = int(rows)
+                    if done and result:
+                        self.result = json.loads(result)
+                else:
+                    self.files[checksum] = (int(rows), bool(done))
+        sqlutil.recommit(self.conn, self.guard, self.ctx)
+
+    def advance(self, checksum: str, rows_done: int, done: bool, total: int) -> None:
+        """Record a file's progress (in the transaction of its rows)."""
+        p, now = PROGRESS, datetime.now(UTC)
+        changed = self.conn.execute(p.update().where(
+            p.c.load_id == self.load_id, p.c.checksum == checksum).values(
+            rows_done=rows_done, done=done, updated_at=now)).rowcount
+        if not changed:
+            self.conn.execute(p.insert().values(
+                load_id=self.load_id, checksum=checksum, table_name=self.table,
+                rows_done=rows_done, done=done, updated_at=now))
+        self.files[checksum] = (rows_done, done)
+        self._fence(rows_done=total)
+
+    def commit(self) -> None:
+        sqlutil.recommit(self.conn, self.guard, self.ctx)
+
+    def finish(self, output: dict[str, Any]) -> None:
+        """Mark the load done with its output, and prune old loads' progress (committed by
+        the step's transaction, with the last rows and the swap)."""
+        self._fence(rows_done=int(output["rows"]), done=True,
+                    result_json=json.dumps(output, default=str))
+        self.conn.execute(PROGRESS.delete().where(
+            PROGRESS.c.updated_at < datetime.now(UTC) - KEEP_PROGRESS))
+
+    def _fence(self, **values: Any) -> None:
+        p = PROGRESS
+        if not self.conn.execute(p.update().where(
+                p.c.load_id == self.load_id, p.c.checksum == "",
+                p.c.holder == self.holder).values(updated_at=datetime.now(UTC),
+                                                  **values)).rowcount:
+            raise Retryable(f"file_load into {self.table}: another attempt of this step took "
+                            "the load over; this one stops (its last batch is rolled back)")
 
 
 def _missing(ctx: StepContext, config: FileLoadConfig, roots: list[Any]) -> StepResult:
@@ -118,8 +268,10 @@ class _Load:
     """One load, inside the step's transaction."""
 
     def __init__(self, ctx: StepContext, config: FileLoadConfig, conn: sa.Connection,
-                 guard: sqlutil.Guard) -> None:
+                 guard: sqlutil.Guard, resume: _Resume | None = None) -> None:
         self.ctx, self.config, self.conn, self.guard = ctx, config, conn, guard
+        self.resume = resume
+        self.total = 0
         self.dialect = sqlutil.kind(conn)
         self.format = config.format or format_from_path(config.path) or "csv"
         self.table_columns: dict[str, str] | None = None
@@ -127,6 +279,13 @@ class _Load:
     def run(self, sums: list[tuple[files.FoundFile, str]]) -> StepResult:
         """Choose the files, load them, swap (overwrite), record them; the output."""
         config = self.config
+        if self.resume is not None:
+            self.resume.start()
+            if self.resume.result is not None:
+                self.ctx.log.info("loaded by an earlier attempt of this step (%s rows)",
+                                  self.resume.result.get("rows"))
+                return StepResult(int(self.resume.result.get("rows") or 0),
+                                  self.resume.result)
         tracked = config.skip_if_loaded or config.mode == "overwrite"
         recorded = files.recorded(self.conn, config.table) if tracked else None
         todo, skipped = files.choose(sums, recorded or set(), config.skip_if_loaded,
@@ -150,12 +309,15 @@ class _Load:
                 self.ctx.log.debug("swap %s into %s", dest, config.table)
                 sqlutil.swap(self.conn, config.table, dest, replaces, after)
         except Exception:
-            if self.dialect == "mysql" and dest != config.table:  # DDL is not transactional
+            if self.dialect == "mysql" and dest != config.table and self.resume is None:
+                # DDL is not transactional (a resumable load keeps __new for its next attempt)
                 sqlutil.quietly(lambda: sqlutil.drop_table(self.conn, dest))
             raise
         if config.skip_if_loaded or (recorded is not None and config.mode == "overwrite"):
             files.record(self.conn, config.table, todo, replace=config.mode == "overwrite")
         output["rows"] = rows
+        if self.resume is not None:
+            self.resume.finish(output)
         return StepResult(rows, output)
 
     # -- loading ------------------------------------------------------------------------
@@ -167,25 +329,49 @@ class _Load:
         conn, config = self.conn, self.config
         after: list[str] = []
         live = sqlutil.exists(conn, config.table)
+        resume = self.resume
         if config.mode == "overwrite":
-            sqlutil.drop_table(conn, dest)
-            if live:
-                after = sqlutil.copy_shape(conn, config.table, dest)
-        if live:
+            if resume is not None and resume.files and sqlutil.exists(conn, dest):
+                after = sqlutil.sqlite_extras(conn, config.table) if live else []
+                self.ctx.log.info("resuming the load into %s", dest)
+            else:
+                if resume is not None:  # nothing of it committed, or its __new is gone
+                    resume.files.clear()
+                sqlutil.drop_table(conn, dest)
+                if live:
+                    after = sqlutil.copy_shape(conn, config.table, dest)
+        if sqlutil.exists(conn, dest):
             self.table_columns = sqlutil.columns_of(conn, dest)
-        total = 0
+        self.total = 0
         for item, checksum in todo:
             self.guard.check(self.ctx)
+            done_rows, done = (0, False) if resume is None else resume.files.get(
+                checksum, (0, False))
+            if done:
+                self.ctx.log.info("%s: %d rows loaded by an earlier attempt", item.display,
+                                  done_rows)
+                self.total += done_rows
+                continue
             with files.open_checked(item) as fh:
                 if files.digest(fh) != checksum:
                     raise Retryable(f"{item.display} changed while the step ran; try again")
                 fh.seek(0)
-                rows = self._load_file(dest, item, fh, live)
+                if done_rows:
+                    self.ctx.log.info("%s: resuming after %d rows loaded by an earlier "
+                                      "attempt", item.display, done_rows)
+                rows = self._load_file(dest, item, fh, live, checksum, done_rows)
             self.ctx.log.info("%s: %d rows into %s", item.display, rows, config.table)
-            total += rows
-        return total, after, live
+            self.total += rows
+            if resume is not None:
+                resume.advance(checksum, rows, True, self.total)
+                resume.commit()
+        return self.total, after, live
 
-    def _load_file(self, dest: str, item: files.FoundFile, fh: BinaryIO, live: bool) -> int:
+    def _load_file(self, dest: str, item: files.FoundFile, fh: BinaryIO, live: bool,
+                   checksum: str = "", skip: int = 0) -> int:
+        """Load one file into ``dest``, after its first ``skip`` rows (committed by an
+        earlier attempt); with a resumable load, commit every :data:`COMMIT_ROWS` rows with the
+        file's progress. Returns the file's rows (``skip`` included)."""
         config = self.config
         source = readers.open_source(self.format, fh, item.display, config.csv)
         names = self._names(source.names, item.display)
@@ -209,16 +395,26 @@ class _Load:
         if config.mode == "upsert" and live:
             self._check_key(dest, targets)
         self.ctx.log.debug("%s", writer.describe())
-        rows = 0
-        batches = chain([first], source.batches)
+        rows = skip
+        batches = _skipped(chain([first], source.batches), skip)
         del first  # only the batch being written stays in memory
+        resume, every = self.resume, COMMIT_ROWS
+        since = 0
         try:
             with writer:
                 for batch in batches:
                     self.guard.check(self.ctx)
-                    if batch.size:
-                        writer.write(batch)
-                        rows += batch.size
+                    for piece in ([batch] if resume is None else _pieces(batch, every, since)):
+                        if not piece.size:
+                            continue
+                        writer.write(piece)
+                        rows += piece.size
+                        since += piece.size
+                        if resume is not None and since >= every:
+                            writer.pause()
+                            resume.advance(checksum, rows, False, self.total + rows)
+                            resume.commit()
+                            since = 0
         except Exception as exc:  # name the file (and where) in the database's complaint
             raise sqlutil.translate(exc, f"{item.display}: loading rows after {rows}") from exc
         return rows
@@ -314,6 +510,10 @@ class _Writer:
     def __enter__(self) -> _Writer:
         return self
 
+    def pause(self) -> None:
+        """End the open COPY (PostgreSQL) before a commit; the next write opens another."""
+        self._switch(None)
+
     def __exit__(self, *exc: Any) -> None:
         """End the open COPY (PostgreSQL): completed, or failed with the error."""
         self._switch(None, exc)
@@ -380,6 +580,40 @@ class _Writer:
         sink = pa.BufferOutputStream()
         pacsv.write_csv(table, sink, write_options=pacsv.WriteOptions(include_header=False))
         self._switch("csv").write(memoryview(sink.getvalue()))
+
+
+def _slice(batch: readers.Batch, start: int, stop: int) -> readers.Batch:
+    """Rows ``start:stop`` of ``batch`` (Arrow slices share the buffers)."""
+    if start == 0 and stop >= batch.size:
+        return batch
+    if batch.arrow is not None:
+        return readers.Batch(stop - start, arrow=batch.arrow.slice(start, stop - start),
+                             typed=batch.typed)
+    return readers.Batch(stop - start, [c[start:stop] for c in batch.columns],
+                         typed=batch.typed)
+
+
+def _skipped(batches: Iterable[readers.Batch], skip: int) -> Iterator[readers.Batch]:
+    """``batches`` without their first ``skip`` rows."""
+    for batch in batches:
+        if skip <= 0:
+            yield batch
+        elif batch.size <= skip:
+            skip -= batch.size
+        else:
+            yield _slice(batch, skip, batch.size)
+            skip = 0
+
+
+def _pieces(batch: readers.Batch, every: int, since: int) -> Iterator[readers.Batch]:
+    """``batch`` cut where the commits fall (every ``every`` rows, ``since`` rows after
+    the last one)."""
+    start = 0
+    room = every - since
+    while start < batch.size:
+        stop = min(batch.size, start + max(room, 1))
+        yield _slice(batch, start, stop)
+        start, room = stop, every
 
 
 def _copyable(arrow: Any) -> bool:

@@ -13,7 +13,14 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
 * redirects are followed (at most 10; a 3xx listed in ``expect`` is not), each hop checked
   by the egress policy, secret-looking headers dropped when the origin changes; every hop
   writes an HTTP_REQUEST event (method, host, status, latency_ms, route);
-* the body is read with a bound on decoded bytes (64 KiB, or 10 MiB for JSON).
+* the body is read with a bound on decoded bytes (64 KiB, or 10 MiB for JSON);
+* exactly once (SPEC §7, docs/exactly-once.md): a POST, PUT, PATCH or DELETE runs inside
+  ``ctx.once("http:" + KEY)`` where KEY is the Idempotency-Key it sends; once a request
+  succeeded (its status in ``expect``) and was recorded, a retried or resumed step returns
+  the recorded output and sends nothing. A failed request records nothing;
+* cancel: the exchange runs in a helper thread while the step watches ``ctx.cancelled()``
+  every :data:`CANCEL_POLL` seconds; when it becomes true the step stops at once (the
+  client is closed and the helper thread, still blocked on the socket, is abandoned).
 
 Output: ``status``, ``elapsed_ms``, ``url`` (redacted), ``headers`` (lower-case names,
 secret-looking values masked), ``preview`` (text, at most 64 KiB), ``json`` (the decoded
@@ -25,6 +32,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -72,6 +80,8 @@ DEFAULT_RETRY_AFTER = timedelta(seconds=60)
 MAX_RETRY_AFTER = timedelta(days=1)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _MAX_HEADERS, _MAX_HEADER_VALUE, _EXCERPT = 64, 1024, 200
+CANCEL_POLL = 0.05
+"""How often a step waiting for its HTTP exchange checks ``ctx.cancelled()``."""
 
 
 class HttpConfig(StepConfig):
@@ -135,6 +145,15 @@ class HttpStep(StepType):
         if config.via is not None:
             raise Fatal(f"'via' ({config.via!r}): sending through a route pool needs route "
                         f"leasing, which this build does not have; refusing to go direct")
+        once = getattr(ctx, "once", None)
+        if config.method in UNSAFE_METHODS and callable(once):
+            key = _operation_key(ctx, config)
+            output = once(f"http:{key}", self._call, ctx, config)
+            return StepResult(output=output)
+        return StepResult(output=self._call(ctx, config))
+
+    def _call(self, ctx: StepContext, config: HttpConfig) -> dict[str, Any]:
+        """One request (with its redirects): the step's output, or the error's class."""
         target = self._target(ctx, config)
         started = time.monotonic()
         deadline = started + target.budget
@@ -145,13 +164,21 @@ class HttpStep(StepType):
                     config.method, target.url, params=_query(config.query), headers=headers,
                     json=config.json_, content=None if config.body is None
                     else config.body.encode("utf-8"))
-                response = self._exchange(ctx, target, request, config.expect, deadline)
-                try:
-                    is_json = _is_json(response)
-                    body, truncated, raw = read_body(
-                        response, JSON_CAP if is_json else PREVIEW_CAP, deadline, ctx.cancelled)
-                finally:
-                    response.close()
+
+                def exchange() -> tuple[httpx.Response, bool, bytes, bool, bool]:
+                    response = self._exchange(ctx, target, request, config.expect, deadline)
+                    try:
+                        is_json = _is_json(response)
+                        body, truncated, raw = read_body(
+                            response, JSON_CAP if is_json else PREVIEW_CAP, deadline,
+                            ctx.cancelled)
+                    finally:
+                        response.close()
+                    return response, is_json, body, truncated, raw
+
+                response, is_json, body, truncated, raw = _abortable(
+                    ctx, exchange, target.client.close, f"{config.method} "
+                    f"{redacted_url(target.url)}")
         finally:
             if target.owned:
                 target.client.close()
@@ -162,12 +189,12 @@ class HttpStep(StepType):
             ctx.log.warning("JSON answer larger than %s bytes: not decoded", JSON_CAP)
         ctx.log.info("%s %s: %s in %s ms", config.method, redacted_url(response.request.url),
                      response.status_code, elapsed_ms)
-        return StepResult(output={
+        return {
             "status": response.status_code, "elapsed_ms": elapsed_ms,
             "url": redacted_url(response.request.url), "headers": _headers_out(response),
             "preview": _text(body[:PREVIEW_CAP], response, cut=len(body) > PREVIEW_CAP),
             "json": decoded, "truncated": truncated or len(body) > PREVIEW_CAP,
-        })
+        }
 
     def _target(self, ctx: StepContext, config: HttpConfig) -> _Target:
         remaining = ctx.remaining()
@@ -252,6 +279,48 @@ class HttpStep(StepType):
         excerpt = Redactor().redact_text(text[:_EXCERPT])
         raise Fatal(f"{where}, expected {' or '.join(expect)}" + (f": {excerpt}" if excerpt
                                                                  else ""))
+
+
+def _abortable(ctx: StepContext, fn: Any, abort: Any, what: str) -> Any:
+    """``fn()`` in a helper thread, watched: when ``ctx.cancelled()`` becomes true, call
+    ``abort()`` and stop waiting (a socket read blocked in the helper cannot be
+    interrupted portably; it ends at its own timeout, its result unused). Canceled:
+    :class:`Fatal`; out of time: :class:`Retryable`."""
+    done = threading.Event()
+    outcome: list[Any] = [None, None]
+
+    def body() -> None:
+        try:
+            outcome[0] = fn()
+        except BaseException as exc:  # handed to the step's thread
+            outcome[1] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=body, name="cadenza-http", daemon=True).start()
+    while not done.wait(CANCEL_POLL):
+        if ctx.cancelled():
+            try:
+                abort()
+            except Exception:  # the step stops anyway; closing is best effort
+                pass
+            if ctx.remaining() <= 0:
+                raise Retryable(f"{what}: step timeout: the request was aborted")
+            raise Fatal(f"{what}: step canceled: the request was aborted")
+    if outcome[1] is not None:
+        raise outcome[1]
+    return outcome[0]
+
+
+def _operation_key(ctx: StepContext, config: HttpConfig) -> str:
+    """The Idempotency-Key a POST/PUT/PATCH/DELETE sends: ``idempotency_key``, else an
+    ``Idempotency-Key`` header of the step, else ``${run.id}:${step}``."""
+    if config.idempotency_key is not None:
+        return config.idempotency_key
+    for name, value in config.headers.items():
+        if name.lower() == "idempotency-key":
+            return value
+    return f"{ctx.run.id}:{ctx.step.name}"
 
 
 # --- errors (SPEC §7): every httpx failure is translated here ------------------------------

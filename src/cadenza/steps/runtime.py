@@ -15,7 +15,7 @@ driver's exceptions into these at its boundary (SPEC §7).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -110,4 +110,22 @@ class StepContext(Protocol):
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
         """An earlier step's recorded output and state, or None."""
+        ...
+
+    def checkpoint(self, state: Any) -> None:
+        """Save the step's own progress (JSON-able, at most 1 MiB) durably, at once; a later
+        attempt of the same step reads it back as :attr:`last_checkpoint` (SPEC §7)."""
+        ...
+
+    @property
+    def last_checkpoint(self) -> Any:
+        """The state this step saved last with :meth:`checkpoint` (None: never saved)."""
+        ...
+
+    def once(self, key: str, fn: Callable[..., Any], *args: Any, connection: str | None = None,
+             **kwargs: Any) -> Any:
+        """Apply ``fn(*args, **kwargs)`` at most once per ``key`` for the job: skipped (the
+        recorded result returned) when the key is recorded, else called and the key recorded
+        with its JSON-able result. ``connection=NAME``: ``fn`` gets an open transaction on
+        that sql connection first, and effect and key commit together (docs/exactly-once.md)."""
         ...

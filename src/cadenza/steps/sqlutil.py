@@ -397,3 +397,105 @@ def as_text(value: Any) -> str:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return str(value)
+
+
+# -- commits inside a guarded transaction ----------------------------------------------------
+
+def recommit(conn: sa.Connection, guard: Guard, ctx: StepContext) -> None:
+    """Commit the work so far of a :func:`transaction` and open the next one the same way
+    (SQLite ``BEGIN IMMEDIATE``, PostgreSQL the remaining time as ``statement_timeout``).
+    Raises the guard's error, without committing, once the step is canceled or out of time."""
+    guard.check(ctx)
+    conn.commit()
+    dialect = kind(conn)
+    if dialect == "sqlite":
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif dialect == "postgresql":
+        left = max(guard.left(), 0.001)
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(left * 1000) + 1}")
+    else:
+        conn.exec_driver_sql("SELECT 1")  # begins SQLAlchemy's transaction for raw writes
+
+
+def sqlite_extras(conn: sa.Connection, live: str) -> list[str]:
+    """The statements that re-create a SQLite table's indexes and triggers (what
+    :func:`copy_shape` returns), for a ``__new`` table made by an earlier attempt."""
+    if kind(conn) != "sqlite":
+        return []
+    schema, name = split_table(live)
+    master = f"{quote(conn, schema)}.sqlite_master" if schema else "sqlite_master"
+    rows = conn.exec_driver_sql(
+        f"SELECT type, sql FROM {master} WHERE tbl_name = ? AND sql IS NOT NULL", (name,)
+    ).all()
+    return [str(sql) for typ, sql in rows if typ in ("index", "trigger")]
+
+
+def insert_ignore(conn: sa.Connection, table: sa.Table, values: dict[str, Any]) -> bool:
+    """INSERT a row unless its primary key exists (``ON CONFLICT DO NOTHING`` / MariaDB
+    ``INSERT IGNORE``); True when it went in. On PostgreSQL and MariaDB an uncommitted
+    conflicting row makes this wait for its transaction's end."""
+    dialect = kind(conn)
+    stmt: Any
+    if dialect == "mysql":
+        stmt = table.insert().prefix_with("IGNORE")
+    else:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+        stmt = insert(table).on_conflict_do_nothing()
+    result = conn.execute(stmt.values(**values).execution_options(preserve_rowcount=True))
+    return bool(result.rowcount == 1)
+
+
+# -- operation keys in a target database (ctx.once(..., connection=NAME)) --------------------
+
+#: keys of ``ctx.once(key, fn, connection=NAME)``, kept in that connection's database
+OPERATION_KEYS = sa.Table(
+    "cadenza_operation_keys", sa.MetaData(),
+    sa.Column("job_id", sa.String(64), primary_key=True),
+    sa.Column("op_key", sa.String(512), primary_key=True),
+    sa.Column("result_json", sa.Text, nullable=True),
+    sa.Column("run_id", sa.String(64), nullable=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    mysql_charset="utf8mb4",
+)
+
+
+def ensure_operation_keys(engine: sa.Engine, what: str) -> None:
+    """Create ``cadenza_operation_keys`` if missing (its own transaction: MariaDB's DDL
+    commits anyway; ``IF NOT EXISTS`` for concurrent first uses)."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.schema.CreateTable(OPERATION_KEYS, if_not_exists=True))
+    except Exception as exc:
+        # PostgreSQL: two first uses at once can both pass IF NOT EXISTS; one of them fails
+        # on the catalog's unique index, and the table is there
+        try:
+            with engine.connect() as conn:
+                there = sa.inspect(conn).has_table(OPERATION_KEYS.name)
+        except Exception:
+            there = False
+        if not there:
+            raise translate(exc, what) from exc
+
+
+def find_operation_key(engine: sa.Engine, job_id: str, key: str) -> tuple[Any, str | None] | None:
+    """(result, run id) of a key recorded for ``job_id``, or None."""
+    t = OPERATION_KEYS
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(sa.select(t.c.result_json, t.c.run_id).where(
+                t.c.job_id == job_id, t.c.op_key == key)).first()
+    except Exception as exc:
+        raise translate(exc, f"reading operation key {key!r}") from exc
+    if row is None:
+        return None
+    return (None if row[0] is None else json.loads(row[0])), row[1]
+
+
+def insert_operation_key(conn: sa.Connection, job_id: str, key: str, result_json: str,
+                         run_id: str) -> bool:
+    """Record ``key`` in the caller's transaction; False when another run recorded it."""
+    return insert_ignore(conn, OPERATION_KEYS, {
+        "job_id": job_id, "op_key": key, "result_json": result_json, "run_id": run_id,
+        "created_at": datetime.now(UTC)})

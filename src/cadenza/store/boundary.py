@@ -84,12 +84,30 @@ class StepEnd:
 
 @dataclass(frozen=True, slots=True)
 class RunEnd:
-    """The end of the run: a terminal state, its rows, its error."""
+    """The end of the run's execution: a terminal state, its rows, its error.
+
+    Two ends are not final (SPEC §7): QUEUED (a retry or deferral: ``not_before`` is when
+    the next try may start, ``wait_reason`` says why it waits) and NEEDS_REVIEW (the retry
+    attempts are spent). Both keep finished_at empty. ``attempt``, when given, sets the
+    run's spent attempts (``runs.attempt``)."""
 
     state: RunState
     rows: int | None = None
     error: str | None = None
     reason: str | None = None
+    not_before: datetime | None = None
+    wait_reason: str | None = None
+    attempt: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The run's step-level checkpoint after a boundary: the step to run next and the
+    outputs of the steps done so far (``${steps.NAME.*}``, each with its ``rows``).
+    Writing it clears the step-local state (``step_state_json``) of the previous step."""
+
+    next_step: str
+    outputs: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +115,7 @@ class Boundary:
     """Everything recorded between two steps of one run, fenced on the run's lease ``epoch``.
 
     Applied in this order: ``step_end``, ``starts``, ``params`` (the run's resolved
-    parameters), ``run_end``; ``logs`` and ``events`` go with them."""
+    parameters), ``run_end``, ``checkpoint``; ``logs`` and ``events`` go with them."""
 
     run_id: str
     epoch: int
@@ -108,11 +126,12 @@ class Boundary:
     logs: Sequence[LogLine] = ()
     events: Sequence[EventSpec] = ()
     actor: str = "system"
+    checkpoint: Checkpoint | None = None
 
     def is_empty(self) -> bool:
         """True when there is nothing to write."""
         return not (self.step_end or self.starts or self.run_end or self.params is not None
-                    or self.logs or self.events)
+                    or self.logs or self.events or self.checkpoint)
 
 
 @dataclass(frozen=True, slots=True)

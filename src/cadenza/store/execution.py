@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -18,7 +18,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.boundary import NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
-from cadenza.store.hotsql import EVENT_COLUMNS, insert_rows
+from cadenza.store.hotsql import EVENT_COLUMNS, Dialect, insert_rows
 from cadenza.store.recording import RecordingRepository, event_row
 from cadenza.store.records import RunRecord
 from cadenza.store.tables import runs
@@ -81,6 +81,58 @@ _CLAIMS = {
 _RUN_COLUMNS = ("id", "job_id", "state", "trigger", "schedule", "scheduled_for", "created_at",
                 "finished_at", "not_before", "priority", "params_json", "overrides_json",
                 "reason", "updated_at")
+
+
+_TIMESTAMPS = frozenset(c.name for c in runs.c if isinstance(c.type, UTCDateTime))
+_SQLITE_CHOSEN = (
+    "UPDATE runs SET state = 'RUNNING', lease_epoch = lease_epoch + 1, lease_owner = ?,"
+    " lease_until = ?, started_at = coalesce(started_at, ?), updated_at = ?, reason = NULL,"
+    " wait_reason = NULL WHERE id IN (SELECT id FROM runs WHERE state = 'QUEUED'"
+    " AND (not_before IS NULL OR not_before <= ?) AND id IN ({marks})"
+    " ORDER BY priority DESC, created_at, id LIMIT ?) AND state || '' = 'QUEUED' RETURNING *"
+)
+_IDS_PER_CLAIM = 900
+"""Ids per statement of :func:`_claim_chosen_sqlite` (SQLite's default limit is 32766)."""
+
+
+class _Row:
+    """A decoded ``runs`` row for :meth:`RunRecord.from_row` (which reads ``_mapping``)."""
+
+    __slots__ = ("_mapping",)
+
+    def __init__(self, mapping: dict[str, Any]) -> None:
+        self._mapping = mapping
+
+
+def _claim_chosen_sqlite(c: sa.Connection, d: Dialect, ids: list[str], limit: int,
+                         owner: str, until: datetime, now: datetime) -> list[RunRecord]:
+    """:meth:`ExecutionRepository.claim_runs` among ``run_ids`` on SQLite, as plain SQL on
+    the DBAPI cursor: the same statement as ``_CLAIMS[(False, True, False)]``, without
+    Core's compilation and per-column result processing (a crowded minute claims hundreds
+    of runs at once). Every column of the row is returned (``RETURNING *``), timestamps
+    decoded like :class:`~cadenza.store.codec.UTCDateTime`."""
+    stamp, read = d.ts(now), d.read_ts
+    out: list[RunRecord] = []
+    cursor = c.connection.cursor()
+    try:
+        for first in range(0, len(ids), _IDS_PER_CLAIM):
+            if len(out) >= limit:
+                break
+            part = ids[first:first + _IDS_PER_CLAIM]
+            sql = _SQLITE_CHOSEN.format(marks=", ".join(["?"] * len(part)))
+            cursor.execute(sql, [owner, d.ts(until), stamp, stamp, stamp, *part,
+                                 limit - len(out)])
+            names = [col[0] for col in cursor.description]
+            stamps = [k for k, name in enumerate(names) if name in _TIMESTAMPS]
+            for values in cursor.fetchall():
+                row = list(values)
+                for k in stamps:
+                    row[k] = read(row[k])
+                out.append(RunRecord.from_row(
+                    cast("sa.Row[Any]", _Row(dict(zip(names, row, strict=True))))))
+    finally:
+        cursor.close()
+    return out
 
 
 class ExecutionRepository(RecordingRepository):
@@ -172,8 +224,11 @@ class ExecutionRepository(RecordingRepository):
         d = self._sql()
         with self._joined(conn) as c:
             now = self._now()
-            params.update(b_now=now, b_owner=owner, b_until=until)
-            claimed = [RunRecord.from_row(row) for row in c.execute(_CLAIMS[key], params)]
+            if key == (False, True, False):  # the node's claim of the runs admission chose
+                claimed = _claim_chosen_sqlite(c, d, ids or [], limit, owner, until, now)
+            else:
+                params.update(b_now=now, b_owner=owner, b_until=until)
+                claimed = [RunRecord.from_row(row) for row in c.execute(_CLAIMS[key], params)]
             if not claimed:
                 return []
             stamp = d.ts(now)

@@ -22,7 +22,7 @@ own types, so a fire written here and one written by ``create_run`` are the same
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -282,6 +282,38 @@ class FiresRepository(StoreCore):
             finally:
                 cursor.close()
         return [run_id if run_id in inserted else None for run_id in ids]
+
+    def fires_ahead(
+        self,
+        keys: Iterable[tuple[str, str]],
+        after: datetime,
+        *,
+        conn: sa.Connection | None = None,
+    ) -> list[tuple[str, str, str, datetime]]:
+        """Fires recorded ahead of their time and not due at ``after``: the QUEUED, never
+        started runs of trigger ``scheduled`` of the schedules ``keys`` (job_id, schedule)
+        with ``scheduled_for > after``, as (run_id, job_id, schedule, scheduled_for) in time
+        order. The scheduler withdraws them when a reload removes, disables or changes their
+        schedule (see ``docs/scheduling.md``). Changes nothing."""
+        wanted = set(keys)
+        if not wanted:
+            return []
+        after = require_aware(after, "after")
+        jobs = sorted({job for job, _ in wanted})
+        found: list[tuple[str, str, str, datetime]] = []
+        with self._reading(conn) as c:
+            for k in range(0, len(jobs), 500):
+                rows = c.execute(
+                    sa.select(runs.c.id, runs.c.job_id, runs.c.schedule, runs.c.scheduled_for)
+                    .where(runs.c.job_id.in_(jobs[k : k + 500]),
+                           runs.c.state == RunState.QUEUED.value,
+                           runs.c.trigger == TRIGGER,
+                           runs.c.started_at.is_(None),
+                           runs.c.scheduled_for > after)
+                )
+                found.extend((row.id, row.job_id, row.schedule, row.scheduled_for)
+                             for row in rows if (row.job_id, row.schedule) in wanted)
+        return sorted(found, key=lambda f: (f[3], f[1], f[2]))
 
     def _fire_sql(self) -> _Statements:
         if self._fire_statements is None:

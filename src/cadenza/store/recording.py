@@ -12,7 +12,15 @@ of boundaries, of any runs, in one transaction and a fixed number of statements:
 2. step ends as conditional UPDATEs (``WHERE state = 'RUNNING'``), step starts as INSERTs,
    run ends and parameters as conditional UPDATEs (``WHERE state = 'RUNNING' AND lease_epoch
    = :epoch``), every row count checked;
-3. run log lines and audit events, redacted, as multi-row INSERTs.
+3. run log lines and audit events, redacted, as multi-row INSERTs;
+4. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
+   outputs so far, redacted like step outputs), one multi-row upsert for the batch, which
+   also clears the step-local state (``step_state_json``) when the next step is another
+   one (a retried step keeps its own saved progress).
+
+A run end is terminal (the hot ``end_run`` statement) or, for a retry, a deferral or spent
+attempts, QUEUED / NEEDS_REVIEW (:data:`_REQUEUE`: not_before, wait_reason, the spent
+attempts; finished_at stays empty; the lease is released like at any end).
 
 Redaction: log messages, reasons, errors, outputs, parameters and the steps' own events go
 through the store's redactor; the payloads of the step and run events are built from those
@@ -29,6 +37,7 @@ mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -58,6 +67,21 @@ from cadenza.store.hotsql import (
 )
 
 _RUNNING = RunState.RUNNING.value
+_NAMED = re.compile(r":(\w+)")
+_REQUEUE = ("UPDATE runs SET state = :state, updated_at = :now, reason = :reason, rows = :rows,"
+            " error = :error, not_before = :not_before, wait_reason = :wait_reason,"
+            " attempt = COALESCE(CAST(:attempt AS INTEGER), attempt), lease_owner = NULL,"
+            " lease_until = NULL WHERE id = :id AND state = 'RUNNING' AND lease_epoch = :epoch")
+"""A run end that is not final: back to QUEUED (retry, deferral) or NEEDS_REVIEW."""
+_CHECKPOINT_COLUMNS = ("run_id", "next_step", "outputs_json", "step_state_json", "updated_at")
+# The step-local state survives only while the same step stays next (a retry of that step
+# resumes its own progress); moving on to another step clears it.
+_CHECKPOINT_UPSERT = (" ON CONFLICT (run_id) DO UPDATE SET next_step = excluded.next_step,"
+                      " outputs_json = excluded.outputs_json, step_state_json = CASE WHEN"
+                      " checkpoints.next_step = excluded.next_step THEN"
+                      " checkpoints.step_state_json ELSE NULL END,"
+                      " updated_at = excluded.updated_at")
+_CHECKPOINTS_PER_INSERT = 500
 _STEP_EVENT = {
     StepState.RUNNING: (EventType.STEP_STARTED, Level.INFO),
     StepState.SUCCEEDED: (EventType.STEP_SUCCEEDED, Level.INFO),
@@ -150,9 +174,14 @@ class RecordingRepository(StoreCore):
             {"id": b.run_id, "epoch": b.epoch, "now": stamp,
              "params": dumps(redact.redact_value(dict(b.params)))}
             for b in live if b.params is not None], stamp, "run params")
+        ending = [b for b in live if b.run_end is not None]
         update_rows(cursor, d, "end_run", [
-            self._run_end_row(b, b.run_end, stamp) for b in live if b.run_end is not None
+            self._run_end_row(b, b.run_end, stamp) for b in ending
+            if b.run_end is not None and b.run_end.state in TERMINAL_RUN_STATES
         ], stamp, "run end")
+        self._requeue(cursor, d, [b for b in ending if b.run_end is not None
+                                  and b.run_end.state not in TERMINAL_RUN_STATES], stamp)
+        self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  redact.redact_text(line.message)) for b in live for line in b.logs]
         insert_rows(cursor, d, "run_logs", LOG_COLUMNS, logs)
@@ -192,6 +221,39 @@ class RecordingRepository(StoreCore):
             raise StoreError("the database returned fewer ids than step runs inserted")
         for owner, key in owners:
             new_ids[owner].append(created[key])
+
+    def _requeue(self, cursor: Any, d: Dialect, ending: list[Boundary], stamp: Any) -> None:
+        """Non-final run ends (QUEUED, NEEDS_REVIEW): rare, one guarded UPDATE each."""
+        if not ending:
+            return
+        sql = _REQUEUE if not d.postgres else _NAMED.sub(r"%(\1)s", _REQUEUE)
+        for b in ending:
+            end = b.run_end
+            assert end is not None
+            row = self._run_end_row(b, end, stamp)
+            row.update(not_before=d.ts(end.not_before),
+                       wait_reason=self._redact_text(end.wait_reason), attempt=end.attempt)
+            cursor.execute(sql, row)
+            if cursor.rowcount != 1:
+                raise StoreError(f"the {end.state} end of run {b.run_id} was refused after "
+                                 "the run passed the fence")
+
+    def _checkpoint(self, cursor: Any, d: Dialect, marked: list[Boundary], stamp: Any) -> None:
+        """Upsert the checkpoints of ``marked`` (one row per run: the last one wins)."""
+        if not marked:
+            return
+        latest: dict[str, tuple[Any, ...]] = {}
+        for b in marked:
+            point = b.checkpoint
+            assert point is not None
+            outputs = dumps(self.redactor.redact_value(
+                {name: dict(values) for name, values in point.outputs.items()}))
+            latest[b.run_id] = (b.run_id, point.next_step, outputs, None, stamp)
+        rows = list(latest.values())
+        for first in range(0, len(rows), _CHECKPOINTS_PER_INSERT):
+            chunk = rows[first:first + _CHECKPOINTS_PER_INSERT]
+            sql = d.insert("checkpoints", _CHECKPOINT_COLUMNS, len(chunk)) + _CHECKPOINT_UPSERT
+            cursor.execute(sql, [value for row in chunk for value in row])
 
     def _end_row(self, b: Boundary, stamp: Any) -> dict[str, Any]:
         end = b.step_end
@@ -242,7 +304,16 @@ class RecordingRepository(StoreCore):
         level = Level.ERROR if end.state is RunState.FAILED else Level.INFO
         reason = self._redact_text(end.reason)
         suffix = f": {reason}" if reason else ""
-        fields = {"rows": end.rows, "error": self._redact_text(end.error)}
+        fields: dict[str, Any] = {"rows": end.rows, "error": self._redact_text(end.error)}
+        if end.state not in TERMINAL_RUN_STATES:
+            fields.update(not_before=end.not_before, attempt=end.attempt,
+                          wait_reason=self._redact_text(end.wait_reason))
+            level = Level.WARNING if end.state is RunState.NEEDS_REVIEW else Level.INFO
+            return [event_row(
+                EventType.RUN_STATE_CHANGED, f"run RUNNING -> {end.state}{suffix}", b.run_id,
+                level, {"job_id": job_id, "from": RunState.RUNNING.value,
+                        "to": end.state.value, "reason": reason, "epoch": b.epoch,
+                        "fields": fields}, b.actor, stamp)]
         duration = (now - started).total_seconds() if started else None
         return [
             event_row(EventType.RUN_STATE_CHANGED, f"run RUNNING -> {end.state}{suffix}",
@@ -269,9 +340,7 @@ def _check_targets(boundary: Boundary) -> None:
         if start.state not in (StepState.RUNNING, StepState.SKIPPED):
             raise InvalidTransition("step_run", None, start.state)
     run_end = boundary.run_end
-    if run_end is not None and (
-        run_end.state not in TERMINAL_RUN_STATES
-        or not is_allowed(RUN_TRANSITIONS, RunState.RUNNING, run_end.state)
-    ):
+    if run_end is not None and not is_allowed(RUN_TRANSITIONS, RunState.RUNNING,
+                                              run_end.state):
         raise InvalidTransition("run", RunState.RUNNING, run_end.state)
 

@@ -120,6 +120,29 @@ class StepRunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointRecord:
+    """A run's checkpoint (table ``checkpoints``): the step to run next, the outputs of the
+    steps done (redacted, each with its ``rows``) and the next step's own saved state."""
+
+    run_id: str
+    next_step: str | None
+    outputs: dict[str, Any]
+    step_state: Any
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: sa.Row[Any]) -> CheckpointRecord:
+        m = _m(row)
+        return cls(
+            run_id=m["run_id"],
+            next_step=m["next_step"],
+            outputs=loads_mapping(m["outputs_json"]),
+            step_state=loads(m["step_state_json"]),
+            updated_at=m["updated_at"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ResourceHealthRecord:
     """The last health check of a resource (table ``resource_health``, SPEC §8)."""
 

@@ -26,8 +26,8 @@ from cadenza.domain.states import (
 )
 from cadenza.store.codec import UTCDateTime, aware_values, dumps, new_run_id, require_aware
 from cadenza.store.core import StoreCore
-from cadenza.store.records import RunRecord
-from cadenza.store.tables import runs
+from cadenza.store.records import CheckpointRecord, RunRecord
+from cadenza.store.tables import checkpoints, runs
 
 RUN_FIELDS = frozenset(
     "not_before priority rows error wait_reason lease_owner lease_until lease_epoch attempt"
@@ -380,6 +380,46 @@ class RunsRepository(StoreCore):
                 .values(lease_until=until, updated_at=self._now())
             ).rowcount
         return changed == 1
+
+    def resume_run(self, run_id: str, *, actor: str) -> RunRecord:
+        """An operator resumes a NEEDS_REVIEW run: QUEUED again, with fresh attempts
+        (attempt = 0, resumes + 1), no ``not_before``, and a fresh run timeout (started_at =
+        now; the first start stays in the events). Its next claim continues from its
+        checkpoint. The event names ``actor``.
+
+        Raises :class:`InvalidTransition` (``frm``: the run's state) for a run in another
+        state, :class:`StoreError` for an unknown run."""
+        return self._review_decision(run_id, RunState.QUEUED, actor, f"resumed by {actor}")
+
+    def abandon_run(self, run_id: str, *, actor: str) -> RunRecord:
+        """An operator abandons a NEEDS_REVIEW run: FAILED (its error stays). The events
+        (RUN_STATE_CHANGED, RUN_FINISHED) name ``actor``. Raises like :meth:`resume_run`."""
+        return self._review_decision(run_id, RunState.FAILED, actor, f"abandoned by {actor}")
+
+    def _review_decision(self, run_id: str, to: RunState, actor: str,
+                         reason: str) -> RunRecord:
+        with self.write() as c:
+            run = self.get_run(run_id, conn=c)
+            if run is None:
+                raise StoreError(f"no run {run_id!r}")
+            if run.state is not RunState.NEEDS_REVIEW:
+                raise InvalidTransition("run", run.state, to)
+            fields: dict[str, Any] = {}
+            if to is RunState.QUEUED:
+                fields = {"not_before": None, "wait_reason": None, "started_at": self._now()}
+            # Fenced on the epoch read here: a run resumed and claimed meanwhile is not hit.
+            self.transition_run_or_raise(run_id, to, actor=actor, reason=reason,
+                                         epoch=run.lease_epoch, fields=fields, conn=c)
+            after = self.get_run(run_id, conn=c)
+        assert after is not None
+        return after
+
+    def get_run_checkpoint(self, run_id: str, *,
+                           conn: sa.Connection | None = None) -> CheckpointRecord | None:
+        """The step-level checkpoint of ``run_id`` (written with its step boundaries)."""
+        with self._reading(conn) as c:
+            row = c.execute(sa.select(checkpoints).where(checkpoints.c.run_id == run_id)).first()
+        return None if row is None else CheckpointRecord.from_row(row)
 
     def get_run(self, run_id: str, *, conn: sa.Connection | None = None) -> RunRecord | None:
         """The run ``run_id``, or ``None``."""

@@ -23,12 +23,15 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
 from cadenza.store.admission import AdmissionRepository
+from cadenza.store.checkpoints import CheckpointsRepository
 from cadenza.store.core import NoRedaction, Redactor
 from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
 from cadenza.store.execution import ExecutionRepository
 from cadenza.store.fires import FiresRepository
+from cadenza.store.leases import LeasesRepository
+from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.runs import RunsRepository
@@ -47,6 +50,9 @@ class Store(
     ExecutionRepository,
     RecordingRepository,
     AdmissionRepository,
+    LeasesRepository,
+    CheckpointsRepository,
+    MaintenanceRepository,
 ):
     """Runs, step runs, resources, logs, events and users in one database."""
 

@@ -1,0 +1,361 @@
+"""Run leases: renewal, cancel requests and the reaper (SPEC §7 "Checkpoints, idempotency,
+recovery", §18; docs/leases.md).
+
+A claim (:meth:`~cadenza.store.execution.ExecutionRepository.claim_runs`) gives a run its
+holder: ``lease_owner`` (``host:pid:thread``), ``lease_until`` and a new ``lease_epoch``, the
+fencing token every later write of the holder carries. This module holds the rest of the
+lease's life:
+
+* :meth:`LeasesRepository.renew_leases`: one renewal round of one process, **one UPDATE**
+  for all its runs (``(id, lease_epoch, lease_owner) IN (VALUES ...)``: each run keeps its
+  own epoch), returning the runs renewed and their pending cancel requests. Runs not renewed
+  are looked up once more (only then) to tell "lost" (another epoch, another owner, not
+  RUNNING) from "not visible yet" (a claim whose transaction has not committed).
+* :meth:`LeasesRepository.cancel_requests`: the cheap read the keeper polls between renewals.
+* :meth:`LeasesRepository.request_cancel`: ``runs cancel`` from any process. A QUEUED run is
+  CANCELED at once (conditional UPDATE); a RUNNING run gets ``cancel_requested_by/_at`` and
+  its holder stops it at its next poll.
+* :meth:`LeasesRepository.reap_expired_leases`: in one transaction, RUNNING runs whose lease
+  expired (or that never had one) go back to QUEUED (lease cleared, ``not_before`` NULL,
+  epoch + 1, so a late write of the old holder is refused), their RUNNING step runs end
+  FAILED (class ``lost``); a run recovered :data:`MAX_RECOVERIES` times goes to NEEDS_REVIEW
+  instead, and a run with a pending cancel request ends CANCELED. ``dead_owner`` also takes
+  runs whose holder is known dead before their lease expires (``cadenza serve`` at start).
+
+Clocks: every lease time is written and compared on the store's clock (the node's); see
+docs/leases.md for why not the database's, and what skew is tolerated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
+
+import sqlalchemy as sa
+
+from cadenza.domain.errors import StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState, StepState
+from cadenza.store.codec import UTCDateTime, require_aware
+from cadenza.store.core import StoreCore
+from cadenza.store.tables import event_log, runs, step_runs
+
+if TYPE_CHECKING:
+    from cadenza.store.runs import RunsRepository
+
+MAX_RECOVERIES = 3
+"""A run whose lease expired this many times (per operator resume) goes to NEEDS_REVIEW."""
+REAP_BATCH = 500
+"""Runs reaped per transaction at most (a restart after hundreds of expired leases is a
+sequence of short transactions, not one long one)."""
+LOST_ERROR = "the worker was lost (lease expired)"
+LOST_CLASS = "lost"
+RUN_RECOVERED = EventType.RUN_RECOVERED
+CANCEL_REQUESTED = EventType.CANCEL_REQUESTED
+
+_RUNNING = RunState.RUNNING.value
+
+
+@dataclass(frozen=True)
+class HeldLease:
+    """A run this process holds: its id, the epoch of its claim and the claim's owner."""
+
+    run_id: str
+    epoch: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What one renewal round found (see :meth:`LeasesRepository.renew_leases`)."""
+
+    renewed: frozenset[str] = frozenset()
+    cancels: dict[str, str] = field(default_factory=dict)
+    """Renewed runs with a pending cancel request: run id -> who asked."""
+    lost: dict[str, str] = field(default_factory=dict)
+    """Runs not renewed because another holder (epoch or owner) or state took over: why."""
+    unseen: frozenset[str] = frozenset()
+    """Runs whose claim is not visible (yet): their claim transaction has not committed, or
+    was rolled back."""
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What :meth:`LeasesRepository.request_cancel` did: ``state`` is the run's state after
+    it; ``requested`` is True when a running run's holder was asked to stop."""
+
+    run_id: str
+    state: RunState | None
+    canceled: bool = False
+    requested: bool = False
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """One run taken from a lost holder by the reaper."""
+
+    run_id: str
+    job_id: str
+    old_owner: str | None
+    old_epoch: int
+    state: RunState
+    """QUEUED (to be resumed), NEEDS_REVIEW (recovered too often) or CANCELED."""
+    steps_ended: int
+
+
+def owner_parts(owner: str | None) -> tuple[str, int | None]:
+    """``(host, pid)`` of a ``host:pid:thread`` lease owner (pid None when unparsable)."""
+    if not owner:
+        return "", None
+    parts = owner.rsplit(":", 2)
+    if len(parts) < 3:
+        return owner, None
+    try:
+        return parts[0], int(parts[1])
+    except ValueError:
+        return parts[0], None
+
+
+def _values(leases: Sequence[HeldLease]) -> tuple[str, dict[str, Any]]:
+    rows = ", ".join(f"(:r{k}, :e{k}, :o{k})" for k in range(len(leases)))
+    ids = ", ".join(f":r{k}" for k in range(len(leases)))
+    params: dict[str, Any] = {}
+    for k, lease in enumerate(leases):
+        params[f"r{k}"] = lease.run_id
+        params[f"e{k}"] = int(lease.epoch)
+        params[f"o{k}"] = lease.owner
+    return f"id IN ({ids}) AND (id, lease_epoch, lease_owner) IN (VALUES {rows})", params
+
+
+class LeasesRepository(StoreCore):
+    """Renewal, cancel requests and reaping of run leases (see the module docstring)."""
+
+    def renew_leases(self, leases: Sequence[HeldLease], until: datetime, *,
+                     conn: sa.Connection | None = None) -> Renewal:
+        """Extend the lease of every run in ``leases`` still RUNNING at that epoch and owner
+        to ``until``, in ONE UPDATE; returns which were renewed (with their pending cancel
+        requests) and, read only when some were not, why the others were not.
+
+        Changes ``lease_until`` only; writes no event (a renewal is not a state change)."""
+        if not leases:
+            return Renewal()
+        until = require_aware(until, "until")
+        match, params = _values(leases)
+        statement = sa.text(
+            f"UPDATE runs SET lease_until = :until WHERE state = '{_RUNNING}' AND {match}"
+            " RETURNING id, cancel_requested_by"
+        ).bindparams(sa.bindparam("until", type_=UTCDateTime()))
+        with self._joined(conn) as c:
+            rows = c.execute(statement, {**params, "until": until}).all()
+            renewed = {row[0] for row in rows}
+            cancels = {row[0]: row[1] for row in rows if row[1] is not None}
+            missing = [lease for lease in leases if lease.run_id not in renewed]
+            lost: dict[str, str] = {}
+            unseen: set[str] = set()
+            if missing:
+                found = {row.id: row for row in c.execute(
+                    sa.select(runs.c.id, runs.c.state, runs.c.lease_epoch, runs.c.lease_owner)
+                    .where(runs.c.id.in_([m.run_id for m in missing])))}
+                for lease in missing:
+                    row = found.get(lease.run_id)
+                    if row is None:
+                        lost[lease.run_id] = "the run no longer exists"
+                    elif row.lease_epoch < lease.epoch:
+                        unseen.add(lease.run_id)
+                    elif row.lease_epoch > lease.epoch:
+                        lost[lease.run_id] = (f"another holder took the run (epoch "
+                                              f"{row.lease_epoch}, ours {lease.epoch})")
+                    elif row.state != _RUNNING:
+                        lost[lease.run_id] = f"the run is {row.state}"
+                    else:
+                        lost[lease.run_id] = f"the run is held by {row.lease_owner}"
+        return Renewal(frozenset(renewed), cancels, lost, frozenset(unseen))
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """Pending cancel requests among ``run_ids``: run id -> who asked (one read)."""
+        ids = list(run_ids)
+        if not ids:
+            return {}
+        with self.read() as conn:
+            rows = conn.execute(
+                sa.select(runs.c.id, runs.c.cancel_requested_by)
+                .where(runs.c.id.in_(ids), runs.c.cancel_requested_by.is_not(None)))
+            return {row[0]: row[1] for row in rows}
+
+    def request_cancel(self, run_id: str, by: str, *,
+                       conn: sa.Connection | None = None) -> CancelResult:
+        """``runs cancel``: QUEUED -> CANCELED now (reason ``canceled by <by>``; the
+        RUN_STATE_CHANGED and RUN_FINISHED events), or for a RUNNING run set
+        ``cancel_requested_by`` / ``cancel_requested_at`` (kept when already set) and write a
+        CANCEL_REQUESTED event: its holder stops it and ends it CANCELED. Any other state
+        changes nothing (``message`` says why). Raises :class:`StoreError` for no such run."""
+        reason = f"canceled by {by}"
+        with self._joined(conn) as c:
+            for _ in range(3):  # the state may change between the read and the update
+                row = c.execute(sa.select(runs.c.state, runs.c.cancel_requested_by)
+                                .where(runs.c.id == run_id)).first()
+                if row is None:
+                    raise StoreError(f"no run {run_id!r}")
+                state = RunState(row.state)
+                if state is RunState.QUEUED:
+                    store = cast("RunsRepository", self)  # combined in Store
+                    if store.transition_run(run_id, RunState.CANCELED, actor=by,
+                                            reason=reason, conn=c):
+                        return CancelResult(run_id, RunState.CANCELED, canceled=True,
+                                            message=f"run {run_id} CANCELED ({reason})")
+                    continue
+                if state is RunState.RUNNING:
+                    if row.cancel_requested_by is not None:
+                        return CancelResult(
+                            run_id, state, requested=True,
+                            message=f"run {run_id} is already being canceled (asked by "
+                                    f"{row.cancel_requested_by})")
+                    now = self._now()
+                    done = c.execute(
+                        sa.update(runs)
+                        .where(runs.c.id == run_id, runs.c.state == _RUNNING,
+                               runs.c.cancel_requested_by.is_(None))
+                        .values(cancel_requested_by=by[:128], cancel_requested_at=now))
+                    if done.rowcount != 1:
+                        continue
+                    self._insert_event(c, CANCEL_REQUESTED,
+                                       f"cancel of the running run requested by {by}",
+                                       run_id=run_id, level=Level.WARNING,
+                                       payload={"by": by}, actor=by, now=now)
+                    return CancelResult(run_id, state, requested=True,
+                                        message=f"run {run_id} is RUNNING: its worker was "
+                                                f"asked to stop it ({reason})")
+                hint = " (use `cadenza runs abandon`)" if state is RunState.NEEDS_REVIEW else ""
+                return CancelResult(run_id, state,
+                                    message=f"run {run_id} is {state.value}: nothing to "
+                                            f"cancel{hint}")
+        raise StoreError(f"run {run_id}: its state kept changing; try again")
+
+    def reap_expired_leases(
+        self,
+        *,
+        now: datetime | None = None,
+        dead_owner: Callable[[str], bool] | None = None,
+        owner_like: str | None = None,
+        limit: int = REAP_BATCH,
+        max_recoveries: int = MAX_RECOVERIES,
+    ) -> list[Recovered]:
+        """Take back, in one transaction, up to ``limit`` RUNNING runs whose lease expired
+        (``lease_until`` < ``now``, the store clock by default, or NULL), plus runs whose
+        ``lease_owner`` matches the SQL LIKE pattern ``owner_like`` and for which
+        ``dead_owner(owner)`` is true (their holder is known dead).
+
+        Per run (conditional on its state and epoch, so two reapers never both act): state
+        QUEUED, lease_owner / lease_until / not_before NULL, lease_epoch + 1, reason "lease
+        expired ..."; or NEEDS_REVIEW (error set) once it was recovered ``max_recoveries``
+        times per operator resume (``resumes``); or CANCELED when a cancel was requested.
+        Its RUNNING step runs end FAILED, error :data:`LOST_ERROR`, class ``lost``
+        (STEP_FAILED events). Events: RUN_STATE_CHANGED (+ RUN_FINISHED when CANCELED) and
+        RUN_RECOVERED with the old owner and epoch. On PostgreSQL the candidates are read
+        ``FOR UPDATE SKIP LOCKED``: nodes reaping at once split the work."""
+        at = require_aware(now or self._now(), "now")
+        expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < at)
+        if owner_like is not None and dead_owner is not None:
+            expired = sa.or_(expired, runs.c.lease_owner.like(owner_like))
+        query = (sa.select(runs.c.id, runs.c.job_id, runs.c.lease_owner, runs.c.lease_epoch,
+                           runs.c.lease_until, runs.c.resumes, runs.c.cancel_requested_by)
+                 .where(runs.c.state == _RUNNING, expired)
+                 .order_by(runs.c.lease_until).limit(limit))
+        if self.dialect == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+        recovered: list[Recovered] = []
+        with self.write() as conn:
+            candidates = []
+            for row in conn.execute(query):
+                lapsed = row.lease_until is None or row.lease_until < at
+                if lapsed or (dead_owner is not None and row.lease_owner is not None
+                              and dead_owner(row.lease_owner)):
+                    candidates.append(row)
+            if not candidates:
+                return []
+            counts: dict[str, int] = dict(conn.execute(
+                sa.select(event_log.c.run_id, sa.func.count())
+                .where(event_log.c.run_id.in_([r.id for r in candidates]),
+                       event_log.c.event_type == RUN_RECOVERED)
+                .group_by(event_log.c.run_id)).all())
+            for row in candidates:
+                done = self._reap_one(conn, row, at, counts.get(row.id, 0), max_recoveries)
+                if done is not None:
+                    recovered.append(done)
+        return recovered
+
+    def _reap_one(self, conn: sa.Connection, row: Any, at: datetime, times: int,
+                  max_recoveries: int) -> Recovered | None:
+        why = ("lease expired" if row.lease_until is not None and row.lease_until < at
+               else "its worker is gone" if row.lease_until is not None
+               else "it never had a lease")
+        holder = row.lease_owner or "no holder"
+        budget = max_recoveries * (1 + int(row.resumes or 0))
+        if row.cancel_requested_by is not None:
+            to, reason = RunState.CANCELED, f"canceled by {row.cancel_requested_by}"
+            error = None
+        elif times + 1 > budget:
+            to = RunState.NEEDS_REVIEW
+            reason = (f"{why} (held by {holder}); recovered {times} times already, needs "
+                      "review (`cadenza runs resume` or `runs abandon`)")
+            error = f"the run's worker was lost {times + 1} times (last: {why})"
+        else:
+            to, reason, error = RunState.QUEUED, f"{why} (held by {holder}); re-queued", None
+        values: dict[str, Any] = {
+            "state": to.value, "lease_owner": None, "lease_until": None, "not_before": None,
+            "lease_epoch": runs.c.lease_epoch + 1, "reason": reason, "wait_reason": None,
+            "updated_at": at,
+        }
+        if error is not None:
+            values["error"] = error
+        if to is RunState.CANCELED:
+            values["finished_at"] = at
+        done = conn.execute(sa.update(runs).where(
+            runs.c.id == row.id, runs.c.state == _RUNNING,
+            runs.c.lease_epoch == row.lease_epoch).values(**values))
+        if done.rowcount != 1:
+            return None
+        steps = conn.execute(
+            sa.update(step_runs)
+            .where(step_runs.c.run_id == row.id,
+                   step_runs.c.state == StepState.RUNNING.value)
+            .values(state=StepState.FAILED.value, error=LOST_ERROR, error_class=LOST_CLASS,
+                    finished_at=at, updated_at=at)
+            .returning(step_runs.c.id, step_runs.c.step, step_runs.c.step_type,
+                       step_runs.c.attempt)).all()
+        for step in steps:
+            self._insert_event(
+                conn, EventType.STEP_FAILED,
+                f"step {step.step} (attempt {step.attempt}) RUNNING -> FAILED: {LOST_ERROR}",
+                run_id=row.id, level=Level.ERROR,
+                payload={"step_run_id": step.id, "step": step.step,
+                         "step_type": step.step_type, "attempt": step.attempt,
+                         "from": StepState.RUNNING.value, "to": StepState.FAILED.value,
+                         "reason": None, "rows": None, "error_class": LOST_CLASS,
+                         "error": LOST_ERROR}, actor="reaper", now=at)
+        level = Level.INFO if to is RunState.QUEUED else Level.WARNING
+        self._insert_event(
+            conn, EventType.RUN_STATE_CHANGED, f"run RUNNING -> {to.value}: {reason}",
+            run_id=row.id, level=level,
+            payload={"job_id": row.job_id, "from": _RUNNING, "to": to.value, "reason": reason,
+                     "epoch": row.lease_epoch + 1,
+                     "fields": {"lease_owner": None, "lease_until": None, "error": error}},
+            actor="reaper", now=at)
+        if to is RunState.CANCELED:
+            self._insert_event(
+                conn, EventType.RUN_FINISHED, f"run of {row.job_id} finished CANCELED: "
+                f"{reason}", run_id=row.id, level=level,
+                payload={"job_id": row.job_id, "state": to.value, "reason": reason,
+                         "finished_at": at}, actor="reaper", now=at)
+        self._insert_event(
+            conn, RUN_RECOVERED, f"run recovered from {holder} (epoch {row.lease_epoch}): "
+            f"{why}; now {to.value}", run_id=row.id, level=Level.WARNING,
+            payload={"job_id": row.job_id, "old_owner": row.lease_owner,
+                     "old_epoch": row.lease_epoch, "lease_until": row.lease_until,
+                     "why": why, "to": to.value, "recoveries": times + 1,
+                     "steps_ended": len(steps)},
+            actor="reaper", now=at)
+        return Recovered(row.id, row.job_id, row.lease_owner, row.lease_epoch, to, len(steps))

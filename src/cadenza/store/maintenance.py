@@ -1,0 +1,485 @@
+"""Backup, restore and retention of the store (SPEC §18).
+
+Backup (SQLite only)
+    ``VACUUM INTO`` on a connection of its own: one read transaction over a WAL snapshot, so
+    the copy is consistent (it holds every transaction committed before it began, none
+    after) and writers are never blocked (in WAL mode a reader does not hold the write
+    lock). The copy is written to a temporary file created 0600 in the target's directory
+    (``VACUUM INTO`` keeps the mode of an existing empty file), checked with
+    ``PRAGMA integrity_check`` and only then renamed onto the target; a copy that fails the
+    check is deleted. The copy is a single self-contained file (rollback journal mode, no
+    ``-wal``). File modes are POSIX: on Windows the file inherits the directory's ACL.
+    The secret key and ``secrets.json`` are not in the database and are not copied.
+
+Restore (SQLite only; the caller makes sure no server runs)
+    The file must be a SQLite database that passes ``integrity_check`` and carries a Cadenza
+    schema revision this code knows (a newer one is refused, an older one is upgraded). It is
+    staged next to the live database, migrated, every RUNNING run's lease is made expired
+    (``lease_until`` in the past, so that the next ``cadenza serve`` reclaims it) and a
+    STORE_RESTORED event is written. The live database is folded into one file (WAL
+    checkpointed, journal mode DELETE: this fails while another process has it open), kept as
+    ``<name>.before-restore-<UTC time>`` (a hard link, else a copy) and the staged file is
+    renamed over it: at every instant the live name holds either the old or the new store.
+
+Retention
+    :meth:`MaintenanceRepository.prune` deletes finished runs (SUCCEEDED, FAILED, CANCELED,
+    MISSED; never QUEUED, RUNNING or NEEDS_REVIEW) that ended (or, never started, were
+    created) before ``now - days`` and are not among the ``keep_last`` most recent finished
+    runs of their job; their step runs, log lines and checkpoints go with them (foreign keys
+    ``ON DELETE CASCADE``; SQLite's ``foreign_keys`` pragma is on in every connection).
+    Then events older than the cutoff whose run no longer exists (or that name no run) are
+    deleted: the audit log is append-only (a trigger refuses UPDATE) and retention is its one
+    documented exception, recorded by a RETENTION_PRUNED event saying what went. Operation
+    keys are kept (an effect must never be applied twice, even for a pruned run); schedule
+    cursors, not old rows, decide what was fired, so pruning a MISSED row never re-fires it.
+    Deletes go in batches of ``batch_size`` rows per transaction, so that a large prune never
+    holds SQLite's single writer for long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.errors import StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState
+from cadenza.store.codec import require_aware
+from cadenza.store.core import StoreCore
+from cadenza.store.engine import sqlite_path
+from cadenza.store.tables import checkpoints, event_log, run_logs, runs, step_runs
+
+FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELED, RunState.MISSED)
+"""The states retention may delete; QUEUED, RUNNING and NEEDS_REVIEW are never touched."""
+_FINISHED = [s.value for s in FINISHED_STATES]
+BATCH_SIZE = 1000
+BATCH_PAUSE = 0.02
+"""Seconds between two delete batches: other writers of this process queue on a lock that
+is not fair, and would otherwise wait behind many batches in a row."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_BUSY_MS = 10_000
+
+
+@dataclass(frozen=True)
+class StoreFileInfo:
+    """What a SQLite file holds, as far as backup and restore care."""
+
+    path: Path
+    bytes: int
+    revision: str
+    runs: int
+    runs_by_state: dict[str, int]
+    events: int
+
+
+@dataclass(frozen=True)
+class BackupReport:
+    """A finished backup: where, how big, what it holds, how long it took."""
+
+    info: StoreFileInfo
+    seconds: float
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """A finished restore (see the module doc)."""
+
+    source: Path
+    database: Path
+    kept: Path | None
+    revision_in_file: str
+    revision_now: str
+    runs: int
+    expired_leases: list[str]
+
+
+@dataclass
+class PruneReport:
+    """What a prune deleted (or, with ``dry_run``, would delete)."""
+
+    cutoff: datetime
+    days: int
+    keep_last: int
+    dry_run: bool
+    runs: int = 0
+    runs_by_state: dict[str, int] = field(default_factory=dict)
+    step_runs: int = 0
+    logs: int = 0
+    checkpoints: int = 0
+    events: int = 0
+    batches: int = 0
+    seconds: float = 0.0
+    longest_batch_seconds: float = 0.0
+    event_id: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form (``cadenza prune --json``, the RETENTION_PRUNED payload)."""
+        return {
+            "cutoff": self.cutoff.isoformat(), "days": self.days, "keep_last": self.keep_last,
+            "dry_run": self.dry_run, "runs": self.runs,
+            "runs_by_state": dict(sorted(self.runs_by_state.items())),
+            "step_runs": self.step_runs, "logs": self.logs, "checkpoints": self.checkpoints,
+            "events": self.events, "batches": self.batches,
+            "seconds": round(self.seconds, 3),
+            "longest_batch_seconds": round(self.longest_batch_seconds, 4),
+        }
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _sqlite(path: Path, *, readonly: bool = False) -> Iterator[sqlite3.Connection]:
+    """A plain sqlite3 connection of its own (autocommit), closed afterwards."""
+    uri = f"{path.resolve().as_uri()}?mode=ro" if readonly else str(path)
+    try:
+        con = sqlite3.connect(uri, uri=readonly, timeout=_BUSY_MS / 1000,
+                              isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {path}: {exc}") from exc
+    try:
+        yield con
+    finally:
+        con.close()
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 (fails if it exists)."""
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_BINARY", 0)
+    os.close(os.open(path, flags, 0o600))
+
+
+def _remove(*paths: Path) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _sidecars(path: Path) -> tuple[Path, Path, Path]:
+    return (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"),
+            path.with_name(path.name + "-journal"))
+
+
+def inspect_sqlite_file(path: Path) -> StoreFileInfo:
+    """Check that ``path`` is a sound Cadenza SQLite store and say what it holds.
+
+    Raises :class:`StoreError` naming the file when it is missing, not SQLite, fails
+    ``PRAGMA integrity_check``, has no Cadenza schema, or has a schema revision newer than
+    this code knows. Reads only.
+    """
+    from cadenza.store import migrate as migrations
+
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file")
+    with path.open("rb") as fh:
+        if fh.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+            raise StoreError(f"{path} is not a SQLite database")
+    with _sqlite(path) as con:
+        try:
+            problems = [row[0] for row in con.execute("PRAGMA integrity_check").fetchall()]
+            tables = {row[0] for row in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if migrations.VERSION_TABLE not in tables or "runs" not in tables:
+                raise StoreError(f"{path} is a SQLite database but not a Cadenza store "
+                                 "(no alembic_version or runs table)")
+            revisions = [row[0] for row in con.execute(
+                f"SELECT version_num FROM {migrations.VERSION_TABLE}")]
+            by_state = dict(con.execute("SELECT state, count(*) FROM runs GROUP BY state")
+                            .fetchall())
+            events = int(con.execute("SELECT count(*) FROM event_log").fetchone()[0]) \
+                if "event_log" in tables else 0
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} cannot be read as a Cadenza store: {exc}") from exc
+    if problems != ["ok"]:
+        shown = "; ".join(problems[:5])
+        raise StoreError(f"{path} failed PRAGMA integrity_check: {shown}")
+    if len(revisions) != 1:
+        raise StoreError(f"{path} has no single schema revision ({revisions or 'none'})")
+    known = {s.revision for s in migrations.script_directory().walk_revisions()}
+    if revisions[0] not in known:
+        raise StoreError(
+            f"{path} has schema revision {revisions[0]}, newer than this Cadenza knows "
+            f"(newest: {migrations.head_revision()}): restore it with the Cadenza that made it")
+    return StoreFileInfo(path, path.stat().st_size, revisions[0], sum(by_state.values()),
+                         {str(k): int(v) for k, v in by_state.items()}, events)
+
+
+def fold_into_one_file(path: Path) -> None:
+    """Checkpoint ``path``'s WAL into it and switch it to rollback journal mode, so that
+    the database is one self-contained file. Raises :class:`StoreError` when another
+    connection has it open (the journal mode cannot change then)."""
+    with _sqlite(path) as con:
+        con.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            mode = con.execute("PRAGMA journal_mode = DELETE").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"{path} is in use by another process ({exc}): stop every "
+                             "`cadenza serve` and `cadenza run` on this home first") from exc
+    if (busy is not None and busy[0]) or str(mode).lower() != "delete":
+        raise StoreError(f"{path} is in use by another process (its WAL could not be "
+                         "checkpointed): stop every `cadenza serve` and `cadenza run` first")
+
+
+def restore_sqlite(database: Path, source: Path, *, now: datetime, actor: str,
+                   open_store: Callable[[str], MaintenanceRepository]) -> RestoreReport:
+    """Replace the SQLite store ``database`` with the backup ``source`` (module doc).
+
+    ``open_store(url)`` opens (and migrates) a store on a staged file: the caller passes
+    one with its clock and redactor. The caller holds the scheduler's leadership lock, so
+    that no server starts during the swap. Raises :class:`StoreError` (nothing changed)
+    when the file is not a sound store or the live database is in use.
+    """
+    from cadenza.store import migrate as migrations
+
+    source = source.resolve()
+    database = database.resolve()
+    if source == database:
+        raise StoreError(f"{source} is the live store itself")
+    info = inspect_sqlite_file(source)
+    stamp = require_aware(now, "now").strftime("%Y%m%dT%H%M%SZ")
+    staged = database.with_name(f".{database.name}.restore-{os.getpid()}.tmp")
+    _remove(staged, *_sidecars(staged))
+    _create_private(staged)
+    try:
+        with _sqlite(source) as con:
+            con.execute("VACUUM INTO ?", (str(staged),))
+        store = open_store(f"sqlite:///{staged.as_posix()}")
+        try:
+            expired = store.expire_running_leases(now, actor=actor, source=str(source))
+            with store.read() as conn:
+                revision_now = migrations.current_revisions(conn)[0]
+        finally:
+            store.close()
+        fold_into_one_file(staged)
+        kept: Path | None = None
+        if database.exists():
+            fold_into_one_file(database)
+            kept = database.with_name(f"{database.name}.before-restore-{stamp}")
+            try:
+                os.link(database, kept)
+            except OSError:  # no hard links here (FAT, some shares): a full copy instead
+                shutil.copy2(database, kept)
+        _remove(*_sidecars(database))
+        os.replace(staged, database)
+    except BaseException:
+        _remove(staged, *_sidecars(staged))
+        raise
+    return RestoreReport(source, database, kept, info.revision, revision_now, info.runs,
+                         expired)
+
+
+# -- the store mixin -----------------------------------------------------------------------
+
+
+class MaintenanceRepository(StoreCore):
+    """Backup and retention over the store's own database."""
+
+    def sqlite_file(self) -> Path:
+        """The database file of a SQLite store; :class:`StoreError` for other stores."""
+        path = sqlite_path(self.engine.url) if self.dialect == "sqlite" else None
+        if path is None:
+            raise StoreError(f"the store is not a SQLite file ({self.dialect})")
+        return path.resolve()
+
+    def backup_sqlite(self, target: Path, *, force: bool = False) -> BackupReport:
+        """Write a consistent, integrity-checked copy of the live SQLite store to ``target``.
+
+        Online: writers go on during the copy (module doc). ``target`` is refused when it
+        exists, unless ``force``; it is written 0600 and replaced atomically, so a failed
+        backup leaves no partial file and no old backup half-overwritten.
+        """
+        source = self.sqlite_file()
+        target = target.resolve()
+        if target == source:
+            raise StoreError(f"{target} is the live store itself")
+        if target.exists() and not force:
+            raise StoreError(f"{target} exists; pass --force to overwrite it")
+        if not target.parent.is_dir():
+            raise StoreError(f"{target.parent}: no such directory")
+        staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        _remove(staged)
+        started = time.monotonic()
+        _create_private(staged)
+        try:
+            with _sqlite(source) as con:
+                con.execute("VACUUM INTO ?", (str(staged),))
+            info = inspect_sqlite_file(staged)
+            if target.exists() and not force:
+                raise StoreError(f"{target} appeared during the backup; pass --force")
+            os.replace(staged, target)
+        except sqlite3.Error as exc:
+            _remove(staged)
+            raise StoreError(f"backup to {target} failed: {exc}") from exc
+        except BaseException:
+            _remove(staged)
+            raise
+        info = StoreFileInfo(target, info.bytes, info.revision, info.runs, info.runs_by_state,
+                             info.events)
+        return BackupReport(info, time.monotonic() - started)
+
+    def expire_running_leases(self, now: datetime, *, actor: str = "restore",
+                              source: str = "") -> list[str]:
+        """Set ``lease_until`` one second before ``now`` on every RUNNING run (a restored
+        store: the workers that held them are gone) and write one STORE_RESTORED event.
+        Returns the ids of those runs. Changes nothing else: the reclaim at the next
+        ``cadenza serve`` start re-queues them."""
+        past = require_aware(now, "now") - timedelta(seconds=1)
+        with self.write() as conn:
+            ids = [row[0] for row in conn.execute(
+                sa.select(runs.c.id).where(runs.c.state == RunState.RUNNING.value)
+                .order_by(runs.c.id))]
+            if ids:
+                conn.execute(
+                    sa.update(runs).where(runs.c.state == RunState.RUNNING.value)
+                    .values(lease_until=past, updated_at=now))
+            self._insert_event(
+                conn, EventType.STORE_RESTORED,
+                f"store restored from a backup; {len(ids)} RUNNING run(s) get an expired "
+                "lease and are reclaimed at the next start",
+                level=Level.WARNING, actor=actor, now=now,
+                payload={"source": source, "expired_leases": len(ids), "runs": ids[:100]})
+        return ids
+
+    # -- retention --------------------------------------------------------------------------
+
+    def prunable_runs(self, cutoff: datetime, keep_last: int) -> list[tuple[str, str]]:
+        """(run id, state) of every run :meth:`prune` would delete at ``cutoff``, job by job:
+        finished, ended before ``cutoff``, and not among the job's ``keep_last`` most recent
+        finished runs (by creation). Reads only (one snapshot per job)."""
+        cutoff = require_aware(cutoff, "cutoff")
+        found: list[tuple[str, str]] = []
+        with self.read() as conn:
+            jobs = [row[0] for row in conn.execute(
+                sa.select(runs.c.job_id).where(runs.c.state.in_(_FINISHED)).distinct())]
+        for job in jobs:
+            query = (
+                sa.select(runs.c.id, runs.c.state, runs.c.finished_at, runs.c.created_at)
+                .where(runs.c.job_id == job, runs.c.state.in_(_FINISHED))
+                .order_by(runs.c.created_at.desc(), runs.c.id.desc())
+                .offset(keep_last)
+            )
+            with self.read() as conn:
+                for run_id, state, finished_at, created_at in conn.execute(query):
+                    if (finished_at or created_at) < cutoff:
+                        found.append((run_id, state))
+        return found
+
+    def prune(self, *, days: int, keep_last: int, now: datetime | None = None,
+              dry_run: bool = False, batch_size: int = BATCH_SIZE,
+              actor: str = "retention") -> PruneReport:
+        """Delete old finished runs (with their step runs, logs, checkpoints) and old events.
+
+        See the module doc for the rule. Each batch of at most ``batch_size`` runs or events
+        is one transaction; a run's state is checked again in the DELETE, so a run that is
+        somehow active is never removed. Unless ``dry_run`` (which only counts) and when
+        anything went, writes a RETENTION_PRUNED event with the report as payload.
+        """
+        if days < 1 or keep_last < 0 or batch_size < 1:
+            raise ValueError("prune needs days >= 1, keep_last >= 0 and batch_size >= 1")
+        now = require_aware(now or self._now(), "now")
+        report = PruneReport(now - timedelta(days=days), days, keep_last, dry_run)
+        started = time.monotonic()
+        doomed = self.prunable_runs(report.cutoff, keep_last)
+        for chunk in _chunks(doomed, batch_size):
+            self._prune_runs(chunk, report)
+        self._prune_events(report, batch_size)
+        if dry_run:  # the doomed runs still exist: count their old events as going too
+            self._count_events_of(doomed, report, batch_size)
+        report.seconds = time.monotonic() - started
+        if not dry_run and (report.runs or report.events):
+            report.event_id = self.append_retention_event(report, actor)
+        return report
+
+    def _prune_runs(self, chunk: Sequence[tuple[str, str]], report: PruneReport) -> None:
+        ids = [run_id for run_id, _ in chunk]
+        begun = time.monotonic()
+        with (self.read() if report.dry_run else self.write()) as conn:
+            counts = [
+                int(conn.execute(sa.select(sa.func.count()).select_from(table)
+                                 .where(table.c.run_id.in_(ids))).scalar_one())
+                for table in (step_runs, run_logs, checkpoints)
+            ]
+            if report.dry_run:
+                states = [state for _, state in chunk]
+            else:
+                states = [row[0] for row in conn.execute(
+                    sa.delete(runs).where(runs.c.id.in_(ids), runs.c.state.in_(_FINISHED))
+                    .returning(runs.c.state))]
+        report.longest_batch_seconds = max(report.longest_batch_seconds,
+                                           time.monotonic() - begun)
+        if not report.dry_run:
+            time.sleep(BATCH_PAUSE)
+        report.batches += 1
+        report.runs += len(states)
+        for state in states:
+            report.runs_by_state[state] = report.runs_by_state.get(state, 0) + 1
+        report.step_runs += counts[0]
+        report.logs += counts[1]
+        report.checkpoints += counts[2]
+
+    def _prune_events(self, report: PruneReport, batch_size: int) -> None:
+        """Events older than the cutoff whose run is gone (or that name none), in batches."""
+        cutoff = sa.literal(report.cutoff, event_log.c.created_at.type)
+        with self.read() as conn:
+            last = conn.execute(sa.select(sa.func.max(event_log.c.event_id))
+                                .where(event_log.c.created_at < cutoff)).scalar()
+        if last is None:
+            return
+        orphan = sa.or_(event_log.c.run_id.is_(None), ~sa.exists().where(
+            runs.c.id == event_log.c.run_id))
+        after = 0
+        while True:
+            begun = time.monotonic()
+            pick = (sa.select(event_log.c.event_id)
+                    .where(event_log.c.event_id > after, event_log.c.event_id <= last,
+                           event_log.c.created_at < cutoff, orphan)
+                    .order_by(event_log.c.event_id).limit(batch_size))
+            with (self.read() if report.dry_run else self.write()) as conn:
+                ids = [row[0] for row in conn.execute(pick)]
+                if ids and not report.dry_run:
+                    conn.execute(sa.delete(event_log).where(event_log.c.event_id.in_(ids)))
+            if not ids:
+                return
+            report.longest_batch_seconds = max(report.longest_batch_seconds,
+                                               time.monotonic() - begun)
+            if not report.dry_run:
+                time.sleep(BATCH_PAUSE)
+            report.batches += 1
+            report.events += len(ids)
+            after = ids[-1]
+
+    def _count_events_of(self, doomed: Sequence[tuple[str, str]], report: PruneReport,
+                         batch_size: int) -> None:
+        cutoff = sa.literal(report.cutoff, event_log.c.created_at.type)
+        with self.read() as conn:
+            for chunk in _chunks(doomed, batch_size):
+                report.events += int(conn.execute(
+                    sa.select(sa.func.count()).select_from(event_log).where(
+                        event_log.c.run_id.in_([run_id for run_id, _ in chunk]),
+                        event_log.c.created_at < cutoff)).scalar_one())
+
+    def append_retention_event(self, report: PruneReport, actor: str) -> int:
+        """The RETENTION_PRUNED event: what a prune deleted (its report as payload)."""
+        message = (f"retention pruned {report.runs} run(s), {report.step_runs} step run(s), "
+                   f"{report.logs} log line(s) and {report.events} event(s) older than "
+                   f"{report.days} days (cutoff {report.cutoff.isoformat()}, the last "
+                   f"{report.keep_last} finished runs of each job kept)")
+        with self.write() as conn:
+            return self._insert_event(conn, EventType.RETENTION_PRUNED, message,
+                                      payload=report.as_dict(), actor=actor)
+
+
+def _chunks(items: Sequence[tuple[str, str]], size: int) -> Iterator[Sequence[tuple[str, str]]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]

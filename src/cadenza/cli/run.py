@@ -115,15 +115,7 @@ def run(
                 if document is not None:
                     print_json(document)
                 raise typer.Exit(exit_code(outcome))
-            progress = Progress(console)
-            try:
-                outcome = progress.watch(lambda: executor.execute(run_id, progress))
-            except KeyboardInterrupt:
-                # Interrupted before the run started: it must not wait in the queue for a
-                # server that would run it later.
-                store.transition_run(run_id, RunState.CANCELED, actor=user,
-                                     reason="interrupted (Ctrl-C) before it started")
-                fail(f"interrupted before run {run_id} started", EXIT_OTHER)
+            outcome = _execute_here(store, executor, run_id, console, user)
         finally:
             executor.close()
         record = store.get_run(run_id)
@@ -131,6 +123,36 @@ def run(
     if document is not None:
         print_json(document)
     raise typer.Exit(exit_code(outcome))
+
+
+def _execute_here(store: Store, executor: Any, run_id: str, console: Console,
+                  user: str) -> RunOutcome:
+    """Execute the run in this process; when a try ends in a retry or a deferral (the run
+    is QUEUED again with ``not_before``), wait for that time and go on, as a server would.
+    Ctrl-C while the run waits (before it started, or between two tries) cancels it: it must
+    not wait in the queue for a server that would run it later."""
+    while True:
+        progress = Progress(console)
+        try:
+            outcome = progress.watch(lambda p=progress: executor.execute(run_id, p))
+            if outcome.state is not RunState.QUEUED:
+                return outcome
+            record = store.get_run(run_id)
+            if record is None or record.state is not RunState.QUEUED:
+                return outcome
+            wait = 0.0
+            if record.not_before is not None:
+                wait = max((record.not_before - store.clock.now()).total_seconds(), 0.0)
+            why = f" ({record.wait_reason})" if record.wait_reason else ""
+            console.print(f"run {run_id} tries again in {wait:.0f}s{why}", markup=False)
+            store.clock.sleep(wait)
+        except KeyboardInterrupt:
+            record = store.get_run(run_id)
+            if record is not None and record.state is RunState.QUEUED:
+                store.transition_run(run_id, RunState.CANCELED, actor=user,
+                                     reason="interrupted (Ctrl-C) while it waited")
+                fail(f"interrupted while run {run_id} waited; it is CANCELED", EXIT_OTHER)
+            fail(f"interrupted during run {run_id}", EXIT_OTHER)
 
 
 def server_is_running(store: Store) -> bool:

@@ -9,9 +9,11 @@ claimed. The rules:
   error class);
 * a disabled step (``enabled = false``, ``--disable``, a preset's ``disabled_steps``) is
   recorded SKIPPED "disabled" and the run goes on;
-* a failed step fails the run; its error names the step; every later step is recorded
-  SKIPPED "earlier step failed" (retries come with the reliability issue: for now every
-  failure is final, and its class is recorded);
+* a failed step's error class decides (docs/retries.md, :mod:`cadenza.domain.retry`): a
+  fatal error fails the run (its error names the step; every later step is recorded SKIPPED
+  "earlier step failed"); a retryable error or a deferral puts the run back in the queue
+  with ``not_before`` (it resumes at that step, from its checkpoint); retryable errors that
+  spent the attempts leave the run in NEEDS_REVIEW;
 * the run's rows are the sum of its steps' rows; a step's output keys are read by later
   steps as ``${steps.NAME.KEY}`` (plus ``rows``).
 

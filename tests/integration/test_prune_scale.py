@@ -1,7 +1,11 @@
-"""A prune of 100,000 old runs on SQLite holds the writer in short batches (docs/backup.md)."""
+"""A prune of many old runs on SQLite holds the writer in short batches (docs/backup.md).
+
+20,000 runs by default (the property does not depend on the count); the figure in
+docs/backup.md is for ``CADENZA_PRUNE_N=100000``."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -12,10 +16,10 @@ from cadenza.clock import FakeClock
 from cadenza.store import Store
 from cadenza.store.tables import event_log, run_logs, runs, step_runs
 
-N = 100_000
+N = int(os.environ.get("CADENZA_PRUNE_N", "20000"))
 
 
-def test_prune_of_100k_runs_never_blocks_a_writer_for_long(sqlite_url: str) -> None:
+def test_a_large_prune_never_blocks_a_writer_for_long(sqlite_url: str) -> None:
     old = datetime(2027, 1, 1, tzinfo=UTC)
     clock = FakeClock(old + timedelta(days=400))
     with Store.open(sqlite_url, clock=clock) as store:

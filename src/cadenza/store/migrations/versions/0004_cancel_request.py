@@ -23,7 +23,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("runs") as batch:
         batch.add_column(sa.Column("cancel_requested_by", sa.String(128), nullable=True))
-        batch.add_column(sa.Column("cancel_requested_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(
+            sa.Column("cancel_requested_at", sa.DateTime(timezone=True), nullable=True)
+        )
 
 
 def downgrade() -> None:

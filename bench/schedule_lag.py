@@ -1,14 +1,18 @@
 """Schedule lag and idle CPU of `cadenza serve` (issue 4's figures). A benchmark, not a test.
 
 lag: N jobs, all `* * * * *` in UTC, each one python no-op step (thread isolation); a real
-node (scheduler + dispatcher + workers) on a SQLite or PostgreSQL store fires them at the next
-minute boundary. Lag = the step run's recorded start − the run's scheduled time. Also counts
-missed and doubled fires (runs per (job, scheduled_for)).
+node (scheduler with look-ahead + dispatcher + W workers, `[workers] count = W` and
+`max_concurrent_runs` written in the home's cadenza.toml) on a SQLite or PostgreSQL store
+fires them at the next minute boundary. Two lags per run: the step run's recorded start −
+the run's scheduled time, and the moment the no-op function is really entered (appended to
+a file) − the scheduled time. Also counts missed and doubled fires (runs per (job,
+scheduled_for)) and functions called twice.
 
 idle: a real `cadenza serve --no-web` process with N jobs scheduled far away (`0 3 1 1 *`);
 its CPU time over a quiet interval, as a share of one core.
 
     .venv/bin/python bench/schedule_lag.py lag --jobs 1000 --workers 4 [--store postgresql]
+    .venv/bin/python bench/schedule_lag.py lag --jobs 1000 --workers 64 --max-runs 1000
     .venv/bin/python bench/schedule_lag.py idle --jobs 1000 --seconds 30
 """
 

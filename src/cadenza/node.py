@@ -12,8 +12,11 @@
   (:func:`~cadenza.domain.admission.admit`: caps, budgets, windows, ``not_before``, free
   workers on this node), claims them (QUEUED → RUNNING, a new lease epoch each) and writes
   the ``wait_reason`` of the others. It wakes when the scheduler created runs, when a worker
-  finished, when a waiting run's time comes, and at least every ``POLL_SECONDS`` (runs
-  enqueued by other processes: ``cadenza run``, other nodes).
+  finished (at once if no claimed run waits in the local queue, else once half the slots
+  are free), when a waiting run's time comes (precisely at the ``not_before`` of fires the
+  scheduler recorded ahead: then one decision claims as many as there are free slots), and
+  at least every ``POLL_SECONDS`` (runs enqueued by other processes: ``cadenza run``, other
+  nodes). A fire recorded ahead gets no ``wait_reason`` before its time.
 * **Workers** run claimed runs with the :class:`~cadenza.executor.runner.Executor` of the
   configuration that was current when the run was claimed.
 * **Reload**: on a change of ``cadenza.toml`` / ``jobs.toml`` (checked every

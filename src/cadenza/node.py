@@ -134,6 +134,13 @@ class Node:
         self.keeper.start()
         spawn(self._reap_loop, "cadenza-reaper")
         if self.scheduler is not None:
+            # Fires recorded ahead by a server that stopped before their time follow the
+            # missed-run policy; settled before the dispatcher may claim them.
+            try:
+                self.scheduler.settle_stale(self.clock.now())
+            except Exception:
+                log.exception("settling the fires recorded ahead by a previous process failed")
+        if self.scheduler is not None:
             scheduler = self.scheduler
             spawn(lambda: scheduler.run_forever(self.stop_event, self.clock,
                                                 on_tick=self._after_tick),

@@ -184,3 +184,49 @@ def test_a_reload_does_not_record_ahead_under_the_old_config(store: Store,
     clock.set(FIRE - timedelta(seconds=1))  # inside the window, not ticked yet
     s.reload(jobs(), clock.now())
     assert scheduled(store) == []
+
+
+# -- a server stopped inside the look-ahead window ------------------------------------------
+
+
+def stop_inside_the_window(store: Store, clock: FakeClock, config: Any) -> None:
+    first = scheduler(store, clock, config)
+    first.tick(clock.now())
+    clock.set(FIRE - timedelta(seconds=1))  # the fire is recorded ahead, then the server stops
+    first.tick(clock.now())
+    assert [r.state for r in scheduled(store)] == [RunState.QUEUED]
+
+
+@pytest.mark.parametrize(("on_missed", "down_until", "kept"), [
+    ("skip", FIRE + timedelta(minutes=10), False),
+    ("skip", FIRE + timedelta(seconds=30), True),  # back within missed_grace (60 s): runs
+    ("run_latest", FIRE + timedelta(minutes=10), True),  # the latest missed fire runs
+    ("run_latest", FIRE + timedelta(days=2, minutes=10), False),  # later fires are owed
+    ("run_all", FIRE + timedelta(days=2, minutes=10), True),
+])
+def test_a_fire_recorded_ahead_by_a_stopped_server_follows_on_missed(
+        store: Store, clock: FakeClock, on_missed: str, down_until: datetime,
+        kept: bool) -> None:
+    config = jobs(job("nightly", on_missed=on_missed))
+    stop_inside_the_window(store, clock, config)
+    clock.set(down_until)
+    second = scheduler(store, clock, config)
+    assert second.settle_stale(clock.now()) == (0 if kept else 1)
+    second.tick(clock.now())
+    at_fire = [r for r in scheduled(store) if r.scheduled_for == FIRE]
+    assert len(at_fire) == 1  # still exactly one row for the fire
+    if kept:
+        assert at_fire[0].state is RunState.QUEUED
+    else:
+        assert at_fire[0].state is RunState.CANCELED
+        assert at_fire[0].reason is not None and at_fire[0].reason.startswith("missed")
+
+
+def test_a_fire_recorded_ahead_of_a_removed_job_is_canceled_at_start(
+        store: Store, clock: FakeClock) -> None:
+    stop_inside_the_window(store, clock, jobs(job("nightly")))
+    clock.set(FIRE + timedelta(minutes=10))
+    second = scheduler(store, clock, jobs(job("other")))
+    assert second.settle_stale(clock.now()) == 1
+    (run,) = scheduled(store, "nightly")
+    assert run.state is RunState.CANCELED

@@ -352,6 +352,47 @@ class Scheduler:
             self._remember(key, cursors.get(key) or now)
         self._loaded = True
 
+    def settle_stale(self, now: datetime) -> int:
+        """At start, before anything is claimed (``cadenza serve`` calls it): fires recorded
+        ahead by a previous process that stopped before their time, whose run did not start
+        within ``missed_grace``, are settled by the job's ``on_missed`` as if they had not
+        been recorded ahead: ``skip`` cancels them ("missed: ..."); ``run_latest`` keeps one
+        only when no later fire of its schedule is owed by now (else that later one runs);
+        ``run_all`` keeps them. Those of a removed or disabled schedule are canceled. The run
+        row stays: each fire is still exactly one row. Returns how many were canceled."""
+        with self._lock:
+            return self._settle_stale(now.astimezone(UTC))
+
+    def _settle_stale(self, now: datetime) -> int:
+        stale = self.store.stale_fires_ahead(now)
+        if not stale:
+            return 0
+        cancel: list[tuple[str, str]] = []
+        for run_id, job_id, name, when in stale:
+            policy = self._policies.get(job_id)
+            spec = self._specs.get((job_id, name))
+            if policy is None or spec is None or not spec.enabled:
+                cancel.append((run_id, f"missed: its schedule {name} is gone or disabled"))
+                continue
+            if when + policy.missed_grace >= now:
+                continue  # still within its grace: it runs, late but on time by the rules
+            later = FireStream(spec, when).first_after(when)
+            if policy.on_missed == "run_all" or (
+                    policy.on_missed == "run_latest" and (later is None or later > now)):
+                continue
+            cancel.append((run_id, f"missed: not started within missed_grace of its fire at "
+                                   f"{when.isoformat()} (no server was running; on_missed = "
+                                   f"{policy.on_missed})"))
+        if not cancel:
+            return 0
+        done = 0
+        with self.store.write() as conn:
+            for run_id, reason in cancel:
+                done += self.store.transition_run(run_id, RunState.CANCELED, actor=self.actor,
+                                                  conn=conn, reason=reason)
+        log.warning("settled %d fire(s) recorded ahead by a stopped server as missed", done)
+        return done
+
     def _flush_moves(self) -> None:
         if not self._moves:
             return

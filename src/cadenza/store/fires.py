@@ -315,6 +315,30 @@ class FiresRepository(StoreCore):
                              for row in rows if (row.job_id, row.schedule) in wanted)
         return sorted(found, key=lambda f: (f[3], f[1], f[2]))
 
+    def stale_fires_ahead(
+        self,
+        due_before: datetime,
+        *,
+        conn: sa.Connection | None = None,
+    ) -> list[tuple[str, str, str, datetime]]:
+        """Fires recorded ahead of their time that never started although their time passed
+        before ``due_before``: QUEUED, never claimed runs of trigger ``scheduled`` created
+        before their ``scheduled_for``. A server stopped in the look-ahead window leaves
+        them; the scheduler settles them at its start by the job's ``on_missed``. Returns
+        (run_id, job_id, schedule, scheduled_for) in time order; changes nothing."""
+        due_before = require_aware(due_before, "due_before")
+        with self._reading(conn) as c:
+            rows = c.execute(
+                sa.select(runs.c.id, runs.c.job_id, runs.c.schedule, runs.c.scheduled_for)
+                .where(runs.c.state == RunState.QUEUED.value,
+                       runs.c.trigger == TRIGGER,
+                       runs.c.started_at.is_(None),
+                       runs.c.created_at < runs.c.scheduled_for,
+                       runs.c.scheduled_for < due_before)
+                .order_by(runs.c.scheduled_for, runs.c.job_id, runs.c.schedule)
+            )
+            return [(r.id, r.job_id, r.schedule, r.scheduled_for) for r in rows]
+
     def _fire_sql(self) -> _Statements:
         if self._fire_statements is None:
             self._fire_statements = _Statements(self.engine.dialect)

@@ -394,7 +394,7 @@ class RunTracker:
         who = request.by or "unknown"
         reason = f"canceled by {who}"
         step = self.job.steps[index]
-        extra = f" ({request.reason})" if request.reason else ""
+        extra = f" ({request.reason})" if request.reason and request.reason != reason else ""
         self.log.add("WARNING", f"run CANCELED: {reason}{extra}")
         self.observer.step_finished(step.name, StepOutcome(StepState.CANCELED))
         end = StepEnd(step_run_id, step.name, step.type, self._attempt(step.name),

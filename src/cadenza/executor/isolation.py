@@ -55,70 +55,89 @@ def run_in_thread(
     timeout: float,
     on_tick: Callable[[], None],
 ) -> StepResult:
-    """Run ``call()`` (the step type's ``run``) in a new thread and wait for it, at most
+    """Run ``call()`` (the step type's ``run``) in a step thread and wait for it, at most
     ``timeout`` seconds (see the module docstring)."""
-    lock = threading.Lock()
-    done = threading.Event()
-    state = ["running"]  # running -> finishing -> done, or running -> abandoned
-    outcome: list[Any] = [None, None]  # result, error
+    return ThreadStep(call, ctx, log, timeout).wait(on_tick)
 
-    def body() -> None:
+
+class ThreadStep:
+    """A thread-isolated step handed to a step thread (its ``timeout`` counts from here);
+    :meth:`wait` waits for it. Split so that a node can start the first steps of a burst of
+    runs from one thread and let each run's worker wait (:meth:`RunTracker.launch`)."""
+
+    def __init__(self, call: Callable[[], Any], ctx: ExecutionContext, log: RunLog,
+                 timeout: float) -> None:
+        self.ctx = ctx
+        self.log = log
+        self.timeout = timeout
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.state = "running"  # running -> finishing -> done, or running -> abandoned
+        self.outcome: list[Any] = [None, None]  # result, error
+        self.call = call
+        self.deadline = time.monotonic() + timeout
+        STEP_THREADS.submit(self._body)
+
+    def _body(self) -> None:
         result: Any = None
         error: BaseException | None = None
         try:
-            result = call()
+            result = self.call()
         except BaseException as exc:  # everything the step raises is recorded, not lost
             error = exc
-        with lock:
-            abandoned = state[0] == "abandoned"
+        with self.lock:
+            abandoned = self.state == "abandoned"
             if not abandoned:
-                state[0] = "finishing"
+                self.state = "finishing"
         try:
-            ctx.finish(success=error is None and not abandoned)
+            self.ctx.finish(success=error is None and not abandoned)
         except BaseException as exc:
             error = error or exc
-        outcome[0], outcome[1] = result, error
-        with lock:
+        self.outcome[0], self.outcome[1] = result, error
+        with self.lock:
             if not abandoned:
-                state[0] = "done"
-        done.set()
+                self.state = "done"
+        self.done.set()
 
-    deadline = time.monotonic() + timeout
-    STEP_THREADS.submit(body)
-    def abandon() -> bool:
-        with lock:
-            if state[0] != "running":
+    def _abandon(self) -> bool:
+        with self.lock:
+            if self.state != "running":
                 return False
-            state[0] = "abandoned"
-        ctx.cancel()
-        log.close_step(ctx.step.name)
+            self.state = "abandoned"
+        self.ctx.cancel()
+        self.log.close_step(self.ctx.step.name)
         return True
 
-    try:
-        while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
-            if time.monotonic() < deadline:
-                on_tick()
-                continue
-            if abandon():
-                raise StepTimeout(
-                    f"step {ctx.step.name!r} timed out after {_seconds(timeout)}; it runs in "
-                    "a thread (isolation = \"thread\"), which cannot be stopped: it was told "
-                    "to stop (a SQL statement is canceled on the server, an HTTP request "
-                    "aborted), abandoned, and its ctx.connection work is rolled back"
-                )
-            done.wait()  # it was committing when the deadline came: let it finish
-            break
-    except BaseException:
-        # Ctrl-C, or the run's lease was lost while waiting: whatever the thread still does
-        # is not committed.
-        abandon()
-        raise
-    result, error = outcome
-    if isinstance(error, Exception):
-        raise error
-    if error is not None:  # SystemExit and the like must not stop the worker
-        raise RemoteError(type(error).__name__, str(error), "fatal")
-    return check_result(result, ctx.step.name)
+    def wait(self, on_tick: Callable[[], None]) -> StepResult:
+        """Wait for the step, calling ``on_tick`` every :data:`TICK` seconds; at the
+        deadline abandon it and raise :class:`StepTimeout`."""
+        deadline, done = self.deadline, self.done
+        try:
+            while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
+                if time.monotonic() < deadline:
+                    on_tick()
+                    continue
+                if self._abandon():
+                    raise StepTimeout(
+                        f"step {self.ctx.step.name!r} timed out after "
+                        f"{_seconds(self.timeout)}; it runs in a thread (isolation = "
+                        "\"thread\"), which cannot be stopped: it was told to stop (a SQL "
+                        "statement is canceled on the server, an HTTP request aborted), "
+                        "abandoned, and its ctx.connection work is rolled back"
+                    )
+                done.wait()  # it was committing when the deadline came: let it finish
+                break
+        except BaseException:
+            # Ctrl-C, or the run's lease was lost while waiting: whatever the thread still
+            # does is not committed.
+            self._abandon()
+            raise
+        result, error = self.outcome
+        if isinstance(error, Exception):
+            raise error
+        if error is not None:  # SystemExit and the like must not stop the worker
+            raise RemoteError(type(error).__name__, str(error), "fatal")
+        return check_result(result, self.ctx.step.name)
 
 
 class StepThreads:
@@ -140,6 +159,27 @@ class StepThreads:
                 helper = _StepThread(self, self._count)
                 helper.start()
         helper.inbox.put(job)
+
+    def warm(self, count: int) -> int:
+        """Start threads until at least ``count`` are idle (a node does this before a crowded
+        due time: starting a thread costs more than the no-op step it would run); returns
+        how many were started. They exit after :data:`IDLE_SECONDS` unused, as any other."""
+        started = 0
+        while True:
+            with self._lock:
+                if len(self._idle) >= count:
+                    return started
+                self._count += 1
+                helper = _StepThread(self, self._count)
+                self._idle.append(helper)
+            helper.start()
+            started += 1
+
+    @property
+    def idle(self) -> int:
+        """Threads waiting for a step now."""
+        with self._lock:
+            return len(self._idle)
 
     def _release(self, helper: _StepThread) -> None:
         with self._lock:

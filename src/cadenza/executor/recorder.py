@@ -20,6 +20,7 @@ one, so that one bad boundary fails only its own run.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -30,6 +31,14 @@ from cadenza.store import Store
 from cadenza.store.boundary import Boundary, BoundaryResult
 
 T = TypeVar("T")
+
+log = logging.getLogger("cadenza.executor")
+
+PROBLEMS_KEPT = 1000
+"""How many problems of deferred run ends :attr:`GroupCommit.problems` keeps (the oldest go)."""
+
+EndHook = Callable[[Boundary, bool, "BaseException | None"], None]
+"""``on_end(boundary, applied, error)``: a deferred run end was written (or not)."""
 
 
 class Recorder(Protocol):
@@ -84,9 +93,11 @@ class _Pending:
 class GroupCommit:
     """Leader/follower group commit of boundaries and jobs (see the module docstring)."""
 
-    def __init__(self, store: Store, *, max_batch: int = 64) -> None:
+    def __init__(self, store: Store, *, max_batch: int = 64,
+                 on_end: EndHook | None = None) -> None:
         self.store = store
         self.max_batch = max_batch
+        self.on_end = on_end
         self._lock = threading.Lock()
         self._queue: list[_Pending] = []
         self._conn: sa.Connection | None = None  # used by the leader only
@@ -209,9 +220,24 @@ class GroupCommit:
             self._settle(pending, result, None)
 
     def _settle(self, item: _Pending, result: Any, error: BaseException | None) -> None:
-        if item.deferred and (error is not None or (result is not None and not result.applied)):
-            why = f"error: {error}" if error is not None else "refused (lease lost)"
-            run_id = item.boundary.run_id if item.boundary is not None else "?"
-            self.problems.append(f"the end of run {run_id} was not recorded: {why}")
+        if item.deferred and item.boundary is not None:
+            self._ended(item.boundary, result, error)
         item.result, item.error, item.done = result, error, True
         item.wake.set()
+
+    def _ended(self, boundary: Boundary, result: Any, error: BaseException | None) -> None:
+        """A deferred run end is settled: tell ``on_end``; keep and log what went wrong."""
+        applied = error is None and result is not None and bool(result.applied)
+        if not applied:
+            why = f"error: {error}" if error is not None else "refused (lease lost)"
+            self.problems.append(f"the end of run {boundary.run_id} was not recorded: {why}")
+            del self.problems[:-PROBLEMS_KEPT]
+        if self.on_end is not None:
+            try:
+                self.on_end(boundary, applied, error)
+            except Exception:  # a hook must not fail the batch of other runs
+                log.exception("reporting the end of run %s failed", boundary.run_id)
+        elif not applied:
+            log.warning("the end of run %s was not recorded: %s", boundary.run_id,
+                        f"error: {error}" if error is not None
+                        else "refused, the run's lease was lost (another holder owns it)")

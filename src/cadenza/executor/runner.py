@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -71,10 +71,16 @@ class Started:
     def run_id(self) -> str:
         return self.tracker.run.id
 
-    def go(self) -> RunOutcome:
-        """Run the steps to the end (in this thread); the run's lease is renewed until then."""
+    def launch(self) -> bool:
+        """Start the run's first step now without waiting for it (see RunTracker.launch);
+        the worker that calls :meth:`go` waits for it. Returns whether it was started."""
+        return self.tracker.launch(self.first)
+
+    def go(self, entering: Callable[[], None] | None = None) -> RunOutcome:
+        """Run the steps to the end (in this thread); the run's lease is renewed until then.
+        ``entering()`` is called just before the first step starts (see RunTracker.go)."""
         try:
-            return self.tracker.go(self.first)
+            return self.tracker.go(self.first, entering)
         finally:
             if self.keeper is not None:
                 self.keeper.unregister(self.run_id, self.control)

@@ -8,6 +8,11 @@ exception's class name and a deferral's time. :class:`~cadenza.executor.control.
 The lines it writes to the run log: INFO when the step starts and ends, DEBUG the rendered
 config, ERROR the failure (with the traceback when the exception was not one of Cadenza's
 step errors, i.e. a bug or an untranslated driver error).
+
+:meth:`StepRunner.launch` is its first half: it plans the step and hands a thread-isolated
+one to its step thread at once; :meth:`Attempt.finish` waits for it. A node launches the
+first steps of a crowded minute from its dispatcher thread, one after the other, and lets
+each run's worker wait: one thread wake per run on the way to the step, not three.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from cadenza.executor.errors import (
     is_expected,
     traceback_text,
 )
-from cadenza.executor.isolation import run_in_process, run_in_thread
+from cadenza.executor.isolation import ThreadStep, run_in_process
 from cadenza.executor.plan import ConfigCache, RunPlan, StepPlan, plan_step
 from cadenza.executor.runlog import RunLog
 from cadenza.steps.base import StepConfig
@@ -95,9 +100,26 @@ class StepRunner:
         """Run ``step`` once; ``outputs`` are earlier steps' outputs for ``${steps...}``,
         ``records`` what ``ctx.previous`` returns; ``run_deadline`` is the run's timeout on
         the monotonic clock."""
+        return self.launch(plan, step, attempt=attempt, outputs=outputs, records=records,
+                           log=log, run_deadline=run_deadline).finish(on_tick)
+
+    def launch(
+        self,
+        plan: RunPlan,
+        step: StepConfig,
+        *,
+        attempt: int,
+        outputs: Mapping[str, Mapping[str, Any]],
+        records: Mapping[str, Mapping[str, Any]],
+        log: RunLog,
+        run_deadline: float,
+    ) -> Attempt:
+        """The first half of :meth:`attempt`: plan the step and, for a thread-isolated
+        step, hand it to its step thread now; :meth:`Attempt.finish` waits for it (a
+        process-isolated step is started there)."""
         started = time.monotonic()
         log.add("INFO", f"started ({step.type})", step.name)
-        run_limited = False
+        now = Attempt(self, plan, step, started, log)
         try:
             step_type = self.types.get(step.type)
             if step_type is None:
@@ -115,24 +137,12 @@ class StepRunner:
                 raise Fatal(f"the run's timeout ({plan.job.timeout}) was reached before "
                             f"step {step.name!r}")
             if left < budget:
-                budget, run_limited = left, True
+                budget, now.run_limited = left, True
             info = StepInfo(step.name, step.type, attempt, budget)
-            result = self._run(plan, step_type, planned, info, records, log, on_tick)
-        except StepTimeout as exc:
-            if run_limited:
-                return self._failed(step, Fatal(f"the run's timeout ({plan.job.timeout}) was "
-                                                f"reached during step {step.name!r}"),
-                                    started, log)
-            return self._failed(step, exc, started, log)
-        except RunStopped:
-            raise  # canceled or lease lost: the tracker ends the run, not the step's class
+            now.running = self._run(plan, step_type, planned, info, records, log)
         except Exception as exc:
-            return self._failed(step, exc, started, log)
-        seconds = time.monotonic() - started
-        rows = "" if result.rows is None else f"{result.rows} rows "
-        log.add("INFO", f"succeeded: {rows}in {seconds:.2f}s", step.name)
-        return StepOutcome(StepState.SUCCEEDED, result.rows, dict(result.output),
-                           seconds=seconds)
+            now.outcome = self._failed(step, exc, started, log)
+        return now
 
     def _run(
         self,
@@ -142,8 +152,8 @@ class StepRunner:
         info: StepInfo,
         records: Mapping[str, Mapping[str, Any]],
         log: RunLog,
-        on_tick: Callable[[], None],
-    ) -> StepResult:
+    ) -> ThreadStep | Callable[[Callable[[], None]], StepResult]:
+        """A launched thread step, or (isolation = "process") the call that runs it."""
         run_info = RunInfo(plan.run.id, plan.job.id, plan.run.trigger, plan.scheduled_for,
                            plan.log_level)
         if getattr(planned.config, "isolation", "thread") == "process":
@@ -162,7 +172,7 @@ class StepRunner:
                 outputs={k: dict(v) for k, v in records.items()},
                 parent_pid=os.getpid(),
             )
-            return run_in_process(spec, log, info.timeout_seconds, on_tick)
+            return lambda on_tick: run_in_process(spec, log, info.timeout_seconds, on_tick)
         ctx = ExecutionContext(
             params=planned.params,
             run=run_info,
@@ -178,7 +188,7 @@ class StepRunner:
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above
         config = planned.config
-        return run_in_thread(lambda: run(ctx, config), ctx, log, info.timeout_seconds, on_tick)
+        return ThreadStep(lambda: run(ctx, config), ctx, log, info.timeout_seconds)
 
     def _failed(self, step: StepConfig, exc: BaseException, started: float,
                 log: RunLog) -> StepOutcome:
@@ -192,3 +202,47 @@ class StepRunner:
         return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
                            seconds=time.monotonic() - started, error_type=class_name(exc),
                            until=until)
+
+
+class Attempt:
+    """A step attempt launched by :meth:`StepRunner.launch`; :meth:`finish` waits for its
+    end and says how it went (the same as :meth:`StepRunner.attempt`)."""
+
+    def __init__(self, runner: StepRunner, plan: RunPlan, step: StepConfig, started: float,
+                 log: RunLog) -> None:
+        self.runner = runner
+        self.plan = plan
+        self.step = step
+        self.started = started
+        self.log = log
+        self.run_limited = False
+        self.running: ThreadStep | Callable[[Callable[[], None]], StepResult] | None = None
+        self.outcome: StepOutcome | None = None
+        """Known at launch: the step failed before it could start."""
+
+    def finish(self, on_tick: Callable[[], None]) -> StepOutcome:
+        """Wait for the step (``on_tick`` every tick) and record how it ended."""
+        if self.outcome is not None:
+            return self.outcome
+        step, log, running = self.step, self.log, self.running
+        assert running is not None
+        try:
+            if isinstance(running, ThreadStep):
+                result = running.wait(on_tick)
+            else:
+                result = running(on_tick)
+        except StepTimeout as exc:
+            if self.run_limited:
+                return self.runner._failed(step, Fatal(
+                    f"the run's timeout ({self.plan.job.timeout}) was reached during step "
+                    f"{step.name!r}"), self.started, log)
+            return self.runner._failed(step, exc, self.started, log)
+        except RunStopped:
+            raise  # canceled or lease lost: the tracker ends the run, not the step's class
+        except Exception as exc:
+            return self.runner._failed(step, exc, self.started, log)
+        seconds = time.monotonic() - self.started
+        rows = "" if result.rows is None else f"{result.rows} rows "
+        log.add("INFO", f"succeeded: {rows}in {seconds:.2f}s", step.name)
+        return StepOutcome(StepState.SUCCEEDED, result.rows, dict(result.output),
+                           seconds=seconds)

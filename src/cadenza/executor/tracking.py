@@ -51,7 +51,7 @@ from cadenza.executor.control import RunControl, RunStopped, StopKind, StopReque
 from cadenza.executor.plan import PlanError, RunPlan, plan_run
 from cadenza.executor.recorder import Recorder
 from cadenza.executor.runlog import RunLog
-from cadenza.executor.steprun import StepOutcome, StepRunner
+from cadenza.executor.steprun import Attempt, StepOutcome, StepRunner
 from cadenza.steps.base import StepConfig
 from cadenza.store import RunRecord, Store
 from cadenza.store.boundary import (
@@ -79,13 +79,16 @@ class LeaseLost(StepError):
 class RunOutcome:
     """How a run execution ended: the state it was left in (``None`` when the run was not
     claimed or its lease was lost; QUEUED for a retry, NEEDS_REVIEW when the attempts are
-    spent), its rows and its error."""
+    spent), its rows and its error. ``queued_end``: the run's end was only queued with the
+    recorder (a group commit writes it with the next write); until then ``state`` is what
+    it will be, and a refusal then (lease lost) is the recorder's to report."""
 
     run_id: str
     state: RunState | None
     rows: int | None = None
     error: str | None = None
     claimed: bool = True
+    queued_end: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -154,6 +157,8 @@ class RunTracker:
         self.spent = 0
         """Attempts already spent on the step at ``start_index`` (read back at a re-claim)."""
         self.resumed_from: str | None = None
+        self.launched: Attempt | None = None
+        """The first step, when :meth:`launch` started it before :meth:`go`."""
 
     def lease_for(self) -> timedelta:
         return self.lease
@@ -225,8 +230,31 @@ class RunTracker:
         resolved = self.plan.params if self.plan.params != self.run.params else None
         return self._boundary(starts=starts, run_end=run_end, params=resolved)
 
-    def go(self, first: BoundaryResult) -> RunOutcome:
-        """Run the steps after the first boundary was recorded (``first``)."""
+    def launch(self, first: BoundaryResult) -> bool:
+        """Start the first step now, in this thread, without waiting for it; the thread
+        that calls :meth:`go` later waits for it. Returns whether a step was launched
+        (nothing is when the first boundary was refused, nothing runs, or the run was
+        stopped meanwhile: :meth:`go` then does what it always does)."""
+        if (not first.applied or self.next_index is None or self.plan is None
+                or self.job is None or self.launched is not None):
+            return False
+        step = self.job.steps[self.next_index]
+        try:
+            self.control.check()
+        except RunStopped:
+            return False
+        self.observer.step_started(step.name)
+        self.launched = self.steps.launch(
+            self.plan, step, attempt=self._attempt(step.name), outputs=self.outputs,
+            records=self.records, log=self.log, run_deadline=self.deadline)
+        return True
+
+    def go(self, first: BoundaryResult,
+           entering: Callable[[], None] | None = None) -> RunOutcome:
+        """Run the steps after the first boundary was recorded (``first``).
+
+        ``entering`` is called once, just before the first step is handed to its thread or
+        process (a node defers its own writes while runs of a burst are about to start)."""
         if not first.applied:
             return self._lost()
         if self.next_index is None or self.plan is None:
@@ -239,12 +267,18 @@ class RunTracker:
                 index = self.next_index
                 step = self.job.steps[index]
                 attempt = self._attempt(step.name)
-                self.control.check()
-                self.observer.step_started(step.name)
-                outcome = self.steps.attempt(
-                    self.plan, step, attempt=attempt, outputs=self.outputs,
-                    records=self.records, log=self.log, run_deadline=self.deadline,
-                    on_tick=self._tick)
+                if self.launched is None:
+                    self.control.check()
+                    self.observer.step_started(step.name)
+                if entering is not None:
+                    hook, entering = entering, None
+                    hook()
+                launched, self.launched = self.launched, None
+                if launched is None:
+                    launched = self.steps.launch(
+                        self.plan, step, attempt=attempt, outputs=self.outputs,
+                        records=self.records, log=self.log, run_deadline=self.deadline)
+                outcome = launched.finish(self._tick)
                 if outcome.failed:
                     self.control.check()  # a step failing because it was stopped
                 self._remember(step, outcome)
@@ -267,7 +301,7 @@ class RunTracker:
                     last = self.recorder.finish(boundary)
                     if last is not None and not last.applied:
                         return self._lost()
-                    return self._finished(True, boundary.run_end)
+                    return self._finished(True, boundary.run_end, queued=last is None)
                 result = self.recorder.record(boundary)
                 if not result.applied:
                     return self._lost()
@@ -405,13 +439,15 @@ class RunTracker:
         last = self.recorder.finish(boundary)
         if last is not None and not last.applied:
             return self._lost()
-        return self._finished(True, run_end)
+        return self._finished(True, run_end, queued=last is None)
 
-    def _finished(self, planned: bool, run_end: RunEnd | None = None) -> RunOutcome:
+    def _finished(self, planned: bool, run_end: RunEnd | None = None, *,
+                  queued: bool = False) -> RunOutcome:
         if run_end is None:
             run_end = RunEnd(RunState.SUCCEEDED, 0) if planned else \
                 RunEnd(RunState.FAILED, None, self.problem)
-        outcome = RunOutcome(self.run.id, run_end.state, run_end.rows, run_end.error)
+        outcome = RunOutcome(self.run.id, run_end.state, run_end.rows, run_end.error,
+                             queued_end=queued)
         self.observer.run_finished(outcome)
         return outcome
 

@@ -1,0 +1,188 @@
+"""A crowded due time on a real node (SQLite and PostgreSQL), FakeClock: the dispatcher
+starts the first step of as many claimed runs as workers wait for (``Started.launch``), the
+workers wait for them; every run is executed once, recorded as on the ordinary path, and
+logged "ended" when its end is written. A launched step still has its timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from executor_home import loaded
+from test_dispatch_lookahead import FIRE, JOBS, WORKERS, make_home
+
+from cadenza.clock import FakeClock
+from cadenza.domain.states import RunState, StepState
+from cadenza.node import Node
+from cadenza.store.boundary import Boundary, NewRun, RunEnd
+
+
+def _start_workers(node: Node, count: int) -> list[threading.Thread]:
+    threads = [threading.Thread(target=node._work_loop, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while node._waiting < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert node._waiting == count
+    return threads
+
+
+def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
+    tmp_path: Path, store_url: str, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = make_home(tmp_path, store_url)
+    calls = tmp_path / "calls.txt"
+    # The plugin module is imported once per process: it finds the file in the environment.
+    monkeypatch.setenv("CZ_BURST_CALLS", str(calls))
+    jobs = home.jobs_file.read_text().replace("cz_dispatch_tasks:", "cz_burst_tasks:")
+    home.jobs_file.write_text(jobs)
+    (home.path / "plugins" / "cz_burst_tasks.py").write_text(
+        "import os\n"
+        "def noop():\n"
+        "    path = os.environ.get('CZ_BURST_CALLS')\n"
+        "    if path:\n"
+        "        with open(path, 'a') as fh:\n"
+        "            fh.write('x\\n')\n"
+        "    return 1\n")
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    config = home.load_config()
+    store = home.open_store(config, clock=clock)
+    node = Node(home, config, store, clock=clock)  # only the workers run: dispatched by hand
+    threads = _start_workers(node, WORKERS)
+    launched: list[str] = []
+    try:
+        assert node.scheduler is not None
+        node.scheduler.tick(clock.now())
+        clock.set(FIRE - timedelta(seconds=2))
+        assert len(node.scheduler.tick(clock.now()).queued) == JOBS
+        clock.set(FIRE)
+        caplog.set_level(logging.INFO, logger="cadenza.node")
+
+        from cadenza.executor import runner
+
+        real = runner.Started.launch
+
+        def spy(self: runner.Started) -> bool:
+            launched.append(self.run_id)
+            return real(self)
+
+        runner.Started.launch = spy  # type: ignore[method-assign]
+        try:
+            node.dispatch_once(clock.now())
+        finally:
+            runner.Started.launch = real  # type: ignore[method-assign]
+        # WORKERS threads wait: WORKERS runs are launched here, the prefetched rest is not.
+        assert len(launched) == WORKERS
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+                r.state is not RunState.SUCCEEDED for r in store.list_runs(limit=100)):
+            node.dispatch_once(clock.now())  # writes the ends the workers held back
+            time.sleep(0.05)
+        runs = store.list_runs(limit=100)
+        assert [r.state for r in runs] == [RunState.SUCCEEDED] * JOBS
+        assert len(calls.read_text().split()) == JOBS  # each function entered once
+        for run in runs:
+            steps = store.list_step_runs(run.id)
+            assert [(s.state, s.rows, s.attempt) for s in steps] == [
+                (StepState.SUCCEEDED, 1, 1)]
+            kinds = [e.event_type for e in store.list_events(run_id=run.id)]
+            assert kinds == ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED",
+                             "STEP_SUCCEEDED", "RUN_STATE_CHANGED", "RUN_FINISHED"]
+            lines = [(line.level, line.step, line.message.split(":")[0])
+                     for line in store.list_logs(run.id)]
+            assert lines == [("INFO", None, "run started (scheduled); params"),
+                             ("INFO", "noop", "started (python)"),
+                             ("INFO", "noop", "succeeded"),
+                             ("INFO", None, "run SUCCEEDED")]
+        ended = [r.getMessage() for r in caplog.records if " ended " in r.getMessage()]
+        assert sorted(ended) == sorted(f"run {r.id} of {r.job_id} ended SUCCEEDED"
+                                       for r in runs)
+        assert node._starting == 0 and not node._jobs
+    finally:
+        node.stop(timeout=10)
+        for thread in threads:
+            thread.join(5)
+        store.close()
+
+
+def test_a_launched_thread_step_still_times_out(tmp_path: Path) -> None:
+    jobs = """
+    [jobs.slow]
+    [[jobs.slow.steps]]
+    name = "nap"
+    type = "python"
+    callable = "cz_exec_tasks:sleep"
+    isolation = "thread"
+    timeout = "1s"
+    op_kwargs = { seconds = 5 }
+    """
+    with loaded(tmp_path / "home", jobs) as bench:
+        bench.store.create_runs([NewRun("slow", "manual:test")])
+        until = bench.store.clock.now() + timedelta(minutes=5)
+        with bench.store.write() as conn:
+            (started,) = bench.executor.claim_and_start(conn, limit=1, lease_until=until)
+        began = time.monotonic()
+        assert started.launch()
+        assert not started.launch()  # launched once
+        outcome = started.go()
+        assert time.monotonic() - began < 3.5
+        assert outcome.state is RunState.QUEUED  # a step timeout is retried (SPEC §7)
+        (nap,) = bench.store.list_step_runs(started.run_id)
+        assert nap.state is StepState.FAILED and "timed out after 1s" in (nap.error or "")
+
+
+def test_a_run_that_cannot_start_is_not_launched(tmp_path: Path) -> None:
+    jobs = """
+    [jobs.gone]
+    [[jobs.gone.steps]]
+    name = "a"
+    type = "python"
+    callable = "cz_exec_tasks:count"
+    enabled = false
+    """
+    with loaded(tmp_path / "home", jobs) as bench:
+        bench.store.create_runs([NewRun("gone", "manual:test")])
+        until = bench.store.clock.now() + timedelta(minutes=5)
+        with bench.store.write() as conn:
+            (started,) = bench.executor.claim_and_start(conn, limit=1, lease_until=until)
+        assert not started.launch()  # every step disabled: nothing to start
+        assert started.go().state is RunState.SUCCEEDED
+
+
+def test_the_node_logs_a_queued_end_when_it_is_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    home = make_home(tmp_path, "default", jobs=2)
+    clock = FakeClock(FIRE)
+    config = home.load_config()
+    store = home.open_store(config, clock=clock)
+    node = Node(home, config, store, clock=clock, scheduler=False)
+    try:
+        store.create_runs([NewRun("j00", "manual:test"), NewRun("j01", "manual:test")])
+        claimed = store.claim_runs("me", FIRE + timedelta(minutes=1), limit=2)
+        caplog.set_level(logging.INFO, logger="cadenza.node")
+        for run in claimed:
+            node._jobs[run.id] = run.job_id
+        good, lost = claimed
+        node.recorder.finish(Boundary(good.id, good.lease_epoch,
+                                      run_end=RunEnd(RunState.SUCCEEDED, 0)))
+        node.recorder.finish(Boundary(lost.id, lost.lease_epoch + 1,
+                                      run_end=RunEnd(RunState.SUCCEEDED, 0)))
+        assert not [r for r in caplog.records if "ended" in r.getMessage()]
+        node.recorder.flush()
+        messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+        assert ("INFO", f"run {good.id} of {good.job_id} ended SUCCEEDED") in messages
+        assert any(level == "WARNING" and text.startswith(
+            f"run {lost.id} of {lost.job_id} ended (lost): its end was refused")
+            for level, text in messages)
+        assert not node._jobs
+    finally:
+        node.stop(timeout=5)
+        store.close()

@@ -26,6 +26,13 @@
   neither writes the queued run ends nor wakes the dispatcher; the last run to enter wakes
   it, and its decision writes them. A run's "ended" line is logged when its end is written.
   Cyclic garbage collection is paused during a decision and its launches.
+* **Leases** (docs/leases.md): one :class:`~cadenza.executor.lease.LeaseKeeper` renews the
+  leases of every run this process executes (one UPDATE per round, every lease/3) and stops
+  a run whose cancel was requested or whose lease was lost; a **reaper** thread re-queues
+  expired leases of any node every lease/3. At start, before anything is claimed, the node
+  reclaims what a crash of this host left and settles the fires a stopped server recorded
+  ahead (by ``on_missed``).
+* **Retention** (docs/backup.md): the daily prune runs on the scheduler's leader.
 * **Reload**: on a change of ``cadenza.toml`` / ``jobs.toml`` (checked every
   ``WATCH_SECONDS``) or :meth:`Node.request_reload` (SIGHUP). A file with errors is refused:
   its problems are logged and written as a CONFIG_CHANGED event at ERROR level, and the

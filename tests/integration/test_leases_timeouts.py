@@ -176,24 +176,19 @@ def _loaded_with(root: Path, jobs: str, settings: str) -> Iterator[Bench]:
         store.close()
 
 
-def _pg_sleepers(url: str, marker: str) -> int:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            return int(c.execute(sa.text(
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                "AND query LIKE :q AND pid <> pg_backend_pid()"), {"q": f"%{marker}%"}).scalar())
-    finally:
-        engine.dispose()
+PG_ACTIVE = ("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+             "AND query LIKE :q AND pid <> pg_backend_pid()")
+MY_ACTIVE = ("SELECT count(*) FROM information_schema.processlist WHERE info LIKE :q "
+             "AND id <> CONNECTION_ID()")
 
 
-def _my_sleepers(url: str, marker: str) -> int:
+def _sleepers(url: str, marker: str) -> int:
+    """Statements containing ``marker`` still running on the server (PostgreSQL or MariaDB)."""
     engine = sa.create_engine(url)
+    query = PG_ACTIVE if engine.dialect.name == "postgresql" else MY_ACTIVE
     try:
         with engine.connect() as c:
-            return int(c.execute(sa.text(
-                "SELECT count(*) FROM information_schema.processlist WHERE info LIKE :q "
-                "AND id <> CONNECTION_ID()"), {"q": f"%{marker}%"}).scalar())
+            return int(c.execute(sa.text(query), {"q": f"%{marker}%"}).scalar())
     finally:
         engine.dispose()
 
@@ -217,7 +212,7 @@ def test_a_pg_sleep_past_its_timeout_is_canceled_on_the_server(tmp_path: Path,
         assert time.monotonic() - started < 4.0
         step = bench.store.list_step_runs(run_id)[0]
         assert step.state is StepState.FAILED and "timed out" in (step.error or "")
-        assert _eventually(lambda: _pg_sleepers(pg_url, "t_timeout") == 0)
+        assert _eventually(lambda: _sleepers(pg_url, "t_timeout") == 0)
 
 
 @pytest.mark.postgres
@@ -229,7 +224,7 @@ def test_a_cancel_stops_a_pg_sleep_on_the_server(tmp_path: Path, pg_url: str) ->
         run_id = bench.executor.enqueue("q", RunRequest(), trigger="manual:test")
 
         def cancel() -> None:
-            assert _eventually(lambda: _pg_sleepers(pg_url, "t_cancel") == 1, 20)
+            assert _eventually(lambda: _sleepers(pg_url, "t_cancel") == 1, 20)
             bench.store.request_cancel(run_id, "frank")
 
         _later(cancel)
@@ -237,7 +232,7 @@ def test_a_cancel_stops_a_pg_sleep_on_the_server(tmp_path: Path, pg_url: str) ->
         outcome = bench.executor.execute(run_id)
         assert outcome.state is RunState.CANCELED
         assert time.monotonic() - started < 15
-        assert _eventually(lambda: _pg_sleepers(pg_url, "t_cancel") == 0)
+        assert _eventually(lambda: _sleepers(pg_url, "t_cancel") == 0)
 
 
 @pytest.mark.mariadb
@@ -250,7 +245,7 @@ def test_a_mariadb_sleep_past_its_timeout_is_killed_on_the_server(tmp_path: Path
         assert time.monotonic() - started < 5.0
         step = bench.store.list_step_runs(run_id)[0]
         assert step.state is StepState.FAILED
-        assert _eventually(lambda: _my_sleepers(mariadb_url, "t_my_timeout") == 0)
+        assert _eventually(lambda: _sleepers(mariadb_url, "t_my_timeout") == 0)
 
 
 # -- HTTP ------------------------------------------------------------------------------------

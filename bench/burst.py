@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from schedule_lag import write_home
+from schedule_lag import dump_entries, write_home
 
 from cadenza.clock import SystemClock
 from cadenza.node import Node
@@ -43,6 +43,7 @@ def one(n: int, workers: int) -> dict[str, object]:
         due = (datetime.now(UTC) + timedelta(seconds=2.5)).replace(microsecond=0)
         store.create_runs([NewRun(f"j{k:05d}", "scheduled", scheduled_for=due, not_before=due)
                            for k in range(n)])
+        node._wake.set()  # as the scheduler does after recording fires ahead
         done = 0
         while done < n and time.time() < due.timestamp() + 120:
             time.sleep(0.1)
@@ -51,6 +52,7 @@ def one(n: int, workers: int) -> dict[str, object]:
                     runs.c.state == "SUCCEEDED")).scalar_one())
         all_done = time.time() - due.timestamp()
         node.stop(timeout=30)
+        dump_entries()
         with store.read() as c:
             first, last = c.execute(sa.select(sa.func.min(step_runs.c.started_at),
                                               sa.func.max(step_runs.c.started_at))).one()

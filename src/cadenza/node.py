@@ -49,9 +49,11 @@ import gc
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
@@ -67,6 +69,7 @@ from cadenza.executor.isolation import STEP_THREADS
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import GroupCommit
 from cadenza.executor.runner import Executor, Started, default_owner
+from cadenza.executor.staging import LATE, Stage
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
 from cadenza.scheduler.service import LOOKAHEAD, Scheduler
@@ -77,6 +80,14 @@ from cadenza.store.leases import REAP_BATCH, owner_parts
 log = logging.getLogger("cadenza.node")
 
 POLL_SECONDS = 1.0
+STAGE_MIN_AHEAD = 0.1
+"""Seconds before a due time under which its runs are not staged any more."""
+CHAIN_THREADS = 2
+"""Step threads woken per chunk of a staged burst to take its chained first steps."""
+CHAIN_WAIT = 0.005
+"""A chained first step not taken after this many seconds gets a thread of its own."""
+STAGE_CANDIDATES = 5000
+"""At most this many runs due at one time are staged (more: the ordinary path)."""
 WATCH_SECONDS = 2.0
 CANDIDATES_PER_DECISION = 200
 PREFETCH = 1
@@ -125,6 +136,8 @@ class Node:
         self._held_back = False
         self._jobs: dict[str, str] = {}
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
+        self._stage: Stage | None = None
+        """The runs of the next crowded due time, staged (executor/staging.py)."""
         # -- leases (executor/lease.py, docs/leases.md): one heartbeat for the node's runs.
         self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
                                   clock=clock)
@@ -189,6 +202,7 @@ class Node:
         """Stop claiming, let running runs finish (up to ``timeout``), then close."""
         self.stop_event.set()
         self._wake.set()
+        self._stage = None
         # The dispatcher first: a decision it is making hands its runs to the workers before
         # they are told to stop (a run whose step it launched must have a worker waiting).
         for thread in self._threads:
@@ -274,12 +288,19 @@ class Node:
     def dispatch_once(self, now: datetime) -> datetime | None:
         """One admission decision: claim what may start, note why the rest waits.
 
-        Returns when a waiting run's time rule clears (None: it depends on runs ending)."""
+        Returns when a waiting run's time rule clears (None: it depends on runs ending).
+        Runs staged for a due time that has come are claimed first (:meth:`_claim_stage`);
+        fires recorded ahead are staged after the decision (:meth:`_stage_ahead`)."""
+        stage = self._stage
+        if stage is not None and now >= stage.due:
+            self._stage = None
+            self._claim_stage(stage, now)
         with self._lock:
             free = self._idle
         current = self._current
 
         coming = 0
+        early_due: list[datetime] = []
 
         def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
             self.store.lock_admission(conn)
@@ -308,6 +329,8 @@ class Node:
             early = {c.run_id for c in candidates if c.queued_at > now}
             nonlocal coming
             coming = len(early)
+            early_due.extend(c.not_before for c in candidates
+                             if c.not_before is not None and c.not_before > now)
             self.store.set_wait_reasons(
                 {run_id: why.text for run_id, why in decision.waiting.items()
                  if why.rule is not WaitRule.NODE_WORKERS
@@ -322,10 +345,99 @@ class Node:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return self._decide_and_launch(decide, lambda: coming)
+            next_check = self._decide_and_launch(decide, lambda: coming)
         finally:
             if collecting:
                 gc.enable()
+        if early_due:
+            self._stage_ahead(min(early_due), now)
+        return next_check
+
+    # -- staged due times (executor/staging.py) ----------------------------------------------
+
+    def _stage_ahead(self, due: datetime, now: datetime) -> None:
+        """Stage the runs that will be due at ``due`` (fires recorded ahead), unless they
+        are staged already or the time is too near."""
+        ahead = (due - now).total_seconds()
+        current = self._current
+        stage = self._stage
+        if ahead < STAGE_MIN_AHEAD or self.stop_event.is_set():
+            return
+        candidates = self.store.queued_candidates(due, STAGE_CANDIDATES)
+        ready = [c for c in candidates if c.not_before is None or c.not_before <= due]
+        if (stage is not None and stage.due == due and stage.executor is current.executor
+                and len(stage.candidates) == len(ready)):
+            return  # staged already, and nothing more is coming for that time
+        with self._lock:
+            free = min(self._idle, max(0, self._waiting - self._queue.qsize()))
+        if free <= 0 or len(ready) >= STAGE_CANDIDATES:
+            return
+        load = self.store.admission_load(due, budget_jobs=current.limits.budgeted_jobs())
+        lease = current.executor.lease_for("")
+        left = (due - self.clock.now()).total_seconds()
+        deadline = time.monotonic() + left - STAGE_MIN_AHEAD / 2
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._stage = Stage.prepare(current.executor, current.limits, due, lease, ready,
+                                        load, free, deadline)
+        finally:
+            # What was just built lives until the due time: frozen, the collections that
+            # its allocations are owed do not walk it (a full collection of this heap takes
+            # tens of milliseconds, which would come just before the due time). Unfrozen
+            # once the stage is claimed.
+            gc.freeze()
+            if collecting:
+                gc.enable()
+        STEP_THREADS.warm(len(self._stage))
+        self.store.checkpoint_wal()  # the burst's commits start with an empty log
+        log.debug("staged %d of %d runs due at %s", len(self._stage), len(ready),
+                  due.isoformat())
+
+    def _claim_stage(self, stage: Stage, now: datetime) -> None:
+        """Claim the staged runs, chunk by chunk, and start each chunk's first steps as soon
+        as it is committed (see executor/staging.py); what is left goes the ordinary way."""
+        if now - stage.due > LATE or stage.executor is not self._current.executor:
+            gc.unfreeze()
+            return
+        begun: list[Started] = []
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            while True:
+                with self._lock:
+                    limit = min(stage.chunk_size(), self._idle,
+                                self._waiting - self._queue.qsize() - len(begun))
+                if limit <= 0:
+                    break
+                took = self.recorder.call(partial(stage.claim, limit=limit))
+                # Steps chained by the chunk before and still not taken get a thread each.
+                STEP_THREADS.sweep(CHAIN_WAIT)
+                if not took:
+                    break
+                with self._lock:
+                    self._idle -= len(took)
+                at = stage.claimed_at or now
+                begun.extend(staged.begin(step_run_id, at, chained=True)
+                             for staged, step_run_id in took)
+                STEP_THREADS.wake(CHAIN_THREADS)
+        finally:
+            # Every chained step is taken or has a thread before the workers are woken.
+            until = time.monotonic() + 1.0
+            while STEP_THREADS.chained and time.monotonic() < until:
+                time.sleep(0.001)
+                STEP_THREADS.sweep(CHAIN_WAIT)
+            STEP_THREADS.sweep()
+            # The workers wait for the steps started above; woken only now, they do not
+            # compete with the chunks' claims and step starts for the interpreter.
+            for started in begun:
+                self._queue.put(started)
+            if collecting:
+                gc.enable()
+        gc.unfreeze()
+        if stage.dropped:
+            log.info("staged runs due at %s: %s; %d claimed staged, the rest the ordinary way",
+                     stage.due.isoformat(), stage.dropped, stage.claimed)
 
     def _decide_and_launch(
         self, decide: Callable[[sa.Connection], tuple[list[Started], datetime | None]],

@@ -139,18 +139,20 @@ class Limits:
     def __post_init__(self) -> None:
         object.__setattr__(self, "jobs", MappingProxyType(dict(self.jobs)))
         object.__setattr__(self, "tags", MappingProxyType(dict(self.tags)))
+        budgeted_tags = {t for t, lim in self.tags.items() if lim.budget_per_hour > 0}
+        self._budgeted: frozenset[str]
+        object.__setattr__(self, "_budgeted", frozenset(
+            job_id for job_id, job in self.jobs.items()
+            if job.budget_per_hour > 0 or budgeted_tags.intersection(job.tags)
+        ))
 
     def budgeted_jobs(self) -> frozenset[str]:
         """Jobs whose starts count toward a budget (their own or one of their tags').
 
         Pass it to the store's ``admission_load(budget_jobs=...)`` so that only these
-        jobs' recent starts are read.
+        jobs' recent starts are read. (Computed once: the limits do not change.)
         """
-        budgeted_tags = {t for t, lim in self.tags.items() if lim.budget_per_hour > 0}
-        return frozenset(
-            job_id for job_id, job in self.jobs.items()
-            if job.budget_per_hour > 0 or budgeted_tags.intersection(job.tags)
-        )
+        return self._budgeted
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import queue
 import signal
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -57,13 +58,14 @@ def run_in_thread(
 ) -> StepResult:
     """Run ``call()`` (the step type's ``run``) in a step thread and wait for it, at most
     ``timeout`` seconds (see the module docstring)."""
-    return ThreadStep(call, ctx, log, timeout).wait(on_tick)
+    return ThreadStep(call, ctx, log, timeout).start().wait(on_tick)
 
 
 class ThreadStep:
-    """A thread-isolated step handed to a step thread (its ``timeout`` counts from here);
-    :meth:`wait` waits for it. Split so that a node can start the first steps of a burst of
-    runs from one thread and let each run's worker wait (:meth:`RunTracker.launch`)."""
+    """A thread-isolated step: :meth:`start` hands it to a step thread (its ``timeout``
+    counts from then), :meth:`wait` waits for it. Split so that a node can prepare the
+    first step of a run before its due time, start the first steps of a burst of runs from
+    one thread and let each run's worker wait (:meth:`RunTracker.launch`)."""
 
     def __init__(self, call: Callable[[], Any], ctx: ExecutionContext, log: RunLog,
                  timeout: float) -> None:
@@ -75,8 +77,17 @@ class ThreadStep:
         self.state = "running"  # running -> finishing -> done, or running -> abandoned
         self.outcome: list[Any] = [None, None]  # result, error
         self.call = call
-        self.deadline = time.monotonic() + timeout
-        STEP_THREADS.submit(self._body)
+        self.deadline = math.inf
+
+    def start(self, *, chained: bool = False) -> ThreadStep:
+        """Hand the step to a step thread now (``chained``: to the next thread that
+        finishes one, see :class:`StepThreads`); returns itself."""
+        self.deadline = time.monotonic() + self.timeout
+        if chained:
+            STEP_THREADS.chain(self._body)
+        else:
+            STEP_THREADS.submit(self._body)
+        return self
 
     def _body(self) -> None:
         result: Any = None
@@ -143,12 +154,56 @@ class ThreadStep:
 class StepThreads:
     """Threads that run thread-isolated steps, kept between steps (starting a thread per
     step costs more than a short step). A thread idle for :data:`IDLE_SECONDS` exits; one
-    still busy with an abandoned step simply comes back when that step returns."""
+    still busy with an abandoned step simply comes back when that step returns.
+
+    Chained starts (a node's staged burst, executor/staging.py): :meth:`chain` queues steps
+    that a thread finishing a step takes next *without going to sleep*; :meth:`wake` wakes a
+    few idle threads to take them. Waking one thread per step costs more than a short step
+    on a busy machine (a context switch and a turn of the interpreter lock each), so the
+    first steps of a crowded minute start sooner this way. A queued step must not wait
+    behind a long one, so :meth:`sweep` gives every step queued for longer than a moment a
+    thread of its own (the node sweeps between the chunks of a burst and at its end)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[_StepThread] = []
         self._count = 0
+        self._chained: deque[tuple[float, Callable[[], None]]] = deque()
+
+    def chain(self, job: Callable[[], None]) -> None:
+        """Queue ``job`` for the next thread that finishes a step (see the class doc)."""
+        with self._lock:
+            self._chained.append((time.monotonic(), job))
+
+    def wake(self, count: int) -> None:
+        """Wake ``count`` threads to take chained steps (fewer if fewer are queued)."""
+        with self._lock:
+            count = min(count, len(self._chained))
+        for _ in range(count):
+            self.submit(_nothing)
+
+    def sweep(self, older_than: float = 0.0) -> int:
+        """Give each step chained for ``older_than`` seconds or more a thread of its own;
+        returns how many."""
+        limit = time.monotonic() - older_than
+        taken: list[Callable[[], None]] = []
+        with self._lock:
+            while self._chained and self._chained[0][0] <= limit:
+                taken.append(self._chained.popleft()[1])
+        for job in taken:
+            self.submit(job)
+        return len(taken)
+
+    @property
+    def chained(self) -> int:
+        """Steps chained and not taken yet."""
+        return len(self._chained)
+
+    def _next_chained(self) -> Callable[[], None] | None:
+        if not self._chained:
+            return None
+        with self._lock:
+            return self._chained.popleft()[1] if self._chained else None
 
     def submit(self, job: Callable[[], None]) -> None:
         """Run ``job`` on an idle thread, or a new one."""
@@ -208,7 +263,14 @@ class _StepThread(threading.Thread):
                     return
                 continue
             job()
+            while (job := self.owner._next_chained()) is not None:  # type: ignore[assignment]
+                time.sleep(0)  # a turn for a thread waiting for the interpreter lock
+                job()
             self.owner._release(self)
+
+
+def _nothing() -> None:
+    """The job of a thread woken to take chained steps."""
 
 
 STEP_THREADS = StepThreads()

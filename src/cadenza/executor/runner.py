@@ -32,11 +32,12 @@ runs. For a long step, pending log lines are also written about once a second.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -50,12 +51,15 @@ from cadenza.executor.control import RunControl
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import DirectRecorder, Recorder
 from cadenza.executor.request import RunRequest, new_run
-from cadenza.executor.steprun import StepRunner
+from cadenza.executor.steprun import Attempt, StepRunner
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
 from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store
-from cadenza.store.boundary import BoundaryResult
+from cadenza.store.boundary import BoundaryResult, LogLine
+from cadenza.store.staged import StagedStart
+
+log = logging.getLogger("cadenza.executor")
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,42 @@ class Started:
         finally:
             if self.keeper is not None:
                 self.keeper.unregister(self.run_id, self.control)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A QUEUED run prepared ahead of its due time (:meth:`Executor.stage`): its tracker
+    with a provisional claim, its first step planned, its claim's rows encoded. At the due
+    time the store claims it (:meth:`~cadenza.store.staged.StagedClaims.claim_staged`) and
+    :meth:`begin` starts its first step."""
+
+    tracker: RunTracker
+    control: RunControl
+    start: StagedStart
+    attempt: Attempt
+    keeper: LeaseKeeper
+    lines: tuple[LogLine, ...] = ()
+    """The first boundary's run log lines: back in the run's log at the claim."""
+
+    @property
+    def run_id(self) -> str:
+        return self.tracker.run.id
+
+    def begin(self, step_run_id: int, now: datetime, *, chained: bool = False) -> Started:
+        """The run was claimed at ``now`` with its first step run ``step_run_id``: hold its
+        lease and start the step (``chained``: see
+        :class:`~cadenza.executor.isolation.StepThreads`); a worker then calls
+        :meth:`Started.go`."""
+        run = self.tracker.run
+        self.keeper.register(run.id, run.lease_epoch, run.lease_owner or "", self.control)
+        for line in self.lines:  # written with the next boundary, at the claim's time
+            self.tracker.log.add_line(LogLine(now, line.level, line.step, line.message))
+        try:
+            self.tracker.begin_staged(self.attempt, now, chained=chained)
+        except Exception:  # e.g. no thread could be started: go() starts it the usual way
+            log.exception("starting the first step of staged run %s failed", run.id)
+        first = BoundaryResult(True, (step_run_id,), RunState.RUNNING)
+        return Started(self.tracker, first, self.keeper, self.control)
 
 
 def default_owner() -> str:
@@ -198,6 +238,30 @@ class Executor:
                                               conn=conn)
         return [Started(t, first, self.keeper, control)
                 for (t, control), first in zip(trackers, firsts, strict=True)]
+
+    def stage(self, run: RunRecord, due: datetime, lease_until: datetime) -> Staged | None:
+        """Prepare the claim of ``run`` (QUEUED, never claimed) at ``due`` with the lease
+        ``lease_until``: a tracker claimed provisionally (epoch 1, started at ``due``), the
+        first boundary encoded, the first step planned with its context. None when the run
+        must be claimed the ordinary way (its first step is not a thread step, nothing
+        runs, it cannot be planned, ...). Nothing is written."""
+        if run.state is not RunState.QUEUED or run.lease_epoch != 0:
+            return None
+        tracker, control = self._tracker(run, None)
+        tracker.claimed(replace(run, state=RunState.RUNNING, lease_epoch=1,
+                                lease_owner=self.owner, lease_until=lease_until,
+                                started_at=due))
+        if tracker.log.enabled("DEBUG"):
+            return None  # its DEBUG lines keep their order the ordinary way
+        first = tracker.first_boundary()
+        attempt = tracker.stage_first()
+        if attempt is None:
+            return None
+        start = self.store.stage_start(replace(first, logs=()), run.job_id, self.owner,
+                                       lease_until)
+        if start is None:
+            return None
+        return Staged(tracker, control, start, attempt, self.keeper, tuple(first.logs))
 
     def lease_for(self, job_id: str) -> timedelta:
         """How long a claim of a run (of any job) holds its lease before a renewal:

@@ -18,6 +18,7 @@ each run's worker wait: one thread wake per run on the way to the step, not thre
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -117,9 +118,28 @@ class StepRunner:
         """The first half of :meth:`attempt`: plan the step and, for a thread-isolated
         step, hand it to its step thread now; :meth:`Attempt.finish` waits for it (a
         process-isolated step is started there)."""
-        started = time.monotonic()
         log.add("INFO", f"started ({step.type})", step.name)
-        now = Attempt(self, plan, step, started, log)
+        return self.prepare(plan, step, attempt=attempt, outputs=outputs, records=records,
+                            log=log, run_deadline=run_deadline, announced=True).start()
+
+    def prepare(
+        self,
+        plan: RunPlan,
+        step: StepConfig,
+        *,
+        attempt: int,
+        outputs: Mapping[str, Mapping[str, Any]],
+        records: Mapping[str, Mapping[str, Any]],
+        log: RunLog,
+        run_deadline: float,
+        announced: bool = False,
+    ) -> Attempt:
+        """:meth:`launch` without the start: plan the step and build its context now (a
+        node stages the first step of a run recorded ahead before its due time);
+        :meth:`Attempt.start` starts it. Its "started" line is written at the start
+        (``announced``: it was already)."""
+        now = Attempt(self, plan, step, time.monotonic(), log)
+        now.announced = announced
         try:
             step_type = self.types.get(step.type)
             if step_type is None:
@@ -141,7 +161,10 @@ class StepRunner:
             info = StepInfo(step.name, step.type, attempt, budget)
             now.running = self._run(plan, step_type, planned, info, records, log)
         except Exception as exc:
-            now.outcome = self._failed(step, exc, started, log)
+            if not announced:
+                log.add("INFO", f"started ({step.type})", step.name)
+                now.announced = True
+            now.outcome = self._failed(step, exc, now.started, log)
         return now
 
     def _run(
@@ -219,6 +242,27 @@ class Attempt:
         self.running: ThreadStep | Callable[[Callable[[], None]], StepResult] | None = None
         self.outcome: StepOutcome | None = None
         """Known at launch: the step failed before it could start."""
+        self.announced = False
+        """Whether its "started" line was written."""
+
+    @property
+    def staged(self) -> bool:
+        """Prepared, not started, and startable from any thread at once (a thread step)."""
+        return (self.outcome is None and isinstance(self.running, ThreadStep)
+                and self.running.deadline == math.inf)
+
+    def start(self, *, chained: bool = False) -> Attempt:
+        """Start a prepared step (a thread step is handed to its thread, ``chained`` see
+        :class:`~cadenza.executor.isolation.StepThreads`; a process step starts in
+        :meth:`finish`); returns itself."""
+        if not self.announced:
+            self.announced = True
+            self.log.add("INFO", f"started ({self.step.type})", self.step.name)
+        if self.outcome is None:
+            self.started = time.monotonic()
+            if isinstance(self.running, ThreadStep):
+                self.running.start(chained=chained)
+        return self
 
     def finish(self, on_tick: Callable[[], None]) -> StepOutcome:
         """Wait for the step (``on_tick`` every tick) and record how it ended."""

@@ -249,6 +249,29 @@ class RunTracker:
             records=self.records, log=self.log, run_deadline=self.deadline)
         return True
 
+    def stage_first(self) -> Attempt | None:
+        """Prepare the first step without starting it (the run is staged ahead of its due
+        time with a provisional claim, see :meth:`Executor.stage`); None when it cannot be
+        started from any thread at once (a process step, a step that fails to plan)."""
+        if self.next_index is None or self.plan is None or self.job is None:
+            return None
+        step = self.job.steps[self.next_index]
+        attempt = self.steps.prepare(
+            self.plan, step, attempt=self._attempt(step.name), outputs=self.outputs,
+            records=self.records, log=self.log, run_deadline=self.deadline)
+        return attempt if attempt.staged else None
+
+    def begin_staged(self, attempt: Attempt, now: datetime, *, chained: bool = False) -> None:
+        """The staged run was claimed at ``now``: its timeout counts from now, and its
+        first step (``attempt``, from :meth:`stage_first`) starts now (``chained``: see
+        :class:`~cadenza.executor.isolation.StepThreads`)."""
+        if self.job is not None:
+            self.deadline_at = now + self.job.timeout
+            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+        assert self.job is not None and self.next_index is not None
+        self.observer.step_started(self.job.steps[self.next_index].name)
+        self.launched = attempt.start(chained=chained)
+
     def go(self, first: BoundaryResult,
            entering: Callable[[], None] | None = None) -> RunOutcome:
         """Run the steps after the first boundary was recorded (``first``).

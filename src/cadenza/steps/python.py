@@ -60,9 +60,16 @@ class PythonConfig(StepConfig):
     isolation: Literal["process", "thread"] = "process"
 
 
+@functools.lru_cache(maxsize=64)
+def _plugins_dir(home: Path) -> str:
+    return str(home / "plugins")
+
+
 def plugins_first(home: Path) -> None:
     """Put ``home/plugins`` first on ``sys.path`` (once)."""
-    plugins = str(home / "plugins")
+    plugins = _plugins_dir(home)
+    if sys.path and sys.path[0] == plugins:
+        return  # already first (the common case: no lock)
     with _PATH_LOCK:
         if not sys.path or sys.path[0] != plugins:
             if plugins in sys.path:
@@ -73,8 +80,10 @@ def plugins_first(home: Path) -> None:
 def load_callable(spec: str) -> Callable[..., Any]:
     """The object named by ``"module:attr.attr"``; :class:`Fatal` when it cannot be found."""
     module_name, _, attrs = spec.partition(":")
+    obj: Any = sys.modules.get(module_name)  # imported already: no import machinery
     try:
-        obj: Any = importlib.import_module(module_name)
+        if obj is None or getattr(getattr(obj, "__spec__", None), "_initializing", False):
+            obj = importlib.import_module(module_name)
     except ImportError as exc:
         raise Fatal(f"callable {spec!r}: cannot import {module_name!r} from plugins/: "
                     f"{exc}") from exc

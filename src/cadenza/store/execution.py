@@ -21,6 +21,7 @@ from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
 from cadenza.store.hotsql import EVENT_COLUMNS, Dialect, insert_rows
 from cadenza.store.recording import RecordingRepository, event_row
 from cadenza.store.records import RunRecord
+from cadenza.store.staged import claim_event
 from cadenza.store.tables import runs
 
 _RUNNING = RunState.RUNNING.value
@@ -232,16 +233,8 @@ class ExecutionRepository(RecordingRepository):
             if not claimed:
                 return []
             stamp = d.ts(now)
-            events = [
-                event_row(
-                    EventType.RUN_STATE_CHANGED, "run QUEUED -> RUNNING", run.id, Level.INFO,
-                    {"job_id": run.job_id, "from": RunState.QUEUED.value,
-                     "to": RunState.RUNNING.value,
-                     "reason": None, "epoch": run.lease_epoch,
-                     "fields": {"lease_owner": owner, "lease_until": until}},
-                    "system", stamp)
-                for run in claimed
-            ]
+            events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until, stamp)
+                      for run in claimed]
             cursor = c.connection.cursor()
             try:
                 insert_rows(cursor, d, "event_log", EVENT_COLUMNS,

@@ -35,6 +35,7 @@ from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.runs import RunsRepository
+from cadenza.store.staged import StagedClaims
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.users import UsersRepository
 
@@ -48,6 +49,7 @@ class Store(
     UsersRepository,
     CursorsRepository,
     ExecutionRepository,
+    StagedClaims,
     RecordingRepository,
     AdmissionRepository,
     LeasesRepository,

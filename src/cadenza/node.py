@@ -17,6 +17,13 @@
   scheduler recorded ahead: then one decision claims as many as there are free slots), and
   at least every ``POLL_SECONDS`` (runs enqueued by other processes: ``cadenza run``, other
   nodes). A fire recorded ahead gets no ``wait_reason`` before its time.
+* **Staged due times** (:mod:`cadenza.executor.staging`, docs/scheduling.md): fires the
+  scheduler recorded ahead are prepared before their time (admission, trackers, first
+  steps, the claim's rows) and claimed in chunks at it; the step threads start each
+  chunk's runs (lease, log, first step: jobs chained on a few threads, see
+  :class:`~cadenza.executor.isolation.StepThreads`) while this thread writes the next
+  chunk; the workers are handed those runs once the whole stage is started. Cyclic GC is
+  frozen out of what was staged.
 * **Workers** run claimed runs with the :class:`~cadenza.executor.runner.Executor` of the
   configuration that was current when the run was claimed. For as many claimed runs as
   workers wait, the dispatcher starts the first step itself (``Started.launch``), one run
@@ -68,7 +75,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.executor.isolation import STEP_THREADS
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import GroupCommit
-from cadenza.executor.runner import Executor, Started, default_owner
+from cadenza.executor.runner import Executor, Staged, Started, default_owner
 from cadenza.executor.staging import LATE, Stage
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
@@ -83,9 +90,11 @@ POLL_SECONDS = 1.0
 STAGE_MIN_AHEAD = 0.1
 """Seconds before a due time under which its runs are not staged any more."""
 CHAIN_THREADS = 2
-"""Step threads woken per chunk of a staged burst to take its chained first steps."""
+"""Step threads woken per chunk of a staged burst to take its chained run starts."""
+STAGE_START_WAIT = 10.0
+"""Seconds the dispatcher waits for the step threads to start the runs of a stage."""
 CHAIN_WAIT = 0.005
-"""A chained first step not taken after this many seconds gets a thread of its own."""
+"""A chained run start not taken after this many seconds gets a thread of its own."""
 STAGE_CANDIDATES = 5000
 """At most this many runs due at one time are staged (more: the ordinary path)."""
 WATCH_SECONDS = 2.0
@@ -400,7 +409,8 @@ class Node:
         if now - stage.due > LATE or stage.executor is not self._current.executor:
             gc.unfreeze()
             return
-        begun: list[Started] = []
+        begun: list[Started] = []  # appended by the step threads
+        claimed = 0
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -411,25 +421,34 @@ class Node:
                 if limit <= 0:
                     break
                 took = self.recorder.call(partial(stage.claim, limit=limit))
-                # Steps chained by the chunk before and still not taken get a thread each.
+                # Starts chained by the chunks before and still not taken get a thread each.
                 STEP_THREADS.sweep(CHAIN_WAIT)
                 if not took:
                     break
                 with self._lock:
                     self._idle -= len(took)
                 at = stage.claimed_at or now
-                begun.extend(staged.begin(step_run_id, at, chained=True)
-                             for staged, step_run_id in took)
+                claimed += len(took)
+                # The step threads start the runs (lease, log, first step) and run their
+                # first steps, while this thread writes the next chunk.
+                for staged, step_run_id in took:
+                    STEP_THREADS.chain(partial(_begin_staged, staged, step_run_id, at, begun))
                 STEP_THREADS.wake(CHAIN_THREADS)
         finally:
-            # Every chained step is taken or has a thread before the workers are woken.
-            until = time.monotonic() + 1.0
-            while STEP_THREADS.chained and time.monotonic() < until:
+            # Every staged run is started (or has a thread of its own to start it) before
+            # the workers are woken; woken only then, they do not compete with the chunks'
+            # claims and the steps' starts for the interpreter.
+            until = time.monotonic() + STAGE_START_WAIT
+            while len(begun) < claimed and time.monotonic() < until:
                 time.sleep(0.001)
                 STEP_THREADS.sweep(CHAIN_WAIT)
             STEP_THREADS.sweep()
-            # The workers wait for the steps started above; woken only now, they do not
-            # compete with the chunks' claims and step starts for the interpreter.
+            while len(begun) < claimed and time.monotonic() < until:
+                time.sleep(0.001)
+            if len(begun) < claimed:
+                log.error("%d staged runs were not started within %.0fs; their leases will "
+                          "expire and the reaper re-queue them", claimed - len(begun),
+                          STAGE_START_WAIT)
             for started in begun:
                 self._queue.put(started)
             if collecting:
@@ -619,6 +638,16 @@ class Node:
         log.info("configuration reloaded: %s", diff)
         self._wake.set()
         return True
+
+
+def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
+                  begun: list[Started]) -> None:
+    """On a step thread: start a staged run that was just claimed, hand it to the node's
+    workers (``begun``) and run its first step here."""
+    started, body = staged.begin_here(step_run_id, at)
+    begun.append(started)
+    if body is not None:
+        body()
 
 
 def _like_prefix(text: str) -> str:

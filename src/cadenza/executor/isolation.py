@@ -79,14 +79,16 @@ class ThreadStep:
         self.call = call
         self.deadline = math.inf
 
-    def start(self, *, chained: bool = False) -> ThreadStep:
-        """Hand the step to a step thread now (``chained``: to the next thread that
-        finishes one, see :class:`StepThreads`); returns itself."""
+    def start_here(self) -> Callable[[], None]:
+        """Start the step in the calling thread (a step thread already): its timeout counts
+        from now; returns the call that runs it, to be made at once."""
         self.deadline = time.monotonic() + self.timeout
-        if chained:
-            STEP_THREADS.chain(self._body)
-        else:
-            STEP_THREADS.submit(self._body)
+        return self._body
+
+    def start(self) -> ThreadStep:
+        """Hand the step to a step thread now; returns itself."""
+        self.deadline = time.monotonic() + self.timeout
+        STEP_THREADS.submit(self._body)
         return self
 
     def _body(self) -> None:
@@ -156,13 +158,14 @@ class StepThreads:
     step costs more than a short step). A thread idle for :data:`IDLE_SECONDS` exits; one
     still busy with an abandoned step simply comes back when that step returns.
 
-    Chained starts (a node's staged burst, executor/staging.py): :meth:`chain` queues steps
-    that a thread finishing a step takes next *without going to sleep*; :meth:`wake` wakes a
-    few idle threads to take them. Waking one thread per step costs more than a short step
-    on a busy machine (a context switch and a turn of the interpreter lock each), so the
-    first steps of a crowded minute start sooner this way. A queued step must not wait
-    behind a long one, so :meth:`sweep` gives every step queued for longer than a moment a
-    thread of its own (the node sweeps between the chunks of a burst and at its end)."""
+    Chained jobs (a node's staged burst, executor/staging.py): :meth:`chain` queues jobs
+    (there: start a claimed run and run its first step) that a thread finishing a job takes
+    next *without going to sleep*; :meth:`wake` wakes a few idle threads to take them.
+    Waking one thread per job costs more than a short step on a busy machine (a context
+    switch and a turn of the interpreter lock each), so the first steps of a crowded minute
+    start sooner this way. A queued job must not wait behind a long one, so :meth:`sweep`
+    gives every job queued for longer than a moment a thread of its own (the node sweeps
+    between the chunks of a burst and at its end)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -264,7 +267,6 @@ class _StepThread(threading.Thread):
                 continue
             job()
             while (job := self.owner._next_chained()) is not None:  # type: ignore[assignment]
-                time.sleep(0)  # a turn for a thread waiting for the interpreter lock
                 job()
             self.owner._release(self)
 

@@ -109,19 +109,38 @@ class Staged:
     def run_id(self) -> str:
         return self.tracker.run.id
 
-    def begin(self, step_run_id: int, now: datetime, *, chained: bool = False) -> Started:
+    def begin(self, step_run_id: int, now: datetime) -> Started:
         """The run was claimed at ``now`` with its first step run ``step_run_id``: hold its
-        lease and start the step (``chained``: see
-        :class:`~cadenza.executor.isolation.StepThreads`); a worker then calls
+        lease and hand its first step to a step thread; a worker then calls
         :meth:`Started.go`."""
+        self._hold(now)
+        try:
+            self.tracker.begin_staged(self.attempt, now)
+        except Exception:  # e.g. no thread could be started: go() starts it the usual way
+            log.exception("starting the first step of staged run %s failed", self.run_id)
+        return self._started(step_run_id)
+
+    def begin_here(self, step_run_id: int,
+                   now: datetime) -> tuple[Started, Callable[[], None] | None]:
+        """:meth:`begin` on a step thread that runs the first step itself: returns the
+        :class:`Started` for a worker and the call that runs the step (to be made at once
+        by the caller; None when there is nothing to run)."""
+        self._hold(now)
+        body = None
+        try:
+            body = self.tracker.begin_staged_here(self.attempt, now)
+        except Exception:
+            self.tracker.launched = None  # go() starts it the usual way
+            log.exception("starting the first step of staged run %s failed", self.run_id)
+        return self._started(step_run_id), body
+
+    def _hold(self, now: datetime) -> None:
         run = self.tracker.run
         self.keeper.register(run.id, run.lease_epoch, run.lease_owner or "", self.control)
         for line in self.lines:  # written with the next boundary, at the claim's time
             self.tracker.log.add_line(LogLine(now, line.level, line.step, line.message))
-        try:
-            self.tracker.begin_staged(self.attempt, now, chained=chained)
-        except Exception:  # e.g. no thread could be started: go() starts it the usual way
-            log.exception("starting the first step of staged run %s failed", run.id)
+
+    def _started(self, step_run_id: int) -> Started:
         first = BoundaryResult(True, (step_run_id,), RunState.RUNNING)
         return Started(self.tracker, first, self.keeper, self.control)
 

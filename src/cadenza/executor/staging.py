@@ -45,7 +45,7 @@ from cadenza.domain.admission import Candidate, Limits, Load, admit
 from cadenza.executor.runner import Executor, Staged
 from cadenza.store import Store
 
-CHUNKS = (16, 32, 64, 128, 256)
+CHUNKS = (16, 32, 64, 128)
 """Runs per chunk transaction at a due time: small first (the first runs start at once),
 then growing (fewer commits); the last size repeats."""
 LATE = timedelta(seconds=1)

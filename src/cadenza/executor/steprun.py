@@ -251,17 +251,27 @@ class Attempt:
         return (self.outcome is None and isinstance(self.running, ThreadStep)
                 and self.running.deadline == math.inf)
 
-    def start(self, *, chained: bool = False) -> Attempt:
-        """Start a prepared step (a thread step is handed to its thread, ``chained`` see
-        :class:`~cadenza.executor.isolation.StepThreads`; a process step starts in
-        :meth:`finish`); returns itself."""
+    def start_here(self) -> Callable[[], None] | None:
+        """Like :meth:`start`, for a thread step to be run by the calling thread (a step
+        thread): returns the call that runs it (None if there is nothing to run)."""
+        if not self.announced:
+            self.announced = True
+            self.log.add("INFO", f"started ({self.step.type})", self.step.name)
+        if self.outcome is not None or not isinstance(self.running, ThreadStep):
+            return None
+        self.started = time.monotonic()
+        return self.running.start_here()
+
+    def start(self) -> Attempt:
+        """Start a prepared step (a thread step is handed to its thread; a process step
+        starts in :meth:`finish`); returns itself."""
         if not self.announced:
             self.announced = True
             self.log.add("INFO", f"started ({self.step.type})", self.step.name)
         if self.outcome is None:
             self.started = time.monotonic()
             if isinstance(self.running, ThreadStep):
-                self.running.start(chained=chained)
+                self.running.start()
         return self
 
     def finish(self, on_tick: Callable[[], None]) -> StepOutcome:

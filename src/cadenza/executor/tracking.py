@@ -261,16 +261,26 @@ class RunTracker:
             records=self.records, log=self.log, run_deadline=self.deadline)
         return attempt if attempt.staged else None
 
-    def begin_staged(self, attempt: Attempt, now: datetime, *, chained: bool = False) -> None:
+    def begin_staged(self, attempt: Attempt, now: datetime) -> None:
         """The staged run was claimed at ``now``: its timeout counts from now, and its
-        first step (``attempt``, from :meth:`stage_first`) starts now (``chained``: see
-        :class:`~cadenza.executor.isolation.StepThreads`)."""
+        first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
             self.deadline = time.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
-        self.launched = attempt.start(chained=chained)
+        self.launched = attempt.start()
+
+    def begin_staged_here(self, attempt: Attempt, now: datetime) -> Callable[[], None] | None:
+        """:meth:`begin_staged` for a step thread that runs the first step itself: returns
+        the call that runs it (None: nothing to run; :meth:`go` reports how it ended)."""
+        if self.job is not None:
+            self.deadline_at = now + self.job.timeout
+            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+        assert self.job is not None and self.next_index is not None
+        self.observer.step_started(self.job.steps[self.next_index].name)
+        self.launched = attempt
+        return attempt.start_here()
 
     def go(self, first: BoundaryResult,
            entering: Callable[[], None] | None = None) -> RunOutcome:

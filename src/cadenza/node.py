@@ -212,6 +212,7 @@ class Node:
         self.stop_event.set()
         self._wake.set()
         self._stage = None
+        gc.unfreeze()
         # The dispatcher first: a decision it is making hands its runs to the workers before
         # they are told to stop (a run whose step it launched must have a worker waiting).
         for thread in self._threads:
@@ -417,7 +418,7 @@ class Node:
             while True:
                 with self._lock:
                     limit = min(stage.chunk_size(), self._idle,
-                                self._waiting - self._queue.qsize() - len(begun))
+                                self._waiting - self._queue.qsize() - claimed)
                 if limit <= 0:
                     break
                 took = self.recorder.call(partial(stage.claim, limit=limit))
@@ -453,7 +454,7 @@ class Node:
                 self._queue.put(started)
             if collecting:
                 gc.enable()
-        gc.unfreeze()
+            gc.unfreeze()
         if stage.dropped:
             log.info("staged runs due at %s: %s; %d claimed staged, the rest the ordinary way",
                      stage.due.isoformat(), stage.dropped, stage.claimed)
@@ -643,8 +644,14 @@ class Node:
 def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
                   begun: list[Started]) -> None:
     """On a step thread: start a staged run that was just claimed, hand it to the node's
-    workers (``begun``) and run its first step here."""
-    started, body = staged.begin_here(step_run_id, at)
+    workers (``begun``) and run its first step here. Whatever fails, the run reaches a
+    worker (whose ``go()`` starts the step the ordinary way if it was not)."""
+    body = None
+    try:
+        started, body = staged.begin_here(step_run_id, at)
+    except Exception:
+        log.exception("starting staged run %s failed", staged.run_id)
+        started = staged.fallback(step_run_id)
     begun.append(started)
     if body is not None:
         body()

@@ -134,6 +134,14 @@ class Staged:
             log.exception("starting the first step of staged run %s failed", self.run_id)
         return self._started(step_run_id), body
 
+    def fallback(self, step_run_id: int) -> Started:
+        """The :class:`Started` of a claimed staged run whose start failed: its lease held,
+        its first step started by :meth:`Started.go` the ordinary way."""
+        self.tracker.launched = None
+        run = self.tracker.run
+        self.keeper.register(run.id, run.lease_epoch, run.lease_owner or "", self.control)
+        return self._started(step_run_id)
+
     def _hold(self, now: datetime) -> None:
         run = self.tracker.run
         self.keeper.register(run.id, run.lease_epoch, run.lease_owner or "", self.control)

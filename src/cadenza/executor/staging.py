@@ -13,7 +13,7 @@ At the due time the node claims them in **chunks** (:meth:`Stage.claim`): 16 run
 64, ... (:data:`CHUNKS`), each chunk one transaction and one complete admission decision:
 
 1. the admission lock (PostgreSQL; SQLite's writer lock is held anyway);
-2. the number of QUEUED runs due: if it is not what the stage expects, something was
+2. the QUEUED runs due (their ids): if they are not those the stage expects, something was
    queued, canceled or claimed meanwhile, and the stage is dropped: the ordinary decision
    takes over (the runs left are claimed the ordinary way);
 3. the load (running runs and budget starts, every node): when it differs from the load the
@@ -109,10 +109,12 @@ class Stage:
         unchanged = self.mark is not None and store.events_mark(conn) == self.mark
         load = self.load
         if not unchanged:  # something was written since the last chunk: check it all
-            due_now = store.count_due_queued(self.due, conn=conn)
-            if due_now != len(self.candidates):
-                self.dropped = (f"{due_now} runs due instead of the {len(self.candidates)} "
-                                "staged for")
+            due_now = store.due_queued_ids(self.due, conn=conn)
+            expected = {c.run_id for c in self.candidates}
+            if due_now != expected:
+                self.dropped = (f"the runs due changed since they were staged ("
+                                f"{len(due_now - expected)} more, {len(expected - due_now)} "
+                                "gone)")
                 return []
             load = store.admission_load(self.due, budget_jobs=self.limits.budgeted_jobs(),
                                         conn=conn)

@@ -51,8 +51,8 @@ _CLAIM = (
     " reason = NULL, wait_reason = NULL WHERE id IN ({ids}) AND state || '' = 'QUEUED'"
     " AND lease_epoch = 0 AND (not_before IS NULL OR not_before <= {m}) RETURNING id"
 )
-_COUNT_DUE = ("SELECT count(*) FROM runs WHERE state = 'QUEUED'"
-              " AND (not_before IS NULL OR not_before <= {m})")
+_DUE_IDS = ("SELECT id FROM runs WHERE state = 'QUEUED'"
+            " AND (not_before IS NULL OR not_before <= {m})")
 _IDS_PER_CLAIM = 900
 
 
@@ -70,7 +70,7 @@ class StagedStart:
 
 
 class StagedClaims(RecordingRepository):
-    """:meth:`stage_start`, :meth:`claim_staged`, :meth:`count_due_queued` (see the module
+    """:meth:`stage_start`, :meth:`claim_staged`, :meth:`due_queued_ids` (see the module
     docstring)."""
 
     def stage_start(self, boundary: Boundary, job_id: str, owner: str,
@@ -151,16 +151,16 @@ class StagedClaims(RecordingRepository):
         finally:
             cursor.close()
 
-    def count_due_queued(self, at: datetime, *, conn: sa.Connection | None = None) -> int:
-        """How many QUEUED runs may start at ``at`` (``not_before`` passed or unset)."""
+    def due_queued_ids(self, at: datetime, *, conn: sa.Connection | None = None) -> set[str]:
+        """The ids of the QUEUED runs that may start at ``at`` (``not_before`` passed or
+        unset). Changes nothing."""
         d = self._sql()
-        sql = _COUNT_DUE.format(m="%s" if d.postgres else "?")
+        sql = _DUE_IDS.format(m="%s" if d.postgres else "?")
         with self._reading(conn) as c:
             cursor = c.connection.cursor()
             try:
                 cursor.execute(sql, [d.ts(require_aware(at, "at"))])
-                row = cursor.fetchone()
-                return int(row[0]) if row else 0
+                return {row[0] for row in cursor.fetchall()}
             finally:
                 cursor.close()
 

@@ -1,8 +1,8 @@
 """Benchmark: a burst of N runs due at the same instant on a real node, without waiting for
 a minute boundary (a quicker proxy of ``schedule_lag.py lag``; not a test).
 
-N one-step no-op jobs (python, thread isolation, the function appends ``job time.time()``
-to a file when entered), a :class:`~cadenza.node.Node` with W workers and no scheduler on a
+N one-step no-op jobs (python, thread isolation, the function records ``job time.time()``
+when entered), a :class:`~cadenza.node.Node` with W workers and no scheduler on a
 SQLite file; N QUEUED runs are created with ``scheduled_for = not_before = T`` (T = now +
 2.5 s, as the scheduler's look-ahead records them), and the node's dispatcher claims them
 at T. Prints entry lag (function entered − T) p0/p50/p90/p99/max in ms, the recorded start

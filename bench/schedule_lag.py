@@ -4,9 +4,9 @@ lag: N jobs, all `* * * * *` in UTC, each one python no-op step (thread isolatio
 node (scheduler with look-ahead + dispatcher + W workers, `[workers] count = W` and
 `max_concurrent_runs` written in the home's cadenza.toml) on a SQLite or PostgreSQL store
 fires them at the next minute boundary. Two lags per run: the step run's recorded start −
-the run's scheduled time, and the moment the no-op function is really entered (appended to
-a file) − the scheduled time. Also counts missed and doubled fires (runs per (job,
-scheduled_for)) and functions called twice.
+the run's scheduled time, and the moment the no-op function is really entered (recorded in
+memory, written out after the node stopped) − the scheduled time. Also counts missed and
+doubled fires (runs per (job, scheduled_for)) and functions called twice.
 
 idle: a real `cadenza serve --no-web` process with N jobs scheduled far away (`0 3 1 1 *`);
 its CPU time over a quiet interval, as a share of one core.
@@ -64,8 +64,8 @@ def dump_entries() -> None:
 
 def write_home(root: Path, jobs: int, schedule: str, store_url: str | None,
                workers: int = 4, max_runs: int = 16) -> tuple[Home, Path]:
-    """A home with ``jobs`` no-op jobs; returns it and the file the no-op appends
-    ``job entry_time`` to, the moment the step's function is entered."""
+    """A home with ``jobs`` no-op jobs; returns it and the file where :func:`dump_entries`
+    writes ``job entry_time`` lines, the moments the step's function was entered."""
     home = create_home(root / "home", example=False)
     entries = root / "entries.txt"
     (home.path / "plugins" / "bench_tasks.py").write_text(NOOP.format(path=str(entries)))

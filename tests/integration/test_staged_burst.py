@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from executor_home import loaded
+from test_prepared_burst import _start_workers
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -86,17 +87,6 @@ def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def entered(path: Path) -> Counter[str]:
     return Counter(path.read_text().split())
-
-
-def _start_workers(node: Node, count: int) -> list[threading.Thread]:
-    threads = [threading.Thread(target=node._work_loop, daemon=True) for _ in range(count)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 10
-    while node._waiting < count and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert node._waiting == count
-    return threads
 
 
 @contextmanager

@@ -391,12 +391,13 @@ class Node:
         try:
             self._stage = Stage.prepare(current.executor, current.limits, due, lease, ready,
                                         load, free, deadline)
-        finally:
             # What was just built lives until the due time: frozen, the collections that
             # its allocations are owed do not walk it (a full collection of this heap takes
             # tens of milliseconds, which would come just before the due time). Unfrozen
-            # once the stage is claimed.
+            # once the stage is claimed or dropped (not when staging failed: nothing to
+            # unfreeze it then).
             gc.freeze()
+        finally:
             if collecting:
                 gc.enable()
         STEP_THREADS.warm(len(self._stage))

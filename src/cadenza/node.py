@@ -57,7 +57,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -66,22 +66,25 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import sqlalchemy as sa
 
-from cadenza.clock import Clock
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import Limits, WaitRule, admit
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
+from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
+from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.isolation import STEP_THREADS
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.recorder import GroupCommit
 from cadenza.executor.runner import Executor, Staged, Started, default_owner
-from cadenza.executor.staging import LATE, Stage
+from cadenza.executor.staging import CHUNKS, LATE, Stage
 from cadenza.home import Home
 from cadenza.scheduler.leader import leadership_for
 from cadenza.scheduler.service import LOOKAHEAD, Scheduler
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary
+from cadenza.store.engine import sqlite_path
 from cadenza.store.leases import REAP_BATCH, owner_parts
 
 log = logging.getLogger("cadenza.node")
@@ -115,7 +118,7 @@ class Node:
 
     def __init__(self, home: Home, config: LoadedConfig, store: Store, *, clock: Clock,
                  workers: int | None = None, scheduler: bool = True,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, claimer: bool | None = None) -> None:
         self.home = home
         self.store = store
         self.clock = clock
@@ -147,6 +150,8 @@ class Node:
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
         """The runs of the next crowded due time, staged (executor/staging.py)."""
+        self.claimer = _claimer_for(store, config, self.workers, claimer)
+        """The process that writes a stage's chunks (executor/claimer.py), or None."""
         # -- leases (executor/lease.py, docs/leases.md): one heartbeat for the node's runs.
         self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
                                   clock=clock)
@@ -182,6 +187,8 @@ class Node:
         except Exception:  # the store may be down at start: the reaper loop retries
             log.exception("reclaiming runs left by a previous process failed")
         self.keeper.start()
+        if self.claimer is not None:
+            self.claimer.start()
         spawn(self._reap_loop, "cadenza-reaper")
         if self.scheduler is not None:
             # Fires recorded ahead by a server that stopped before their time follow the
@@ -225,6 +232,8 @@ class Node:
         self.recorder.flush()
         self.recorder.close()  # the group commit's own connection (PostgreSQL)
         self.keeper.stop()  # runs still going lose their lease and are re-queued elsewhere
+        if self.claimer is not None:
+            self.claimer.close()
         current = self._current
         for executor in [current.executor, *current.retired]:
             executor.close()
@@ -401,6 +410,10 @@ class Node:
             if collecting:
                 gc.enable()
         STEP_THREADS.warm(len(self._stage))
+        if self.claimer is not None and len(self._stage) > CHUNKS[0]:
+            self._stage.token = self.claimer.submit(
+                [s.start for s in self._stage.staged.values()], current.executor.owner,
+                self._stage.lease_until)
         self.store.checkpoint_wal()  # the burst's commits start with an empty log
         log.debug("staged %d of %d runs due at %s", len(self._stage), len(ready),
                   due.isoformat())
@@ -413,29 +426,45 @@ class Node:
             return
         begun: list[Started] = []  # appended by the step threads
         claimed = 0
+        remote = stage.token != 0
+
+        def hand(took: list[tuple[Staged, int]]) -> None:
+            nonlocal claimed
+            # Starts chained by the chunks before and still not taken get a thread each.
+            STEP_THREADS.sweep(CHAIN_WAIT)
+            with self._lock:
+                self._idle -= len(took)
+            at = stage.claimed_at or now
+            claimed += len(took)
+            # The step threads start the runs (lease, log, first step) and run their
+            # first steps, while this thread (or the claimer) writes the next chunk.
+            for staged, step_run_id in took:
+                STEP_THREADS.chain(partial(_begin_staged, staged, step_run_id, at, begun))
+            STEP_THREADS.wake(CHAIN_THREADS)
+
         collecting = gc.isenabled()
         gc.disable()
         try:
             while True:
                 with self._lock:
-                    limit = min(stage.chunk_size(), self._idle,
-                                self._waiting - self._queue.qsize() - claimed)
+                    left = min(self._idle, self._waiting - self._queue.qsize() - claimed)
+                limit = min(stage.chunk_size(), left)
                 if limit <= 0:
                     break
                 took = self.recorder.call(partial(stage.claim, limit=limit))
-                # Starts chained by the chunks before and still not taken get a thread each.
-                STEP_THREADS.sweep(CHAIN_WAIT)
                 if not took:
+                    STEP_THREADS.sweep(CHAIN_WAIT)
                     break
-                with self._lock:
-                    self._idle -= len(took)
-                at = stage.claimed_at or now
-                claimed += len(took)
-                # The step threads start the runs (lease, log, first step) and run their
-                # first steps, while this thread writes the next chunk.
-                for staged, step_run_id in took:
-                    STEP_THREADS.chain(partial(_begin_staged, staged, step_run_id, at, begun))
-                STEP_THREADS.wake(CHAIN_THREADS)
+                chunks = None
+                if remote and stage.mark is not None and stage.order and not stage.dropped:
+                    # After the node's first chunk, the claimer writes the next ones (told
+                    # before this chunk's runs are handed out); what it leaves (a run
+                    # changed) is claimed here, with every check.
+                    remote = False
+                    chunks = self._claim_remote(stage, left - len(took))
+                hand(took)
+                for took in chunks or ():
+                    hand(took)
         finally:
             # Every staged run is started (or has a thread of its own to start it) before
             # the workers are woken; woken only then, they do not compete with the chunks'
@@ -459,6 +488,29 @@ class Node:
         if stage.dropped:
             log.info("staged runs due at %s: %s; %d claimed staged, the rest the ordinary way",
                      stage.due.isoformat(), stage.dropped, stage.claimed)
+
+    def _claim_remote(self, stage: Stage,
+                      limit: int) -> Iterator[list[tuple[Staged, int]]]:
+        """Tell the claimer process to write the stage's next chunks, up to ``limit`` runs
+        (executor/claimer.py); the iterator returned yields each chunk's runs as it
+        commits."""
+        assert self.claimer is not None and stage.mark is not None
+        reports = self.claimer.claim(
+            stage.token, [s.run_id for s in stage.order], stage.mark, limit,
+            CHUNKS[min(stage.chunks, len(CHUNKS) - 1):], self.clock.now(),
+            isinstance(self.clock, SystemClock))
+        return self._remote_chunks(stage, reports)
+
+    def _remote_chunks(self, stage: Stage, reports: Iterator[Chunk | Stopped],
+                       ) -> Iterator[list[tuple[Staged, int]]]:
+        for report in reports:
+            if isinstance(report, Chunk):
+                took = stage.took(report.size, report.taken, report.at, report.mark)
+                if took:
+                    yield took
+            else:
+                log.debug("claimer stopped at %d of %d staged runs: %s", stage.claimed,
+                          stage.claimed + len(stage.order), report.why)
 
     def _decide_and_launch(
         self, decide: Callable[[sa.Connection], tuple[list[Started], datetime | None]],
@@ -656,6 +708,19 @@ def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
     begun.append(started)
     if body is not None:
         body()
+
+
+def _claimer_for(store: Store, config: LoadedConfig, workers: int,
+                 wanted: bool | None) -> Claimer | None:
+    """The claimer process of a node (not started), when it is wanted (default: a SQLite
+    file store and at least :data:`~cadenza.executor.claimer.MIN_WORKERS` workers)."""
+    url = store.engine.url
+    if wanted is False or store.dialect != "sqlite" or sqlite_path(url) is None:
+        return None
+    if wanted is None and workers < CLAIMER_MIN_WORKERS:
+        return None
+    return Claimer(url.render_as_string(hide_password=False),
+                   config.settings.store.sqlite_synchronous)
 
 
 def _like_prefix(text: str) -> str:

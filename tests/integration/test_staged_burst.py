@@ -91,12 +91,17 @@ def entered(path: Path) -> Counter[str]:
 
 @contextmanager
 def running_node(home: Home, clock: FakeClock, *, workers: int, scheduler: bool = True,
-                 owner: str | None = None) -> Iterator[tuple[Node, Store]]:
-    """A node driven by hand (dispatch_once) whose ``workers`` worker threads run."""
+                 owner: str | None = None,
+                 claimer: bool | None = None) -> Iterator[tuple[Node, Store]]:
+    """A node driven by hand (dispatch_once) whose ``workers`` worker threads run (with
+    ``claimer``: its claimer process started and ready, executor/claimer.py)."""
     config = home.load_config()
     store = home.open_store(config, clock=clock)
     node = Node(home, config, store, clock=clock, workers=workers, scheduler=scheduler,
-                owner=owner)
+                owner=owner, claimer=claimer)
+    if node.claimer is not None:
+        node.claimer.start()
+        assert node.claimer.ready(60), node.claimer.broken
     threads = _start_workers(node, workers)
     try:
         yield node, store

@@ -75,6 +75,8 @@ class Stage:
     """Why the stage was given up (the ordinary decision claims the rest)."""
     mark: int | None = None
     """The store's events mark after the last chunk (SQLite, see ``events_mark``)."""
+    token: int = 0
+    """The claimer process's token for this stage (0: not handed to one)."""
 
     @classmethod
     def prepare(cls, executor: Executor, limits: Limits, due: datetime, lease: timedelta,
@@ -126,10 +128,20 @@ class Stage:
             self.load = load
             if not self.order:
                 return []
-        chunk, self.order = self.order[:limit], self.order[limit:]
-        now = self.claimed_at = store.clock.now()
+        now = store.clock.now()
+        chunk = self.order[:limit]
         ids = store.claim_staged(conn, [s.start for s in chunk], self.executor.owner,
                                  self.lease_until, now=now)
+        return self.took(len(chunk), ids, now, store.events_mark(conn))
+
+    def took(self, size: int, ids: dict[str, int], now: datetime,
+             mark: int | None) -> list[tuple[Staged, int]]:
+        """The next ``size`` runs of the order were given to a claim at ``now`` that took
+        ``ids`` (run id -> first step run id), after which the events mark was ``mark``:
+        account for them (here or in the claimer process, executor/claimer.py); returns
+        the runs claimed with their first step run ids."""
+        chunk, self.order = self.order[:size], self.order[size:]
+        self.claimed_at = now
         took = [(s, ids[s.run_id]) for s in chunk if s.run_id in ids]
         self.chunks += 1
         self.claimed += len(took)
@@ -137,8 +149,8 @@ class Stage:
             self.dropped = f"{len(chunk) - len(took)} staged runs changed before their claim"
         gone = {s.run_id for s, _ in took}
         self.candidates = [c for c in self.candidates if c.run_id not in gone]
-        self.load = self._after(load, [s for s, _ in took], now)
-        self.mark = store.events_mark(conn)
+        self.load = self._after(self.load, [s for s, _ in took], now)
+        self.mark = mark
         return took
 
     def _after(self, load: Load, took: list[Staged], now: datetime) -> Load:

@@ -1,0 +1,275 @@
+"""A process of its own that writes a staged burst's chunks (SQLite; issue 4's lag).
+
+At a crowded due time the node's dispatcher writes the claim of the staged runs chunk by
+chunk while the step threads start the runs already claimed (executor/staging.py). In one
+process both share one interpreter lock on the machine's cores: measured on 2 cores, the
+dispatcher spent 40 % of a 1,000-run stage waiting for the GIL while the step threads ran,
+and the chunks that took 31 ms alone took 65 ms with the starts beside them. A
+:class:`Claimer` is a child process (``spawn``: the same on Windows) with its own
+connection to the same SQLite file: the node hands it a stage's encoded claims ahead of the
+due time (:meth:`Claimer.submit`, off the critical path) and, at the due time, after the
+node claimed the first chunk itself, tells it to write the next ones
+(:meth:`Claimer.claim`). Each of its chunks is one ``BEGIN IMMEDIATE`` transaction that
+first checks the store's events mark (``StagedClaims.events_mark``: every change of a run
+writes an event and SQLite has one writer, so an unchanged mark means that nothing was
+queued, canceled, claimed or ended since the node's previous chunk and the admission
+decision still holds), then writes the claim
+(:meth:`~cadenza.store.staged.StagedClaims.claim_staged`, the same statements as in the
+node). It reports each chunk as it commits; the node starts those runs meanwhile. When the
+mark changed, the claimer stops and the node goes on with its own chunks, which check
+everything again (the runs due, the load) and may drop the stage for the ordinary path.
+
+What it never does: decide admission (the node did, and the mark proves the decision
+still holds), claim a run that is not QUEUED, fresh and due (the claim stays a conditional
+UPDATE), or write anything but claims. If it dies or stops answering, the node stops
+using it and claims in-process; a chunk it committed but could not report leaves runs
+RUNNING under the node's lease that nobody renews: the reaper re-queues them when that
+lease expires (docs/scheduling.md "Staged due times"). PostgreSQL stores do not use it
+(no events mark there: ids are not taken in commit order).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from multiprocessing.connection import Connection
+from typing import Any
+
+from cadenza.store.staged import StagedStart
+
+log = logging.getLogger("cadenza.claimer")
+
+MIN_WORKERS = 64
+"""A node with fewer workers has no claimer: its stages are too small to gain from one."""
+READY_SECONDS = 30.0
+"""How long the node waits for a new claimer to open its store before giving up on it."""
+REPORT_SECONDS = 5.0
+"""A chunk not reported within this many seconds: the claimer is given up."""
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk the claimer committed: the runs it was given (``size``, the first of the
+    order) and those it claimed with their first step run ids."""
+
+    size: int
+    taken: dict[str, int]
+    at: datetime
+    mark: int
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The claimer stopped before the order's end: ``why`` (the mark changed, an error)."""
+
+    why: str
+
+
+class Claimer:
+    """The node's side of the claimer process (see the module docstring). Used by the
+    dispatcher thread only."""
+
+    def __init__(self, url: str, synchronous: str) -> None:
+        self.url = url
+        self.synchronous = synchronous
+        self._conn: Connection | None = None
+        self._process: Any = None
+        self._ready = False
+        self._broken: str | None = None
+        self._token = 0
+        self._submitted = 0
+        self.chunks = 0
+        """Chunks committed by the claimer (all stages)."""
+
+    def start(self) -> None:
+        """Start the process (returns at once; it opens the store in the background)."""
+        context = multiprocessing.get_context("spawn")
+        mine, theirs = context.Pipe()
+        process = context.Process(target=serve, args=(theirs, self.url, self.synchronous),
+                                  name="cadenza-claimer", daemon=True)
+        process.start()
+        theirs.close()
+        self._conn, self._process = mine, process
+
+    @property
+    def broken(self) -> str | None:
+        """Why the claimer was given up (None while it may be used)."""
+        return self._broken
+
+    def ready(self, wait: float = 0.0) -> bool:
+        """Whether the process is up with its store open (waits up to ``wait`` seconds)."""
+        if self._ready or self._broken or self._conn is None:
+            return self._ready
+        try:
+            if self._conn.poll(wait):
+                message = self._conn.recv()
+                if message == ("ready",):
+                    self._ready = True
+                else:
+                    self._give_up(f"it did not start: {message[1] if message else '?'}")
+        except (EOFError, OSError) as exc:
+            self._give_up(f"it did not start: {exc!r}")
+        return self._ready
+
+    def submit(self, starts: Sequence[StagedStart], owner: str, lease_until: datetime) -> int:
+        """Hand over a stage's encoded claims ahead of its due time; returns the token to
+        :meth:`claim` them with (0: the claimer cannot be used)."""
+        if not self.ready():
+            return 0
+        self._token += 1
+        if not self._send(("stage", self._token, list(starts), owner, lease_until)):
+            return 0
+        self._submitted = self._token
+        return self._token
+
+    def claim(self, token: int, run_ids: Sequence[str], mark: int, limit: int,
+              sizes: Sequence[int], now: datetime, real_time: bool) -> Iterator[Chunk | Stopped]:
+        """Tell the claimer (now) to write the claims of ``run_ids`` (in that order, staged
+        with ``token``) in chunks of ``sizes`` (the last repeats), at most ``limit`` runs,
+        each chunk only if the events mark is still ``mark`` (then the mark after it);
+        the iterator returned yields each :class:`Chunk` as it commits, then a
+        :class:`Stopped` if it stopped before the end. ``now`` is the claims' time
+        (``real_time``: plus the time elapsed since, for a real clock)."""
+        if token != self._submitted or not self.ready():
+            return iter([Stopped("the claimer does not have this stage")])
+        if not self._send(("claim", token, list(run_ids), mark, limit, list(sizes), now,
+                           real_time)):
+            return iter([Stopped(self._broken or "the claimer is gone")])
+        return self._reports()
+
+    def _reports(self) -> Iterator[Chunk | Stopped]:
+        assert self._conn is not None
+        while True:
+            try:
+                if not self._conn.poll(REPORT_SECONDS):
+                    self._give_up(f"no report within {REPORT_SECONDS:.0f}s")
+                    yield Stopped(self._broken or "")
+                    return
+                message = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                self._give_up(f"it is gone ({exc!r})")
+                yield Stopped(self._broken or "")
+                return
+            kind = message[0]
+            if kind == "chunk":
+                self.chunks += 1
+                yield Chunk(*message[1:])
+            elif kind == "done":
+                return
+            else:  # ("stopped", why) or ("error", why)
+                if kind == "error":
+                    log.warning("the claimer failed: %s; the node claims in-process", message[1])
+                yield Stopped(message[1])
+                return
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the process."""
+        conn, process = self._conn, self._process
+        self._conn = None
+        self._ready = False
+        if conn is not None:
+            try:
+                conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+            conn.close()
+        if process is not None:
+            process.join(timeout)
+            if process.is_alive():
+                process.terminate()
+                process.join(timeout)
+
+    def _send(self, message: tuple[Any, ...]) -> bool:
+        try:
+            assert self._conn is not None
+            self._conn.send(message)
+            return True
+        except (OSError, ValueError, AssertionError) as exc:
+            self._give_up(f"it is gone ({exc!r})")
+            return False
+
+    def _give_up(self, why: str) -> None:
+        if self._broken is None:
+            log.warning("claimer process given up: %s; staged claims are written in-process",
+                        why)
+        self._broken = why
+        self._ready = False
+
+
+# -- the child process ------------------------------------------------------------------------
+
+def serve(conn: Connection, url: str, synchronous: str) -> None:
+    """The claimer's loop (in the child process): see the module docstring."""
+    # Ctrl-C in a terminal reaches the whole process group: the node decides when this
+    # process stops (a "stop" message, or the pipe closing when the node is gone).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        from cadenza.store import Store
+
+        store = Store.open(url, sqlite_synchronous=synchronous, migrate=False)
+    except Exception as exc:  # reported; the node claims in-process
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready",))
+    staged: dict[str, StagedStart] = {}
+    token, owner, until = 0, "", datetime.now(UTC)
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the node is gone
+                return
+            if message[0] == "stop":
+                return
+            if message[0] == "stage":
+                _, token, starts, owner, until = message
+                staged = {s.run_id: s for s in starts}
+                continue
+            _, wanted, run_ids, mark, limit, sizes, now, real_time = message
+            if wanted != token:
+                conn.send(("stopped", "the claimer does not have this stage"))
+                continue
+            try:
+                _claim(conn, store, [staged[i] for i in run_ids if i in staged], owner, until,
+                       mark, limit, sizes, now, real_time)
+            except Exception as exc:  # reported; the node goes on in-process
+                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        store.close()
+
+
+class _Changed(Exception):
+    pass
+
+
+def _claim(conn: Connection, store: Any, order: list[StagedStart], owner: str,
+           until: datetime, mark: int, limit: int, sizes: list[int], now: datetime,
+           real_time: bool) -> None:
+    began, claimed, chunks = time.monotonic(), 0, 0
+    while order and claimed < limit:
+        size = min(sizes[min(chunks, len(sizes) - 1)], limit - claimed)
+        chunk, order = order[:size], order[size:]
+        # The node's clock, advanced by the time elapsed here since the go (a real clock).
+        at = now + timedelta(seconds=time.monotonic() - began) if real_time else now
+        try:
+            with store.write() as c:
+                if store.events_mark(c) != mark:
+                    raise _Changed
+                taken = store.claim_staged(c, chunk, owner, until, now=at)
+                mark = store.events_mark(c)
+        except _Changed:
+            conn.send(("stopped", "a run changed since the node's previous chunk"))
+            return
+        conn.send(("chunk", len(chunk), taken, at, mark))
+        claimed += len(taken)
+        chunks += 1
+        if len(taken) != len(chunk):
+            conn.send(("stopped", f"{len(chunk) - len(taken)} staged runs changed before "
+                                  "their claim"))
+            return
+    conn.send(("done",))

@@ -1,0 +1,272 @@
+"""The claimer process writes a staged burst's chunks after the node's first (SQLite files).
+
+A real child process (``multiprocessing`` spawn, executor/claimer.py) with its own
+connection to the test's SQLite file; the node on a FakeClock. These tests show that the
+chunks it writes are the node's (same rows, events and log lines, each run claimed and
+entered once), that it stops as soon as anything changed since the node's previous chunk
+(and the node then checks everything again), and that a node whose claimer is gone claims
+in-process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_staged_burst import (
+    FIRE,
+    _job,
+    all_runs,
+    assert_ran_once,
+    drain,
+    entered,
+    get,
+    node_home,
+    record_ahead,
+    running_node,
+    spy_claims,
+    stage_now,
+)
+
+from cadenza.clock import FakeClock
+from cadenza.domain.states import RunState
+from cadenza.executor import staging
+from cadenza.executor.claimer import Chunk, Claimer, Stopped
+from cadenza.node import Node
+from cadenza.store import Store
+from cadenza.store.boundary import NewRun
+
+JOBS = 60  # the node's first chunk (16), then the claimer's: 32 and 12
+
+
+@pytest.fixture
+def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "calls.txt"
+    path.touch()
+    monkeypatch.setenv("CZ_STAGED_CALLS", str(path))
+    return path
+
+
+def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
+        assert node.claimer is not None
+        record_ahead(node, clock, JOBS)
+        stage = stage_now(node)
+        assert stage.token != 0 and len(stage) == JOBS
+        sizes = spy_claims(monkeypatch, store)  # the node's own chunks
+
+        clock.set(FIRE)
+        node.dispatch_once(FIRE)
+        assert node._stage is None and stage.dropped is None
+        assert stage.claimed == JOBS and stage.chunks == 3
+        assert sizes == [staging.CHUNKS[0]]  # the first chunk in the node...
+        assert node.claimer.chunks == 2  # ...then 32 and 12 in the claimer
+        for run in all_runs(store):
+            assert run.lease_epoch == 1 and run.started_at == FIRE
+            assert run.lease_owner is None or run.lease_owner == node.owner
+
+        runs = drain([node], store, clock)
+        assert len(runs) == JOBS
+        assert_ran_once(store, runs, calls)
+        for run in runs:
+            assert [(line.level, line.step, line.message.split(":")[0])
+                    for line in store.list_logs(run.id)] == [
+                ("INFO", None, "run started (scheduled); params"),
+                ("INFO", "noop", "started (python)"),
+                ("INFO", "noop", "succeeded"),
+                ("INFO", None, "run SUCCEEDED")]
+            (step,) = store.list_step_runs(run.id)
+            assert step.started_at == FIRE
+            claim = [e for e in store.list_events(run_id=run.id)
+                     if e.event_type == "RUN_STATE_CHANGED" and e.payload["to"] == "RUNNING"]
+            assert [e.payload["fields"]["lease_owner"] for e in claim] == [node.owner]
+            (started,) = store.list_events(run_id=run.id, event_type="STEP_STARTED")
+            assert started.payload["step_run_id"] == step.id
+
+
+def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_again(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
+        assert node.claimer is not None
+        record_ahead(node, clock, JOBS)
+        stage = stage_now(node)
+        victim = stage.order[staging.CHUNKS[0]].run_id  # the first of the claimer's chunk
+        real = Node._claim_remote
+
+        def cancel_first(self: Node, stage: Any, limit: int) -> Any:
+            # Another writer (`cadenza runs cancel`), after the node's first chunk and
+            # before the claimer's.
+            assert store.request_cancel(victim, "tester").canceled
+            return real(self, stage, limit)
+
+        monkeypatch.setattr(Node, "_claim_remote", cancel_first)
+        clock.set(FIRE)
+        node.dispatch_once(FIRE)
+        assert node.claimer.chunks == 0  # the mark changed: it wrote nothing
+        assert node.claimer.broken is None  # and stays usable
+        assert stage.claimed == staging.CHUNKS[0]
+        assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
+        runs = drain([node], store, clock)
+        assert get(store, victim).state is RunState.CANCELED
+        assert store.list_step_runs(victim) == [] and victim not in entered(calls)
+        rest = [r for r in runs if r.id != victim]
+        assert len(rest) == JOBS - 1
+        assert_ran_once(store, rest, calls)
+
+
+def test_a_node_whose_claimer_died_claims_in_process(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
+        claimer = node.claimer
+        assert claimer is not None
+        record_ahead(node, clock, JOBS)
+        stage = stage_now(node)
+        assert stage.token != 0
+        claimer._process.kill()  # killed (a crash, the OOM killer) before the due time
+        claimer._process.join(10)
+        sizes = spy_claims(monkeypatch, store)
+
+        clock.set(FIRE)
+        node.dispatch_once(FIRE)
+        assert claimer.broken is not None and claimer.chunks == 0
+        assert stage.dropped is None and stage.claimed == JOBS
+        assert sizes == [16, 32, 12]  # all in the node
+        runs = drain([node], store, clock)
+        assert len(runs) == JOBS
+        assert_ran_once(store, runs, calls)
+        # Given up for good: the next stages are not handed to it.
+        assert claimer.submit([], node.owner, FIRE) == 0
+
+
+def test_two_nodes_with_claimers_claim_each_run_once(
+    tmp_path: Path, sqlite_url: str, calls: Path
+) -> None:
+    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=JOBS, owner="node-a:1:1", claimer=True) as (a, store), \
+            running_node(home, clock, workers=JOBS, scheduler=False, owner="node-b:2:2",
+                         claimer=True) as (b, _):
+        record_ahead(a, clock, JOBS)
+        stages = [stage_now(a), stage_now(b)]
+        clock.set(FIRE)
+        barrier = threading.Barrier(2)
+        errors: list[BaseException] = []
+
+        def dispatch(node: Node) -> None:
+            try:
+                barrier.wait(5)
+                node.dispatch_once(FIRE)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=dispatch, args=(n,)) for n in (a, b)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert not errors
+        runs = drain([a, b], store, clock)
+        assert len(runs) == JOBS
+        assert_ran_once(store, runs, calls)
+        owners = Counter(e.payload["fields"]["lease_owner"]
+                         for e in store.list_events(event_type="RUN_STATE_CHANGED")
+                         if e.payload["to"] == "RUNNING")
+        assert sum(owners.values()) == JOBS and set(owners) <= {"node-a:1:1", "node-b:2:2"}
+        assert sum(s.claimed for s in stages) <= JOBS
+
+
+def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    """Driven directly: a stage handed over, then claimed with a stale mark, a wrong
+    token, and the right mark."""
+    home = node_home(tmp_path, sqlite_url, jobs=0, extra=_job("solo", schedule=False))
+    clock = FakeClock(FIRE)
+    config = home.load_config()
+    store = home.open_store(config, clock=clock)
+    claimer = Claimer(sqlite_url, "NORMAL")
+    claimer.start()
+    try:
+        assert claimer.ready(60), claimer.broken
+        node = Node(home, config, store, clock=clock, workers=4, scheduler=False,
+                    claimer=False)
+        executor = node._current.executor
+        ids = store.create_runs([NewRun("solo", "manual:test", not_before=FIRE)
+                                 for _ in range(3)])
+        runs = store.fresh_queued_runs(ids)
+        until = FIRE + timedelta(minutes=5)
+        staged = [executor.stage(run, FIRE, until) for run in runs]
+        starts = [s.start for s in staged if s is not None]
+        assert len(starts) == 3
+        token = claimer.submit(starts, executor.owner, until)
+        with store.write() as conn:
+            mark = store.events_mark(conn)
+        assert mark is not None
+
+        def claim(token: int, mark: int) -> list[Chunk | Stopped]:
+            return list(claimer.claim(token, ids, mark, 10, [2], FIRE, False))
+
+        (stopped,) = claim(token, mark - 1)
+        assert isinstance(stopped, Stopped) and "changed" in stopped.why
+        (stopped,) = claim(token + 1, mark)
+        assert isinstance(stopped, Stopped)
+        assert {r.state for r in store.list_runs(limit=10)} == {RunState.QUEUED}
+
+        first, second = claim(token, mark)
+        assert isinstance(first, Chunk) and isinstance(second, Chunk)
+        assert (first.size, second.size) == (2, 1)
+        assert set(first.taken) | set(second.taken) == set(ids)
+        assert first.at == FIRE and second.mark > first.mark > mark
+        for run in store.list_runs(limit=10):
+            assert (run.state, run.lease_epoch, run.lease_owner) == (
+                RunState.RUNNING, 1, executor.owner)
+        # Claimed already: a second go takes nothing (the claim stays conditional).
+        (again, stopped) = claim(token, second.mark)
+        assert isinstance(again, Chunk) and again.taken == {}
+        assert isinstance(stopped, Stopped) and "changed before their claim" in stopped.why
+        node.stop(timeout=5)
+    finally:
+        claimer.close()
+        store.close()
+
+
+def test_a_node_has_a_claimer_only_on_a_sqlite_file_with_many_workers(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    home = node_home(tmp_path, sqlite_url, jobs=1)
+    config = home.load_config()
+    store = home.open_store(config)
+    try:
+        def claimer_of(workers: int, wanted: bool | None = None) -> object:
+            node = Node(home, config, store, clock=FakeClock(FIRE), workers=workers,
+                        scheduler=False, claimer=wanted)
+            return node.claimer
+
+        assert claimer_of(4) is None  # the default [workers] count
+        assert claimer_of(64) is not None
+        assert claimer_of(64, False) is None
+        assert claimer_of(4, True) is not None
+    finally:
+        store.close()
+    memory = Store.open("sqlite://")
+    try:
+        node = Node(home, config, memory, clock=FakeClock(FIRE), workers=64,
+                    scheduler=False, claimer=True)
+        assert node.claimer is None  # another process cannot see an in-memory database
+    finally:
+        memory.close()
+

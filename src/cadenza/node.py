@@ -23,7 +23,9 @@
   chunk's runs (lease, log, first step: jobs chained on a few threads, see
   :class:`~cadenza.executor.isolation.StepThreads`) while this thread writes the next
   chunk; the workers are handed those runs once the whole stage is started. Cyclic GC is
-  frozen out of what was staged.
+  frozen out of what was staged. A node with many workers on a SQLite file has the chunks
+  after the first written by its **claimer process** (:mod:`cadenza.executor.claimer`),
+  which has an interpreter lock of its own.
 * **Workers** run claimed runs with the :class:`~cadenza.executor.runner.Executor` of the
   configuration that was current when the run was claimed. For as many claimed runs as
   workers wait, the dispatcher starts the first step itself (``Started.launch``), one run

@@ -238,6 +238,23 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         (again, stopped) = claim(token, second.mark)
         assert isinstance(again, Chunk) and again.taken == {}
         assert isinstance(stopped, Stopped) and "changed before their claim" in stopped.why
+
+        # A claim whose reports were not read to the end: the next claim skips them.
+        more = store.create_runs([NewRun("solo", "manual:test", not_before=FIRE)
+                                  for _ in range(3)])
+        fresh = [executor.stage(run, FIRE, until) for run in store.fresh_queued_runs(more)]
+        token = claimer.submit([s.start for s in fresh if s is not None], executor.owner,
+                               until)
+        with store.write() as conn:
+            mark = store.events_mark(conn)
+        assert mark is not None
+        reports = claimer.claim(token, more, mark, 10, [2], FIRE, False)
+        first = next(reports)
+        assert isinstance(first, Chunk) and first.size == 2
+        del reports  # its second chunk and its end are left unread in the pipe
+        (stopped,) = list(claimer.claim(token, more, mark, 10, [2], FIRE, False))
+        assert isinstance(stopped, Stopped) and "changed" in stopped.why
+        assert {r.state for r in store.list_runs(limit=10)} == {RunState.RUNNING}
         node.stop(timeout=5)
     finally:
         claimer.close()

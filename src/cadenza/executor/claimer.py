@@ -83,6 +83,9 @@ class Claimer:
         self._broken: str | None = None
         self._token = 0
         self._submitted = 0
+        self._seq = 0
+        """The number of the last claim told; every report carries it (a report of an
+        earlier claim that was not read to its end is skipped)."""
         self.chunks = 0
         """Chunks committed by the claimer (all stages)."""
 
@@ -137,12 +140,13 @@ class Claimer:
         (``real_time``: plus the time elapsed since, for a real clock)."""
         if token != self._submitted or not self.ready():
             return iter([Stopped("the claimer does not have this stage")])
-        if not self._send(("claim", token, list(run_ids), mark, limit, list(sizes), now,
-                           real_time)):
+        self._seq += 1
+        if not self._send(("claim", self._seq, token, list(run_ids), mark, limit, list(sizes),
+                           now, real_time)):
             return iter([Stopped(self._broken or "the claimer is gone")])
-        return self._reports()
+        return self._reports(self._seq)
 
-    def _reports(self) -> Iterator[Chunk | Stopped]:
+    def _reports(self, seq: int) -> Iterator[Chunk | Stopped]:
         assert self._conn is not None
         while True:
             try:
@@ -155,16 +159,18 @@ class Claimer:
                 self._give_up(f"it is gone ({exc!r})")
                 yield Stopped(self._broken or "")
                 return
-            kind = message[0]
+            kind, of = message[0], message[1]
+            if of != seq:
+                continue  # a report of an earlier claim
             if kind == "chunk":
                 self.chunks += 1
-                yield Chunk(*message[1:])
+                yield Chunk(*message[2:])
             elif kind == "done":
                 return
             else:  # ("stopped", why) or ("error", why)
                 if kind == "error":
-                    log.warning("the claimer failed: %s; the node claims in-process", message[1])
-                yield Stopped(message[1])
+                    log.warning("the claimer failed: %s; the node claims in-process", message[2])
+                yield Stopped(message[2])
                 return
 
     def close(self, timeout: float = 5.0) -> None:
@@ -217,6 +223,7 @@ def serve(conn: Connection, url: str, synchronous: str) -> None:
         return
     conn.send(("ready",))
     staged: dict[str, StagedStart] = {}
+    seq = 0
     token, owner, until = 0, "", datetime.now(UTC)
     try:
         while True:
@@ -230,15 +237,15 @@ def serve(conn: Connection, url: str, synchronous: str) -> None:
                 _, token, starts, owner, until = message
                 staged = {s.run_id: s for s in starts}
                 continue
-            _, wanted, run_ids, mark, limit, sizes, now, real_time = message
+            _, seq, wanted, run_ids, mark, limit, sizes, now, real_time = message
             if wanted != token:
-                conn.send(("stopped", "the claimer does not have this stage"))
+                conn.send(("stopped", seq, "the claimer does not have this stage"))
                 continue
             try:
-                _claim(conn, store, [staged[i] for i in run_ids if i in staged], owner, until,
-                       mark, limit, sizes, now, real_time)
+                _claim(conn, seq, store, [staged[i] for i in run_ids if i in staged], owner,
+                       until, mark, limit, sizes, now, real_time)
             except Exception as exc:  # reported; the node goes on in-process
-                conn.send(("error", f"{type(exc).__name__}: {exc}"))
+                conn.send(("error", seq, f"{type(exc).__name__}: {exc}"))
     finally:
         store.close()
 
@@ -247,7 +254,7 @@ class _Changed(Exception):
     pass
 
 
-def _claim(conn: Connection, store: Any, order: list[StagedStart], owner: str,
+def _claim(conn: Connection, seq: int, store: Any, order: list[StagedStart], owner: str,
            until: datetime, mark: int, limit: int, sizes: list[int], now: datetime,
            real_time: bool) -> None:
     began, claimed, chunks = time.monotonic(), 0, 0
@@ -263,13 +270,13 @@ def _claim(conn: Connection, store: Any, order: list[StagedStart], owner: str,
                 taken = store.claim_staged(c, chunk, owner, until, now=at)
                 mark = store.events_mark(c)
         except _Changed:
-            conn.send(("stopped", "a run changed since the node's previous chunk"))
+            conn.send(("stopped", seq, "a run changed since the node's previous chunk"))
             return
-        conn.send(("chunk", len(chunk), taken, at, mark))
+        conn.send(("chunk", seq, len(chunk), taken, at, mark))
         claimed += len(taken)
         chunks += 1
         if len(taken) != len(chunk):
-            conn.send(("stopped", f"{len(chunk) - len(taken)} staged runs changed before "
-                                  "their claim"))
+            conn.send(("stopped", seq, f"{len(chunk) - len(taken)} staged runs changed "
+                                       "before their claim"))
             return
-    conn.send(("done",))
+    conn.send(("done", seq))

@@ -5,13 +5,12 @@ connection to the test's SQLite file; the node on a FakeClock. These tests show 
 chunks it writes are the node's (same rows, events and log lines, each run claimed and
 entered once), that it stops as soon as anything changed since the node's previous chunk
 (and the node then checks everything again), and that a node whose claimer is gone claims
-in-process.
+in-process. Two nodes with claimer processes racing for one due time: in
+test_staged_burst.py (its two-node test, parametrized).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -150,43 +149,6 @@ def test_a_node_whose_claimer_died_claims_in_process(
         assert_ran_once(store, runs, calls)
         # Given up for good: the next stages are not handed to it.
         assert claimer.submit([], node.owner, FIRE) == 0
-
-
-def test_two_nodes_with_claimers_claim_each_run_once(
-    tmp_path: Path, sqlite_url: str, calls: Path
-) -> None:
-    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
-    clock = FakeClock(FIRE - timedelta(hours=1))
-    with running_node(home, clock, workers=JOBS, owner="node-a:1:1", claimer=True) as (a, store), \
-            running_node(home, clock, workers=JOBS, scheduler=False, owner="node-b:2:2",
-                         claimer=True) as (b, _):
-        record_ahead(a, clock, JOBS)
-        stages = [stage_now(a), stage_now(b)]
-        clock.set(FIRE)
-        barrier = threading.Barrier(2)
-        errors: list[BaseException] = []
-
-        def dispatch(node: Node) -> None:
-            try:
-                barrier.wait(5)
-                node.dispatch_once(FIRE)
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=dispatch, args=(n,)) for n in (a, b)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        assert not errors
-        runs = drain([a, b], store, clock)
-        assert len(runs) == JOBS
-        assert_ran_once(store, runs, calls)
-        owners = Counter(e.payload["fields"]["lease_owner"]
-                         for e in store.list_events(event_type="RUN_STATE_CHANGED")
-                         if e.payload["to"] == "RUNNING")
-        assert sum(owners.values()) == JOBS and set(owners) <= {"node-a:1:1", "node-b:2:2"}
-        assert sum(s.claimed for s in stages) <= JOBS
 
 
 def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(

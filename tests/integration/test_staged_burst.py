@@ -595,12 +595,25 @@ def test_the_global_cap_holds_when_a_run_started_after_staging(
 def test_two_nodes_staging_the_same_due_time_claim_each_run_once(
     tmp_path: Path, store_url: str, calls: Path
 ) -> None:
-    jobs = 24
+    two_nodes_race(tmp_path, store_url, calls, claimer=False)
+
+
+def test_two_nodes_with_claimer_processes_claim_each_run_once(
+    tmp_path: Path, sqlite_url: str, calls: Path
+) -> None:
+    """Each node's chunks after its first are written by its claimer process
+    (executor/claimer.py; SQLite files only)."""
+    two_nodes_race(tmp_path, sqlite_url, calls, claimer=True)
+
+
+def two_nodes_race(tmp_path: Path, store_url: str, calls: Path, *, claimer: bool) -> None:
+    jobs = 60 if claimer else 24
     home = node_home(tmp_path, store_url, jobs=jobs)
     clock = FakeClock(FIRE - timedelta(hours=1))
-    with running_node(home, clock, workers=jobs, owner="node-a:1:1") as (a, store), \
-            running_node(home, clock, workers=jobs, scheduler=False,
-                         owner="node-b:2:2") as (b, _):
+    with running_node(home, clock, workers=jobs, owner="node-a:1:1",
+                      claimer=claimer) as (a, store), \
+            running_node(home, clock, workers=jobs, scheduler=False, owner="node-b:2:2",
+                         claimer=claimer) as (b, _):
         record_ahead(a, clock, jobs)
         stages = [stage_now(a), stage_now(b)]
         assert [len(s) for s in stages] == [jobs, jobs]

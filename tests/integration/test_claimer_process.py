@@ -19,7 +19,7 @@ import pytest
 from test_staged_burst import (
     FIRE,
     _job,
-    all_runs,
+    assert_claimed_at_fire_and_ran,
     assert_ran_once,
     drain,
     entered,
@@ -68,22 +68,9 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
         assert stage.claimed == JOBS and stage.chunks == 3
         assert sizes == [staging.CHUNKS[0]]  # the first chunk in the node...
         assert node.claimer.chunks == 2  # ...then 32 and 12 in the claimer
-        for run in all_runs(store):
-            assert run.lease_epoch == 1 and run.started_at == FIRE
-            assert run.lease_owner is None or run.lease_owner == node.owner
-
-        runs = drain([node], store, clock)
-        assert len(runs) == JOBS
-        assert_ran_once(store, runs, calls)
-        for run in runs:
-            assert [(line.level, line.step, line.message.split(":")[0])
-                    for line in store.list_logs(run.id)] == [
-                ("INFO", None, "run started (scheduled); params"),
-                ("INFO", "noop", "started (python)"),
-                ("INFO", "noop", "succeeded"),
-                ("INFO", None, "run SUCCEEDED")]
+        runs = assert_claimed_at_fire_and_ran(node, store, clock, calls, JOBS)
+        for run in runs:  # the claimer's rows are the node's: owner, step run id
             (step,) = store.list_step_runs(run.id)
-            assert step.started_at == FIRE
             claim = [e for e in store.list_events(run_id=run.id)
                      if e.event_type == "RUN_STATE_CHANGED" and e.payload["to"] == "RUNNING"]
             assert [e.payload["fields"]["lease_owner"] for e in claim] == [node.owner]

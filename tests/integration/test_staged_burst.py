@@ -352,22 +352,29 @@ def test_a_node_stages_a_due_time_and_claims_it_in_chunks(
         assert stage.dropped is None and stage.claimed == jobs
         assert sizes == [staging.CHUNKS[0], jobs - staging.CHUNKS[0]]  # 16, then 24
         assert stage.chunks == 2
-        for run in all_runs(store):  # claimed at the due time
-            assert run.lease_epoch == 1 and run.started_at == FIRE
-            assert run.lease_owner is None or run.lease_owner == node.owner
+        assert_claimed_at_fire_and_ran(node, store, clock, calls, jobs)
 
-        runs = drain([node], store, clock)
-        assert len(runs) == jobs
-        assert_ran_once(store, runs, calls)
-        for run in runs:
-            assert [(line.level, line.step, line.message.split(":")[0])
-                    for line in store.list_logs(run.id)] == [
-                ("INFO", None, "run started (scheduled); params"),
-                ("INFO", "noop", "started (python)"),
-                ("INFO", "noop", "succeeded"),
-                ("INFO", None, "run SUCCEEDED")]
-            (step,) = store.list_step_runs(run.id)
-            assert step.started_at == FIRE
+
+def assert_claimed_at_fire_and_ran(node: Node, store: Store, clock: FakeClock, calls: Path,
+                                   jobs: int) -> list[Any]:
+    """Every run was claimed at FIRE by ``node``; then each ran once, with the usual log
+    lines and its first step started at FIRE. Returns the runs."""
+    for run in all_runs(store):  # claimed at the due time
+        assert run.lease_epoch == 1 and run.started_at == FIRE
+        assert run.lease_owner is None or run.lease_owner == node.owner
+    runs = drain([node], store, clock)
+    assert len(runs) == jobs
+    assert_ran_once(store, runs, calls)
+    for run in runs:
+        assert [(line.level, line.step, line.message.split(":")[0])
+                for line in store.list_logs(run.id)] == [
+            ("INFO", None, "run started (scheduled); params"),
+            ("INFO", "noop", "started (python)"),
+            ("INFO", "noop", "succeeded"),
+            ("INFO", None, "run SUCCEEDED")]
+        (step,) = store.list_step_runs(run.id)
+        assert step.started_at == FIRE
+    return runs
 
 
 def test_a_stage_claimed_too_late_is_left_to_the_ordinary_decision(

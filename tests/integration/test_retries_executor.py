@@ -233,6 +233,48 @@ def test_always_retryable_needs_review_then_resume_and_abandon(tmp_path: Path) -
         assert missing.exit_code == 1 and "no run 'nope'" in missing.output
 
 
+def test_an_abandoned_run_records_the_steps_after_the_failed_one_skipped(
+    tmp_path: Path, store_url: str
+) -> None:
+    """SPEC §7: a failed step stops the job and the steps after it are recorded SKIPPED,
+    as the fatal path does (below); abandoning a NEEDS_REVIEW run is such an end."""
+    jobs = python_job("busy", [("first", "produce", {"counter": (tmp_path / "a").as_posix()}),
+                               ("call", "always_busy", {}), ("after", "always_busy", {}),
+                               ("tail", "always_busy", {})], EXPONENTIAL)
+    with bench(tmp_path / "home", jobs, store_url=store_url) as b:
+        run_id = b.enqueue("busy")
+        assert b.execute(run_id).state is RunState.QUEUED
+        b.clock.advance(10)
+        assert b.execute(run_id).state is RunState.QUEUED
+        b.clock.advance(20)
+        assert b.execute(run_id).state is RunState.NEEDS_REVIEW
+        before = b.steps(run_id)
+        assert [(s[0], s[2]) for s in before] == [
+            ("first", StepState.SUCCEEDED), ("call", StepState.FAILED),
+            ("call", StepState.FAILED), ("call", StepState.FAILED)]
+
+        abandoned = b.cli("runs", "abandon", run_id)
+        assert abandoned.exit_code == 0, abandoned.output
+        steps = b.store.list_step_runs(run_id)
+        assert [(s.step, s.attempt, s.state, s.reason) for s in steps[len(before):]] == [
+            ("after", 1, StepState.SKIPPED, "earlier step failed"),
+            ("tail", 1, StepState.SKIPPED, "earlier step failed")]
+        assert all(s.finished_at is not None and s.started_at is None
+                   for s in steps[len(before):])
+        events = b.store.list_events(run_id=run_id)
+        tail = [(e.event_type, e.payload.get("step"), e.payload.get("to")) for e in events][-4:]
+        assert tail == [("STEP_STATE_CHANGED", "after", "SKIPPED"),
+                        ("STEP_STATE_CHANGED", "tail", "SKIPPED"),
+                        ("RUN_STATE_CHANGED", None, "FAILED"), ("RUN_FINISHED", None, None)]
+        assert len({e.actor for e in events[-4:]}) == 1 and events[-1].actor != "system"
+        run = b.store.get_run(run_id)
+        assert run is not None and run.state is RunState.FAILED
+
+        # Refused (not NEEDS_REVIEW any more): nothing more is written.
+        assert b.cli("runs", "abandon", run_id).exit_code == 1
+        assert len(b.store.list_step_runs(run_id)) == len(steps)
+
+
 def test_value_error_fails_after_one_attempt(tmp_path: Path) -> None:
     jobs = python_job("bad", [("call", "bad_input", {}), ("after", "always_busy", {})],
                       EXPONENTIAL)

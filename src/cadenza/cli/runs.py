@@ -9,7 +9,7 @@ import typer
 
 from cadenza.cli.context import state
 from cadenza.cli.output import fail, out, print_json, print_table
-from cadenza.domain.states import RunState
+from cadenza.domain.states import RunState, StepState
 
 if TYPE_CHECKING:
     from cadenza.store import RunRecord, Store
@@ -220,7 +220,11 @@ def _review(ctx: typer.Context, run_id: str, *, resume: bool, as_json: bool) -> 
     user = os_user()
     with state(ctx).store() as store:
         try:
-            run = (store.resume_run if resume else store.abandon_run)(run_id, actor=user)
+            if resume:
+                run = store.resume_run(run_id, actor=user)
+            else:
+                run = store.abandon_run(run_id, actor=user,
+                                        skip=_steps_after_failed(ctx, store, run_id))
         except InvalidTransition as exc:
             fail(f"run {run_id} is {exc.frm}: only a NEEDS_REVIEW run can be {verb} "
                  "(see `cadenza runs show RUN`)")
@@ -239,6 +243,21 @@ def _review(ctx: typer.Context, run_id: str, *, resume: bool, as_json: bool) -> 
                   f"attempts (resume {run.resumes})", markup=False)
     else:
         out.print(f"run {run.id} abandoned by {user}: FAILED", markup=False)
+
+
+def _steps_after_failed(ctx: typer.Context, store: Store, run_id: str) -> list[tuple[str, str]]:
+    """The (name, type) of the steps of the run's job after its last failed step, in the
+    current configuration (none if the job is gone from it: nothing is recorded SKIPPED
+    then)."""
+    run = store.get_run(run_id)
+    failed = [s.step for s in store.list_step_runs(run_id) if s.state is StepState.FAILED]
+    if run is None or not failed:
+        return []
+    job = state(ctx).config().jobs.get(run.job_id)
+    names = [step.name for step in job.steps] if job is not None else []
+    if job is None or failed[-1] not in names:
+        return []
+    return [(step.name, step.type) for step in job.steps[names.index(failed[-1]) + 1:]]
 
 
 # `runs cancel` lives in its own module (leases and cancel, docs/leases.md).

@@ -63,11 +63,12 @@ from cadenza.store.boundary import (
     StepEnd,
     StepStart,
 )
+from cadenza.store.runs import EARLIER_STEP_FAILED
 
 FLUSH_SECONDS = 1.0
 """While a step runs, its pending log lines are written at most this often."""
 DISABLED = "disabled"
-EARLIER_FAILED = "earlier step failed"
+EARLIER_FAILED = EARLIER_STEP_FAILED
 CANCELED = "canceled"
 
 

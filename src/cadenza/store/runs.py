@@ -9,7 +9,7 @@ both return ``False`` and change nothing.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,13 +21,14 @@ from cadenza.domain.states import (
     RUN_TRANSITIONS,
     TERMINAL_RUN_STATES,
     RunState,
+    StepState,
     is_allowed,
     sources_of,
 )
 from cadenza.store.codec import UTCDateTime, aware_values, dumps, new_run_id, require_aware
-from cadenza.store.core import StoreCore
 from cadenza.store.records import CheckpointRecord, RunRecord
-from cadenza.store.tables import checkpoints, runs
+from cadenza.store.steps import StepRunsRepository
+from cadenza.store.tables import checkpoints, runs, step_runs
 
 RUN_FIELDS = frozenset(
     "not_before priority rows error wait_reason lease_owner lease_until lease_epoch attempt"
@@ -123,7 +124,11 @@ def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.
     return sa.update(runs).where(*where).values(values)
 
 
-class RunsRepository(StoreCore):
+EARLIER_STEP_FAILED = "earlier step failed"
+"""The reason of a step recorded SKIPPED after a failed one (SPEC §7)."""
+
+
+class RunsRepository(StepRunsRepository):
     """Runs (table ``runs``)."""
 
     def create_run(
@@ -391,19 +396,31 @@ class RunsRepository(StoreCore):
         state, :class:`StoreError` for an unknown run."""
         return self._review_decision(run_id, RunState.QUEUED, actor, f"resumed by {actor}")
 
-    def abandon_run(self, run_id: str, *, actor: str) -> RunRecord:
-        """An operator abandons a NEEDS_REVIEW run: FAILED (its error stays). The events
-        (RUN_STATE_CHANGED, RUN_FINISHED) name ``actor``. Raises like :meth:`resume_run`."""
-        return self._review_decision(run_id, RunState.FAILED, actor, f"abandoned by {actor}")
+    def abandon_run(self, run_id: str, *, actor: str,
+                    skip: Sequence[tuple[str, str]] = ()) -> RunRecord:
+        """An operator abandons a NEEDS_REVIEW run: FAILED (its error stays). ``skip``: the
+        (name, type) of the job's steps after the one that failed, each recorded SKIPPED
+        "earlier step failed" (SPEC §7: a failed step stops the job, the steps after it are
+        recorded SKIPPED) unless it has a step run already. The events (STEP_STATE_CHANGED
+        of those, then RUN_STATE_CHANGED, RUN_FINISHED) name ``actor``; all in one
+        transaction. Raises like :meth:`resume_run`."""
+        return self._review_decision(run_id, RunState.FAILED, actor, f"abandoned by {actor}",
+                                     skip=skip)
 
-    def _review_decision(self, run_id: str, to: RunState, actor: str,
-                         reason: str) -> RunRecord:
+    def _review_decision(self, run_id: str, to: RunState, actor: str, reason: str,
+                         skip: Sequence[tuple[str, str]] = ()) -> RunRecord:
         with self.write() as c:
             run = self.get_run(run_id, conn=c)
             if run is None:
                 raise StoreError(f"no run {run_id!r}")
             if run.state is not RunState.NEEDS_REVIEW:
                 raise InvalidTransition("run", run.state, to)
+            recorded = set(c.execute(sa.select(step_runs.c.step).where(
+                step_runs.c.run_id == run_id)).scalars()) if skip else set()
+            for step, step_type in skip:
+                if step not in recorded:
+                    self.create_step_run(run_id, step, step_type, 1, state=StepState.SKIPPED,
+                                         reason=EARLIER_STEP_FAILED, actor=actor, conn=c)
             fields: dict[str, Any] = {}
             if to is RunState.QUEUED:
                 fields = {"not_before": None, "wait_reason": None, "started_at": self._now()}

@@ -61,7 +61,7 @@ def test_the_claimer_stops_with_a_graceful_stop(tmp_path: Path) -> None:
         out = served.stop()
     assert served.proc.returncode == 0, out
     assert eventually(lambda: _gone(claimer), 15, "the claimer gone")
-    assert "Traceback" not in out
+    assert "Traceback" not in out, out
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX (TerminateProcess "

@@ -215,6 +215,13 @@ def serve(conn: Connection, url: str, synchronous: str) -> None:
     # process stops (a "stop" message, or the pipe closing when the node is gone).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
+        _serve(conn, url, synchronous)
+    except (EOFError, OSError):  # the node closed its end (it stopped, or is gone)
+        return
+
+
+def _serve(conn: Connection, url: str, synchronous: str) -> None:
+    try:
         from cadenza.store import Store
 
         store = Store.open(url, sqlite_synchronous=synchronous, migrate=False)
@@ -227,10 +234,7 @@ def serve(conn: Connection, url: str, synchronous: str) -> None:
     token, owner, until = 0, "", datetime.now(UTC)
     try:
         while True:
-            try:
-                message = conn.recv()
-            except (EOFError, OSError):  # the node is gone
-                return
+            message = conn.recv()  # EOFError when the node is gone
             if message[0] == "stop":
                 return
             if message[0] == "stage":

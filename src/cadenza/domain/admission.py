@@ -344,12 +344,17 @@ class _Tally:
             for job_id, starts in load.starts_by_job.items()
         }
         self.starts_by_tag: dict[str, list[datetime]] = {}
-        for job_id, job in limits.jobs.items():
+        # Only the jobs with runs running or started in the hour count toward their tags:
+        # a decision costs nothing per configured job (a node may have thousands).
+        for job_id in self.running_by_job.keys() | self.starts_by_job.keys():
+            job = limits.jobs.get(job_id)
+            if job is None:  # removed from the configuration: counts toward no tag
+                continue
+            running = self.running_by_job.get(job_id, 0)
+            starts = self.starts_by_job.get(job_id, ())
             for tag in job.tags:
-                self.running_by_tag[tag] = (
-                    self.running_by_tag.get(tag, 0) + self.running_by_job.get(job_id, 0)
-                )
-                self.starts_by_tag.setdefault(tag, []).extend(self.starts_by_job.get(job_id, ()))
+                self.running_by_tag[tag] = self.running_by_tag.get(tag, 0) + running
+                self.starts_by_tag.setdefault(tag, []).extend(starts)
         for starts in self.starts_by_tag.values():
             starts.sort()
         self._windows: dict[tuple[tuple[Window, ...], tzinfo], WaitReason | None] = {}

@@ -47,6 +47,7 @@ ADMISSION_LOCK_KEY = int.from_bytes(b"cadadmit", "big")
 _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
 _CHUNK = 500  # ids per IN (...) list: far below every dialect's bind parameter limit
+# The index's expression (tables.QUEUED_AT), typed: read back as an aware UTC datetime.
 _QUEUED_AT = sa.func.coalesce(runs.c.scheduled_for, runs.c.created_at, type_=UTCDateTime())
 _CANDIDATE_COLUMNS = (
     runs.c.id,
@@ -97,7 +98,10 @@ class AdmissionRepository(StoreCore):
         now = require_aware(now, "now")
         ready = sa.or_(runs.c.not_before.is_(None), runs.c.not_before <= now)
         order = (runs.c.priority.desc(), _QUEUED_AT.asc(), runs.c.id.asc())
-        base = sa.select(*_CANDIDATE_COLUMNS).where(runs.c.state == _QUEUED)
+        # A literal, not a parameter: it must match the partial index's WHERE, whose order
+        # (ix_runs_claim_order) is this one: the rows come in order, no sort, up to limit.
+        base = sa.select(*_CANDIDATE_COLUMNS).where(
+            runs.c.state == sa.literal_column("'QUEUED'"))
         with self._reading(conn) as c:
             rows = [
                 *c.execute(base.where(ready).order_by(*order).limit(limit)),

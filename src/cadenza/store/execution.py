@@ -22,7 +22,7 @@ from cadenza.store.hotsql import EVENT_COLUMNS, Dialect, insert_rows
 from cadenza.store.recording import RecordingRepository, event_row
 from cadenza.store.records import RunRecord
 from cadenza.store.staged import claim_event
-from cadenza.store.tables import runs
+from cadenza.store.tables import QUEUED_AT, runs
 
 _RUNNING = RunState.RUNNING.value
 _QUEUED = RunState.QUEUED.value
@@ -33,7 +33,8 @@ def _b(name: str, type_: sa.types.TypeEngine[Any] | None = None) -> sa.BindParam
 
 
 def _claim(postgres: bool, by_id: bool, by_job: bool) -> sa.Update:
-    """One statement: choose the first QUEUED runs (priority, then age) and take them.
+    """One statement: choose the first QUEUED runs (priority, then scheduled time) and take
+    them.
 
     Parameters: b_now, b_limit, b_owner, b_until, and b_run_ids / b_jobs when filtered."""
     chosen = sa.select(runs.c.id).where(
@@ -45,7 +46,7 @@ def _claim(postgres: bool, by_id: bool, by_job: bool) -> sa.Update:
         chosen = chosen.where(runs.c.id.in_(sa.bindparam("b_run_ids", expanding=True)))
     if by_job:
         chosen = chosen.where(runs.c.job_id.in_(sa.bindparam("b_jobs", expanding=True)))
-    chosen = chosen.order_by(runs.c.priority.desc(), runs.c.created_at, runs.c.id).limit(
+    chosen = chosen.order_by(runs.c.priority.desc(), QUEUED_AT, runs.c.id).limit(
         _b("b_limit"))
     if postgres:  # several nodes claim at once: each skips the rows another is taking
         chosen = chosen.with_for_update(skip_locked=True)
@@ -90,7 +91,8 @@ _SQLITE_CHOSEN = (
     " lease_until = ?, started_at = coalesce(started_at, ?), updated_at = ?, reason = NULL,"
     " wait_reason = NULL WHERE id IN (SELECT id FROM runs WHERE state = 'QUEUED'"
     " AND (not_before IS NULL OR not_before <= ?) AND id IN ({marks})"
-    " ORDER BY priority DESC, created_at, id LIMIT ?) AND state || '' = 'QUEUED' RETURNING *"
+    " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT ?)"
+    " AND state || '' = 'QUEUED' RETURNING *"
 )
 _IDS_PER_CLAIM = 900
 """Ids per statement of :func:`_claim_chosen_sqlite` (SQLite's default limit is 32766)."""

@@ -90,9 +90,12 @@ runs = sa.Table(
     sa.Index(None, "state", "lease_until"),
     sa.Index(None, "created_at"),
 )
-# The claim order of queued runs (migrations 0002, 0003): highest priority first, then oldest.
+# The admission order of queued runs (migrations 0002, 0003, 0005): highest priority first,
+# then the scheduled time (``QUEUED_AT``), then id; queued runs only.
 _QUEUED_ONLY = sa.text("state = 'QUEUED'")
-sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), runs.c.created_at,
+QUEUED_AT = sa.func.coalesce(runs.c.scheduled_for, runs.c.created_at)
+"""When a run was due: its scheduled time, or its creation for a run without one."""
+sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), QUEUED_AT,
          runs.c.id, sqlite_where=_QUEUED_ONLY, postgresql_where=_QUEUED_ONLY)
 
 step_runs = sa.Table(

@@ -82,7 +82,7 @@ class WaitReason:
     rule: WaitRule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Candidate:
     """A QUEUED run, as admission sees it.
 

@@ -27,15 +27,17 @@ the number of decisions.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
 from cadenza.domain.admission import HOUR, Candidate, Load
+from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
+from cadenza.store.hotsql import Dialect
 from cadenza.store.tables import runs
 
 RUN_WAITING = EventType.RUN_WAITING
@@ -47,17 +49,6 @@ ADMISSION_LOCK_KEY = int.from_bytes(b"cadadmit", "big")
 _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
 _CHUNK = 500  # ids per IN (...) list: far below every dialect's bind parameter limit
-# The index's expression (tables.QUEUED_AT), typed: read back as an aware UTC datetime.
-_QUEUED_AT = sa.func.coalesce(runs.c.scheduled_for, runs.c.created_at, type_=UTCDateTime())
-_CANDIDATE_COLUMNS = (
-    runs.c.id,
-    runs.c.job_id,
-    runs.c.priority,
-    _QUEUED_AT.label("queued_at"),
-    runs.c.not_before,
-    runs.c.attempt,
-    runs.c.started_at,
-)
 _SET_WAIT_REASON = (
     sa.update(runs)
     .where(runs.c.id == sa.bindparam("p_id"), runs.c.state == _QUEUED)
@@ -69,6 +60,15 @@ _SET_WAIT_REASON = (
 
 
 _RUNNING_BY_JOB = "SELECT job_id, count(*) FROM runs WHERE state = 'RUNNING' GROUP BY job_id"
+# The admission order, as the partial index ix_runs_claim_order holds it (migration 0005):
+# the literal state and the ORDER BY must be the index's for it to be read in order.
+_CANDIDATES = (
+    "SELECT id, job_id, priority, coalesce(scheduled_for, created_at), not_before, attempt,"
+    " started_at IS NOT NULL FROM runs WHERE state = 'QUEUED' AND {where}"
+    " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}"
+)
+_READY = "(not_before IS NULL OR not_before <= {m})"
+_HELD = "not_before IS NOT NULL AND not_before > {m}"
 
 
 class AdmissionRepository(StoreCore):
@@ -96,29 +96,27 @@ class AdmissionRepository(StoreCore):
         start), merged in admission order. Changes nothing.
         """
         now = require_aware(now, "now")
-        ready = sa.or_(runs.c.not_before.is_(None), runs.c.not_before <= now)
-        order = (runs.c.priority.desc(), _QUEUED_AT.asc(), runs.c.id.asc())
-        # A literal, not a parameter: it must match the partial index's WHERE, whose order
-        # (ix_runs_claim_order) is this one: the rows come in order, no sort, up to limit.
-        base = sa.select(*_CANDIDATE_COLUMNS).where(
-            runs.c.state == sa.literal_column("'QUEUED'"))
+        postgres = self.dialect == "postgresql"
+        mark = "%s" if postgres else "?"
+        utc = now.astimezone(UTC)
+        stamp = utc if postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+        read = Dialect.read_ts
+        candidates: list[Candidate] = []
         with self._reading(conn) as c:
-            rows = [
-                *c.execute(base.where(ready).order_by(*order).limit(limit)),
-                *c.execute(base.where(sa.not_(ready)).order_by(*order).limit(limit)),
-            ]
-        candidates = [
-            Candidate(
-                run_id=row.id,
-                job_id=row.job_id,
-                queued_at=row.queued_at,
-                priority=row.priority,
-                not_before=row.not_before,
-                attempt=row.attempt,
-                requeued=row.started_at is not None,
-            )
-            for row in rows
-        ]
+            # On the DBAPI cursor: a node decides often (every few runs ended, with few
+            # workers), and the Core result processing was most of this read's time.
+            cursor = c.connection.cursor()
+            try:
+                for where in (_READY, _HELD):
+                    cursor.execute(_CANDIDATES.format(where=where.format(m=mark), m=mark),
+                                   (stamp, limit))
+                    candidates.extend(
+                        Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
+                                  attempt, bool(requeued))
+                        for run_id, job_id, priority, queued_at, not_before, attempt, requeued
+                        in cursor.fetchall())
+            finally:
+                cursor.close()
         candidates.sort(key=lambda cand: cand.order_key)
         return candidates
 
@@ -216,3 +214,11 @@ class AdmissionRepository(StoreCore):
 
 def _chunks(items: list[str]) -> list[list[str]]:
     return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]
+
+
+def _queued_at(value: object) -> datetime:
+    """``coalesce(scheduled_for, created_at)`` read back (never NULL: created_at is not)."""
+    at = Dialect.read_ts(value)
+    if at is None:
+        raise StoreError("a queued run without a creation time")
+    return at

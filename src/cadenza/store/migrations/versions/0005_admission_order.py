@@ -10,6 +10,10 @@ Admission (SPEC §9) takes QUEUED runs by priority, then scheduled time
 them (SQLite: "USE TEMP B-TREE FOR RIGHT PART OF ORDER BY"): 5–9 ms per decision with 3,000
 queued runs, 60 ms with 100,000. Indexed on the expression itself, a decision reads its
 candidates in index order and stops at its limit. The ordinary claim orders by the same key.
+
+SQLAlchemy does not reflect SQLite's expression indexes: a later migration that rebuilds
+``runs`` with ``batch_alter_table`` on SQLite would drop this index silently. Such a
+migration must create it again.
 """
 
 from __future__ import annotations

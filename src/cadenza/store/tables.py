@@ -97,6 +97,11 @@ QUEUED_AT = sa.func.coalesce(runs.c.scheduled_for, runs.c.created_at)
 """When a run was due: its scheduled time, or its creation for a run without one."""
 sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), QUEUED_AT,
          runs.c.id, sqlite_where=_QUEUED_ONLY, postgresql_where=_QUEUED_ONLY)
+# The starts of a job in the last hour (admission's budget_per_hour, migration 0006); runs
+# that never started are not in it.
+_STARTED = sa.text("started_at IS NOT NULL")
+sa.Index("ix_runs_job_started", runs.c.job_id, runs.c.started_at,
+         sqlite_where=_STARTED, postgresql_where=_STARTED)
 
 step_runs = sa.Table(
     "step_runs",

@@ -201,7 +201,8 @@ class ExecutionRepository(RecordingRepository):
         conn: sa.Connection | None = None,
     ) -> list[RunRecord]:
         """Take up to ``limit`` QUEUED runs whose ``not_before`` has passed (highest priority,
-        then oldest first), optionally only among ``run_ids`` and runs of ``job_ids``.
+        then earliest scheduled time: admission's order), optionally only among ``run_ids``
+        and runs of ``job_ids``.
 
         Each is moved QUEUED -> RUNNING with a conditional UPDATE: lease_epoch + 1 (the new
         holder's fencing token), lease_owner, lease_until, started_at on its first start,

@@ -1,0 +1,80 @@
+"""The admission reads use their indexes (SQLite's query plans): a decision's cost must not
+grow with the queue or with a job's history (migrations 0005 and 0006)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.store import Store, admission
+from cadenza.store.boundary import NewRun
+
+
+def _plans(store: Store, call: Any, *, words: str) -> list[str]:
+    """The query plans (EXPLAIN QUERY PLAN, joined) of the statements ``call`` runs whose
+    SQL contains ``words``."""
+    plans: list[str] = []
+
+    def explain(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+                executemany: bool) -> None:
+        if words in statement and not statement.startswith("EXPLAIN"):
+            raw = conn.connection.driver_connection.cursor()
+            raw.execute("EXPLAIN QUERY PLAN " + statement, params)
+            plans.append(" | ".join(str(row[3]) for row in raw.fetchall()))
+
+    sa.event.listen(store.engine, "before_cursor_execute", explain)
+    try:
+        call()
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", explain)
+    return plans
+
+
+def test_the_candidates_of_a_decision_are_read_in_index_order(sqlite_url: str) -> None:
+    store = Store.open(sqlite_url)
+    try:
+        now = datetime.now(UTC)
+        store.create_runs([NewRun(f"j{k % 7}", "manual:t",
+                                  not_before=now + timedelta(hours=1) if k % 5 == 0 else None)
+                           for k in range(300)])
+        # The read runs on the DBAPI cursor (no engine events): its statements, explained.
+        stamp = now.replace(tzinfo=None).isoformat(" ", "microseconds")
+        with store.read() as conn:
+            raw = conn.connection.driver_connection.cursor()
+            plans = []
+            for where in (admission._READY, admission._HELD):
+                sql = admission._CANDIDATES.format(where=where.format(m="?"), m="?")
+                raw.execute("EXPLAIN QUERY PLAN " + sql, (stamp, 20))
+                plans.append(" | ".join(str(row[3]) for row in raw.fetchall()))
+        ready, held = plans
+        # The runs that may start: in index order, no sort of the whole queue.
+        assert "ix_runs_claim_order" in ready and "TEMP B-TREE" not in ready, ready
+        # Those still held by not_before: found by their not_before range (only they are
+        # sorted).
+        assert "not_before>?" in held, held
+        seen = store.queued_candidates(now, 20)
+        assert len(seen) == 40
+        assert seen == sorted(seen, key=lambda c: c.order_key)
+
+        # The ordinary claim walks the same index in the same order.
+        plans = _plans(store, lambda: store.claim_runs("node:1:1", limit=3,
+                                                       lease_until=now + timedelta(minutes=1)),
+                       words="ORDER BY")
+        assert plans and all("ix_runs_claim_order" in p and "TEMP B-TREE" not in p
+                             for p in plans), plans
+    finally:
+        store.close()
+
+
+def test_the_budget_starts_are_read_by_job_and_start_time(sqlite_url: str) -> None:
+    store = Store.open(sqlite_url)
+    try:
+        now = datetime.now(UTC)
+        plans = _plans(store, lambda: store.admission_load(now, budget_jobs={"hot", "cold"}),
+                       words="started_at >")
+        assert len(plans) == 1
+        assert "ix_runs_job_started" in plans[0], plans[0]
+    finally:
+        store.close()

@@ -11,6 +11,8 @@ test_staged_burst.py (its two-node test, parametrized).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,10 @@ import pytest
 from test_staged_burst import (
     FIRE,
     _job,
+    assert_canceled_and_rest_ran,
     assert_claimed_at_fire_and_ran,
     assert_ran_once,
     drain,
-    entered,
-    get,
     node_home,
     record_ahead,
     running_node,
@@ -35,6 +36,7 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.executor import staging
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
+from cadenza.executor.staging import Stage
 from cadenza.node import Node
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
@@ -50,9 +52,10 @@ def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
-    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@contextmanager
+def staged(tmp_path: Path, sqlite_url: str) -> Iterator[tuple[Node, Store, FakeClock, Stage]]:
+    """A node with a ready claimer process whose fires of FIRE (JOBS of them) are staged and
+    handed to the claimer."""
     home = node_home(tmp_path, sqlite_url, jobs=JOBS)
     clock = FakeClock(FIRE - timedelta(hours=1))
     with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
@@ -60,6 +63,14 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
         record_ahead(node, clock, JOBS)
         stage = stage_now(node)
         assert stage.token != 0 and len(stage) == JOBS
+        yield node, store, clock, stage
+
+
+def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
+        assert node.claimer is not None
         sizes = spy_claims(monkeypatch, store)  # the node's own chunks
 
         clock.set(FIRE)
@@ -81,12 +92,8 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
 def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_again(
     tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
-    clock = FakeClock(FIRE - timedelta(hours=1))
-    with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
+    with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
         assert node.claimer is not None
-        record_ahead(node, clock, JOBS)
-        stage = stage_now(node)
         victim = stage.order[staging.CHUNKS[0]].run_id  # the first of the claimer's chunk
         real = Node._claim_remote
 
@@ -103,25 +110,15 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
         assert node.claimer.broken is None  # and stays usable
         assert stage.claimed == staging.CHUNKS[0]
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
-        runs = drain([node], store, clock)
-        assert get(store, victim).state is RunState.CANCELED
-        assert store.list_step_runs(victim) == [] and victim not in entered(calls)
-        rest = [r for r in runs if r.id != victim]
-        assert len(rest) == JOBS - 1
-        assert_ran_once(store, rest, calls)
+        assert_canceled_and_rest_ran(node, store, clock, calls, victim, JOBS - 1)
 
 
 def test_a_node_whose_claimer_died_claims_in_process(
     tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = node_home(tmp_path, sqlite_url, jobs=JOBS)
-    clock = FakeClock(FIRE - timedelta(hours=1))
-    with running_node(home, clock, workers=JOBS, claimer=True) as (node, store):
+    with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
         claimer = node.claimer
         assert claimer is not None
-        record_ahead(node, clock, JOBS)
-        stage = stage_now(node)
-        assert stage.token != 0
         claimer._process.kill()  # killed (a crash, the OOM killer) before the due time
         claimer._process.join(10)
         sizes = spy_claims(monkeypatch, store)

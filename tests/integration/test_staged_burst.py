@@ -169,6 +169,19 @@ def assert_ran_once(store: Store, runs: list[Any], calls: Path) -> None:
         assert [k for k in kinds if k != "RUN_WAITING"] == OK_EVENTS, run.id
 
 
+def assert_canceled_and_rest_ran(node: Node, store: Store, clock: FakeClock, calls: Path,
+                                 victim: str, rest_count: int) -> list[Any]:
+    """After draining: ``victim`` was CANCELED and never started; the ``rest_count`` other
+    runs each ran once. Returns the others."""
+    runs = drain([node], store, clock)
+    assert get(store, victim).state is RunState.CANCELED
+    assert store.list_step_runs(victim) == [] and victim not in entered(calls)
+    rest = [r for r in runs if r.id != victim]
+    assert len(rest) == rest_count
+    assert_ran_once(store, rest, calls)
+    return rest
+
+
 def spy_claims(monkeypatch: pytest.MonkeyPatch, store: Store) -> list[int]:
     """The size of each staged chunk claimed through ``store``."""
     sizes: list[int] = []
@@ -451,12 +464,7 @@ def test_a_run_canceled_between_two_chunks_never_runs(
         assert len(chunks) == 2
         assert stage.claimed == staging.CHUNKS[0]
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
-        runs = drain([node], store, clock)
-        assert get(store, victim).state is RunState.CANCELED
-        assert store.list_step_runs(victim) == [] and victim not in entered(calls)
-        rest = [r for r in runs if r.id != victim]
-        assert len(rest) == jobs - 1
-        assert_ran_once(store, rest, calls)
+        assert_canceled_and_rest_ran(node, store, clock, calls, victim, jobs - 1)
 
 
 def test_a_cancel_and_a_new_due_run_drop_the_stage_before_any_claim(

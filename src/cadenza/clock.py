@@ -29,6 +29,12 @@ class Clock(Protocol):
         """Block the caller for ``seconds`` of this clock's time."""
         ...
 
+    def wait(self, event: threading.Event, timeout: float | None = None) -> bool:
+        """Block until ``event`` is set or ``timeout`` seconds of this clock's time have
+        passed (``None``: no timeout); returns whether the event is set. Every loop of a
+        service paces itself with this, so that a :class:`FakeClock` can drive it."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -42,6 +48,9 @@ class SystemClock:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, event: threading.Event, timeout: float | None = None) -> bool:
+        return event.wait(None if timeout is None else max(timeout, 0.0))
 
 
 class OffsetClock(SystemClock):
@@ -95,7 +104,9 @@ class FakeClock:
             raise ValueError("FakeClock needs a timezone-aware start time")
         self._now = start.astimezone(UTC)
         self._mono = 1000.0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._waiting = 0
         self.sleeps: list[float] = []
 
     def now(self) -> datetime:
@@ -111,6 +122,45 @@ class FakeClock:
         if seconds > 0:
             self.advance(seconds)
 
+    POLL = 0.002
+    """Real seconds between two looks at a waited event (an Event cannot notify us)."""
+
+    def wait(self, event: threading.Event, timeout: float | None = None) -> bool:
+        """Block (for real) until ``event`` is set or the clock is advanced past
+        ``timeout``; does not move the clock itself. While blocked the caller counts in
+        :attr:`waiting`, so that a test can tell when every loop is idle."""
+        with self._changed:
+            deadline = None if timeout is None else self._mono + max(timeout, 0.0)
+            self._waiting += 1
+            self._changed.notify_all()
+            try:
+                while not event.is_set():
+                    if deadline is not None and self._mono >= deadline:
+                        return False
+                    self._changed.wait(self.POLL)
+                return True
+            finally:
+                self._waiting -= 1
+                self._changed.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        """How many threads are blocked in :meth:`wait` now."""
+        with self._lock:
+            return self._waiting
+
+    def wait_for_waiters(self, count: int, timeout: float = 10.0) -> bool:
+        """Block (for real, at most ``timeout`` seconds) until at least ``count`` threads
+        wait on this clock: the loops under test have reached their next pause."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while self._waiting < count:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, self.POLL))
+            return True
+
     def advance(self, seconds: float | timedelta) -> datetime:
         """Move wall and monotonic time forward; returns the new ``now``."""
         delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
@@ -119,6 +169,7 @@ class FakeClock:
         with self._lock:
             self._now += delta
             self._mono += delta.total_seconds()
+            self._changed.notify_all()
             return self._now
 
     def set(self, when: datetime | str) -> None:
@@ -129,3 +180,4 @@ class FakeClock:
             raise ValueError("FakeClock.set needs a timezone-aware time")
         with self._lock:
             self._now = when.astimezone(UTC)
+            self._changed.notify_all()

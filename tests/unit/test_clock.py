@@ -31,3 +31,40 @@ def test_both_clocks_satisfy_the_protocol() -> None:
     assert isinstance(SystemClock(), Clock)
     assert isinstance(FakeClock(), Clock)
     assert SystemClock().now().tzinfo is not None
+
+
+def test_fake_clock_wait_returns_when_advanced_past_timeout_or_set() -> None:
+    import threading
+
+    from cadenza.clock import FakeClock
+
+    clock = FakeClock()
+    event = threading.Event()
+    results: list[bool] = []
+    waiter = threading.Thread(target=lambda: results.append(clock.wait(event, 5)))
+    waiter.start()
+    assert clock.wait_for_waiters(1)
+    clock.advance(4.9)
+    waiter.join(0.05)
+    assert waiter.is_alive(), "4.9 s of a 5 s wait: still waiting"
+    clock.advance(0.1)
+    waiter.join(5)
+    assert results == [False]
+    waiter = threading.Thread(target=lambda: results.append(clock.wait(event, None)))
+    waiter.start()
+    assert clock.wait_for_waiters(1)
+    event.set()
+    waiter.join(5)
+    assert results == [False, True]
+    assert clock.waiting == 0
+
+
+def test_system_clock_wait_is_the_event_wait() -> None:
+    import threading
+
+    from cadenza.clock import SystemClock
+
+    event = threading.Event()
+    event.set()
+    assert SystemClock().wait(event, 10) is True
+    assert SystemClock().wait(threading.Event(), 0) is False

@@ -119,9 +119,9 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
 
     Refuses a directory that already holds a ``cadenza.toml`` (nothing is overwritten).
     With ``example``, writes the demo of SPEC §13: the ``sales-load`` job, a SQLite
-    warehouse with its aggregate table, and one sample sales file per month for the last
-    13 months before ``today`` (default: the local date; so that ``${month.current}`` and ``${month.previous}``
-    both have a file).
+    warehouse with its aggregate table, and one sample sales file per month for the 13
+    months up to ``today`` (default: the local date), so that ``${month.current}`` and
+    ``${month.previous}`` both have a file.
     """
     path.mkdir(parents=True, exist_ok=True)
     if (path / CONFIG_FILE).exists():

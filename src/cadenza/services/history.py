@@ -237,18 +237,21 @@ class HistoryService:
 
     def events(self, query: EventQuery) -> list[EventView]:
         """Audit events, oldest first, filtered."""
-        event_type = None
-        if query.type is not None:
-            event_type = query.type.upper()
-            if event_type not in EventType.__members__:
-                raise InvalidRequest(f"unknown event type {query.type!r}; known: "
-                                     f"{', '.join(EventType.__members__)}")
+        event_type = check_type(query.type) if query.type is not None else None
         since = parse_since(query.since, self.clock.now()) if query.since else None
         rows = self._store().list_events(run_id=query.run, resource_id=query.resource,
                                          event_type=event_type, since=since,
                                          limit=query.limit)
         return [EventView(e.event_id, e.created_at, e.event_type, e.level, e.run_id,
                           e.resource_id, e.actor, e.message, e.payload) for e in rows]
+
+
+def check_type(text: str) -> str:
+    """An event type name, upper-cased; InvalidRequest listing the known ones."""
+    if text.upper() not in EventType.__members__:
+        raise InvalidRequest(f"unknown event type {text!r}; known: "
+                             f"{', '.join(EventType.__members__)}")
+    return text.upper()
 
 
 def parse_since(text: str, now: datetime) -> datetime:

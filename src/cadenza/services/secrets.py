@@ -20,10 +20,14 @@ class SecretService:
     def __init__(self, home: Home) -> None:
         self.home = home
 
-    def set(self, name: str, value: str) -> None:
-        """Store ``value`` under ``name`` (AES-GCM, key in data/secret.key)."""
+    def require_directory(self) -> None:
+        """NotAHome unless the home is a directory."""
         if not self.home.path.is_dir():
             raise NotAHome(f"{self.home.path} is not a directory")
+
+    def set(self, name: str, value: str) -> None:
+        """Store ``value`` under ``name`` (AES-GCM, key in data/secret.key)."""
+        self.require_directory()
         if not value:
             raise InvalidRequest("empty value; nothing stored")
         try:

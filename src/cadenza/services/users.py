@@ -60,9 +60,11 @@ class UserService:
     def __init__(self, services: Services) -> None:
         self.services = services
 
-    def add(self, user: NewUser) -> AddedUser:
-        """Add a user (argon2id hash); the event names the actor."""
-        from cadenza.security import generate_password, hash_password, validate_username
+    @staticmethod
+    def check(user: NewUser) -> tuple[str, ...]:
+        """The user's roles, sorted; InvalidRequest for a bad name, no role, a bad e-mail
+        or a short password."""
+        from cadenza.security import validate_username
 
         try:
             validate_username(user.name)
@@ -76,6 +78,13 @@ class UserService:
         if user.password is not None and len(user.password) < MIN_PASSWORD_LENGTH:
             raise InvalidRequest(f"the password must have at least {MIN_PASSWORD_LENGTH} "
                                  "characters")
+        return roles
+
+    def add(self, user: NewUser) -> AddedUser:
+        """Add a user (argon2id hash); the event names the actor."""
+        from cadenza.security import generate_password, hash_password
+
+        roles = self.check(user)
         password = user.password if user.password is not None else generate_password()
         store = self.services.store()
         try:

@@ -13,12 +13,13 @@ Operations (``actor`` is the :class:`~cadenza.services.context.Actor` of the ser
     resume(run_id) / abandon(run_id) -> ReviewOutcome
     replay(run_id) -> str                        a new QUEUED run with the same request
 
-Runs started here have the trigger ``manual:<actor name>``.
+Runs started here have the trigger ``manual:<actor name>`` and their creation event names
+``actor.id``. Cancel, resume and abandon pass the actor's name to the store, which writes
+it both in the run's reason ("canceled by alice") and as the events' actor.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ class RunService:
         self.check(request)
         actor = self.services.actor
         return self._executor_for().enqueue(request.job_id, self._run_request(request),
-                                            trigger=actor.trigger, actor=actor.name)
+                                            trigger=actor.trigger, actor=actor.id)
 
     @staticmethod
     def _run_request(request: RunRequestInput) -> RunRequest:
@@ -271,7 +272,7 @@ class RunService:
                 record = store.get_run(run_id)
                 if record is not None and record.state is RunState.QUEUED:
                     store.transition_run(run_id, RunState.CANCELED,
-                                         actor=self.services.actor.name,
+                                         actor=self.services.actor.id,
                                          reason="interrupted (Ctrl-C) while it waited")
                     raise Interrupted(f"interrupted while run {run_id} waited; it is "
                                       "CANCELED") from None
@@ -311,10 +312,9 @@ class RunService:
         if wait and accepted:
             clock = self.services.clock
             deadline = clock.monotonic() + timeout
-            idle = threading.Event()
             while final is not None and final.state not in TERMINAL_RUN_STATES \
                     and clock.monotonic() < deadline:
-                clock.wait(idle, poll)
+                clock.sleep(poll)
                 final = store.get_run(run_id)
         return CancelOutcome(run_id, result.canceled, result.requested, by,
                              final.state if final else None, final.reason if final else None,

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.services_home import demo_services
 
 from cadenza.domain.errors import ConfigError, StaleConfigError
 from cadenza.services import InvalidRequest, NotFound, Services
 from cadenza.services.history import EventQuery
 from cadenza.services.jobs import JobService
-from tests.integration.services_home import demo_services
 
 NEW_JOB = {"description": "said twice", "steps": [
     {"name": "count", "type": "python", "callable": "demo_tasks:count"}]}

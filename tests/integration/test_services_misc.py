@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.services_home import demo_services
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.services import Actor, InvalidRequest, Refused, Services
 from cadenza.services.history import EventQuery
 from cadenza.services.users import NewUser
-from tests.integration.services_home import demo_services
 
 
 @pytest.fixture

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.integration.services_home import demo_services
 
 from cadenza.domain.states import RunState
 from cadenza.services import Actor, InvalidRequest, NotFound, Refused, Services
 from cadenza.services.history import EventQuery, RunQuery
-from tests.integration.services_home import demo_services
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -22,14 +21,6 @@ from cadenza.services.errors import NotAHome
 if TYPE_CHECKING:
     from cadenza.clock import Clock
     from cadenza.config import LoadedConfig, LoadedSettings
-    from cadenza.services.backup import BackupService
-    from cadenza.services.config import ConfigService
-    from cadenza.services.history import HistoryService
-    from cadenza.services.jobs import JobService
-    from cadenza.services.runs import RunService
-    from cadenza.services.secrets import SecretService
-    from cadenza.services.simulate import SimulateService
-    from cadenza.services.users import UserService
     from cadenza.store import Store
 
 
@@ -90,6 +81,27 @@ class Services:
         self._settings: LoadedSettings | None = None
         self._store: Store | None = None
         self._closers: list[Callable[[], None]] = []
+        self._nouns()
+
+    def _nouns(self) -> None:
+        """One service object per noun (cheap: they open nothing until used)."""
+        from cadenza.services.backup import BackupService
+        from cadenza.services.config import ConfigService
+        from cadenza.services.history import HistoryService
+        from cadenza.services.jobs import JobService
+        from cadenza.services.runs import RunService
+        from cadenza.services.secrets import SecretService
+        from cadenza.services.simulate import SimulateService
+        from cadenza.services.users import UserService
+
+        self.runs = RunService(self)
+        self.history = HistoryService(self.store, self.clock)
+        self.jobs = JobService(self)
+        self.configuration = ConfigService(self)
+        self.users = UserService(self)
+        self.secrets = SecretService(self.home)
+        self.backup = BackupService(self)
+        self.simulation = SimulateService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:
@@ -144,53 +156,3 @@ class Services:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
-
-    # --- the nouns ---------------------------------------------------------------------
-
-    @cached_property
-    def runs(self) -> RunService:
-        from cadenza.services.runs import RunService
-
-        return RunService(self)
-
-    @cached_property
-    def history(self) -> HistoryService:
-        from cadenza.services.history import HistoryService
-
-        return HistoryService(self.store, self.clock)
-
-    @cached_property
-    def jobs(self) -> JobService:
-        from cadenza.services.jobs import JobService
-
-        return JobService(self)
-
-    @cached_property
-    def configuration(self) -> ConfigService:
-        from cadenza.services.config import ConfigService
-
-        return ConfigService(self)
-
-    @cached_property
-    def users(self) -> UserService:
-        from cadenza.services.users import UserService
-
-        return UserService(self)
-
-    @cached_property
-    def secrets(self) -> SecretService:
-        from cadenza.services.secrets import SecretService
-
-        return SecretService(self.home)
-
-    @cached_property
-    def backup(self) -> BackupService:
-        from cadenza.services.backup import BackupService
-
-        return BackupService(self)
-
-    @cached_property
-    def simulation(self) -> SimulateService:
-        from cadenza.services.simulate import SimulateService
-
-        return SimulateService(self)

@@ -3,13 +3,14 @@
 Operations::
 
     list() -> list[JobSummary]                      jobs in file order
+    get(job_id) -> JobConfig                        NotFound listing the known jobs
     show(job_id) -> JobDefinition                   secrets redacted; NotFound
     next_fires(job_id, count=10, start=None) -> NextFires
-    document() -> JobsDocument                      the text of jobs.toml and its hash
-    create(job_id, table, base_hash) -> JobsWrite   InvalidRequest if it exists
-    edit(job_id, table, base_hash) -> JobsWrite     NotFound if it does not
-    delete(job_id, base_hash) -> JobsWrite
-    save_preset(job_id, name, values, base_hash) -> JobsWrite
+    document() -> JobsFile                          the text of jobs.toml and its hash
+    create(job_id, table, base_hash) -> JobsFile    InvalidRequest if it exists
+    edit(job_id, table, base_hash) -> JobsFile      NotFound if it does not
+    delete(job_id, base_hash) -> JobsFile
+    save_preset(job_id, name, values, base_hash) -> JobsFile
 
 Every write goes through :mod:`cadenza.config.writer`: comments and order are kept, the new
 file is validated first (ConfigError with located problems, nothing written), a write based
@@ -86,19 +87,13 @@ class NextFires:
 
 
 @dataclass(frozen=True)
-class JobsDocument:
-    """The text of ``jobs.toml`` and the hash to give back with a write based on it."""
+class JobsFile:
+    """The text of ``jobs.toml`` and the hash to give back with a write based on it; after
+    a write, also whether the reload applied it (None: nothing to reload)."""
 
     text: str
     hash: str
-
-
-@dataclass(frozen=True)
-class JobsWrite:
-    """A write of ``jobs.toml`` done: the new hash, and whether the reload applied it."""
-
-    hash: str
-    reloaded: bool | None
+    reloaded: bool | None = None
 
 
 class JobService:
@@ -109,7 +104,8 @@ class JobService:
         self.services = services
         self.on_change = on_change
 
-    def _job(self, job_id: str) -> JobConfig:
+    def get(self, job_id: str) -> JobConfig:
+        """The job ``job_id`` of the valid configuration; NotFound listing the known ones."""
         config = self.services.config()
         job = config.jobs.get(job_id)
         if job is None:
@@ -124,7 +120,7 @@ class JobService:
                 for job_id, job in self.services.config().jobs.items()]
 
     def show(self, job_id: str) -> JobDefinition:
-        job = self._job(job_id)
+        job = self.get(job_id)
         definition = self.services.home.redactor.redact_value(
             job.model_dump(mode="json", exclude_none=True))
         return JobDefinition(job_id, job.description, definition)
@@ -136,7 +132,7 @@ class JobService:
         from cadenza.scheduler.fires import upcoming
         from cadenza.scheduler.schedules import schedules_of, server_zone
 
-        job = self._job(job_id)
+        job = self.get(job_id)
         after = parse_instant(start, "--from", "an ISO time like 2027-10-30T12:00:00+02:00") \
             if start else self.services.clock.now()
         specs = schedules_of(job, server_zone())
@@ -147,13 +143,13 @@ class JobService:
 
     # --- writes ------------------------------------------------------------------------
 
-    def document(self) -> JobsDocument:
+    def document(self) -> JobsFile:
         from cadenza.config.writer import read_document
 
         doc, digest = read_document(self.services.home.jobs_file)
-        return JobsDocument(doc.as_string(), digest)
+        return JobsFile(doc.as_string(), digest)
 
-    def create(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsWrite:
+    def create(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsFile:
         """Add the job ``job_id`` (its keys and steps as plain TOML values)."""
         def change(doc: TOMLDocument) -> None:
             from cadenza.config.writer import set_job
@@ -164,7 +160,7 @@ class JobService:
 
         return self._write(change, base_hash, f"job {job_id} created")
 
-    def edit(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsWrite:
+    def edit(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsFile:
         """Replace the job ``job_id``'s keys, keeping the comments of what is unchanged."""
         def change(doc: TOMLDocument) -> None:
             from cadenza.config.writer import set_job
@@ -174,7 +170,7 @@ class JobService:
 
         return self._write(change, base_hash, f"job {job_id} edited")
 
-    def delete(self, job_id: str, base_hash: str) -> JobsWrite:
+    def delete(self, job_id: str, base_hash: str) -> JobsFile:
         """Remove the job ``job_id`` (its runs stay in the history)."""
         def change(doc: TOMLDocument) -> None:
             from cadenza.config.writer import delete_job
@@ -185,7 +181,7 @@ class JobService:
         return self._write(change, base_hash, f"job {job_id} deleted")
 
     def save_preset(self, job_id: str, name: str, values: Mapping[str, Any],
-                    base_hash: str) -> JobsWrite:
+                    base_hash: str) -> JobsFile:
         """Save "run with parameters" values (params, step_args, disabled_steps, log_level,
         schedule ...) as the preset ``name`` of the job."""
         def change(doc: TOMLDocument) -> None:
@@ -202,7 +198,7 @@ class JobService:
             raise NotFound(f"no job {job_id!r} in jobs.toml")
 
     def _write(self, change: Callable[[TOMLDocument], None], base_hash: str,
-               what: str) -> JobsWrite:
+               what: str) -> JobsFile:
         from cadenza.config import validate_jobs_text
         from cadenza.config.writer import read_document, write_document
 
@@ -223,5 +219,5 @@ class JobService:
         reloaded = None
         if self.on_change is not None:
             reloaded = bool(self.on_change())
-        return JobsWrite(digest, reloaded)
+        return JobsFile(doc.as_string(), digest, reloaded)
 

@@ -110,6 +110,11 @@ class CancelOutcome:
     message: str
     waited: bool = False
 
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.run_id, "canceled": self.canceled, "requested": self.requested,
+                "by": self.by, "state": self.state.value if self.state else None,
+                "reason": self.reason, "message": self.message}
+
     @property
     def accepted(self) -> bool:
         return self.canceled or self.requested
@@ -117,11 +122,6 @@ class CancelOutcome:
     @property
     def ended(self) -> bool:
         return self.state in TERMINAL_RUN_STATES
-
-    def as_json(self) -> dict[str, Any]:
-        return {"id": self.run_id, "canceled": self.canceled, "requested": self.requested,
-                "by": self.by, "state": self.state.value if self.state else None,
-                "reason": self.reason, "message": self.message}
 
 
 @dataclass(frozen=True)
@@ -179,12 +179,7 @@ class RunService:
 
     def job(self, job_id: str) -> JobConfig:
         """The job ``job_id`` of the valid configuration; NotFound listing the known ones."""
-        config = self.services.config()
-        job = config.jobs.get(job_id)
-        if job is None:
-            raise NotFound(f"no job {job_id!r}; known jobs: "
-                           f"{', '.join(config.jobs) or '(none)'}")
-        return job
+        return self.services.jobs.get(job_id)
 
     @staticmethod
     def request(job_id: str, *, params: Sequence[str] = (), step_args: Sequence[str] = (),

@@ -35,25 +35,31 @@ class NewUser:
 
 
 @dataclass(frozen=True)
-class AddedUser:
-    name: str
-    roles: tuple[str, ...]
-    generated_password: str | None
-
-
-@dataclass(frozen=True)
 class UserView:
+    """A user as the shells list it: name, roles, whether disabled, contact, creation;
+    never the password hash."""
+
     username: str
-    display_name: str | None
-    email: str | None
     roles: tuple[str, ...]
     disabled: bool
+    display_name: str | None
+    email: str | None
     created_at: datetime
 
     def as_json(self) -> dict[str, Any]:
         return {"username": self.username, "display_name": self.display_name,
                 "email": self.email, "roles": list(self.roles), "disabled": self.disabled,
                 "created_at": self.created_at}
+
+
+@dataclass(frozen=True)
+class AddedUser:
+    """A user added: ``generated_password`` is the generated password (shown once), None
+    when the password was given."""
+
+    name: str
+    roles: tuple[str, ...]
+    generated_password: str | None
 
 
 class UserService:
@@ -95,5 +101,5 @@ class UserService:
         return AddedUser(user.name, roles, None if user.password is not None else password)
 
     def list(self) -> list[UserView]:
-        return [UserView(u.username, u.display_name, u.email, tuple(u.roles), u.disabled,
+        return [UserView(u.username, tuple(u.roles), u.disabled, u.display_name, u.email,
                          u.created_at) for u in self.services.store().list_users()]

@@ -1,6 +1,7 @@
 """The HTTP application. For now: ``/api/health`` (no auth, exact path) and the demo endpoint.
 
-Later issues add the REST API and the UI; every other route will require auth.
+The REST API and the UI come next, as thin shells over :mod:`cadenza.services`; every
+route but the health check will require auth.
 """
 
 from __future__ import annotations

@@ -77,7 +77,6 @@ def run(
     runs = services.runs
     console = err if as_json else out
     with handled(usage=(NotFound, InvalidRequest)):
-        runs.job(job_id)
         request = runs.request(job_id, params=param or [], step_args=arg or [],
                                preset=preset, disabled=disable or [], log_level=log_level)
         runs.check(request)

@@ -35,6 +35,7 @@ from urllib.parse import unquote
 
 import sqlalchemy as sa
 
+from cadenza.clock import SystemClock
 from cadenza.domain.errors import Fatal
 
 MAX_MATCHES = 10_000
@@ -216,9 +217,10 @@ def recorded(conn: sa.Connection, table: str) -> set[str] | None:
 
 
 def record(conn: sa.Connection, table: str, loaded: list[tuple[FoundFile, str]],
-           replace: bool, now: datetime) -> None:
-    """Record files as loaded into ``table`` at ``now`` (``replace``: instead of what was
-    recorded)."""
+           replace: bool, now: datetime | None = None) -> None:
+    """Record files as loaded into ``table`` at ``now`` (the step's clock; default: the
+    system clock's) (``replace``: instead of what was recorded)."""
+    now = now if now is not None else SystemClock().now()
     if replace:
         conn.execute(sa.delete(LOADED).where(LOADED.c.table_name == table))
     conn.execute(LOADED.insert(), [{"table_name": table, "checksum": c, "path": f.display,

@@ -46,7 +46,7 @@ from pydantic import Field, JsonValue, model_validator
 
 from cadenza import __version__
 from cadenza.audit import REDACTED, Redactor, is_secret_key
-from cadenza.clock import Clock
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
@@ -79,6 +79,7 @@ DEFAULT_RETRY_AFTER = timedelta(seconds=60)
 MAX_RETRY_AFTER = timedelta(days=1)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _MAX_HEADERS, _MAX_HEADER_VALUE, _EXCERPT = 64, 1024, 200
+_SYSTEM_CLOCK = SystemClock()
 CANCEL_POLL = 0.05
 """How often a step waiting for its HTTP exchange checks ``ctx.cancelled()``."""
 
@@ -268,14 +269,15 @@ class HttpStep(StepType):
             }, level="INFO" if problem is None else "WARNING")
 
     def _check_status(self, response: httpx.Response, body: bytes, expect: list[str],
-                      clock: Clock) -> None:
+                      clock: Clock | None = None) -> None:
         status = response.status_code
         if _matches(status, expect):
             return
         where = f"{response.request.method} {redacted_url(response.request.url)}: HTTP " \
                 f"{status} {response.reason_phrase}".rstrip()
         if status == 429:
-            until = retry_after(response.headers.get("retry-after"), clock.now())
+            now = (clock or self._clock or _SYSTEM_CLOCK).now()
+            until = retry_after(response.headers.get("retry-after"), now)
             raise Deferred(until, f"{where}; retry after {until.isoformat()}")
         if status in RETRYABLE_STATUSES:
             raise Retryable(where)

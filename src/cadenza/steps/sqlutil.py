@@ -15,7 +15,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from datetime import time as clock_time
 from decimal import Decimal
@@ -23,7 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.clock import Clock
+from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import Fatal, Retryable, StepError
 from cadenza.steps.runtime import StepContext, clock_of
 
@@ -115,7 +115,7 @@ class Guard:
 
     deadline: float
     limit: float
-    clock: Clock
+    clock: Clock = field(default_factory=SystemClock)
     stopped: str | None = None
 
     def left(self) -> float:
@@ -497,9 +497,9 @@ def find_operation_key(engine: sa.Engine, job_id: str, key: str) -> tuple[Any, s
 
 
 def insert_operation_key(conn: sa.Connection, job_id: str, key: str, result_json: str,
-                         run_id: str, now: datetime) -> bool:
-    """Record ``key`` in the caller's transaction, created at ``now``; False when another
-    run recorded it."""
+                         run_id: str, now: datetime | None = None) -> bool:
+    """Record ``key`` in the caller's transaction, created at ``now`` (the step's clock;
+    default: the system clock's); False when another run recorded it."""
     return insert_ignore(conn, OPERATION_KEYS, {
         "job_id": job_id, "op_key": key, "result_json": result_json, "run_id": run_id,
-        "created_at": now})
+        "created_at": now if now is not None else SystemClock().now()})

@@ -30,10 +30,10 @@ from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
 from cadenza.store.execution import ExecutionRepository
 from cadenza.store.fires import FiresRepository
-from cadenza.store.leases import LeasesRepository
 from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
+from cadenza.store.run_leases import RunLeasesRepository
 from cadenza.store.runs import RunsRepository
 from cadenza.store.staged import StagedClaims
 from cadenza.store.steps import StepRunsRepository
@@ -52,7 +52,7 @@ class Store(
     StagedClaims,
     RecordingRepository,
     AdmissionRepository,
-    LeasesRepository,
+    RunLeasesRepository,
     CheckpointsRepository,
     MaintenanceRepository,
 ):

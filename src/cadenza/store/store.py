@@ -16,12 +16,14 @@ own when given ``conn=`` from :meth:`Store.write`).
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
+from cadenza.store import protocols
 from cadenza.store.admission import AdmissionRepository
 from cadenza.store.checkpoints import CheckpointsRepository
 from cadenza.store.core import NoRedaction, Redactor
@@ -120,3 +122,13 @@ class Store(
 
     def __repr__(self) -> str:
         return f"Store({describe_url(self.engine.url)!r})"
+
+
+if TYPE_CHECKING:
+
+    def _implements_every_protocol(store: Store) -> tuple[
+        protocols.RunQueue, protocols.RunControl, protocols.RunLeases, protocols.Resources,
+        protocols.EventQueries, protocols.AuditLog, protocols.HistoryQueries,
+    ]:
+        """mypy checks here that :class:`Store` implements each consumer's protocol."""
+        return store, store, store, store, store, store, store

@@ -161,20 +161,6 @@ class Resources(Protocol):
         ``True`` iff it changed; RESOURCE_STATE_CHANGED."""
         ...
 
-    def transition_resource_or_raise(
-        self,
-        resource_id: str,
-        to: ResourceState,
-        *,
-        actor: str = ...,
-        reason: str | None = ...,
-        fields: Mapping[str, Any] | None = ...,
-        epoch: int | None = ...,
-        conn: sa.Connection | None = ...,
-    ) -> None:
-        """:meth:`transition_resource`, raising when nothing changed."""
-        ...
-
     def update_resource_health(self, resource_id: str, fields: Mapping[str, Any], *,
                                conn: sa.Connection | None = ...) -> None:
         """Set health fields of a resource; no event."""

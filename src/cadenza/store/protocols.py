@@ -74,6 +74,21 @@ class RunQueue(Protocol):
         """Record several unscheduled QUEUED runs in one transaction; their ids."""
         ...
 
+    def transition_run(
+        self,
+        run_id: str,
+        to: RunState,
+        *,
+        actor: str = ...,
+        reason: str | None = ...,
+        epoch: int | None = ...,
+        fields: Mapping[str, Any] | None = ...,
+        conn: sa.Connection | None = ...,
+    ) -> bool:
+        """Move a run if its state (and ``epoch``) allows it; ``True`` iff it changed;
+        RUN_STATE_CHANGED (+ RUN_FINISHED for an end)."""
+        ...
+
     def claim_runs(
         self,
         owner: str,

@@ -1,22 +1,29 @@
 """Run leases: renewal, cancel requests and the reaper (SPEC §7 "Checkpoints, idempotency,
 recovery", §18; docs/leases.md).
 
+A *run lease* is a worker's hold on a run (a run's hold on a pool member is a *resource
+lease*: :mod:`cadenza.store.resources`). In APScheduler 4's words: a claim *acquires* it,
+:meth:`RunLeasesRepository.renew_run_leases` *extends* it, the run's end *releases* it and
+:meth:`RunLeasesRepository.reap_expired_run_leases` is *reap_expired(now)*; consumers use
+them through the :class:`~cadenza.store.protocols.RunLeases` protocol.
+
 A claim (:meth:`~cadenza.store.execution.ExecutionRepository.claim_runs`) gives a run its
 holder: ``lease_owner`` (``host:pid:thread``), ``lease_until`` and a new ``lease_epoch``, the
 fencing token every later write of the holder carries. This module holds the rest of the
 lease's life:
 
-* :meth:`RunLeasesRepository.renew_run_leases`: one renewal round of one process, **one UPDATE**
-  for all its runs (``(id, lease_epoch, lease_owner) IN (VALUES ...)``: each run keeps its
-  own epoch), returning the runs renewed and their pending cancel requests. Runs not renewed
-  are looked up once more (only then) to tell "lost" (another epoch, another owner, not
-  RUNNING) from "not visible yet" (a claim whose transaction has not committed).
-* :meth:`RunLeasesRepository.cancel_requests`: the cheap read the keeper polls between renewals.
-* :meth:`RunLeasesRepository.request_cancel`: ``runs cancel`` from any process. A QUEUED run is
-  CANCELED at once (conditional UPDATE); a RUNNING run gets ``cancel_requested_by/_at`` and
+* :meth:`RunLeasesRepository.renew_run_leases`: one renewal round of one process, **one
+  UPDATE** for all its runs (``(id, lease_epoch, lease_owner) IN (VALUES ...)``: each run
+  keeps its own epoch), returning the runs renewed and their pending cancel requests. Runs
+  not renewed are looked up once more (only then) to tell "lost" (another epoch, another
+  owner, not RUNNING) from "not visible yet" (a claim whose transaction has not committed).
+* :meth:`RunLeasesRepository.cancel_requests`: the cheap read the keeper polls between
+  renewals.
+* :meth:`RunLeasesRepository.request_cancel`: ``runs cancel`` from any process. A QUEUED run
+  is CANCELED at once (conditional UPDATE); a RUNNING run gets ``cancel_requested_by/_at`` and
   its holder stops it at its next poll.
-* :meth:`RunLeasesRepository.reap_expired_run_leases`: in one transaction, RUNNING runs whose lease
-  expired (or that never had one) go back to QUEUED (lease cleared, ``not_before`` NULL,
+* :meth:`RunLeasesRepository.reap_expired_run_leases`: in one transaction, RUNNING runs whose
+  lease expired (or that never had one) go back to QUEUED (lease cleared, ``not_before`` NULL,
   epoch + 1, so a late write of the old holder is refused), their RUNNING step runs end
   FAILED (class ``lost``); a run recovered :data:`MAX_RECOVERIES` times goes to NEEDS_REVIEW
   instead, and a run with a pending cancel request ends CANCELED. ``dead_owner`` also takes

@@ -118,6 +118,12 @@ def test_the_reaper_requeues_expired_runs_and_fences_the_old_holder(
     assert run.lease_epoch == a.epoch + 1
     (step,) = store.list_step_runs(a.run_id)
     assert (step.state, step.error, step.error_class) == (StepState.FAILED, LOST_ERROR, "lost")
+    assert (step.reason, step.finished_at) == (LOST_ERROR, clock.now())
+    (ended,) = store.list_events(run_id=a.run_id, event_type="STEP_FAILED")
+    assert ended.actor == "reaper" and ended.message == (
+        f"step s1 (attempt 1) RUNNING -> FAILED: {LOST_ERROR}")
+    assert {k: ended.payload[k] for k in ("step_run_id", "from", "to", "error_class")} == {
+        "step_run_id": step.id, "from": "RUNNING", "to": "FAILED", "error_class": "lost"}
     # The old holder's late write is refused by the epoch.
     late = store.record_boundaries([Boundary(a.run_id, a.epoch,
                                              starts=[StepStart("s2", "python")])])[0]

@@ -5,7 +5,7 @@ Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
 
 1. **enqueue**: creates N QUEUED runs with ``Store.create_runs`` in batches of ``--create-batch``
    (each batch one transaction: the runs and their RUN_CREATED events);
-2. **drain**: a :class:`~cadenza.executor.worker.WorkerPool` of ``-w`` threads; free workers
+2. **drain**: a ``WorkerPool`` (``bench/pool.py``) of ``-w`` threads; free workers
    claim runs (as many as are free, at most ``--claim-batch``) and execute each: claim and
    first step start (QUEUED -> RUNNING, one step run row, RUN_STATE_CHANGED, STEP_STARTED,
    two INFO log lines), the step in a thread, step end and run end (STEP_SUCCEEDED,
@@ -40,10 +40,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from common import scratch_pg_database
+from pool import WorkerPool
 
 from cadenza.audit import Redactor
 from cadenza.config import load_home
-from cadenza.executor.worker import WorkerPool
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
 from cadenza.store.engine import READ_ONLY

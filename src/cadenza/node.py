@@ -87,7 +87,7 @@ from cadenza.scheduler.service import LOOKAHEAD, Scheduler
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary
 from cadenza.store.engine import sqlite_path
-from cadenza.store.leases import REAP_BATCH, owner_parts
+from cadenza.store.run_leases import REAP_BATCH, owner_parts
 
 log = logging.getLogger("cadenza.node")
 
@@ -249,7 +249,7 @@ class Node:
         Loops over batches of :data:`~cadenza.store.leases.REAP_BATCH` runs."""
         total = 0
         while True:
-            batch = self.store.reap_expired_leases()
+            batch = self.store.reap_expired_run_leases()
             total += len(batch)
             for got in batch:
                 log.warning("run %s of %s recovered from %s (epoch %d): now %s", got.run_id,
@@ -276,7 +276,7 @@ class Node:
 
         total = 0
         while True:
-            batch = self.store.reap_expired_leases(owner_like=_like_prefix(host) + ":%",
+            batch = self.store.reap_expired_run_leases(owner_like=_like_prefix(host) + ":%",
                                                    dead_owner=dead)
             total += len(batch)
             for got in batch:

@@ -52,7 +52,7 @@ def _write_everything(store: Store) -> str:
     store.append_log(run_id, "INFO", f"connecting to postgresql://app:{SECRET}@db/x")
     store.append_log(run_id, "INFO", f"plain line {CANARY}")
     sid = store.create_step_run(run_id, "call", "http", state=StepState.RUNNING)
-    store.transition_step_run_or_raise(
+    assert store.transition_step_run(
         sid,
         StepState.FAILED,
         reason=f"401 for {SECRET}",

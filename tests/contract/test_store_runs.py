@@ -15,6 +15,7 @@ from cadenza.domain.errors import InvalidTransition, StoreError
 from cadenza.domain.events import EventType
 from cadenza.domain.states import RUN_TRANSITIONS, TERMINAL_RUN_STATES, RunState, is_allowed
 from cadenza.store import StaleEpoch, Store
+from cadenza.store.run_leases import RunLease
 from cadenza.store.tables import runs
 
 Force = Callable[[sa.Table, object, StrEnum], None]
@@ -254,12 +255,14 @@ def test_list_runs_filters_and_pages_newest_first(store: Store, clock: FakeClock
 def test_a_heartbeat_renews_only_the_current_lease(store: Store, clock: FakeClock) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
-    assert not store.renew_run_lease(run_id, 0, clock.now())  # QUEUED: nothing to renew
+    queued = store.renew_run_leases([RunLease(run_id, 0, "node-a")], clock.now())
+    assert not queued.renewed and "QUEUED" in queued.lost[run_id]  # nothing to renew
     store.transition_run_or_raise(run_id, R.RUNNING, fields={"lease_owner": "node-a"})
     seen = len(store.list_events(run_id=run_id))
     later = clock.now() + timedelta(minutes=3)
-    assert store.renew_run_lease(run_id, 1, later)
-    assert not store.renew_run_lease(run_id, 0, later + timedelta(minutes=3))  # stale epoch
+    assert store.renew_run_leases([RunLease(run_id, 1, "node-a")], later).renewed == {run_id}
+    stale = store.renew_run_leases([RunLease(run_id, 0, "node-a")], later + timedelta(minutes=3))
+    assert not stale.renewed and run_id in stale.lost  # stale epoch
     run = store.get_run(run_id)
     assert run is not None and run.lease_until == later
     assert len(store.list_events(run_id=run_id)) == seen

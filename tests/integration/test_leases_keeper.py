@@ -28,7 +28,7 @@ from cadenza.node import Node
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
 from cadenza.store.engine import READ_ONLY
-from cadenza.store.leases import owner_parts
+from cadenza.store.run_leases import owner_parts
 
 LEASE = timedelta(seconds=30)
 
@@ -95,7 +95,7 @@ def test_cancel_and_lost_leases_stop_the_controls(store: Store, clock: FakeClock
         assert ca.request is not None and ca.request.kind is StopKind.CANCELED
         assert ca.request.by == "hank"
         clock.advance(LEASE + timedelta(seconds=1))
-        store.reap_expired_leases()  # b and c are lost (a's cancel ends it CANCELED)
+        store.reap_expired_run_leases()  # b and c are lost (a's cancel ends it CANCELED)
         keeper.renew_once()
         assert cb.request is not None and cb.request.kind is StopKind.LEASE_LOST
         assert cc.request is not None and cc.request.kind is StopKind.LEASE_LOST

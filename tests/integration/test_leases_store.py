@@ -1,5 +1,5 @@
 """Run leases in the store, on SQLite and PostgreSQL: one-statement renewals with per-run
-epochs, cancel requests, and the reaper (store/leases.py; docs/leases.md)."""
+epochs, cancel requests, and the reaper (store/run_leases.py; docs/leases.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState, StepState
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, StepStart
-from cadenza.store.leases import LOST_ERROR, HeldLease, owner_parts
+from cadenza.store.run_leases import LOST_ERROR, RunLease, owner_parts
 
 OWNER = "host-a:4242:1"
 LEASE = timedelta(seconds=60)
@@ -31,14 +31,14 @@ def store(store_url: str, clock: FakeClock) -> Store:
     s.close()
 
 
-def _running(store: Store, n: int, owner: str = OWNER, job: str = "j") -> list[HeldLease]:
+def _running(store: Store, n: int, owner: str = OWNER, job: str = "j") -> list[RunLease]:
     """``n`` runs claimed by ``owner``, each with a RUNNING first step."""
     ids = store.create_runs([NewRun(job, "manual:test") for _ in range(n)])
     until = store.clock.now() + LEASE
     claimed = store.claim_runs(owner, until, limit=n, run_ids=ids)
     store.record_boundaries([Boundary(r.id, r.lease_epoch, starts=[StepStart("s1", "python")])
                              for r in claimed])
-    return [HeldLease(r.id, r.lease_epoch, owner) for r in claimed]
+    return [RunLease(r.id, r.lease_epoch, owner) for r in claimed]
 
 
 def _statements(store: Store) -> list[str]:
@@ -58,11 +58,11 @@ def test_one_update_renews_64_runs_each_at_its_own_epoch(store: Store) -> None:
         c.execute(sa.text("UPDATE runs SET lease_epoch = lease_epoch + 5 WHERE id IN "
                           "(SELECT id FROM runs ORDER BY id LIMIT 32)"))
     epochs = {r.id: r.lease_epoch for r in store.list_runs(limit=100)}
-    held = [HeldLease(h.run_id, epochs[h.run_id], OWNER) for h in held]
+    held = [RunLease(h.run_id, epochs[h.run_id], OWNER) for h in held]
     seen = _statements(store)
     until = store.clock.now() + timedelta(minutes=5)
     started = time.perf_counter()
-    result = store.renew_leases(held, until)
+    result = store.renew_run_leases(held, until)
     elapsed = time.perf_counter() - started
     assert result.renewed == {h.run_id for h in held} and not result.lost
     writes = [s for s in seen if s in ("UPDATE", "INSERT", "DELETE")]
@@ -77,7 +77,7 @@ def test_a_renewal_tells_lost_runs_and_reads_cancel_requests(store: Store) -> No
         conn.execute(sa.text("UPDATE runs SET lease_epoch = lease_epoch + 1, "
                              "lease_owner = 'host-b:1:1' WHERE id = :id"), {"id": b.run_id})
     store.request_cancel(c.run_id, "alice")
-    result = store.renew_leases([a, b, c], store.clock.now() + LEASE)
+    result = store.renew_run_leases([a, b, c], store.clock.now() + LEASE)
     assert result.renewed == {a.run_id, c.run_id}
     assert result.cancels == {c.run_id: "alice"}
     assert "another holder" in result.lost[b.run_id]
@@ -86,8 +86,8 @@ def test_a_renewal_tells_lost_runs_and_reads_cancel_requests(store: Store) -> No
 
 def test_a_claim_not_yet_visible_is_not_called_lost(store: Store) -> None:
     (a,) = _running(store, 1)
-    ahead = HeldLease(a.run_id, a.epoch + 1, OWNER)  # as if our claim had not committed yet
-    result = store.renew_leases([ahead], store.clock.now() + LEASE)
+    ahead = RunLease(a.run_id, a.epoch + 1, OWNER)  # as if our claim had not committed yet
+    result = store.renew_run_leases([ahead], store.clock.now() + LEASE)
     assert result.unseen == {a.run_id} and not result.lost and not result.renewed
 
 
@@ -107,9 +107,9 @@ def test_the_reaper_requeues_expired_runs_and_fences_the_old_holder(
     (a,) = _running(store, 1)
     (fresh,) = _running(store, 1, owner="host-b:7:1")
     clock.advance(30)
-    store.renew_leases([fresh], clock.now() + LEASE)  # b renews, a does not
+    store.renew_run_leases([fresh], clock.now() + LEASE)  # b renews, a does not
     clock.advance(31)
-    reaped = store.reap_expired_leases()
+    reaped = store.reap_expired_run_leases()
     assert [(r.run_id, r.state, r.old_owner, r.old_epoch, r.steps_ended) for r in reaped] == [
         (a.run_id, RunState.QUEUED, OWNER, a.epoch, 1)]
     run = store.get_run(a.run_id)
@@ -118,12 +118,18 @@ def test_the_reaper_requeues_expired_runs_and_fences_the_old_holder(
     assert run.lease_epoch == a.epoch + 1
     (step,) = store.list_step_runs(a.run_id)
     assert (step.state, step.error, step.error_class) == (StepState.FAILED, LOST_ERROR, "lost")
+    assert (step.reason, step.finished_at) == (LOST_ERROR, clock.now())
+    (ended,) = store.list_events(run_id=a.run_id, event_type="STEP_FAILED")
+    assert ended.actor == "reaper" and ended.message == (
+        f"step s1 (attempt 1) RUNNING -> FAILED: {LOST_ERROR}")
+    assert {k: ended.payload[k] for k in ("step_run_id", "from", "to", "error_class")} == {
+        "step_run_id": step.id, "from": "RUNNING", "to": "FAILED", "error_class": "lost"}
     # The old holder's late write is refused by the epoch.
     late = store.record_boundaries([Boundary(a.run_id, a.epoch,
                                              starts=[StepStart("s2", "python")])])[0]
     assert not late.applied
     # Its renewal says it lost the run.
-    assert a.run_id in store.renew_leases([a], clock.now() + LEASE).lost
+    assert a.run_id in store.renew_run_leases([a], clock.now() + LEASE).lost
     events = [e.event_type for e in store.list_events(run_id=a.run_id)]
     assert "RUN_RECOVERED" in events and "STEP_FAILED" in events
     b_run = store.get_run(fresh.run_id)
@@ -134,11 +140,11 @@ def test_a_run_recovered_too_often_needs_review(store: Store, clock: FakeClock) 
     (a,) = _running(store, 1)
     for k in range(3):
         clock.advance(LEASE + timedelta(seconds=1))
-        (got,) = store.reap_expired_leases()
+        (got,) = store.reap_expired_run_leases()
         assert got.state is RunState.QUEUED, k
         (_again,) = store.claim_runs(OWNER, clock.now() + LEASE, run_ids=[a.run_id])
     clock.advance(LEASE + timedelta(seconds=1))
-    (last,) = store.reap_expired_leases()
+    (last,) = store.reap_expired_run_leases()
     assert last.state is RunState.NEEDS_REVIEW
     run = store.get_run(a.run_id)
     assert run is not None and run.state is RunState.NEEDS_REVIEW
@@ -149,7 +155,7 @@ def test_a_run_that_never_had_a_lease_is_reaped(store: Store) -> None:
     (a,) = _running(store, 1)
     with store.engine.begin() as c:  # Airflow #66773: NULL < t is NULL
         c.execute(sa.text("UPDATE runs SET lease_until = NULL"))
-    (got,) = store.reap_expired_leases()
+    (got,) = store.reap_expired_run_leases()
     assert got.run_id == a.run_id and got.state is RunState.QUEUED
 
 
@@ -157,7 +163,7 @@ def test_a_pending_cancel_makes_the_reaper_cancel(store: Store, clock: FakeClock
     (a,) = _running(store, 1)
     store.request_cancel(a.run_id, "carol")
     clock.advance(LEASE + timedelta(seconds=1))
-    (got,) = store.reap_expired_leases()
+    (got,) = store.reap_expired_run_leases()
     assert got.state is RunState.CANCELED
     run = store.get_run(a.run_id)
     assert run is not None and run.reason == "canceled by carol"
@@ -167,7 +173,7 @@ def test_dead_owners_are_reclaimed_before_their_lease_expires(store: Store) -> N
     (dead,) = _running(store, 1, owner="me:111:1")
     (alive,) = _running(store, 1, owner="me:222:1")
     (other,) = _running(store, 1, owner="other:111:1")
-    got = store.reap_expired_leases(owner_like="me:%",
+    got = store.reap_expired_run_leases(owner_like="me:%",
                                     dead_owner=lambda o: owner_parts(o)[1] == 111)
     assert [r.run_id for r in got] == [dead.run_id]
     assert {r.id: r.state for r in store.list_runs(limit=10)} == {

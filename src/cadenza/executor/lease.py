@@ -39,7 +39,7 @@ from datetime import timedelta
 from cadenza.clock import Clock
 from cadenza.executor.control import RunControl, StopKind
 from cadenza.store import Store
-from cadenza.store.leases import HeldLease, Renewal
+from cadenza.store.run_leases import Renewal, RunLease
 
 log = logging.getLogger("cadenza.lease")
 
@@ -129,8 +129,8 @@ class LeaseKeeper:
         until = self.clock.now() + self.lease
         self.rounds += 1
         try:
-            result = self.store.renew_leases(
-                [HeldLease(h.run_id, h.epoch, h.owner) for h in snapshot], until)
+            result = self.store.renew_run_leases(
+                [RunLease(h.run_id, h.epoch, h.owner) for h in snapshot], until)
         except Exception as exc:  # the store is unreachable: keep trying until our lease ends
             self.failures += 1
             self._failing = True

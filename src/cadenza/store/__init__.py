@@ -3,6 +3,8 @@
 ``Store.open(url)`` gives one object over SQLite or PostgreSQL whose methods create runs,
 step runs and resources, move them through their state machines with conditional UPDATEs
 (each change and its audit events in one transaction), and read them back as frozen records.
+Consumers type the store against the small protocol they use (:mod:`cadenza.store.protocols`:
+``RunQueue``, ``RunControl``, ``RunLeases``, ``Resources``, ``AuditLog``, ``HistoryQueries``).
 
 The public names are imported lazily, so that light modules of the package (the plain values
 of :mod:`cadenza.store.boundary`) can be imported without SQLAlchemy and Alembic, e.g. by a
@@ -17,6 +19,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cadenza.domain.errors import StaleEpoch
     from cadenza.store.core import NoRedaction, Redactor
+    from cadenza.store.protocols import (
+        AuditLog,
+        EventQueries,
+        HistoryQueries,
+        Resources,
+        RunControl,
+        RunLeases,
+        RunQueue,
+    )
     from cadenza.store.records import (
         EventRecord,
         LogRecord,
@@ -40,15 +51,29 @@ _EXPORTS = {
     "StepRunRecord": "cadenza.store.records",
     "UserRecord": "cadenza.store.records",
     "Store": "cadenza.store.store",
+    "AuditLog": "cadenza.store.protocols",
+    "EventQueries": "cadenza.store.protocols",
+    "HistoryQueries": "cadenza.store.protocols",
+    "Resources": "cadenza.store.protocols",
+    "RunControl": "cadenza.store.protocols",
+    "RunLeases": "cadenza.store.protocols",
+    "RunQueue": "cadenza.store.protocols",
 }
 
 __all__ = [
+    "AuditLog",
+    "EventQueries",
     "EventRecord",
+    "HistoryQueries",
     "LogRecord",
     "NoRedaction",
     "Redactor",
     "ResourceHealthRecord",
     "ResourceRecord",
+    "Resources",
+    "RunControl",
+    "RunLeases",
+    "RunQueue",
     "RunRecord",
     "StaleEpoch",
     "StepRunRecord",

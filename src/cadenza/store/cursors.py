@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.states import RunState
-from cadenza.store.codec import UTCDateTime, require_aware
+from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.tables import runs, schedule_cursors
 
@@ -32,22 +32,6 @@ _ACTIVE = (RunState.QUEUED.value, RunState.RUNNING.value)
 _COLUMNS = (schedule_cursors.c.job_id, schedule_cursors.c.schedule, schedule_cursors.c.last_fire)
 
 
-_ADVANCE = (
-    sa.update(schedule_cursors)
-    .where(
-        schedule_cursors.c.job_id == sa.bindparam("p_job"),
-        schedule_cursors.c.schedule == sa.bindparam("p_schedule"),
-        sa.or_(
-            schedule_cursors.c.last_fire.is_(None),
-            schedule_cursors.c.last_fire < sa.bindparam("p_to", type_=UTCDateTime()),
-        ),
-    )
-    .values(
-        last_fire=sa.bindparam("p_to", type_=UTCDateTime()),
-        updated_at=sa.bindparam("p_now", type_=UTCDateTime()),
-    )
-)
-"""Built once: building a Core statement costs more than SQLite needs to run it."""
 _CHUNK = 500  # job ids per IN (...) list: far below every dialect's bind parameter limit
 
 
@@ -202,27 +186,6 @@ class CursorsRepository(StoreCore):
                 values = {"job_id": job_id, "schedule": name, "last_fire": when, "updated_at": now}
                 created += c.execute(stmt.values(values)).rowcount
         return created
-
-    def advance_cursor(
-        self,
-        job_id: str,
-        schedule: str,
-        to: datetime,
-        *,
-        conn: sa.Connection | None = None,
-    ) -> bool:
-        """Move one cursor forward to ``to``; never backwards.
-
-        Sets last_fire and updated_at when the row exists and its last_fire is NULL or
-        earlier than ``to``; returns whether it moved. Writes no event.
-        """
-        when = require_aware(to, "to")
-        with self._joined(conn) as c:
-            changed = c.execute(
-                _ADVANCE, {"p_job": job_id, "p_schedule": schedule, "p_to": when,
-                           "p_now": self._now()}
-            ).rowcount
-        return bool(changed == 1)
 
     def advance_cursors(
         self,

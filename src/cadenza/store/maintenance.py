@@ -42,7 +42,6 @@ import contextlib
 import os
 import shutil
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -256,7 +255,7 @@ def restore_sqlite(database: Path, source: Path, *, now: datetime, actor: str,
             con.execute("VACUUM INTO ?", (str(staged),))
         store = open_store(f"sqlite:///{staged.as_posix()}")
         try:
-            expired = store.expire_running_leases(now, actor=actor, source=str(source))
+            expired = store.expire_run_leases(now, actor=actor, source=str(source))
             with store.read() as conn:
                 revision_now = migrations.current_revisions(conn)[0]
         finally:
@@ -309,7 +308,7 @@ class MaintenanceRepository(StoreCore):
             raise StoreError(f"{target.parent}: no such directory")
         staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         _remove(staged)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         _create_private(staged)
         try:
             with _sqlite(source) as con:
@@ -326,9 +325,9 @@ class MaintenanceRepository(StoreCore):
             raise
         info = StoreFileInfo(target, info.bytes, info.revision, info.runs, info.runs_by_state,
                              info.events)
-        return BackupReport(info, time.monotonic() - started)
+        return BackupReport(info, self.clock.monotonic() - started)
 
-    def expire_running_leases(self, now: datetime, *, actor: str = "restore",
+    def expire_run_leases(self, now: datetime, *, actor: str = "restore",
                               source: str = "") -> list[str]:
         """Set ``lease_until`` one second before ``now`` on every RUNNING run (a restored
         store: the workers that held them are gone) and write one STORE_RESTORED event.
@@ -389,21 +388,21 @@ class MaintenanceRepository(StoreCore):
             raise ValueError("prune needs days >= 1, keep_last >= 0 and batch_size >= 1")
         now = require_aware(now or self._now(), "now")
         report = PruneReport(now - timedelta(days=days), days, keep_last, dry_run)
-        started = time.monotonic()
+        started = self.clock.monotonic()
         doomed = self.prunable_runs(report.cutoff, keep_last)
         for chunk in _chunks(doomed, batch_size):
             self._prune_runs(chunk, report)
         self._prune_events(report, batch_size)
         if dry_run:  # the doomed runs still exist: count their old events as going too
             self._count_events_of(doomed, report, batch_size)
-        report.seconds = time.monotonic() - started
+        report.seconds = self.clock.monotonic() - started
         if not dry_run and (report.runs or report.events):
             report.event_id = self.append_retention_event(report, actor)
         return report
 
     def _prune_runs(self, chunk: Sequence[tuple[str, str]], report: PruneReport) -> None:
         ids = [run_id for run_id, _ in chunk]
-        begun = time.monotonic()
+        begun = self.clock.monotonic()
         with (self.read() if report.dry_run else self.write()) as conn:
             counts = [
                 int(conn.execute(sa.select(sa.func.count()).select_from(table)
@@ -417,9 +416,9 @@ class MaintenanceRepository(StoreCore):
                     sa.delete(runs).where(runs.c.id.in_(ids), runs.c.state.in_(_FINISHED))
                     .returning(runs.c.state))]
         report.longest_batch_seconds = max(report.longest_batch_seconds,
-                                           time.monotonic() - begun)
+                                           self.clock.monotonic() - begun)
         if not report.dry_run:
-            time.sleep(BATCH_PAUSE)
+            self.clock.sleep(BATCH_PAUSE)
         report.batches += 1
         report.runs += len(states)
         for state in states:
@@ -440,7 +439,7 @@ class MaintenanceRepository(StoreCore):
             runs.c.id == event_log.c.run_id))
         after = 0
         while True:
-            begun = time.monotonic()
+            begun = self.clock.monotonic()
             pick = (sa.select(event_log.c.event_id)
                     .where(event_log.c.event_id > after, event_log.c.event_id <= last,
                            event_log.c.created_at < cutoff, orphan)
@@ -452,9 +451,9 @@ class MaintenanceRepository(StoreCore):
             if not ids:
                 return
             report.longest_batch_seconds = max(report.longest_batch_seconds,
-                                               time.monotonic() - begun)
+                                               self.clock.monotonic() - begun)
             if not report.dry_run:
-                time.sleep(BATCH_PAUSE)
+                self.clock.sleep(BATCH_PAUSE)
             report.batches += 1
             report.events += len(ids)
             after = ids[-1]

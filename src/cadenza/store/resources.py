@@ -1,6 +1,10 @@
 """Resources of the pools and their health (SPEC §8), transitions enforced in SQL.
 
-The machine is :data:`~cadenza.domain.states.RESOURCE_TRANSITIONS`. Leasing several
+The machine is :data:`RESOURCE_MACHINE` over
+:data:`~cadenza.domain.states.RESOURCE_TRANSITIONS`, moved by the store's compare-and-swap
+(:mod:`cadenza.store.transition`). A run's hold on a resource is a *resource lease*
+(``lease_owner`` = the run, ``lease_until``, ``lease_epoch``), distinct from the *run
+lease* a worker holds on a run (:mod:`cadenza.store.run_leases`). Leasing several
 resources all-or-nothing is the pool manager's job (``cadenza.resources``): it opens
 ``store.write()`` and calls :meth:`ResourcesRepository.transition_resource` with ``conn=`` for
 each, in a fixed order, rolling back unless every one returned ``True``.
@@ -9,26 +13,36 @@ each, in a fixed order, rolling back unless every one returned ``True``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.domain.errors import InvalidTransition, StaleEpoch, StoreError
 from cadenza.domain.events import EventType, Level
-from cadenza.domain.states import RESOURCE_TRANSITIONS, ResourceState, is_allowed, sources_of
+from cadenza.domain.states import RESOURCE_TRANSITIONS, ResourceState
 from cadenza.store.codec import aware_values
-from cadenza.store.core import StoreCore
 from cadenza.store.records import HEALTH_FIELDS, ResourceRecord
 from cadenza.store.tables import RESOURCE_KINDS, resource_health, resources
+from cadenza.store.transition import Machine, Transitions
 
 RESOURCE_FIELDS = frozenset({"lease_owner", "lease_until", "lease_epoch", "route_id", "last_error"})
 """Columns a resource transition may set through ``fields``."""
+
+RESOURCE_MACHINE = Machine(
+    name="resource", noun="resource", states=ResourceState, transitions=RESOURCE_TRANSITIONS,
+    table=resources, key=resources.c.resource_id,
+    select=sa.select(resources.c.state, resources.c.lease_epoch, resources.c.pool,
+                     resources.c.lease_owner)
+    .where(resources.c.resource_id == sa.bindparam("p_id")).with_for_update(),
+    fields=RESOURCE_FIELDS, stale="lease epoch {epoch} is stale",
+)
+"""The resource state machine of :meth:`ResourcesRepository.transition_resource`."""
 
 _HOLDING = frozenset({ResourceState.LEASED, ResourceState.RUNNING})
 _LEVEL = {ResourceState.FAULT: Level.WARNING, ResourceState.DISABLED: Level.WARNING}
 
 
-class ResourcesRepository(StoreCore):
+class ResourcesRepository(Transitions):
     """Resources (tables ``resources`` and ``resource_health``)."""
 
     def upsert_resource(
@@ -129,13 +143,8 @@ class ResourcesRepository(StoreCore):
         """:meth:`transition_resource`, raising :class:`InvalidTransition` /
         :class:`StaleEpoch` / :class:`StoreError` (no such resource) when nothing changed."""
         done, frm = self._transition_resource(resource_id, to, actor, reason, fields, epoch, conn)
-        if done:
-            return
-        if frm is None:
-            raise StoreError(f"resource {resource_id} does not exist")
-        if epoch is not None and is_allowed(RESOURCE_TRANSITIONS, frm, ResourceState(to)):
-            raise StaleEpoch(f"resource {resource_id}: lease epoch {epoch} is stale")
-        raise InvalidTransition("resource", frm, ResourceState(to))
+        if not done:
+            RESOURCE_MACHINE.refuse(resource_id, ResourceState(to), epoch, frm)
 
     def _transition_resource(
         self,
@@ -148,32 +157,11 @@ class ResourcesRepository(StoreCore):
         conn: sa.Connection | None,
     ) -> tuple[bool, ResourceState | None]:
         to = ResourceState(to)
-        explicit = aware_values(fields or {})
-        unknown = set(explicit) - RESOURCE_FIELDS
-        if unknown:
-            raise ValueError(
-                f"cannot set resource fields {sorted(unknown)}; allowed: {sorted(RESOURCE_FIELDS)}"
-            )
+        explicit = RESOURCE_MACHINE.settable(fields)
         if "last_error" in explicit:
             explicit["last_error"] = self._redact_text(explicit["last_error"])
-        sources = sources_of(RESOURCE_TRANSITIONS, to)
-        with self._joined(conn) as c:
-            before = c.execute(
-                sa.select(
-                    resources.c.state,
-                    resources.c.lease_epoch,
-                    resources.c.pool,
-                    resources.c.lease_owner,
-                )
-                .where(resources.c.resource_id == resource_id)
-                .with_for_update()
-            ).first()
-            if before is None:
-                return False, None
-            frm = ResourceState(before.state)
-            if not sources:
-                return False, frm
-            now = self._now()
+
+        def change(before: Any, now: datetime) -> tuple[sa.Executable, dict[str, Any]]:
             values: dict[str, Any] = {"state": to.value, "updated_at": now}
             if to is ResourceState.LEASED:
                 values["lease_epoch"] = resources.c.lease_epoch + 1
@@ -181,14 +169,10 @@ class ResourcesRepository(StoreCore):
                 values["lease_owner"] = None
                 values["lease_until"] = None
             values.update(explicit)
-            where = [
-                resources.c.resource_id == resource_id,
-                resources.c.state.in_([s.value for s in sources]),
-            ]
-            if epoch is not None:
-                where.append(resources.c.lease_epoch == epoch)
-            if c.execute(sa.update(resources).where(*where).values(values)).rowcount != 1:
-                return False, frm
+            fence = [] if epoch is None else [resources.c.lease_epoch == epoch]
+            return RESOURCE_MACHINE.update(resource_id, to, values, *fence), {}
+
+        def record(c: sa.Connection, before: Any, frm: ResourceState, now: datetime) -> None:
             new_epoch = explicit.get(
                 "lease_epoch",
                 before.lease_epoch + 1 if to is ResourceState.LEASED else before.lease_epoch,
@@ -211,7 +195,8 @@ class ResourcesRepository(StoreCore):
                 actor=actor,
                 now=now,
             )
-            return True, frm
+
+        return self._compare_and_swap(RESOURCE_MACHINE, resource_id, to, conn, change, record)
 
     def update_resource_health(
         self,

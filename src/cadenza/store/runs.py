@@ -1,9 +1,10 @@
 """Runs: creation (one row per fire) and state transitions enforced in SQL (SPEC §6, §7).
 
-A transition is ``UPDATE runs SET state = :to ... WHERE id = :id AND state IN (sources_of(to))
-[AND lease_epoch = :epoch]``; it happened iff exactly one row changed, and its events are
-inserted in the same transaction. A lost race and a forbidden transition look the same to SQL:
-both return ``False`` and change nothing.
+A transition is the store's compare-and-swap (:mod:`cadenza.store.transition`) on
+:data:`RUN_MACHINE`: ``UPDATE runs SET state = :to ... WHERE id = :id AND state IN
+(sources_of(to)) [AND lease_epoch = :epoch]``; it happened iff exactly one row changed, and
+its events are inserted in the same transaction. A lost race and a forbidden transition look
+the same to SQL: both return ``False`` and change nothing.
 """
 
 from __future__ import annotations
@@ -15,20 +16,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.domain.errors import InvalidTransition, StaleEpoch, StoreError
+from cadenza.domain.errors import InvalidTransition, StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import (
     RUN_TRANSITIONS,
     TERMINAL_RUN_STATES,
     RunState,
     StepState,
-    is_allowed,
-    sources_of,
 )
-from cadenza.store.codec import UTCDateTime, aware_values, dumps, new_run_id, require_aware
+from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
 from cadenza.store.records import CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
+from cadenza.store.transition import Machine
 
 RUN_FIELDS = frozenset(
     "not_before priority rows error wait_reason lease_owner lease_until lease_epoch attempt"
@@ -88,6 +88,13 @@ _SELECT_FOR_TRANSITION = (
     .with_for_update()
 )
 
+RUN_MACHINE = Machine(
+    name="run", noun="run", states=RunState, transitions=RUN_TRANSITIONS, table=runs,
+    key=runs.c.id, select=_SELECT_FOR_TRANSITION, fields=RUN_FIELDS,
+    stale="lease epoch {epoch} is stale; {frm} -> {to} refused",
+)
+"""The run state machine of :meth:`RunsRepository.transition_run`."""
+
 
 @functools.cache
 def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.Update:
@@ -117,8 +124,7 @@ def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.
         values["attempt"] = sa.case((resuming, 0), else_=runs.c.attempt)
     for name in fields:
         values[name] = sa.bindparam(f"f_{name}", type_=runs.c[name].type)
-    sources = sorted(s.value for s in sources_of(RUN_TRANSITIONS, to))
-    where = [runs.c.id == sa.bindparam("p_id"), runs.c.state.in_(sources)]
+    where = [runs.c.id == sa.bindparam("p_id"), runs.c.state.in_(RUN_MACHINE.sources(to))]
     if fenced:
         where.append(runs.c.lease_epoch == sa.bindparam("p_epoch"))
     return sa.update(runs).where(*where).values(values)
@@ -244,21 +250,11 @@ class RunsRepository(StepRunsRepository):
         is no such run.
         """
         done, frm = self._transition_run(run_id, to, actor, reason, epoch, fields, conn)
-        if done:
-            return
-        if frm is None:
-            raise StoreError(f"run {run_id} does not exist")
-        if epoch is not None and is_allowed(RUN_TRANSITIONS, frm, RunState(to)):
-            raise StaleEpoch(f"run {run_id}: lease epoch {epoch} is stale; {frm} -> {to} refused")
-        raise InvalidTransition("run", frm, RunState(to))
+        if not done:
+            RUN_MACHINE.refuse(run_id, RunState(to), epoch, frm)
 
     def _run_values(self, fields: Mapping[str, Any] | None) -> dict[str, Any]:
-        values = aware_values(fields or {})
-        unknown = set(values) - RUN_FIELDS
-        if unknown:
-            raise ValueError(
-                f"cannot set run fields {sorted(unknown)}; allowed: {sorted(RUN_FIELDS)}"
-            )
+        values = RUN_MACHINE.settable(fields)
         for key in _REDACTED_TEXT & values.keys():
             values[key] = self._redact_text(values[key])
         return values
@@ -275,37 +271,23 @@ class RunsRepository(StepRunsRepository):
     ) -> tuple[bool, RunState | None]:
         to = RunState(to)
         explicit = self._run_values(fields)
-        with self._joined(conn) as c:
-            before = c.execute(_SELECT_FOR_TRANSITION, {"p_id": run_id}).first()
-            if before is None:
-                return False, None
-            frm = RunState(before.state)
-            if not sources_of(RUN_TRANSITIONS, to):
-                return False, frm
-            now = self._now()
+        statement = _update_statement(to, epoch is not None, frozenset(explicit))
+
+        def change(before: Any, now: datetime) -> tuple[sa.Executable, dict[str, Any]]:
             params = {f"f_{name}": value for name, value in explicit.items()}
-            params.update(p_id=run_id, p_now=now, p_reason=self._redact_text(reason), p_epoch=epoch)
-            statement = _update_statement(to, epoch is not None, frozenset(explicit))
-            if c.execute(statement, params).rowcount != 1:
-                return False, frm
+            params.update(p_id=run_id, p_now=now, p_reason=self._redact_text(reason),
+                          p_epoch=epoch)
+            return statement, params
+
+        def record(c: sa.Connection, before: Any, frm: RunState, now: datetime) -> None:
             new_epoch = explicit.get(
                 "lease_epoch",
                 before.lease_epoch + 1 if to is RunState.RUNNING else before.lease_epoch,
             )
-            self._run_events(
-                c,
-                run_id,
-                before.job_id,
-                before.started_at,
-                frm,
-                to,
-                reason,
-                new_epoch,
-                explicit,
-                actor,
-                now,
-            )
-            return True, frm
+            self._run_events(c, run_id, before.job_id, before.started_at, frm, to, reason,
+                             new_epoch, explicit, actor, now)
+
+        return self._compare_and_swap(RUN_MACHINE, run_id, to, conn, change, record)
 
     def _run_events(
         self,
@@ -358,33 +340,6 @@ class RunsRepository(StepRunsRepository):
                 actor=actor,
                 now=now,
             )
-
-    def renew_run_lease(
-        self,
-        run_id: str,
-        epoch: int,
-        lease_until: datetime,
-        *,
-        conn: sa.Connection | None = None,
-    ) -> bool:
-        """Extend the lease of a RUNNING run held at ``epoch`` (the worker's heartbeat).
-
-        Sets lease_until and updated_at; ``False`` when the run is no longer RUNNING at that
-        epoch (the lease was lost: the worker must stop). Writes no event (heartbeats would
-        flood the audit log; the epoch makes a lost lease visible instead).
-        """
-        until = require_aware(lease_until, "lease_until")
-        with self._joined(conn) as c:
-            changed = c.execute(
-                sa.update(runs)
-                .where(
-                    runs.c.id == run_id,
-                    runs.c.state == RunState.RUNNING.value,
-                    runs.c.lease_epoch == epoch,
-                )
-                .values(lease_until=until, updated_at=self._now())
-            ).rowcount
-        return changed == 1
 
     def resume_run(self, run_id: str, *, actor: str) -> RunRecord:
         """An operator resumes a NEEDS_REVIEW run: QUEUED again, with fresh attempts

@@ -1,8 +1,13 @@
 """Step runs: one row per attempt of one step, with transitions enforced in SQL (SPEC §7).
 
-The step machine is :data:`~cadenza.domain.states.STEP_TRANSITIONS`. Transitions follow the
-run rule (conditional UPDATE, row count, event in the same transaction); an optional ``epoch``
-fences them on the parent run's lease, so a worker that lost its run cannot record a step.
+The step machine is :data:`STEP_MACHINE` over :data:`~cadenza.domain.states.STEP_TRANSITIONS`.
+Transitions are the store's compare-and-swap (:mod:`cadenza.store.transition`: conditional
+UPDATE, row count, event in the same transaction); an optional ``epoch`` fences them on the
+parent run's lease, so a worker that lost its run cannot record a step.
+
+The executor records step boundaries in bulk (:mod:`cadenza.store.recording`) with the same
+events; :meth:`StepRunsRepository.transition_step_run` is the single-row path (the reaper
+ends the step runs of a lost worker with it).
 """
 
 from __future__ import annotations
@@ -13,16 +18,26 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.domain.errors import InvalidTransition, StaleEpoch, StoreError
+from cadenza.domain.errors import InvalidTransition, StoreError
 from cadenza.domain.events import EventType, Level
-from cadenza.domain.states import STEP_TRANSITIONS, StepState, is_allowed, sources_of
-from cadenza.store.codec import aware_values, dumps
-from cadenza.store.core import StoreCore
+from cadenza.domain.states import STEP_TRANSITIONS, StepState
+from cadenza.store.codec import dumps
 from cadenza.store.records import StepRunRecord
 from cadenza.store.tables import runs, step_runs
+from cadenza.store.transition import Machine, Transitions
 
 STEP_FIELDS = frozenset({"rows", "output", "error", "error_class", "started_at", "finished_at"})
 """What a step transition may set through ``fields`` (``output`` is any JSON-able value)."""
+
+STEP_MACHINE = Machine(
+    name="step_run", noun="step run", states=StepState, transitions=STEP_TRANSITIONS,
+    table=step_runs, key=step_runs.c.id,
+    select=sa.select(step_runs.c.state, step_runs.c.run_id, step_runs.c.step,
+                     step_runs.c.step_type, step_runs.c.attempt)
+    .where(step_runs.c.id == sa.bindparam("p_id")).with_for_update(),
+    fields=STEP_FIELDS, stale="run lease epoch {epoch} is stale",
+)
+"""The step run state machine of :meth:`StepRunsRepository.transition_step_run`."""
 
 STEP_FINAL_STATES = frozenset(
     {StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELED}
@@ -38,7 +53,7 @@ def _step_event(to: StepState) -> tuple[EventType, Level]:
     return _EVENT_OF.get(to, (EventType.STEP_STATE_CHANGED, Level.INFO))
 
 
-class StepRunsRepository(StoreCore):
+class StepRunsRepository(Transitions):
     """Step runs (table ``step_runs``)."""
 
     def create_step_run(
@@ -124,35 +139,8 @@ class StepRunsRepository(StoreCore):
         """
         return self._transition_step(step_run_id, to, reason, fields, actor, epoch, conn)[0]
 
-    def transition_step_run_or_raise(
-        self,
-        step_run_id: int,
-        to: StepState,
-        *,
-        reason: str | None = None,
-        fields: Mapping[str, Any] | None = None,
-        actor: str = "system",
-        epoch: int | None = None,
-        conn: sa.Connection | None = None,
-    ) -> None:
-        """:meth:`transition_step_run`, raising :class:`InvalidTransition` / :class:`StaleEpoch`
-        / :class:`StoreError` (no such step run) when nothing changed."""
-        done, frm = self._transition_step(step_run_id, to, reason, fields, actor, epoch, conn)
-        if done:
-            return
-        if frm is None:
-            raise StoreError(f"step run {step_run_id} does not exist")
-        if epoch is not None and is_allowed(STEP_TRANSITIONS, frm, StepState(to)):
-            raise StaleEpoch(f"step run {step_run_id}: run lease epoch {epoch} is stale")
-        raise InvalidTransition("step_run", frm, StepState(to))
-
     def _step_values(self, fields: Mapping[str, Any] | None) -> dict[str, Any]:
-        given = aware_values(fields or {})
-        unknown = set(given) - STEP_FIELDS
-        if unknown:
-            raise ValueError(
-                f"cannot set step run fields {sorted(unknown)}; allowed: {sorted(STEP_FIELDS)}"
-            )
+        given = STEP_MACHINE.settable(fields)
         values = {k: v for k, v in given.items() if k != "output"}
         if "error" in values:
             values["error"] = self._redact_text(values["error"])
@@ -172,28 +160,15 @@ class StepRunsRepository(StoreCore):
         actor: str,
         epoch: int | None,
         conn: sa.Connection | None,
+        *,
+        at: datetime | None = None,
     ) -> tuple[bool, StepState | None]:
+        """:meth:`transition_step_run`; ``at`` (default: now on the store's clock) is the
+        time written (the reaper passes the time it reaps at)."""
         to = StepState(to)
         explicit = self._step_values(fields)
-        sources = sources_of(STEP_TRANSITIONS, to)
-        with self._joined(conn) as c:
-            before = c.execute(
-                sa.select(
-                    step_runs.c.state,
-                    step_runs.c.run_id,
-                    step_runs.c.step,
-                    step_runs.c.step_type,
-                    step_runs.c.attempt,
-                )
-                .where(step_runs.c.id == step_run_id)
-                .with_for_update()
-            ).first()
-            if before is None:
-                return False, None
-            frm = StepState(before.state)
-            if not sources:
-                return False, frm
-            now: datetime = self._now()
+
+        def change(before: Any, now: datetime) -> tuple[sa.Executable, dict[str, Any]]:
             values: dict[str, Any] = {
                 "state": to.value,
                 "updated_at": now,
@@ -204,16 +179,12 @@ class StepRunsRepository(StoreCore):
             if to in STEP_FINAL_STATES:
                 values["finished_at"] = now
             values.update(explicit)
-            where = [
-                step_runs.c.id == step_run_id,
-                step_runs.c.state.in_([s.value for s in sources]),
+            fence = [] if epoch is None else [
+                sa.exists().where(runs.c.id == step_runs.c.run_id, runs.c.lease_epoch == epoch)
             ]
-            if epoch is not None:
-                where.append(
-                    sa.exists().where(runs.c.id == step_runs.c.run_id, runs.c.lease_epoch == epoch)
-                )
-            if c.execute(sa.update(step_runs).where(*where).values(values)).rowcount != 1:
-                return False, frm
+            return STEP_MACHINE.update(step_run_id, to, values, *fence), {}
+
+        def record(c: sa.Connection, before: Any, frm: StepState, now: datetime) -> None:
             event_type, level = _step_event(to)
             self._insert_event(
                 c,
@@ -237,15 +208,9 @@ class StepRunsRepository(StoreCore):
                 actor=actor,
                 now=now,
             )
-            return True, frm
 
-    def get_step_run(
-        self, step_run_id: int, *, conn: sa.Connection | None = None
-    ) -> StepRunRecord | None:
-        """The step run ``step_run_id``, or ``None``."""
-        with self._reading(conn) as c:
-            row = c.execute(sa.select(step_runs).where(step_runs.c.id == step_run_id)).first()
-        return None if row is None else StepRunRecord.from_row(row)
+        return self._compare_and_swap(STEP_MACHINE, step_run_id, to, conn, change, record,
+                                      at=at)
 
     def list_step_runs(self, run_id: str) -> list[StepRunRecord]:
         """Every attempt of every step of ``run_id``, in creation order."""

@@ -16,12 +16,14 @@ own when given ``conn=`` from :meth:`Store.write`).
 from __future__ import annotations
 
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
+from cadenza.store import protocols
 from cadenza.store.admission import AdmissionRepository
 from cadenza.store.checkpoints import CheckpointsRepository
 from cadenza.store.core import NoRedaction, Redactor
@@ -30,10 +32,10 @@ from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
 from cadenza.store.execution import ExecutionRepository
 from cadenza.store.fires import FiresRepository
-from cadenza.store.leases import LeasesRepository
 from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
+from cadenza.store.run_leases import RunLeasesRepository
 from cadenza.store.runs import RunsRepository
 from cadenza.store.staged import StagedClaims
 from cadenza.store.steps import StepRunsRepository
@@ -52,7 +54,7 @@ class Store(
     StagedClaims,
     RecordingRepository,
     AdmissionRepository,
-    LeasesRepository,
+    RunLeasesRepository,
     CheckpointsRepository,
     MaintenanceRepository,
 ):
@@ -120,3 +122,13 @@ class Store(
 
     def __repr__(self) -> str:
         return f"Store({describe_url(self.engine.url)!r})"
+
+
+if TYPE_CHECKING:
+
+    def _implements_every_protocol(store: Store) -> tuple[
+        protocols.RunQueue, protocols.RunControl, protocols.RunLeases, protocols.Resources,
+        protocols.EventQueries, protocols.AuditLog, protocols.HistoryQueries,
+    ]:
+        """mypy checks here that :class:`Store` implements each consumer's protocol."""
+        return store, store, store, store, store, store, store

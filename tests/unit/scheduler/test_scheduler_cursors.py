@@ -56,8 +56,8 @@ def test_a_cursor_left_behind_never_doubles_a_fire(make_scheduler: MakeScheduler
 
 def test_cursors_only_move_forward(store: Store) -> None:
     store.init_cursors([("a", "job")], at("2027-03-01T01:00Z"))
-    assert store.advance_cursor("a", "job", at("2027-03-01T02:00Z"))
-    assert not store.advance_cursor("a", "job", at("2027-03-01T01:30Z"))
+    store.advance_cursors({("a", "job"): at("2027-03-01T02:00Z")}, create=False)
+    store.advance_cursors({("a", "job"): at("2027-03-01T01:30Z")}, create=False)  # stays
     assert store.init_cursors([("a", "job")], at("2027-03-01T00:00Z")) == 0
     assert store.get_cursors([("a", "job"), ("b", "job")]) == {
         ("a", "job"): at("2027-03-01T02:00Z")

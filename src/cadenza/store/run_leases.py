@@ -1,22 +1,29 @@
 """Run leases: renewal, cancel requests and the reaper (SPEC §7 "Checkpoints, idempotency,
 recovery", §18; docs/leases.md).
 
+A *run lease* is a worker's hold on a run (a run's hold on a pool member is a *resource
+lease*: :mod:`cadenza.store.resources`). In APScheduler 4's words: a claim *acquires* it,
+:meth:`RunLeasesRepository.renew_run_leases` *extends* it, the run's end *releases* it and
+:meth:`RunLeasesRepository.reap_expired_run_leases` is *reap_expired(now)*; consumers use
+them through the :class:`~cadenza.store.protocols.RunLeases` protocol.
+
 A claim (:meth:`~cadenza.store.execution.ExecutionRepository.claim_runs`) gives a run its
 holder: ``lease_owner`` (``host:pid:thread``), ``lease_until`` and a new ``lease_epoch``, the
 fencing token every later write of the holder carries. This module holds the rest of the
 lease's life:
 
-* :meth:`LeasesRepository.renew_leases`: one renewal round of one process, **one UPDATE**
-  for all its runs (``(id, lease_epoch, lease_owner) IN (VALUES ...)``: each run keeps its
-  own epoch), returning the runs renewed and their pending cancel requests. Runs not renewed
-  are looked up once more (only then) to tell "lost" (another epoch, another owner, not
-  RUNNING) from "not visible yet" (a claim whose transaction has not committed).
-* :meth:`LeasesRepository.cancel_requests`: the cheap read the keeper polls between renewals.
-* :meth:`LeasesRepository.request_cancel`: ``runs cancel`` from any process. A QUEUED run is
-  CANCELED at once (conditional UPDATE); a RUNNING run gets ``cancel_requested_by/_at`` and
+* :meth:`RunLeasesRepository.renew_run_leases`: one renewal round of one process, **one
+  UPDATE** for all its runs (``(id, lease_epoch, lease_owner) IN (VALUES ...)``: each run
+  keeps its own epoch), returning the runs renewed and their pending cancel requests. Runs
+  not renewed are looked up once more (only then) to tell "lost" (another epoch, another
+  owner, not RUNNING) from "not visible yet" (a claim whose transaction has not committed).
+* :meth:`RunLeasesRepository.cancel_requests`: the cheap read the keeper polls between
+  renewals.
+* :meth:`RunLeasesRepository.request_cancel`: ``runs cancel`` from any process. A QUEUED run
+  is CANCELED at once (conditional UPDATE); a RUNNING run gets ``cancel_requested_by/_at`` and
   its holder stops it at its next poll.
-* :meth:`LeasesRepository.reap_expired_leases`: in one transaction, RUNNING runs whose lease
-  expired (or that never had one) go back to QUEUED (lease cleared, ``not_before`` NULL,
+* :meth:`RunLeasesRepository.reap_expired_run_leases`: in one transaction, RUNNING runs whose
+  lease expired (or that never had one) go back to QUEUED (lease cleared, ``not_before`` NULL,
   epoch + 1, so a late write of the old holder is refused), their RUNNING step runs end
   FAILED (class ``lost``); a run recovered :data:`MAX_RECOVERIES` times goes to NEEDS_REVIEW
   instead, and a run with a pending cancel request ends CANCELED. ``dead_owner`` also takes
@@ -44,6 +51,7 @@ from cadenza.store.tables import event_log, runs, step_runs
 
 if TYPE_CHECKING:
     from cadenza.store.runs import RunsRepository
+    from cadenza.store.steps import StepRunsRepository
 
 MAX_RECOVERIES = 3
 """A run whose lease expired this many times (per operator resume) goes to NEEDS_REVIEW."""
@@ -59,7 +67,7 @@ _RUNNING = RunState.RUNNING.value
 
 
 @dataclass(frozen=True)
-class HeldLease:
+class RunLease:
     """A run this process holds: its id, the epoch of its claim and the claim's owner."""
 
     run_id: str
@@ -69,7 +77,7 @@ class HeldLease:
 
 @dataclass(frozen=True)
 class Renewal:
-    """What one renewal round found (see :meth:`LeasesRepository.renew_leases`)."""
+    """What one renewal round found (see :meth:`RunLeasesRepository.renew_run_leases`)."""
 
     renewed: frozenset[str] = frozenset()
     cancels: dict[str, str] = field(default_factory=dict)
@@ -83,7 +91,7 @@ class Renewal:
 
 @dataclass(frozen=True)
 class CancelResult:
-    """What :meth:`LeasesRepository.request_cancel` did: ``state`` is the run's state after
+    """What :meth:`RunLeasesRepository.request_cancel` did: ``state`` is the run's state after
     it; ``requested`` is True when a running run's holder was asked to stop."""
 
     run_id: str
@@ -119,7 +127,7 @@ def owner_parts(owner: str | None) -> tuple[str, int | None]:
         return parts[0], None
 
 
-def _values(leases: Sequence[HeldLease]) -> tuple[str, dict[str, Any]]:
+def _values(leases: Sequence[RunLease]) -> tuple[str, dict[str, Any]]:
     rows = ", ".join(f"(:r{k}, :e{k}, :o{k})" for k in range(len(leases)))
     ids = ", ".join(f":r{k}" for k in range(len(leases)))
     params: dict[str, Any] = {}
@@ -130,10 +138,10 @@ def _values(leases: Sequence[HeldLease]) -> tuple[str, dict[str, Any]]:
     return f"id IN ({ids}) AND (id, lease_epoch, lease_owner) IN (VALUES {rows})", params
 
 
-class LeasesRepository(StoreCore):
+class RunLeasesRepository(StoreCore):
     """Renewal, cancel requests and reaping of run leases (see the module docstring)."""
 
-    def renew_leases(self, leases: Sequence[HeldLease], until: datetime, *,
+    def renew_run_leases(self, leases: Sequence[RunLease], until: datetime, *,
                      conn: sa.Connection | None = None) -> Renewal:
         """Extend the lease of every run in ``leases`` still RUNNING at that epoch and owner
         to ``until``, in ONE UPDATE; returns which were renewed (with their pending cancel
@@ -234,7 +242,7 @@ class LeasesRepository(StoreCore):
                                             f"cancel{hint}")
         raise StoreError(f"run {run_id}: its state kept changing; try again")
 
-    def reap_expired_leases(
+    def reap_expired_run_leases(
         self,
         *,
         now: datetime | None = None,
@@ -318,24 +326,17 @@ class LeasesRepository(StoreCore):
             runs.c.lease_epoch == row.lease_epoch).values(**values))
         if done.rowcount != 1:
             return None
-        steps = conn.execute(
-            sa.update(step_runs)
-            .where(step_runs.c.run_id == row.id,
-                   step_runs.c.state == StepState.RUNNING.value)
-            .values(state=StepState.FAILED.value, error=LOST_ERROR, error_class=LOST_CLASS,
-                    finished_at=at, updated_at=at)
-            .returning(step_runs.c.id, step_runs.c.step, step_runs.c.step_type,
-                       step_runs.c.attempt)).all()
-        for step in steps:
-            self._insert_event(
-                conn, EventType.STEP_FAILED,
-                f"step {step.step} (attempt {step.attempt}) RUNNING -> FAILED: {LOST_ERROR}",
-                run_id=row.id, level=Level.ERROR,
-                payload={"step_run_id": step.id, "step": step.step,
-                         "step_type": step.step_type, "attempt": step.attempt,
-                         "from": StepState.RUNNING.value, "to": StepState.FAILED.value,
-                         "reason": None, "rows": None, "error_class": LOST_CLASS,
-                         "error": LOST_ERROR}, actor="reaper", now=at)
+        # The step runs the lost worker left RUNNING end FAILED through the step machine,
+        # fenced on the epoch the run has now (the events are those of any step end).
+        steps = cast("StepRunsRepository", self)
+        running = conn.execute(
+            sa.select(step_runs.c.id)
+            .where(step_runs.c.run_id == row.id, step_runs.c.state == StepState.RUNNING.value)
+            .order_by(step_runs.c.id)).scalars().all()
+        ended = sum(steps._transition_step(
+            step_run_id, StepState.FAILED, LOST_ERROR,
+            {"error": LOST_ERROR, "error_class": LOST_CLASS}, "reaper", row.lease_epoch + 1,
+            conn, at=at)[0] for step_run_id in running)
         level = Level.INFO if to is RunState.QUEUED else Level.WARNING
         self._insert_event(
             conn, EventType.RUN_STATE_CHANGED, f"run RUNNING -> {to.value}: {reason}",
@@ -356,6 +357,6 @@ class LeasesRepository(StoreCore):
             payload={"job_id": row.job_id, "old_owner": row.lease_owner,
                      "old_epoch": row.lease_epoch, "lease_until": row.lease_until,
                      "why": why, "to": to.value, "recoveries": times + 1,
-                     "steps_ended": len(steps)},
+                     "steps_ended": ended},
             actor="reaper", now=at)
-        return Recovered(row.id, row.job_id, row.lease_owner, row.lease_epoch, to, len(steps))
+        return Recovered(row.id, row.job_id, row.lease_owner, row.lease_epoch, to, ended)

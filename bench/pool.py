@@ -1,21 +1,15 @@
-"""A pool of worker threads that drains the queue: free workers claim runs and run them.
+"""The drain driver of ``bench/runs.py`` (not product code): a pool of worker threads that
+claims and runs every QUEUED run, then returns.
 
-Runs are claimed only for workers that are free to start them at once: no claimed run ever
-waits behind another one (a batch claimed ahead by one worker would make its runs RUNNING
-while they wait for that worker's current run, possibly for hours). When a free worker
-finds nothing handed to it, it claims as many runs as there are free workers (at most
-``batch``) and records their first step starts in the same transaction
-(:meth:`~cadenza.executor.runner.Executor.claim_and_start`: highest priority then oldest
-first, ``FOR UPDATE SKIP LOCKED`` on PostgreSQL), keeps one and hands out the others. Claims
-grow with the load: the workers that finish while a claim is being made join the next one.
-
-Commits stay few because the workers share one :class:`~cadenza.executor.recorder.GroupCommit`:
-a claim joins the group's next transaction, with the step boundaries of the other workers
-and the ends of the runs that just finished (a run's end is written with the next write).
-
-This is the execution half of ``cadenza serve``; admission (concurrency caps, windows,
-budgets, resource leases) and the schedule loop come with the scheduling issue, and
-:meth:`WorkerPool.drain` claims every QUEUED run of the configuration's jobs as it is.
+``cadenza serve`` runs queued runs with the node's dispatcher and workers; this pool keeps
+the benchmark's figure comparable from pass to pass by driving the same executor calls
+without admission, schedules or leases to keep: free workers claim as many runs as there are
+free workers (at most ``batch``) with
+:meth:`~cadenza.executor.runner.Executor.claim_and_start` (claim and first step start in one
+transaction), keep one and hand out the others; no claimed run ever waits behind another.
+The workers share one :class:`~cadenza.executor.recorder.GroupCommit`: a claim joins the
+group's next transaction, with the step boundaries of the other workers and the ends of the
+runs that just finished.
 """
 
 from __future__ import annotations

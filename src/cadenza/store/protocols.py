@@ -1,0 +1,274 @@
+"""What each consumer of the store uses: small protocols, implemented by :class:`Store`.
+
+A consumer types its store against the protocol it needs, not against :class:`Store` (one
+object with every repository), so that what it may do is visible in its signature and a test
+double, or another implementation, needs only those methods:
+
+* :class:`RunQueue`: runs created and taken (the scheduler, "run now", the dispatcher);
+* :class:`RunControl`: an operator's decisions (cancel, resume, abandon);
+* :class:`RunLeases`: a worker's hold on a run (the lease keeper and the reaper);
+* :class:`Resources`: the pools' members, their resource leases and health;
+* :class:`AuditLog`: the append-only event log (:class:`EventQueries` reads it);
+* :class:`HistoryQueries`: read-only runs, step runs, logs and events (CLI, web UI, API).
+
+"Lease" names two holds (SPEC §8): a **run lease** (a worker's hold on a run: ``runs.lease_*``,
+fenced by ``lease_epoch``) and a **resource lease** (a run's hold on a pool member:
+``resources.lease_*``). The lease vocabulary follows APScheduler 4's data store: *acquire*
+(a claim), *extend* (a renewal), *release* (the end of the holder's use) and
+*reap_expired(now)*; each method's docstring (on the implementation) says which fields it
+changes and which events it writes.
+
+``store/store.py`` proves under mypy that :class:`Store` implements every protocol here; a
+unit test checks the same at runtime, signature by signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import ResourceState, RunState
+from cadenza.store.boundary import NewRun
+from cadenza.store.records import (
+    EventRecord,
+    LogRecord,
+    ResourceRecord,
+    RunRecord,
+    StepRunRecord,
+)
+from cadenza.store.run_leases import CancelResult, Recovered, Renewal, RunLease
+
+
+class RunQueue(Protocol):
+    """Runs created (one per fire, or "run now") and taken by a worker.
+
+    *acquire* of a run lease is :meth:`claim_runs`: QUEUED -> RUNNING with a new
+    ``lease_epoch``, ``lease_owner`` and ``lease_until``; its *release* is the run's end.
+    """
+
+    def create_run(
+        self,
+        job_id: str,
+        trigger: str,
+        *,
+        state: RunState = ...,
+        schedule: str | None = ...,
+        scheduled_for: datetime | None = ...,
+        params: Mapping[str, Any] | None = ...,
+        overrides: Mapping[str, Any] | None = ...,
+        reason: str | None = ...,
+        priority: int = ...,
+        not_before: datetime | None = ...,
+        actor: str = ...,
+        conn: sa.Connection | None = ...,
+    ) -> str | None:
+        """Record one run (QUEUED, or MISSED); ``None`` when the fire exists already."""
+        ...
+
+    def create_runs(self, new_runs: Sequence[NewRun], *,
+                    conn: sa.Connection | None = ...) -> list[str]:
+        """Record several unscheduled QUEUED runs in one transaction; their ids."""
+        ...
+
+    def transition_run(
+        self,
+        run_id: str,
+        to: RunState,
+        *,
+        actor: str = ...,
+        reason: str | None = ...,
+        epoch: int | None = ...,
+        fields: Mapping[str, Any] | None = ...,
+        conn: sa.Connection | None = ...,
+    ) -> bool:
+        """Move a run if its state (and ``epoch``) allows it; ``True`` iff it changed;
+        RUN_STATE_CHANGED (+ RUN_FINISHED for an end)."""
+        ...
+
+    def claim_runs(
+        self,
+        owner: str,
+        lease_until: datetime,
+        *,
+        limit: int = ...,
+        run_ids: Iterable[str] | None = ...,
+        job_ids: Iterable[str] | None = ...,
+        conn: sa.Connection | None = ...,
+    ) -> list[RunRecord]:
+        """Acquire run leases: take up to ``limit`` due QUEUED runs for ``owner``."""
+        ...
+
+
+class RunControl(Protocol):
+    """What an operator decides about a run (``runs cancel / resume / abandon``)."""
+
+    def request_cancel(self, run_id: str, by: str, *,
+                       conn: sa.Connection | None = ...) -> CancelResult:
+        """Cancel a QUEUED run now, or ask a RUNNING run's holder to stop it."""
+        ...
+
+    def resume_run(self, run_id: str, *, actor: str) -> RunRecord:
+        """NEEDS_REVIEW -> QUEUED with fresh attempts."""
+        ...
+
+    def abandon_run(self, run_id: str, *, actor: str,
+                    skip: Sequence[tuple[str, str]] = ...) -> RunRecord:
+        """NEEDS_REVIEW -> FAILED, the steps after the failed one recorded SKIPPED."""
+        ...
+
+
+class RunLeases(Protocol):
+    """A worker's hold on its runs: *extend* (:meth:`renew_run_leases`), the cancel
+    requests it polls, and *reap_expired* (:meth:`reap_expired_run_leases`). *Acquire* is
+    :meth:`RunQueue.claim_runs`; *release* is the run's end."""
+
+    def renew_run_leases(self, leases: Sequence[RunLease], until: datetime, *,
+                         conn: sa.Connection | None = ...) -> Renewal:
+        """Extend: ``lease_until`` of every run still held at its epoch and owner, in one
+        UPDATE; no event. Says which were renewed, lost or not visible yet."""
+        ...
+
+    def cancel_requests(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """Pending cancel requests among ``run_ids``: run id -> who asked."""
+        ...
+
+    def reap_expired_run_leases(
+        self,
+        *,
+        now: datetime | None = ...,
+        dead_owner: Callable[[str], bool] | None = ...,
+        owner_like: str | None = ...,
+        limit: int = ...,
+        max_recoveries: int = ...,
+    ) -> list[Recovered]:
+        """Reap expired: RUNNING runs whose lease expired at ``now`` (or whose holder is
+        dead) back to QUEUED, NEEDS_REVIEW or CANCELED, their RUNNING step runs FAILED;
+        RUN_STATE_CHANGED, STEP_FAILED and RUN_RECOVERED events."""
+        ...
+
+
+class Resources(Protocol):
+    """The pools' members (SPEC §8): registration, health, and the state machine whose
+    LEASED / RUNNING states are a run's resource lease (``lease_owner`` = the run)."""
+
+    def upsert_resource(self, resource_id: str, pool: str, kind: str, *,
+                        route_id: str | None = ..., actor: str = ...,
+                        conn: sa.Connection | None = ...) -> None:
+        """Register a member (AVAILABLE) or update its pool, kind and route."""
+        ...
+
+    def transition_resource(
+        self,
+        resource_id: str,
+        to: ResourceState,
+        *,
+        actor: str = ...,
+        reason: str | None = ...,
+        fields: Mapping[str, Any] | None = ...,
+        epoch: int | None = ...,
+        conn: sa.Connection | None = ...,
+    ) -> bool:
+        """Move a resource (acquire: -> LEASED, release: -> AVAILABLE / COOLDOWN);
+        ``True`` iff it changed; RESOURCE_STATE_CHANGED."""
+        ...
+
+    def update_resource_health(self, resource_id: str, fields: Mapping[str, Any], *,
+                               conn: sa.Connection | None = ...) -> None:
+        """Set health fields of a resource; no event."""
+        ...
+
+    def get_resource(self, resource_id: str, *,
+                     conn: sa.Connection | None = ...) -> ResourceRecord | None:
+        """One resource with its health."""
+        ...
+
+    def list_resources(self, pool: str | None = ...) -> list[ResourceRecord]:
+        """Resources (of one pool, or all) with their health."""
+        ...
+
+
+class EventQueries(Protocol):
+    """Reading the audit log."""
+
+    def list_events(
+        self,
+        *,
+        run_id: str | None = ...,
+        resource_id: str | None = ...,
+        event_type: EventType | str | None = ...,
+        since: datetime | None = ...,
+        limit: int = ...,
+        after_id: int | None = ...,
+        newest_first: bool = ...,
+    ) -> list[EventRecord]:
+        """Events matching every given filter."""
+        ...
+
+
+class AuditLog(EventQueries, Protocol):
+    """The append-only audit log (SPEC §10): append, and read back."""
+
+    def append_event(
+        self,
+        event_type: EventType | str,
+        message: str,
+        *,
+        run_id: str | None = ...,
+        resource_id: str | None = ...,
+        level: Level | str = ...,
+        payload: Any = ...,
+        actor: str = ...,
+        conn: sa.Connection | None = ...,
+    ) -> int:
+        """Append one redacted event; its ``event_id``."""
+        ...
+
+
+class HistoryQueries(EventQueries, Protocol):
+    """Read-only history: what ``runs list / show / logs``, ``events`` and the web UI read.
+    Nothing here writes."""
+
+    def get_run(self, run_id: str, *, conn: sa.Connection | None = ...) -> RunRecord | None:
+        """One run."""
+        ...
+
+    def list_runs(
+        self,
+        *,
+        job: str | None = ...,
+        state: RunState | str | Iterable[RunState | str] | None = ...,
+        limit: int = ...,
+        before: str | datetime | None = ...,
+        trigger: str | None = ...,
+    ) -> list[RunRecord]:
+        """Runs, newest first, keyset-paged by ``before``."""
+        ...
+
+    def list_step_runs(self, run_id: str) -> list[StepRunRecord]:
+        """Every attempt of every step of a run."""
+        ...
+
+    def list_logs(
+        self,
+        run_id: str,
+        *,
+        after_id: int | None = ...,
+        limit: int | None = ...,
+        min_level: Level | str | None = ...,
+    ) -> list[LogRecord]:
+        """A run's log lines in order."""
+        ...
+
+    def run_is_finished(self, run_id: str) -> bool:
+        """Whether the run is in a terminal state."""
+        ...
+
+
+PROTOCOLS: tuple[type[Any], ...] = (
+    RunQueue, RunControl, RunLeases, Resources, EventQueries, AuditLog, HistoryQueries,
+)
+"""Every consumer protocol (the conformance test walks them)."""

@@ -106,7 +106,7 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
         monkeypatch.setattr(Node, "_claim_remote", cancel_first)
         clock.set(FIRE)
         node.dispatch_once(FIRE)
-        assert node.claimer.chunks == 0  # the mark changed: it wrote nothing
+        assert node.claimer.chunks == 0  # the runs' version moved: it wrote nothing
         assert node.claimer.broken is None  # and stays usable
         assert stage.claimed == staging.CHUNKS[0]
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
@@ -138,8 +138,8 @@ def test_a_node_whose_claimer_died_claims_in_process(
 def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    """Driven directly: a stage handed over, then claimed with a stale mark, a wrong
-    token, and the right mark."""
+    """Driven directly: a stage handed over, then claimed with a stale version, a wrong
+    token, and the right version."""
     home = node_home(tmp_path, sqlite_url, jobs=0, extra=_job("solo", schedule=False))
     clock = FakeClock(FIRE)
     config = home.load_config()
@@ -160,28 +160,28 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         assert len(starts) == 3
         token = claimer.submit(starts, executor.owner, until)
         with store.write() as conn:
-            mark = store.events_mark(conn)
-        assert mark is not None
+            version = store.runs_version(conn)
+        assert version is not None
 
-        def claim(token: int, mark: int) -> list[Chunk | Stopped]:
-            return list(claimer.claim(token, ids, mark, 10, [2], FIRE, False))
+        def claim(token: int, version: int) -> list[Chunk | Stopped]:
+            return list(claimer.claim(token, ids, version, 10, [2], FIRE, clock.monotonic()))
 
-        (stopped,) = claim(token, mark - 1)
+        (stopped,) = claim(token, version - 1)
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
-        (stopped,) = claim(token + 1, mark)
+        (stopped,) = claim(token + 1, version)
         assert isinstance(stopped, Stopped)
         assert {r.state for r in store.list_runs(limit=10)} == {RunState.QUEUED}
 
-        first, second = claim(token, mark)
+        first, second = claim(token, version)
         assert isinstance(first, Chunk) and isinstance(second, Chunk)
         assert (first.size, second.size) == (2, 1)
         assert set(first.taken) | set(second.taken) == set(ids)
-        assert first.at == FIRE and second.mark > first.mark > mark
+        assert first.at == FIRE and second.version > first.version > version
         for run in store.list_runs(limit=10):
             assert (run.state, run.lease_epoch, run.lease_owner) == (
                 RunState.RUNNING, 1, executor.owner)
         # Claimed already: a second go takes nothing (the claim stays conditional).
-        (again, stopped) = claim(token, second.mark)
+        (again, stopped) = claim(token, second.version)
         assert isinstance(again, Chunk) and again.taken == {}
         assert isinstance(stopped, Stopped) and "changed before their claim" in stopped.why
 
@@ -192,13 +192,13 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         token = claimer.submit([s.start for s in fresh if s is not None], executor.owner,
                                until)
         with store.write() as conn:
-            mark = store.events_mark(conn)
-        assert mark is not None
-        reports = claimer.claim(token, more, mark, 10, [2], FIRE, False)
+            version = store.runs_version(conn)
+        assert version is not None
+        reports = claimer.claim(token, more, version, 10, [2], FIRE, clock.monotonic())
         first = next(reports)
         assert isinstance(first, Chunk) and first.size == 2
         del reports  # its second chunk and its end are left unread in the pipe
-        (stopped,) = list(claimer.claim(token, more, mark, 10, [2], FIRE, False))
+        (stopped,) = list(claimer.claim(token, more, version, 10, [2], FIRE, clock.monotonic()))
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
         assert {r.state for r in store.list_runs(limit=10)} == {RunState.RUNNING}
         node.stop(timeout=5)

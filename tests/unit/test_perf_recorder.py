@@ -14,7 +14,7 @@ import pytest
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.executor import recorder as recorder_module
-from cadenza.executor.recorder import GroupCommit
+from cadenza.executor.group_commit import GroupCommit
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd
 

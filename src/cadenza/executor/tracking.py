@@ -48,8 +48,8 @@ from cadenza.domain.retry import Action, Decision, decide
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.context import bind_run
 from cadenza.executor.control import RunControl, RunStopped, StopKind, StopRequest
+from cadenza.executor.group_commit import Recorder
 from cadenza.executor.plan import PlanError, RunPlan, plan_run
-from cadenza.executor.recorder import Recorder
 from cadenza.executor.runlog import RunLog
 from cadenza.executor.steprun import Attempt, StepOutcome, StepRunner
 from cadenza.steps.base import StepConfig

@@ -23,19 +23,18 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
 from cadenza.store.admission import AdmissionRepository
+from cadenza.store.boundaries import BoundaryWriter
 from cadenza.store.checkpoints import CheckpointsRepository
+from cadenza.store.claims import RunClaims
 from cadenza.store.core import NoRedaction, Redactor
 from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
-from cadenza.store.execution import ExecutionRepository
 from cadenza.store.fires import FiresRepository
 from cadenza.store.leases import LeasesRepository
 from cadenza.store.maintenance import MaintenanceRepository
-from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.runs import RunsRepository
-from cadenza.store.staged import StagedClaims
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.users import UsersRepository
 
@@ -48,9 +47,8 @@ class Store(
     EventsRepository,
     UsersRepository,
     CursorsRepository,
-    ExecutionRepository,
-    StagedClaims,
-    RecordingRepository,
+    RunClaims,
+    BoundaryWriter,
     AdmissionRepository,
     LeasesRepository,
     CheckpointsRepository,

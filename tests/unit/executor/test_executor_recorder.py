@@ -13,7 +13,7 @@ import pytest
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState, StepState
-from cadenza.executor.recorder import DirectRecorder, GroupCommit
+from cadenza.executor.group_commit import DirectRecorder, GroupCommit
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
 

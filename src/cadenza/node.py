@@ -396,7 +396,7 @@ class Node:
         load = self.store.admission_load(due, budget_jobs=current.limits.budgeted_jobs())
         lease = current.executor.lease_for("")
         left = (due - self.clock.now()).total_seconds()
-        deadline = time.monotonic() + left - STAGE_MIN_AHEAD / 2
+        deadline = self.clock.monotonic() + left - STAGE_MIN_AHEAD / 2
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -499,8 +499,7 @@ class Node:
         assert self.claimer is not None and stage.version is not None
         reports = self.claimer.claim(
             stage.token, [s.run_id for s in stage.order], stage.version, limit,
-            CHUNKS[min(stage.chunks, len(CHUNKS) - 1):], self.clock.now(),
-            self.clock.monotonic())
+            CHUNKS[min(stage.chunks, len(CHUNKS) - 1):], self.clock)
         return self._remote_chunks(stage, reports)
 
     def _remote_chunks(self, stage: Stage, reports: Iterator[Chunk | Stopped],

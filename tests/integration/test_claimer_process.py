@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from test_staged_burst import (
     FIRE,
     _job,
@@ -113,6 +114,42 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
         assert_canceled_and_rest_ran(node, store, clock, calls, victim, JOBS - 1)
 
 
+def test_a_change_that_writes_no_event_still_stops_the_claimer(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staged claim's check is the runs' version counter (bumped by triggers), not the
+    audit log: a write to a run that records no event is noticed all the same."""
+    with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
+        assert node.claimer is not None
+        other = stage.order[-1].run_id
+        real = Node._claim_remote
+        checks: list[int] = []
+        due = store.due_queued_ids
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            checks.append(1)
+            return due(*args, **kwargs)
+
+        def touch(self: Node, stage: Any, limit: int) -> Any:
+            logged = store.list_events(run_id=other)
+            with store.write() as conn:  # a raw write of a column admission reads
+                conn.execute(sa.text("UPDATE runs SET priority = priority WHERE id = :id"),
+                             {"id": other})
+            assert store.list_events(run_id=other) == logged  # no event
+            monkeypatch.setattr(store, "due_queued_ids", counted)
+            return real(self, stage, limit)
+
+        monkeypatch.setattr(Node, "_claim_remote", touch)
+        clock.set(FIRE)
+        node.dispatch_once(FIRE)
+        assert node.claimer.chunks == 0 and node.claimer.broken is None
+        assert checks  # the node's next chunk read the runs due again...
+        assert stage.dropped is None and stage.claimed == JOBS  # ...found them unchanged
+        runs = drain([node], store, clock)
+        assert len(runs) == JOBS
+        assert_ran_once(store, runs, calls)
+
+
 def test_a_node_whose_claimer_died_claims_in_process(
     tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,7 +201,7 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         assert version is not None
 
         def claim(token: int, version: int) -> list[Chunk | Stopped]:
-            return list(claimer.claim(token, ids, version, 10, [2], FIRE, clock.monotonic()))
+            return list(claimer.claim(token, ids, version, 10, [2], clock))
 
         (stopped,) = claim(token, version - 1)
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
@@ -194,11 +231,11 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         with store.write() as conn:
             version = store.runs_version(conn)
         assert version is not None
-        reports = claimer.claim(token, more, version, 10, [2], FIRE, clock.monotonic())
+        reports = claimer.claim(token, more, version, 10, [2], clock)
         first = next(reports)
         assert isinstance(first, Chunk) and first.size == 2
         del reports  # its second chunk and its end are left unread in the pipe
-        (stopped,) = list(claimer.claim(token, more, version, 10, [2], FIRE, clock.monotonic()))
+        (stopped,) = list(claimer.claim(token, more, version, 10, [2], clock))
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
         assert {r.state for r in store.list_runs(limit=10)} == {RunState.RUNNING}
         node.stop(timeout=5)

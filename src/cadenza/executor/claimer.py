@@ -24,27 +24,26 @@ RUNNING under the node's lease that nobody renews: the reaper re-queues them whe
 lease expires (docs/scheduling.md "Staged due times"). PostgreSQL stores do not use it
 (they keep no version counter).
 
-Time: the node gives the claim's ``now`` and its clock's monotonic reading at that moment;
-each chunk is written at ``now`` plus the time the node's clock moved since. The child reads
-that on the machine's monotonic clock (:class:`~cadenza.clock.SystemClock`), which a node on
-the system clock shares with it: its reading, a moment after the node's, is then at most a
-few seconds ahead. A reading that is not (a node under a clock of its own, e.g. a test's
-``FakeClock``, which does not move while the chunks are written) leaves every chunk at
-``now``.
+Time: the node gives the claimer its clock with each claim (:meth:`Claimer.claim`). A clock
+that can be copied into the child (the system clock, an offset clock) is read there for each
+chunk's time, as the node would read it; one that cannot (a test's ``FakeClock``, which holds
+a lock and moves only when told to) is read once, at the call, and every chunk is written at
+that time.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import pickle
 import signal
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from cadenza.clock import SystemClock
+from cadenza.clock import Clock, SystemClock
 from cadenza.store.claims import StagedStart
 
 log = logging.getLogger("cadenza.claimer")
@@ -137,19 +136,23 @@ class Claimer:
         return self._token
 
     def claim(self, token: int, run_ids: Sequence[str], version: int, limit: int,
-              sizes: Sequence[int], now: datetime,
-              monotonic: float) -> Iterator[Chunk | Stopped]:
+              sizes: Sequence[int], clock: Clock) -> Iterator[Chunk | Stopped]:
         """Tell the claimer (now) to write the claims of ``run_ids`` (in that order, staged
         with ``token``) in chunks of ``sizes`` (the last repeats), at most ``limit`` runs,
         each chunk only if the runs' version is still ``version`` (then the version after
         it); the iterator returned yields each :class:`Chunk` as it commits, then a
-        :class:`Stopped` if it stopped before the end. ``now`` and ``monotonic`` are the
-        node clock's readings at this call (see the module docstring on time)."""
+        :class:`Stopped` if it stopped before the end. ``clock`` is the node's: each chunk
+        is written at its time (see the module docstring on time)."""
         if token != self._submitted or not self.ready():
             return iter([Stopped("the claimer does not have this stage")])
         self._seq += 1
+        now = clock.now()
+        try:
+            copy: Clock | None = pickle.loads(pickle.dumps(clock))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            copy = None  # it lives in this process only: its time at the call
         if not self._send(("claim", self._seq, token, list(run_ids), version, limit,
-                           list(sizes), now, monotonic)):
+                           list(sizes), now, copy)):
             return iter([Stopped(self._broken or "the claimer is gone")])
         return self._reports(self._seq)
 
@@ -236,10 +239,9 @@ def _serve(conn: Connection, url: str, synchronous: str) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready",))
-    clock = SystemClock()
     staged: dict[str, StagedStart] = {}
     seq = 0
-    token, owner, until = 0, "", clock.now()
+    token, owner, until = 0, "", SystemClock().now()
     try:
         while True:
             message = conn.recv()  # EOFError when the node is gone
@@ -249,13 +251,13 @@ def _serve(conn: Connection, url: str, synchronous: str) -> None:
                 _, token, starts, owner, until = message
                 staged = {s.run_id: s for s in starts}
                 continue
-            _, seq, wanted, run_ids, version, limit, sizes, now, monotonic = message
+            _, seq, wanted, run_ids, version, limit, sizes, now, clock = message
             if wanted != token:
                 conn.send(("stopped", seq, "the claimer does not have this stage"))
                 continue
             try:
-                _claim(conn, seq, store, clock, [staged[i] for i in run_ids if i in staged],
-                       owner, until, version, limit, sizes, now, monotonic)
+                _claim(conn, seq, store, [staged[i] for i in run_ids if i in staged], owner,
+                       until, version, limit, sizes, now, clock)
             except Exception as exc:  # reported; the node goes on in-process
                 conn.send(("error", seq, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -266,16 +268,14 @@ class _Changed(Exception):
     pass
 
 
-def _claim(conn: Connection, seq: int, store: Any, clock: SystemClock,
-           order: list[StagedStart], owner: str, until: datetime, version: int, limit: int,
-           sizes: list[int], now: datetime, monotonic: float) -> None:
+def _claim(conn: Connection, seq: int, store: Any, order: list[StagedStart], owner: str,
+           until: datetime, version: int, limit: int, sizes: list[int], now: datetime,
+           clock: Clock | None) -> None:
     claimed, chunks = 0, 0
-    # The node's monotonic reading on this machine's clock: a moment ago, or another clock.
-    shared = 0.0 <= clock.monotonic() - monotonic <= REPORT_SECONDS
     while order and claimed < limit:
         size = min(sizes[min(chunks, len(sizes) - 1)], limit - claimed)
         chunk, order = order[:size], order[size:]
-        at = now + timedelta(seconds=clock.monotonic() - monotonic) if shared else now
+        at = clock.now() if clock is not None else now
         try:
             with store.write() as c:
                 if store.runs_version(c) != version:

@@ -34,13 +34,13 @@ who). LEASE_LOST: nothing more is written; the outcome is "lost".
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.errors import StepError
 from cadenza.domain.events import EventType
@@ -67,6 +67,11 @@ from cadenza.store.runs import EARLIER_STEP_FAILED
 
 FLUSH_SECONDS = 1.0
 """While a step runs, its pending log lines are written at most this often."""
+STEP_CLOCK: Clock = SystemClock()
+"""The clock of the step runner's deadlines (:mod:`cadenza.executor.steprun` and
+:mod:`cadenza.executor.isolation` measure a step's time left on the machine's monotonic
+clock): a run's deadline, and the pace of its log flushes while a step runs, are read on it
+so that they compare with what the step runner reads."""
 DISABLED = "disabled"
 EARLIER_FAILED = EARLIER_STEP_FAILED
 CANCELED = "canceled"
@@ -151,7 +156,7 @@ class RunTracker:
         self.records: dict[str, dict[str, Any]] = {}
         self.rows = 0
         self.next_index: int | None = None
-        self.last_flush = time.monotonic()
+        self.last_flush = STEP_CLOCK.monotonic()
         self.attempts: dict[str, int] = {}
         """The attempt number of each step's next step run (1 unless some are recorded)."""
         self.start_index = 0
@@ -174,7 +179,7 @@ class RunTracker:
         if self.job is not None:
             now = self.store.clock.now()
             self.deadline_at = (run.started_at or now) + self.job.timeout
-            self.deadline = time.monotonic() + (self.deadline_at - now).total_seconds()
+            self.deadline = STEP_CLOCK.monotonic() + (self.deadline_at - now).total_seconds()
         names = [(s.name, s.type) for s in self.job.steps] if self.job else []
         self.observer.run_started(run, names)
 
@@ -267,7 +272,7 @@ class RunTracker:
         first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = STEP_CLOCK.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt.start()
@@ -277,7 +282,7 @@ class RunTracker:
         the call that runs it (None: nothing to run; :meth:`go` reports how it ended)."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = STEP_CLOCK.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt
@@ -438,7 +443,7 @@ class RunTracker:
 
     def _tick(self) -> None:
         self.control.check()
-        now = time.monotonic()
+        now = STEP_CLOCK.monotonic()
         if now - self.last_flush < FLUSH_SECONDS or not self.log.pending():
             return
         self.last_flush = now

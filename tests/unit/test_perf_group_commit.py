@@ -13,7 +13,7 @@ import pytest
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
-from cadenza.executor import recorder as recorder_module
+from cadenza.executor import group_commit as group_commit_module
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd
@@ -74,7 +74,7 @@ def test_a_failing_hook_does_not_fail_the_batch(store: Store) -> None:
 
 
 def test_kept_problems_are_bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(recorder_module, "PROBLEMS_KEPT", 2)
+    monkeypatch.setattr(group_commit_module, "PROBLEMS_KEPT", 2)
     runs = _claimed(store, 3)
     group = GroupCommit(store)
     for run_id, epoch in runs:

@@ -147,10 +147,11 @@ class Claimer:
             return iter([Stopped("the claimer does not have this stage")])
         self._seq += 1
         now = clock.now()
+        copy: Clock | None = clock  # read in the child...
         try:
-            copy: Clock | None = pickle.loads(pickle.dumps(clock))
+            pickle.dumps(clock)
         except (pickle.PicklingError, TypeError, AttributeError):
-            copy = None  # it lives in this process only: its time at the call
+            copy = None  # ...unless it can live in this process only: its time at the call
         if not self._send(("claim", self._seq, token, list(run_ids), version, limit,
                            list(sizes), now, copy)):
             return iter([Stopped(self._broken or "the claimer is gone")])

@@ -211,18 +211,12 @@ class Executor:
             raise StoreError(f"no run {run_id!r}")
         if run.state is not RunState.QUEUED:
             return RunOutcome(run_id, run.state, run.rows, run.error, claimed=False)
-        tracker, control = self._tracker(run, observer)
-        lease_until = self.store.clock.now() + self.lease
         with self.store.write() as conn:
-            claimed = self.store.claim_runs(self.owner, lease_until, run_ids=[run_id],
-                                            conn=conn)
-            if not claimed:
-                return RunOutcome(run_id, None, claimed=False)
-            tracker.claimed(claimed[0])
-            first = tracker.first_boundary()
-            result = self.store.record_boundaries([first], conn=conn)[0]
-        self._hold(claimed[0], control)
-        return Started(tracker, result, self.keeper, control).go()
+            started = self.claim_and_start(conn, limit=1, run_ids=[run_id], observer=observer,
+                                           lease_until=self.store.clock.now() + self.lease)
+        if not started:
+            return RunOutcome(run_id, None, claimed=False)
+        return started[0].go()
 
     def run_claimed(self, run: RunRecord, observer: Observer | None = None) -> RunOutcome:
         """Run ``run``, already claimed by this executor's owner (a worker pool's batch)."""

@@ -161,6 +161,7 @@ _STEP_EVENT = {
     StepState.FAILED: (EventType.STEP_FAILED, Level.ERROR),
 }
 
+
 def event_row(event_type: EventType | str, message: str, run_id: str, level: Level | str,
               payload: Any, actor: str, created_at: Any,
               redactor: Redactor | None = None) -> dict[str, Any]:
@@ -203,8 +204,9 @@ class BoundaryWriter(StoreCore):
         Columns changed: a step end sets state, reason, rows, output_json (redacted), error
         (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
-        sets state, reason, rows, error (redacted), finished_at, updated_at and clears the
-        lease. Events, in this order per boundary: the step's own events, STEP_SUCCEEDED /
+        sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
+        not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
+        then :attr:`run_end_hook` is called with the runs that ended. Events, in this order per boundary: the step's own events, STEP_SUCCEEDED /
         STEP_FAILED / STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per
         start, RUN_STATE_CHANGED and RUN_FINISHED for the run end.
 

@@ -1,8 +1,9 @@
 """A Cadenza home directory (SPEC §2): where its files are, and how to open its parts.
 
-The interface layers (CLI, web) go through :class:`Home` to read the configuration, the
-secrets and the store, so that every entry point wires redaction the same way: every
-secret value known to the home is registered with the redactor before the store is opened.
+The service layer (:mod:`cadenza.services`) goes through :class:`Home` to read the
+configuration, the secrets and the store, so that every entry point wires redaction the
+same way: every secret value known to the home is registered with the redactor before the
+store is opened.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from dataclasses import dataclass, field
 from datetime import date
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from cadenza.audit import Redactor, SecretStore
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
-    from cadenza.config import LoadedConfig
+    from cadenza.config import LoadedConfig, LoadedSettings, Settings
     from cadenza.store import Store
 
 CONFIG_FILE = "cadenza.toml"
@@ -31,6 +32,13 @@ def resolve_home(explicit: str | os.PathLike[str] | None) -> Path:
     """``--home`` if given, else ``$CADENZA_HOME``, else the current directory."""
     chosen = explicit or os.environ.get("CADENZA_HOME") or os.getcwd()
     return Path(chosen).expanduser().resolve()
+
+
+class HasSettings(Protocol):
+    """A loaded configuration, whole or settings only: what opening the store needs."""
+
+    @property
+    def settings(self) -> Settings: ...
 
 
 @dataclass
@@ -75,9 +83,19 @@ class Home:
             self.redactor.add(value)
         return loaded
 
+    def load_settings(self) -> LoadedSettings:
+        """Load and validate ``cadenza.toml`` alone (``jobs.toml`` may be invalid: its
+        problems come back in ``jobs_problems``); raises ConfigError for ``cadenza.toml``."""
+        from cadenza.config import load_settings
+
+        loaded = load_settings(self.path, resolve_secret=self.secrets.get)
+        for value in loaded.secret_values:
+            self.redactor.add(value)
+        return loaded
+
     def open_store(
         self,
-        config: LoadedConfig | None = None,
+        config: HasSettings | None = None,
         *,
         clock: Clock | None = None,
         migrate: bool = True,
@@ -101,8 +119,9 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
 
     Refuses a directory that already holds a ``cadenza.toml`` (nothing is overwritten).
     With ``example``, writes the demo of SPEC §13: the ``sales-load`` job, a SQLite
-    warehouse with its aggregate table, and one sample sales file per month for the last
-    13 months (so that ``${month.current}`` and ``${month.previous}`` both have a file).
+    warehouse with its aggregate table, and one sample sales file per month for the 13
+    months up to ``today`` (default: the local date), so that ``${month.current}`` and
+    ``${month.previous}`` both have a file.
     """
     path.mkdir(parents=True, exist_ok=True)
     if (path / CONFIG_FILE).exists():
@@ -124,7 +143,11 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
                 (path / "plugins" / plugin.name).write_text(
                     plugin.read_text(encoding="utf-8"), encoding="utf-8"
                 )
-        _write_sample_sales(data / "files" / "sales", today or date.today())
+        if today is None:
+            from cadenza.clock import SystemClock
+
+            today = SystemClock().now().astimezone().date()
+        _write_sample_sales(data / "files" / "sales", today)
         _create_warehouse(data / "warehouse.db")
     else:
         (path / CONFIG_FILE).write_text(_MINIMAL_SETTINGS, encoding="utf-8")

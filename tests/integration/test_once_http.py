@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from cadenza.clock import Clock, FakeClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.params import Scope
@@ -28,13 +29,15 @@ from cadenza.store import Store
 class Counting(BaseHTTPRequestHandler):
     seen: ClassVar[list[tuple[str, str, str | None]]] = []
     fail_first: ClassVar[int] = 0
+    slow_arrived: ClassVar[threading.Event] = threading.Event()
 
     def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         self.rfile.read(length)
         Counting.seen.append((self.command, self.path, self.headers.get("idempotency-key")))
         if self.path == "/slow":
-            time.sleep(5)
+            Counting.slow_arrived.set()
+            time.sleep(5)  # a slow server: the request stays in flight
         if self.path == "/flaky" and Counting.fail_first > 0:
             Counting.fail_first -= 1
             self.send_response(503)
@@ -64,6 +67,7 @@ class Counting(BaseHTTPRequestHandler):
 def server() -> Iterator[str]:
     Counting.seen = []
     Counting.fail_first = 0
+    Counting.slow_arrived = threading.Event()
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Counting)
     srv.daemon_threads = True
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -94,13 +98,13 @@ class Attempts:
         self.connections = Connections(tmp_path, self.settings)
         self.log = RunLog("DEBUG", lambda: datetime.now(UTC))
 
-    def ctx(self, timeout: float = 30.0) -> ExecutionContext:
+    def ctx(self, timeout: float = 30.0, clock: Clock | None = None) -> ExecutionContext:
         run = RunInfo(self.run_id, "job", "manual", None, "DEBUG")
         return ExecutionContext(
             params={}, run=run, step=StepInfo("notify", "http", 1, timeout),
             log=self.log.logger("notify"), home=self.home, settings=self.settings,
             scope=Scope(run_id=self.run_id, job_id="job"), connections=self.connections,
-            events=lambda event: None, timeout_seconds=timeout)
+            events=lambda event: None, timeout_seconds=timeout, clock=clock)
 
     def run(self, ctx: ExecutionContext | None = None, **fields: Any) -> dict[str, Any]:
         ctx = ctx or self.ctx()
@@ -146,19 +150,37 @@ def test_gets_are_not_keyed(attempts: Attempts, store: Store) -> None:
     assert store.find_operation_key("job", f"http:{attempts.run_id}:notify") is None
 
 
+def when_in_flight(then: Callable[[], object]) -> threading.Thread:
+    """Call ``then()`` from a thread of its own once the server holds the ``/slow``
+    request (it answers after 5 s): the request is in flight, whatever the machine's
+    speed."""
+
+    def watch() -> None:
+        assert Counting.slow_arrived.wait(10)
+        then()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_cancel_aborts_a_request_in_flight(attempts: Attempts) -> None:
     ctx = attempts.ctx()
-    threading.Timer(0.5, ctx.cancel).start()
+    watcher = when_in_flight(ctx.cancel)
     started = time.monotonic()
     with pytest.raises(Fatal, match="step canceled: the request was aborted"):
         attempts.run(ctx, method="POST", path="/slow")
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 2.0  # aborted, not answered after 5 s
+    watcher.join()
     assert [s[1] for s in Counting.seen] == ["/slow"]
 
 
 def test_timeout_aborts_a_request_in_flight(attempts: Attempts) -> None:
-    ctx = attempts.ctx(timeout=0.8)
+    clock = FakeClock()
+    ctx = attempts.ctx(timeout=30, clock=clock)
+    watcher = when_in_flight(lambda: clock.advance(31))  # the step's time runs out now
     started = time.monotonic()
-    with pytest.raises(Retryable):
+    with pytest.raises(Retryable, match="step timeout: the request was aborted"):
         attempts.run(ctx, path="/slow")
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 2.0  # aborted, not answered after 5 s
+    watcher.join()

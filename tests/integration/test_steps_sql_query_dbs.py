@@ -135,7 +135,13 @@ def test_postgres_cancel_stops_the_statement(tmp_path: Path, pg_url: str) -> Non
     ctx = SqlTestContext(tmp_path, {"w": pg_url}, timeout=60)
     flag = threading.Event()
     ctx.cancel = flag.is_set
-    threading.Timer(0.5, flag.set).start()
+
+    def cancel_in_flight() -> None:
+        _wait_for_backend(pg_url, "query = :q", q="SELECT pg_sleep(10)")
+        flag.set()
+
+    canceler = threading.Thread(target=cancel_in_flight)
+    canceler.start()
     started = time.monotonic()
     try:
         with pytest.raises(Fatal, match="step canceled"):
@@ -143,7 +149,28 @@ def test_postgres_cancel_stops_the_statement(tmp_path: Path, pg_url: str) -> Non
         assert time.monotonic() - started < 2.5
         assert _pg_sleepers(pg_url) == 0
     finally:
+        canceler.join()
         ctx.close()
+
+
+def _wait_for_backend(url: str, where: str, timeout: float = 20.0, **binds: str) -> None:
+    """Return once another backend matches ``where`` in ``pg_stat_activity`` (polls the
+    server: the statement is there, not a guess of how long the step takes to get there)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        deadline = time.monotonic() + timeout
+        with engine.connect() as conn:
+            while time.monotonic() < deadline:
+                if conn.execute(sa.text(f"SELECT count(*) FROM pg_stat_activity WHERE {where} "
+                                        "AND pid <> pg_backend_pid()"), binds).scalar():
+                    return
+                conn.rollback()
+                time.sleep(0.01)  # polling the server's state (I/O), not letting time pass
+        raise AssertionError(f"no backend matched {where} {binds}")
+    finally:
+        engine.dispose()
 
 
 def _pg_sleepers(url: str) -> int:
@@ -164,7 +191,8 @@ def test_postgres_deadlock_is_retryable(tmp_path: Path, pg_url: str) -> None:
         conn.exec_driver_sql("UPDATE d SET v = 'x' WHERE id = 2")
 
         def close_the_cycle() -> None:
-            time.sleep(0.5)
+            _wait_for_backend(pg_url, "wait_event_type = 'Lock' AND query = :q",
+                              q="UPDATE d SET v = 's'")  # it holds row 1, waits for row 2
             conn.exec_driver_sql("UPDATE d SET v = 'x' WHERE id = 1")
 
         thread = threading.Thread(target=close_the_cycle)

@@ -1,67 +1,88 @@
-"""What every CLI command shares: the home, opened lazily, with errors turned into exits."""
+"""What every CLI command shares: the services of the home, built lazily, and the way
+their errors become messages on stderr and exit codes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
 from cadenza.cli.output import err, fail
+from cadenza.clock import clock_from_env
 from cadenza.domain.errors import CadenzaError, ConfigError
-from cadenza.home import Home, resolve_home
+from cadenza.services import Actor, InvalidRequest, Services
 
-if TYPE_CHECKING:
-    from cadenza.config import LoadedConfig
-    from cadenza.store import Store
+EXIT_USAGE = 2
 
 
 class CliState:
-    """The ``--home`` choice and the parts opened from it."""
+    """The ``--home`` choice and the services opened on it (closed when the command
+    ends)."""
 
     def __init__(self, home: Path | None) -> None:
         self._explicit = home
-        self._home: Home | None = None
+        self._services: Services | None = None
 
     @property
-    def home(self) -> Home:
-        if self._home is None:
-            self._home = Home(resolve_home(self._explicit))
-        return self._home
+    def services(self) -> Services:
+        """The services on the home, as the OS user (``cli:<user>``), on the clock of
+        ``$CADENZA_FAKE_NOW`` or the system."""
+        if self._services is None:
+            try:
+                clock = clock_from_env()
+            except ValueError as exc:
+                fail(str(exc), EXIT_USAGE)
+            self._services = Services.at(self._explicit, actor=Actor.cli(), clock=clock)
+        return self._services
 
-    def config(self) -> LoadedConfig:
-        """The validated configuration, or exit 1 with every located problem."""
-        if not self.home.config_file.exists():
-            fail(
-                f"{self.home.path} is not a Cadenza home (no cadenza.toml); "
-                "run `cadenza init DIR` or pass --home DIR"
-            )
-        try:
-            return self.home.load_config()
-        except ConfigError as exc:
-            print_problems(exc.problems)
-            raise typer.Exit(1) from None
+    def configured(self) -> Services:
+        """The services with the whole configuration loaded, or exit 1 with every located
+        problem (what runs, serves or edits needs both files valid)."""
+        services = self.services
+        with handled():
+            services.config()
+        return services
 
-    @contextmanager
-    def store(self) -> Iterator[Store]:
-        """The home's store, closed afterwards; store errors exit 1 with their message."""
-        config = self.config()
-        try:
-            store = self.home.open_store(config)
-        except CadenzaError as exc:
-            fail(str(exc))
-        try:
-            yield store
-        finally:
-            store.close()
+    def for_history(self) -> Services:
+        """The services with ``cadenza.toml`` loaded: a bad ``jobs.toml`` gives a warning
+        line on stderr, not a failure (reading history needs only the settings and the
+        store)."""
+        services = self.services
+        with handled():
+            loaded = services.settings()
+        if loaded.jobs_errors:
+            err.print(f"warning: jobs.toml has {loaded.jobs_errors} problem(s); showing "
+                      "history only (cadenza validate for details)", markup=False)
+        return services
+
+    def close(self) -> None:
+        if self._services is not None:
+            self._services.close()
 
 
 def state(ctx: typer.Context) -> CliState:
     obj = ctx.find_root().obj
     assert isinstance(obj, CliState)
     return obj
+
+
+@contextmanager
+def handled(usage: tuple[type[Exception], ...] = (InvalidRequest,),
+            code: int = 1) -> Iterator[None]:
+    """Errors of the services as exits: a ConfigError prints its located problems (exit
+    1); a ``usage`` error exits 2; any other Cadenza error exits ``code``; all with the
+    message on stderr."""
+    try:
+        yield
+    except ConfigError as exc:
+        print_problems(exc.problems)
+        raise typer.Exit(1) from None
+    except usage as exc:
+        fail(str(exc), EXIT_USAGE)
+    except CadenzaError as exc:
+        fail(str(exc), code)
 
 
 def print_problems(problems: list[object]) -> None:

@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import print_problems, state
-from cadenza.cli.output import err, fail, out, print_json
-from cadenza.domain.errors import CadenzaError
-from cadenza.home import create_home
-from cadenza.security import generate_password, hash_password
+from cadenza.cli.context import handled, print_problems, state
+from cadenza.cli.output import err, out, print_json
+from cadenza.clock import clock_from_env
+from cadenza.services import Actor
+from cadenza.services.config import init_home
 
 
 def register(app: typer.Typer) -> None:
@@ -24,30 +24,14 @@ def init(
     example: Annotated[bool, typer.Option("--example", help="Write the sales-load demo.")] = False,
 ) -> None:
     """Create a home: cadenza.toml, jobs.toml, plugins/, data/, the store and an admin user."""
-    try:
-        home = create_home(directory, example=example)
-    except FileExistsError as exc:
-        fail(str(exc))
-    try:
-        config = home.load_config()
-        store = home.open_store(config)
-    except CadenzaError as exc:
-        fail(f"the new home does not load: {exc}")
-    password = generate_password()
-    try:
-        store.add_user(
-            "admin",
-            hash_password(password),
-            ["admin"],
-            display_name="Administrator",
-            actor="cadenza init",
-        )
-    finally:
-        store.close()
-    out.print(f"Created a Cadenza home in {home.path}" + (" with the demo jobs" if example else ""))
-    out.print("Login: admin")
-    out.print(f"Password (shown once, store it now): {password}", markup=False)
-    out.print(f"Next: cadenza --home {home.path} validate", markup=False)
+    with handled(usage=(ValueError,)):
+        created = init_home(directory, example=example, actor=Actor.cli(),
+                            clock=clock_from_env())
+    out.print(f"Created a Cadenza home in {created.path}"
+              + (" with the demo jobs" if example else ""))
+    out.print(f"Login: {created.admin}")
+    out.print(f"Password (shown once, store it now): {created.password}", markup=False)
+    out.print(f"Next: cadenza --home {created.path} validate", markup=False)
 
 
 def validate(
@@ -55,10 +39,9 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """Check cadenza.toml and jobs.toml; exit 1 with file:line:col messages on any error."""
-    from cadenza.config import validate_home
-
-    home = state(ctx).home
-    problems = validate_home(home.path, resolve_secret=home.secrets.get)
+    services = state(ctx).services
+    home = services.home
+    problems = services.configuration.validate()
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         print_json(

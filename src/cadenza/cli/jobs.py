@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Annotated, Any
+from datetime import datetime
+from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import state
-from cadenza.cli.output import err, fail, out, print_json, print_table
+from cadenza.cli.context import handled, state
+from cadenza.cli.output import err, out, print_json, print_table
 
 app = typer.Typer(help="The job catalogue.", no_args_is_help=True)
-
-
-def _summary(job_id: str, job: Any) -> dict[str, Any]:
-    return {
-        "id": job_id,
-        "enabled": job.enabled,
-        "schedule": job.schedule,
-        "timezone": job.timezone,
-        "tags": list(job.tags),
-        "steps": [s.name for s in job.steps],
-        "presets": list(job.presets),
-        "description": job.description,
-    }
 
 
 @app.command("list")
@@ -32,8 +19,7 @@ def list_jobs(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """List the jobs of jobs.toml."""
-    config = state(ctx).config()
-    rows = [_summary(job_id, job) for job_id, job in config.jobs.items()]
+    rows = [job.as_json() for job in state(ctx).configured().jobs.list()]
     if as_json:
         print_json(rows)
         return
@@ -50,12 +36,10 @@ def show_job(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """Show one job's whole definition."""
-    st = state(ctx)
-    config = st.config()
-    job = config.jobs.get(job_id)
-    if job is None:
-        fail(f"no job {job_id!r}; known jobs: {', '.join(config.jobs) or '(none)'}")
-    definition = st.home.redactor.redact_value(job.model_dump(mode="json", exclude_none=True))
+    services = state(ctx).configured()
+    with handled():
+        job = services.jobs.show(job_id)
+    definition = job.definition
     if as_json:
         print_json({"id": job_id, **definition})
         return
@@ -70,19 +54,6 @@ def show_job(
         out.print(f"    {index}. {step['name']} ({step['type']}) {rest}", markup=False)
     for name, preset in definition.get("presets", {}).items():
         out.print(f"  preset {name}: {preset}", markup=False)
-
-
-def _parse_instant(text: str, option: str) -> datetime:
-    """An ISO date or time; without an offset it is read in the server's zone."""
-    from cadenza.scheduler.schedules import server_zone
-
-    try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{option}: expected an ISO time like 2027-10-30T12:00:00+02:00, got {text!r}", 2)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=server_zone())
-    return parsed.astimezone(UTC)
 
 
 @app.command("next")
@@ -102,31 +73,21 @@ def next_fires(
     preset:NAME) and a DST mark: gap (the wall time did not exist; the fire is at the first
     instant after the spring gap) or fold (the wall time occurs twice; see docs/scheduling.md).
     """
-    from cadenza.domain.cron import describe_weekdays
-    from cadenza.scheduler.fires import upcoming
-    from cadenza.scheduler.schedules import schedules_of, server_zone
-
-    st = state(ctx)
-    config = st.config()
-    job = config.jobs.get(job_id)
-    if job is None:
-        fail(f"no job {job_id!r}; known jobs: {', '.join(config.jobs) or '(none)'}")
-    after = _parse_instant(start, "--from") if start else datetime.now(UTC)
-    specs = schedules_of(job, server_zone())
-    fires = upcoming(specs, after, count)
+    services = state(ctx).services
+    with handled():
+        preview = services.jobs.next_fires(job_id, count, start)
     if as_json:
-        print_json([fire.as_json() for fire in fires])
+        print_json([fire.as_json() for fire in preview.fires])
         return
-    for spec in specs:
-        days = describe_weekdays(spec.cron)
-        line = f"{spec.name}: {spec.expression} ({spec.zone.key}; days: {days})"
+    for spec in preview.schedules:
+        line = f"{spec.name}: {spec.expression} ({spec.zone}; days: {spec.days})"
         if spec.enabled:
             out.print(line, markup=False)
         else:
             err.print(f"{line} is not listed: {spec.disabled_because}", markup=False)
-    if not specs:
+    if not preview.schedules:
         err.print(f"{job_id} has no schedule (manual runs only)", markup=False)
-    elif not any(spec.enabled for spec in specs):
+    elif not any(spec.enabled for spec in preview.schedules):
         err.print(f"{job_id} has no enabled schedule: nothing will fire", markup=False)
     rows = [
         {
@@ -137,7 +98,7 @@ def next_fires(
             "schedule": fire.schedule,
             "DST": _DST_TEXT.get(fire.dst or "", ""),
         }
-        for fire in fires
+        for fire in preview.fires
     ]
     if rows:
         print_table(rows, ["local time", "day", "UTC offset", "UTC", "schedule", "DST"])

@@ -1,4 +1,4 @@
-"""The ``cadenza`` command (SPEC §14)."""
+"""The ``cadenza`` command (SPEC §14): a thin shell over :mod:`cadenza.services`."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def root(
     ] = None,
 ) -> None:
     """Cadenza: a local-first job scheduler."""
-    ctx.obj = CliState(home)
+    ctx.obj = cli_state = CliState(home)
+    ctx.call_on_close(cli_state.close)
 
 
 home_cmd.register(app)

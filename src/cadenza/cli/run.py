@@ -12,9 +12,7 @@ with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease 
 
 from __future__ import annotations
 
-import getpass
-import time
-from datetime import datetime
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,29 +22,22 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from cadenza.cli.context import state
+from cadenza.cli.context import EXIT_USAGE, handled, state
 from cadenza.cli.output import err, fail, out, print_json
-from cadenza.cli.runs import run_document
-from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
-from cadenza.executor.tracking import Observer, RunOutcome
+from cadenza.domain.states import RunState, StepState
+from cadenza.services import Interrupted, InvalidRequest, NotFound
+from cadenza.services.runs import RunProgress, RunResult, StepResult
 
 if TYPE_CHECKING:
-    from cadenza.executor.steprun import StepOutcome
-    from cadenza.store import RunRecord, Store
+    from cadenza.clock import Clock
+    from cadenza.services import Services
+    from cadenza.services.history import StepView
 
-EXIT_SUCCEEDED, EXIT_FAILED, EXIT_USAGE, EXIT_OTHER = 0, 1, 2, 3
+EXIT_SUCCEEDED, EXIT_FAILED, EXIT_OTHER = 0, 1, 3
 
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
-
-
-def os_user() -> str:
-    """The OS user's name (``getpass.getuser``, which also works on Windows)."""
-    try:
-        return getpass.getuser()
-    except Exception:  # no USER/LOGNAME and no passwd entry (some containers)
-        return "unknown"
 
 
 def run(
@@ -79,118 +70,59 @@ def run(
     )] = False,
 ) -> None:
     """Run a job now and show each step as it goes; exit 0 only if the run SUCCEEDED."""
-    from cadenza.executor.request import RequestError, check_request, request_from_cli
-    from cadenza.executor.runner import Executor
-
     if not wait and local:
         fail("--local runs the job in this process and waits for its end; --no-wait leaves "
              "it queued for `cadenza serve`: choose one", EXIT_USAGE)
-    st = state(ctx)
-    config = st.config()
-    job = config.jobs.get(job_id)
-    if job is None:
-        fail(f"no job {job_id!r}; known jobs: {', '.join(config.jobs) or '(none)'}", EXIT_USAGE)
-    try:
-        request = request_from_cli(param or [], arg or [], preset=preset,
-                                   disabled=disable or [], log_level=log_level)
-        check_request(job, request)
-    except RequestError as exc:
-        fail(str(exc), EXIT_USAGE)
-    user = os_user()
+    services = state(ctx).configured()
+    runs = services.runs
     console = err if as_json else out
-    with st.store() as store:
-        executor = Executor(store, config)
-        try:
-            run_id = executor.enqueue(job_id, request, trigger=f"manual:{user}", actor=user)
-            if not wait:
-                _queued(run_id, as_json)
-                return
-            if not local and server_is_running(store):
-                err.print(f"run {run_id} queued for the running `cadenza serve`; following it",
-                          markup=False)
-                outcome = follow(store, run_id, console)
-                record = store.get_run(run_id)
-                document = run_document(store, record) if record is not None and as_json \
-                    else None
-                if document is not None:
-                    print_json(document)
-                raise typer.Exit(exit_code(outcome))
-            outcome = _execute_here(store, executor, run_id, console, user)
-        finally:
-            executor.close()
-        record = store.get_run(run_id)
-        document = run_document(store, record) if record is not None and as_json else None
-    if document is not None:
-        print_json(document)
-    raise typer.Exit(exit_code(outcome))
+    with handled(usage=(NotFound, InvalidRequest)):
+        request = runs.request(job_id, params=param or [], step_args=arg or [],
+                               preset=preset, disabled=disable or [], log_level=log_level)
+        runs.check(request)
+    with handled():
+        run_id = runs.enqueue(request)
+        if not wait:
+            _queued(run_id, as_json)
+            return
+        if not local and runs.server_is_running():
+            err.print(f"run {run_id} queued for the running `cadenza serve`; following it",
+                      markup=False)
+            result = runs.follow(run_id, lambda step: _print_step(console, step))
+            _print_followed_end(console, result)
+        else:
+            result = _execute_here(services, run_id, console)
+    if as_json:
+        with handled():
+            print_json(services.history.get_run(run_id).as_json())
+    raise typer.Exit(exit_code(result))
 
 
-def _execute_here(store: Store, executor: Any, run_id: str, console: Console,
-                  user: str) -> RunOutcome:
-    """Execute the run in this process; when a try ends in a retry or a deferral (the run
-    is QUEUED again with ``not_before``), wait for that time and go on, as a server would.
-    Ctrl-C while the run waits (before it started, or between two tries) cancels it: it must
-    not wait in the queue for a server that would run it later."""
-    while True:
-        progress = Progress(console)
-        try:
-            outcome = progress.watch(lambda p=progress: executor.execute(run_id, p))
-            if outcome.state is not RunState.QUEUED:
-                return outcome
-            record = store.get_run(run_id)
-            if record is None or record.state is not RunState.QUEUED:
-                return outcome
-            wait = 0.0
-            if record.not_before is not None:
-                wait = max((record.not_before - store.clock.now()).total_seconds(), 0.0)
-            why = f" ({record.wait_reason})" if record.wait_reason else ""
-            console.print(f"run {run_id} tries again in {wait:.0f}s{why}", markup=False)
-            store.clock.sleep(wait)
-        except KeyboardInterrupt:
-            record = store.get_run(run_id)
-            if record is not None and record.state is RunState.QUEUED:
-                store.transition_run(run_id, RunState.CANCELED, actor=user,
-                                     reason="interrupted (Ctrl-C) while it waited")
-                fail(f"interrupted while run {run_id} waited; it is CANCELED", EXIT_OTHER)
-            fail(f"interrupted during run {run_id}", EXIT_OTHER)
+def _execute_here(services: Services, run_id: str, console: Console) -> RunResult:
+    """Execute the run in this process, through its retries and deferrals; Ctrl-C while
+    it waits cancels it."""
+    def retry(seconds: float, reason: str | None) -> None:
+        why = f" ({reason})" if reason else ""
+        console.print(f"run {run_id} tries again in {seconds:.0f}s{why}", markup=False)
 
-
-def server_is_running(store: Store) -> bool:
-    """Whether a `cadenza serve` leads this store: its scheduler's leadership is taken
-    (a lock file next to a SQLite store, an advisory lock on PostgreSQL). A node started
-    with ``--no-scheduler`` alone is not seen; such runs then execute here."""
-    from cadenza.scheduler.leader import leadership_for
-
-    leader = leadership_for(store.engine)
     try:
-        if leader.acquire():
-            leader.release()
-            return False
-        return True
-    finally:
-        close = getattr(leader, "close", None)
-        if close is not None:
-            close()
+        return services.runs.execute_here(
+            run_id, lambda: Progress(console, services.clock), on_retry=retry)
+    except Interrupted as exc:
+        fail(str(exc), EXIT_OTHER)
 
 
-def follow(store: Store, run_id: str, console: Console, poll: float = 0.2) -> RunOutcome:
-    """Print the run's step changes as the server records them, until the run ends."""
-    seen: dict[int, str] = {}
-    while True:
-        record = store.get_run(run_id)
-        for step in store.list_step_runs(run_id):
-            if seen.get(step.id) != step.state.value:
-                seen[step.id] = step.state.value
-                rows = f", {step.rows} rows" if step.rows is not None else ""
-                why = f" ({step.reason})" if step.reason else ""
-                console.print(f"step {step.step}: {step.state.value}{rows}{why}", markup=False)
-        if record is None:
-            return RunOutcome(run_id, None, claimed=False)
-        if record.state in TERMINAL_RUN_STATES or record.state is RunState.NEEDS_REVIEW:
-            console.print(f"run {run_id} {record.state.value}"
-                          + (f": {record.error}" if record.error else ""), markup=False)
-            return RunOutcome(run_id, record.state, record.rows, record.error, claimed=False)
-        time.sleep(poll)  # following another process's progress: real time, by nature
+def _print_step(console: Console, step: StepView) -> None:
+    rows = f", {step.rows} rows" if step.rows is not None else ""
+    why = f" ({step.reason})" if step.reason else ""
+    console.print(f"step {step.name}: {step.state.value}{rows}{why}", markup=False)
+
+
+def _print_followed_end(console: Console, result: RunResult) -> None:
+    if result.state is None:
+        return
+    console.print(f"run {result.run_id} {result.state.value}"
+                  + (f": {result.error}" if result.error else ""), markup=False)
 
 
 def _queued(run_id: str, as_json: bool) -> None:
@@ -202,11 +134,11 @@ def _queued(run_id: str, as_json: bool) -> None:
               f"(follow it with `cadenza runs logs {run_id} --follow`)", markup=False)
 
 
-def exit_code(outcome: RunOutcome) -> int:
+def exit_code(result: RunResult) -> int:
     """0 SUCCEEDED, 1 FAILED, 3 anything else."""
-    if outcome.state is RunState.SUCCEEDED:
+    if result.state is RunState.SUCCEEDED:
         return EXIT_SUCCEEDED
-    if outcome.state is RunState.FAILED:
+    if result.state is RunState.FAILED:
         return EXIT_FAILED
     return EXIT_OTHER
 
@@ -222,36 +154,34 @@ class _StepLine:
         self.note = ""
 
 
-class Progress(Observer):
+class Progress(RunProgress):
     """Per-step progress: a live table on a terminal, one plain line per change otherwise."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, clock: Clock) -> None:
         self.console = console
+        self.clock = clock
         self.live_mode = console.is_terminal
         self.lines: dict[str, _StepLine] = {}
-        self.run: RunRecord | None = None
-        self.outcome: RunOutcome | None = None
-        self.started = time.monotonic()
+        self.title: str | None = None
+        self.outcome: RunResult | None = None
+        self.started = clock.monotonic()
 
-    def watch(self, execute: Any) -> RunOutcome:
-        """Call ``execute()`` (which reports to this observer) while drawing progress."""
+    def drawing(self) -> AbstractContextManager[object]:
+        """A live table on a terminal while the try executes; nothing otherwise."""
         if not self.live_mode:
-            result: RunOutcome = execute()
-            return result
-        with Live(self, console=self.console, refresh_per_second=8, transient=False):
-            result = execute()
-        return result
+            return nullcontext()
+        return Live(self, console=self.console, refresh_per_second=8, transient=False)
 
-    # Observer callbacks (the executor's thread)
-    def run_started(self, run: RunRecord, steps: list[tuple[str, str]]) -> None:
-        self.run = run
-        self.started = time.monotonic()
+    # Progress callbacks (the executor's thread)
+    def run_started(self, run_id: str, job_id: str, steps: list[tuple[str, str]]) -> None:
+        self.title = f"run {run_id} · {job_id}"
+        self.started = self.clock.monotonic()
         self.lines = {name: _StepLine(name, step_type) for name, step_type in steps}
-        self._plain(f"run {run.id} of {run.job_id} started ({len(steps)} steps)")
+        self._plain(f"run {run_id} of {job_id} started ({len(steps)} steps)")
 
     def step_started(self, name: str) -> None:
         line = self.lines[name]
-        line.state, line.started = StepState.RUNNING.value, time.monotonic()
+        line.state, line.started = StepState.RUNNING.value, self.clock.monotonic()
         self._plain(f"step {name}: RUNNING")
 
     def step_skipped(self, name: str, reason: str) -> None:
@@ -259,33 +189,33 @@ class Progress(Observer):
         line.state, line.note = StepState.SKIPPED.value, reason
         self._plain(f"step {name}: SKIPPED ({reason})")
 
-    def step_finished(self, name: str, outcome: StepOutcome) -> None:
+    def step_finished(self, name: str, result: StepResult) -> None:
         line = self.lines[name]
-        line.state, line.seconds, line.rows = outcome.state.value, outcome.seconds, outcome.rows
-        line.note = outcome.error or ""
-        rows = f", {outcome.rows} rows" if outcome.rows is not None else ""
-        error = f": {outcome.error}" if outcome.error else ""
-        self._plain(f"step {name}: {outcome.state.value}{rows} in {outcome.seconds:.2f}s{error}")
+        line.state, line.seconds, line.rows = result.state.value, result.seconds, result.rows
+        line.note = result.error or ""
+        rows = f", {result.rows} rows" if result.rows is not None else ""
+        error = f": {result.error}" if result.error else ""
+        self._plain(f"step {name}: {result.state.value}{rows} in {result.seconds:.2f}s{error}")
 
-    def run_finished(self, outcome: RunOutcome) -> None:
-        self.outcome = outcome
-        seconds = time.monotonic() - self.started
-        state_text = outcome.state.value if outcome.state else "LOST"
-        rows = f", {outcome.rows} rows" if outcome.rows is not None else ""
-        error = f": {outcome.error}" if outcome.error else ""
+    def run_finished(self, result: RunResult) -> None:
+        self.outcome = result
+        seconds = self.clock.monotonic() - self.started
+        state_text = result.state.value if result.state else "LOST"
+        rows = f", {result.rows} rows" if result.rows is not None else ""
+        error = f": {result.error}" if result.error else ""
         if not self.live_mode:
-            self._plain(f"run {outcome.run_id} {state_text}{rows} in {seconds:.2f}s{error}")
+            self._plain(f"run {result.run_id} {state_text}{rows} in {seconds:.2f}s{error}")
 
     def _plain(self, text: str) -> None:
         if not self.live_mode:
-            stamp = datetime.now().strftime("%H:%M:%S")
+            stamp = self.clock.now().astimezone().strftime("%H:%M:%S")
             self.console.print(f"{stamp} {text}", markup=False, highlight=False)
 
     def __rich__(self) -> Group:
         table = Table(show_edge=False, header_style="bold", box=None)
         for column in ("", "step", "type", "state", "rows", "time", ""):
             table.add_column(column)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for line in self.lines.values():
             icon: Any = _ICONS.get(line.state, Text(" "))
             if line.state == StepState.RUNNING.value:
@@ -295,8 +225,7 @@ class Progress(Observer):
             table.add_row(icon, line.name, line.type, Text(line.state, style=_STYLE.get(
                 line.state, "")), "" if line.rows is None else str(line.rows),
                 "" if seconds is None else f"{seconds:.1f}s", Text(line.note, style="dim"))
-        title = Text("starting…") if self.run is None else Text(
-            f"run {self.run.id} · {self.run.job_id}", style="bold")
+        title = Text("starting…") if self.title is None else Text(self.title, style="bold")
         parts: list[Any] = [title, table]
         if self.outcome is not None:
             state_text = self.outcome.state.value if self.outcome.state else "LOST"

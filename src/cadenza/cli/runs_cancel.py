@@ -16,17 +16,12 @@ Registered on the ``runs`` sub-app by the last lines of :mod:`cadenza.cli.runs`.
 
 from __future__ import annotations
 
-import time
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import state
-from cadenza.cli.output import fail, out, print_json
-from cadenza.domain.errors import StoreError
-from cadenza.domain.states import TERMINAL_RUN_STATES
-
-WAIT_POLL_SECONDS = 0.3
+from cadenza.cli.context import handled, state
+from cadenza.cli.output import out, print_json
 
 
 def register(app: typer.Typer) -> None:
@@ -45,41 +40,19 @@ def cancel_run(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """Cancel a queued run now, or ask the worker of a running run to stop it."""
-    from cadenza.cli.run import os_user
-
-    user = os_user()
-    with state(ctx).store() as store:
-        try:
-            result = store.request_cancel(run_id, user)
-        except StoreError as exc:
-            fail(str(exc))
-        final = store.get_run(run_id)
-        if wait and (result.canceled or result.requested):
-            deadline = time.monotonic() + timeout
-            while final is not None and final.state not in TERMINAL_RUN_STATES \
-                    and time.monotonic() < deadline:
-                time.sleep(WAIT_POLL_SECONDS)
-                final = store.get_run(run_id)
-    ok = result.canceled or result.requested
-    document: dict[str, Any] = {
-        "id": run_id,
-        "canceled": result.canceled,
-        "requested": result.requested,
-        "by": user,
-        "state": final.state.value if final is not None else None,
-        "reason": final.reason if final is not None else None,
-        "message": result.message,
-    }
+    services = state(ctx).configured()
+    with handled():
+        outcome = services.runs.cancel(run_id, wait=wait, timeout=timeout)
     if as_json:
-        print_json(document)
+        print_json(outcome.as_json())
     else:
-        out.print(result.message, markup=False)
-        if wait and final is not None:
-            out.print(f"run {run_id} is {final.state.value}"
-                      + (f": {final.reason}" if final.reason else ""), markup=False)
-    if not ok:
+        out.print(outcome.message, markup=False)
+        if wait and outcome.state is not None:
+            out.print(f"run {run_id} is {outcome.state.value}"
+                      + (f": {outcome.reason}" if outcome.reason else ""), markup=False)
+    if not outcome.accepted:
         raise typer.Exit(1)
-    if wait and (final is None or final.state not in TERMINAL_RUN_STATES):
+    if wait and not outcome.ended:
         if not as_json:
             out.print(f"run {run_id} has not ended after {timeout:g}s", markup=False)
         raise typer.Exit(1)

@@ -7,9 +7,8 @@ from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import state
-from cadenza.cli.output import fail, out, print_json, print_table
-from cadenza.domain.errors import SecretError
+from cadenza.cli.context import handled, state
+from cadenza.cli.output import out, print_json, print_table
 
 app = typer.Typer(
     help="Encrypted secrets, referenced as ${secret.NAME} in cadenza.toml.", no_args_is_help=True
@@ -25,19 +24,15 @@ def set_secret(
     ] = False,
 ) -> None:
     """Store a secret (AES-GCM, key in data/secret.key). The value is prompted for, hidden."""
-    home = state(ctx).home
-    if not home.path.is_dir():
-        fail(f"{home.path} is not a directory")
+    secrets = state(ctx).services.secrets
+    with handled():
+        secrets.require_directory()
     if value_stdin or not sys.stdin.isatty():
         value = sys.stdin.read().rstrip("\r\n")
     else:
         value = typer.prompt(f"Value of {name}", hide_input=True, confirmation_prompt=True)
-    if not value:
-        fail("empty value; nothing stored", 2)
-    try:
-        home.secrets.set(name, value)
-    except (SecretError, ValueError) as exc:
-        fail(str(exc), 2 if isinstance(exc, ValueError) else 1)
+    with handled():
+        secrets.set(name, value)
     out.print(f"Stored secret {name}", markup=False)
 
 
@@ -47,10 +42,8 @@ def list_secrets(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """List secret names (never values)."""
-    try:
-        names = state(ctx).home.secrets.names()
-    except SecretError as exc:
-        fail(str(exc))
+    with handled():
+        names = state(ctx).services.secrets.names()
     if as_json:
         print_json([{"name": n} for n in names])
         return

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import state
-from cadenza.cli.output import err, fail, print_json, print_table
+from cadenza.cli.context import handled, state
+from cadenza.cli.output import err, print_json, print_table
 
 
 def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_command)
-
-
-def _instant(text: str, option: str) -> datetime:
-    from cadenza.scheduler.schedules import server_zone
-
-    try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{option}: expected an ISO date or time like 2027-03-27 or "
-             f"2027-03-27T12:00:00+01:00, got {text!r}", 2)
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=server_zone())
-    return parsed.astimezone(UTC)
 
 
 def simulate_command(
@@ -41,29 +27,8 @@ def simulate_command(
     rule that made it wait. Runs last their job's median duration from history (1 minute
     without history). See docs/scheduling.md.
     """
-    from cadenza.config.admission_limits import limits_from_loaded
-    from cadenza.scheduler.schedules import server_zone
-    from cadenza.scheduler.simulate import SimulationTooLarge, history_durations, simulate
-
-    begin, finish = _instant(start, "--from"), _instant(end, "--to")
-    if finish <= begin:
-        fail("--to must come after --from", 2)
-    st = state(ctx)
-    config = st.config()
-    with st.store() as store:
-        durations = history_durations(store, list(config.jobs))
-    try:
-        fires = simulate(
-            config.jobs,
-            limits_from_loaded(config),
-            begin,
-            finish,
-            workers=config.settings.workers.count,
-            durations=durations,
-            default_zone=server_zone(),
-        )
-    except SimulationTooLarge as exc:
-        fail(str(exc), 2)
+    with handled():
+        fires = state(ctx).services.simulation.simulate(start, end)
     if as_json:
         print_json([fire.as_json() for fire in fires])
         return

@@ -7,14 +7,11 @@ from typing import Annotated
 
 import typer
 
-from cadenza.cli.context import state
-from cadenza.cli.output import fail, out, print_json, print_table
-from cadenza.domain.errors import StoreError
-from cadenza.security import generate_password, hash_password, validate_username
+from cadenza.cli.context import handled, state
+from cadenza.cli.output import out, print_json, print_table
+from cadenza.services.users import NewUser
 
 app = typer.Typer(help="Users of the web UI and API.", no_args_is_help=True)
-
-BUILTIN_ROLES = ("viewer", "operator", "editor", "admin")
 
 
 @app.command("add")
@@ -34,37 +31,16 @@ def add(
     ] = False,
 ) -> None:
     """Add a user (argon2id). Without --password-stdin, a password is generated, shown once."""
-    try:
-        validate_username(name)
-    except ValueError as exc:
-        fail(str(exc), 2)
-    roles = sorted({r.strip() for r in role if r.strip()})
-    if not roles:
-        fail("give at least one --role", 2)
-    if email is not None and "@" not in email:
-        fail(f"--email {email!r} is not an e-mail address", 2)
-    generated = not password_stdin
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-        if len(password) < 8:
-            fail("the password must have at least 8 characters", 2)
-    else:
-        password = generate_password()
-    with state(ctx).store() as store:
-        try:
-            store.add_user(
-                name,
-                hash_password(password),
-                roles,
-                email=email,
-                display_name=display_name,
-                actor="cli",
-            )
-        except StoreError as exc:
-            fail(str(exc))
-    out.print(f"Added user {name} with roles {', '.join(roles)}", markup=False)
-    if generated:
-        out.print(f"Password (shown once): {password}", markup=False)
+    services = state(ctx).services
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else None
+    user = NewUser(name, role, email=email, display_name=display_name, password=password)
+    with handled():
+        services.users.check(user)
+        services.config()
+        added = services.users.add(user)
+    out.print(f"Added user {name} with roles {', '.join(added.roles)}", markup=False)
+    if added.generated_password is not None:
+        out.print(f"Password (shown once): {added.generated_password}", markup=False)
 
 
 @app.command("list")
@@ -73,19 +49,9 @@ def list_users(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """List users (never their password hashes)."""
-    with state(ctx).store() as store:
-        users = store.list_users()
-    rows = [
-        {
-            "username": u.username,
-            "display_name": u.display_name,
-            "email": u.email,
-            "roles": list(u.roles),
-            "disabled": u.disabled,
-            "created_at": u.created_at,
-        }
-        for u in users
-    ]
+    services = state(ctx).configured()
+    with handled():
+        rows = [user.as_json() for user in services.users.list()]
     if as_json:
         print_json(rows)
         return

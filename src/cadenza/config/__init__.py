@@ -5,6 +5,7 @@ Public names (imported lazily, so that step modules can import the shared field 
 step registry)::
 
     load_home(home, *, resolve_secret=..., environ=os.environ) -> LoadedConfig
+    load_settings(home, ...) -> LoadedSettings   (cadenza.toml alone; jobs.toml may be bad)
     validate_home(home, *, resolve_secret=..., environ=os.environ) -> list[Problem]
     validate_jobs_text(home, text, ...) / validate_settings_text(home, text, ...)
     Problem, LoadedConfig, Settings, JobConfig, parse_duration, format_duration
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
     from cadenza.config.durations import format_duration, parse_duration
     from cadenza.config.loader import (
         LoadedConfig,
+        LoadedSettings,
         load_home,
+        load_settings,
         validate_home,
         validate_jobs_text,
         validate_settings_text,
@@ -35,6 +38,8 @@ _EXPORTS = {
     "parse_duration": "cadenza.config.durations",
     "LoadedConfig": "cadenza.config.loader",
     "load_home": "cadenza.config.loader",
+    "LoadedSettings": "cadenza.config.loader",
+    "load_settings": "cadenza.config.loader",
     "validate_home": "cadenza.config.loader",
     "validate_jobs_text": "cadenza.config.loader",
     "validate_settings_text": "cadenza.config.loader",
@@ -49,12 +54,14 @@ _EXPORTS = {
 __all__ = [
     "JobConfig",
     "LoadedConfig",
+    "LoadedSettings",
     "Preset",
     "Problem",
     "Settings",
     "Window",
     "format_duration",
     "load_home",
+    "load_settings",
     "parse_duration",
     "parse_window",
     "validate_home",

@@ -51,6 +51,23 @@ class LoadedConfig:
     secret_values: set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class LoadedSettings:
+    """A valid ``cadenza.toml`` alone, for what needs only the settings and the store
+    (reading history): the settings, the problems of ``jobs.toml`` (which did not stop the
+    load), and the values that came from secrets (register them for redaction)."""
+
+    home: Path
+    settings: Settings
+    jobs_problems: list[Problem] = field(default_factory=list)
+    secret_values: set[str] = field(default_factory=set)
+
+    @property
+    def jobs_errors(self) -> int:
+        """How many errors ``jobs.toml`` has (0: the whole configuration would load)."""
+        return sum(1 for p in self.jobs_problems if p.is_error)
+
+
 @dataclass
 class _Outcome:
     settings: Settings | None
@@ -72,6 +89,23 @@ def load_home(home: Path, *, resolve_secret: SecretResolver = no_secrets,
         raise ConfigError([*outcome.problems])
     return LoadedConfig(home, outcome.settings, outcome.jobs,
                         [p for p in outcome.problems if not p.is_error], outcome.secret_values)
+
+
+def load_settings(home: Path, *, resolve_secret: SecretResolver = no_secrets,
+                  environ: Mapping[str, str] = os.environ) -> LoadedSettings:
+    """Load and validate ``cadenza.toml`` of ``home``; ``jobs.toml`` may be invalid.
+
+    Raises :class:`ConfigError` with the problems of ``cadenza.toml`` when it has an error;
+    the problems of ``jobs.toml`` come back in ``jobs_problems``.
+    """
+    home = Path(home).resolve()
+    outcome = _check(home, resolve_secret=resolve_secret, environ=environ)
+    own = [p for p in outcome.problems if p.file == SETTINGS_FILE]
+    if outcome.settings is None or has_errors(own):
+        raise ConfigError([*own])
+    return LoadedSettings(home, outcome.settings,
+                          [p for p in outcome.problems if p.file == JOBS_FILE],
+                          outcome.secret_values)
 
 
 def validate_home(home: Path, *, resolve_secret: SecretResolver = no_secrets,

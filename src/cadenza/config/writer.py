@@ -22,7 +22,6 @@ import os
 import stat
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import tomlkit
 from tomlkit.exceptions import ParseError
 from tomlkit.toml_document import TOMLDocument
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.problems import Problem, has_errors
 from cadenza.config.reader import BOM, decode
 from cadenza.config.tomledit import delete_job, set_job, set_preset
@@ -81,13 +81,14 @@ def read_document(path: Path) -> tuple[TOMLDocument, str]:
 
 
 def write_document(path: Path, content: str | TOMLDocument, *, base_hash: str | None,
-                   validate: Validator | None = None) -> str:
+                   validate: Validator | None = None, clock: Clock | None = None) -> str:
     """Validate ``content`` and write it to ``path`` atomically; return the new hash.
 
     ``base_hash`` is the hash returned by :func:`read_document` (or an earlier write);
     when the file changed since, :class:`StaleConfigError` is raised. ``None`` skips the
     check (creating a file). ``validate(text)`` returns the problems of the new text;
-    any error raises :class:`ConfigError` and leaves the file untouched.
+    any error raises :class:`ConfigError` and leaves the file untouched. ``clock`` paces
+    the retries of a replace that Windows refuses while another program holds the file.
     """
     path = Path(path)
     text = content if isinstance(content, str) else content.as_string()
@@ -104,7 +105,7 @@ def write_document(path: Path, content: str | TOMLDocument, *, base_hash: str | 
             raise StaleConfigError(f"{path.name} changed on disk since it was read; reload "
                                    "it and apply the change again")
         data = _encode(text, current)
-        _atomic_write(path, data)
+        _atomic_write(path, data, clock or SystemClock())
     return file_hash(data)
 
 
@@ -123,7 +124,7 @@ def _lock_for(path: Path) -> threading.Lock:
         return _LOCKS.setdefault(key, threading.Lock())
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, data: bytes, clock: Clock) -> None:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
@@ -133,7 +134,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        _replace(tmp, path)
+        _replace(tmp, path, clock)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -141,7 +142,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     _fsync_directory(path.parent)
 
 
-def _replace(source: Path, target: Path) -> None:
+def _replace(source: Path, target: Path, clock: Clock) -> None:
     """``os.replace``, retried briefly when Windows reports the target in use (an editor or
     a virus scanner holding it open); POSIX never raises that here."""
     for attempt in range(_REPLACE_TRIES):
@@ -151,7 +152,7 @@ def _replace(source: Path, target: Path) -> None:
         except PermissionError:
             if attempt == _REPLACE_TRIES - 1:
                 raise
-            time.sleep(0.05 * (attempt + 1))
+            clock.sleep(0.05 * (attempt + 1))
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -19,6 +19,10 @@ carries a :class:`~cadenza.executor.context.Fence` (the store's URL and the run'
 epoch), filled when the spec is made in the parent from the run the tracker bound
 (:func:`~cadenza.executor.context.bind_run`); the child opens the store on first use and
 every write is fenced on the epoch in the database, as the parent's would be.
+
+The child reads time from a :class:`~cadenza.clock.SystemClock` of its own (a clock object
+cannot cross the spawn pipe): its ``ctx.clock``, its log lines' times and its deadline
+(``timeout_seconds`` from its start). The parent enforces the step's timeout on its clock.
 """
 
 from __future__ import annotations
@@ -29,10 +33,10 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.params import Scope
 from cadenza.executor.errors import ErrorInfo
@@ -88,8 +92,9 @@ def load_step_class(path: str) -> Any:
 
 def child_main(spec: ChildSpec, conn: Any) -> None:
     """Entry point of the child process (see the module docstring)."""
+    clock = SystemClock()
     _detach()
-    _watch_parent(spec.parent_pid)
+    _watch_parent(spec.parent_pid, clock)
     lock = threading.Lock()
 
     def send(message: Any) -> None:
@@ -108,7 +113,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
         step_type = load_step_class(spec.step_class)
         config = step_type.Config.model_validate(spec.config)
         connections = _LazyConnections(spec.home, spec.settings)
-        log = SendingLog(spec.log_level, send, lambda: datetime.now(UTC))
+        log = SendingLog(spec.log_level, send, clock.now)
         ctx = ExecutionContext(
             params=spec.params,
             run=spec.run,
@@ -122,6 +127,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
             outputs=spec.outputs,
             timeout_seconds=spec.timeout_seconds,
             progress=None if spec.fence is None else fence_progress(spec.fence, spec.run),
+            clock=clock,
         )
         result = check_result(step_type().run(ctx, config), spec.step.name)
         ctx.finish(success=True)
@@ -183,17 +189,15 @@ def _detach() -> None:
             pass  # already a group leader
 
 
-def _watch_parent(parent_pid: int) -> None:
+def _watch_parent(parent_pid: int, clock: Clock) -> None:
     if not parent_pid:
         return
 
     def watch() -> None:
-        import time
-
         import psutil  # type: ignore[import-untyped]
 
         while True:
-            time.sleep(WATCH_SECONDS)
+            clock.sleep(WATCH_SECONDS)
             if os.getppid() != parent_pid or not psutil.pid_exists(parent_pid):
                 for proc in psutil.Process().children(recursive=True):
                     try:

@@ -6,6 +6,12 @@ built-in type) its log lines go to the run's buffered :class:`~cadenza.executor.
 in a child process (``isolation = "process"``) they travel to the parent through a pipe,
 and ``ctx.connection(name)`` opens the child's own engine.
 
+Time. ``ctx.clock`` is the clock the executor was given (the node's; the system clock by
+default, and always in a child process, which builds its own). The step's deadline,
+``ctx.remaining()`` and ``ctx.cancelled()`` count on its monotonic time and ``ctx.event``
+stamps with its wall time, so a :class:`~cadenza.clock.FakeClock` decides when a step's
+time is up.
+
 Connections. ``ctx.connection(name)`` on a ``sql`` connection is a SQLAlchemy ``Connection``
 inside a transaction, the same one for every call in the step; :meth:`finish` commits it when
 the step succeeded and rolls it back otherwise. On an ``http`` connection it is an httpx
@@ -36,13 +42,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import HttpConnection, Settings, SqlConnection
 from cadenza.domain.errors import Fatal, Retryable, StepError
 from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
@@ -203,6 +209,7 @@ class ExecutionContext:
         outputs: Mapping[str, Mapping[str, Any]] | None = None,
         timeout_seconds: float | None = None,
         progress: Progress | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.params: Mapping[str, Any] = _ReadOnly(params)
         self.run = run
@@ -211,11 +218,12 @@ class ExecutionContext:
         self.home = home
         self.settings = settings
         self.scope = scope
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self._connections = connections
         self._events = events
         self._outputs = dict(outputs or {})
         budget = step.timeout_seconds if timeout_seconds is None else timeout_seconds
-        self._deadline = time.monotonic() + budget
+        self._deadline = self.clock.monotonic() + budget
         self._cancel = threading.Event()
         self._sql: dict[str, sa.Connection] = {}
         self._http: dict[str, httpx.Client] = {}
@@ -261,19 +269,17 @@ class ExecutionContext:
     def event(self, event_type: str, message: str, payload: Mapping[str, Any] | None = None,
               level: str = "INFO") -> None:
         """An audit event about this run, written (redacted) with the step's end."""
-        from datetime import UTC, datetime
-
         self._events(EventSpec(str(event_type), message, str(level).upper(),
                                dict(payload) if payload is not None else None,
-                               datetime.now(UTC)))
+                               self.clock.now()))
 
     def cancelled(self) -> bool:
         """True once the step's time is up or the run is being stopped."""
-        return self._cancel.is_set() or time.monotonic() >= self._deadline
+        return self._cancel.is_set() or self.clock.monotonic() >= self._deadline
 
     def remaining(self) -> float:
         """Seconds left before the step's timeout (never negative)."""
-        return max(0.0, self._deadline - time.monotonic())
+        return max(0.0, self._deadline - self.clock.monotonic())
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
         """An earlier step's record: ``{"state", "rows", "output"}``, or None."""
@@ -371,7 +377,8 @@ class ExecutionContext:
                         failed.append(exc)
                         raise _RolledBack() from None
                     text = _to_json(value, f"{where}: the result of fn")
-                    if not sqlutil.insert_operation_key(conn, job, key, text, self.run.id):
+                    if not sqlutil.insert_operation_key(conn, job, key, text, self.run.id,
+                                                        self.clock.now()):
                         raise _RolledBack()
                     if not progress.held():
                         raise self._fenced_out(f"ctx.once({key!r})")

@@ -14,7 +14,10 @@
     the timeout plus a moment and no process is left behind.
 
 Both wait in slices of :data:`TICK` seconds and call ``on_tick`` between slices, so that the
-executor can write the log lines of a long step while it runs.
+executor can write the log lines of a long step while it runs. Deadlines count on the step's
+clock (``ctx.clock``, the executor's): under a :class:`~cadenza.clock.FakeClock` a thread
+step times out when the test moves the clock past its deadline. Waits for the operating
+system (a child's pipe, a killed process to be gone) are real waits.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ import os
 import queue
 import signal
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import Retryable
 from cadenza.executor.child import ChildSpec, child_main
 from cadenza.executor.context import ExecutionContext, check_result
@@ -47,6 +50,8 @@ IDLE_SECONDS = 60.0
 """A step thread with nothing to do for this long exits."""
 JOIN_SECONDS = 5.0
 """How long a child that sent its result may take to exit before it is killed."""
+_REAL = SystemClock()
+"""Waits for the operating system (a killed process to be gone) are in real time."""
 
 
 def run_in_thread(
@@ -82,12 +87,12 @@ class ThreadStep:
     def start_here(self) -> Callable[[], None]:
         """Start the step in the calling thread (a step thread already): its timeout counts
         from now; returns the call that runs it, to be made at once."""
-        self.deadline = time.monotonic() + self.timeout
+        self.deadline = self.ctx.clock.monotonic() + self.timeout
         return self._body
 
     def start(self) -> ThreadStep:
         """Hand the step to a step thread now; returns itself."""
-        self.deadline = time.monotonic() + self.timeout
+        self.deadline = self.ctx.clock.monotonic() + self.timeout
         STEP_THREADS.submit(self._body)
         return self
 
@@ -124,10 +129,10 @@ class ThreadStep:
     def wait(self, on_tick: Callable[[], None]) -> StepResult:
         """Wait for the step, calling ``on_tick`` every :data:`TICK` seconds; at the
         deadline abandon it and raise :class:`StepTimeout`."""
-        deadline, done = self.deadline, self.done
+        deadline, done, clock = self.deadline, self.done, self.ctx.clock
         try:
-            while not done.wait(max(0.0, min(TICK, deadline - time.monotonic()))):
-                if time.monotonic() < deadline:
+            while not clock.wait(done, max(0.0, min(TICK, deadline - clock.monotonic()))):
+                if clock.monotonic() < deadline:
                     on_tick()
                     continue
                 if self._abandon():
@@ -165,9 +170,11 @@ class StepThreads:
     switch and a turn of the interpreter lock each), so the first steps of a crowded minute
     start sooner this way. A queued job must not wait behind a long one, so :meth:`sweep`
     gives every job queued for longer than a moment a thread of its own (the node sweeps
-    between the chunks of a burst and at its end)."""
+    between the chunks of a burst and at its end). How long a job has been queued is real
+    time (``clock``, default the system clock): it is about threads waking, not schedules."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self._lock = threading.Lock()
         self._idle: list[_StepThread] = []
         self._count = 0
@@ -176,7 +183,7 @@ class StepThreads:
     def chain(self, job: Callable[[], None]) -> None:
         """Queue ``job`` for the next thread that finishes a step (see the class doc)."""
         with self._lock:
-            self._chained.append((time.monotonic(), job))
+            self._chained.append((self.clock.monotonic(), job))
 
     def wake(self, count: int) -> None:
         """Wake ``count`` threads to take chained steps (fewer if fewer are queued)."""
@@ -188,7 +195,7 @@ class StepThreads:
     def sweep(self, older_than: float = 0.0) -> int:
         """Give each step chained for ``older_than`` seconds or more a thread of its own;
         returns how many."""
-        limit = time.monotonic() - older_than
+        limit = self.clock.monotonic() - older_than
         taken: list[Callable[[], None]] = []
         with self._lock:
             while self._chained and self._chained[0][0] <= limit:
@@ -284,21 +291,24 @@ def run_in_process(
     log: RunLog,
     timeout: float,
     on_tick: Callable[[], None],
+    clock: Clock | None = None,
 ) -> StepResult:
     """Run the step described by ``spec`` in a spawned child process and wait for its
-    result, at most ``timeout`` seconds; then kill its process tree if still there."""
+    result, at most ``timeout`` seconds of ``clock`` (default: the system clock); then kill
+    its process tree if still there."""
+    clock = clock if clock is not None else _REAL
     mp = multiprocessing.get_context("spawn")
     reader, writer = mp.Pipe(duplex=False)
     process = mp.Process(target=child_main, args=(spec, writer), daemon=True,
                          name=f"cadenza-step-{spec.step.name}")
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     process.start()
     writer.close()  # the child holds the only writer: EOF here means it is gone
     step = spec.step.name
     answered = False
     try:
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - clock.monotonic()
             if left <= 0:
                 kill_tree(process.pid)
                 raise StepTimeout(f"step {step!r} timed out after {_seconds(timeout)}; its "
@@ -370,9 +380,9 @@ def kill_tree(pid: int | None) -> None:
 
 def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
     """Wait until every process has exited (a zombie has: only its reaping is left)."""
-    end = time.monotonic() + timeout
+    end = _REAL.monotonic() + timeout
     alive = list(procs)
-    while alive and time.monotonic() < end:
+    while alive and _REAL.monotonic() < end:
         still = []
         for proc in alive:
             try:
@@ -382,7 +392,7 @@ def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
                 pass
         alive = still
         if alive:
-            time.sleep(0.01)
+            _REAL.sleep(0.01)
 
 
 def _own_group(pid: int) -> int | None:

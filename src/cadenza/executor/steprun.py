@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.errors import Deferred, Fatal
 from cadenza.domain.states import StepState
@@ -70,7 +70,11 @@ class StepOutcome:
 
 
 class StepRunner:
-    """Runs step attempts for one executor (shares its connections and config cache)."""
+    """Runs step attempts for one executor (shares its connections and config cache).
+
+    ``clock`` is the executor's (the node's): step timeouts, ``ctx.remaining()`` and the
+    durations recorded count on its monotonic time, and ``run_deadline`` must be read on
+    that same clock. Default: the system clock."""
 
     def __init__(
         self,
@@ -79,7 +83,9 @@ class StepRunner:
         connections: Connections,
         settings: Settings,
         home: Any,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.types = types
         self.connections = connections
         self.settings = settings
@@ -100,7 +106,7 @@ class StepRunner:
     ) -> StepOutcome:
         """Run ``step`` once; ``outputs`` are earlier steps' outputs for ``${steps...}``,
         ``records`` what ``ctx.previous`` returns; ``run_deadline`` is the run's timeout on
-        the monotonic clock."""
+        :attr:`clock`'s monotonic time."""
         return self.launch(plan, step, attempt=attempt, outputs=outputs, records=records,
                            log=log, run_deadline=run_deadline).finish(on_tick)
 
@@ -138,7 +144,7 @@ class StepRunner:
         node stages the first step of a run recorded ahead before its due time);
         :meth:`Attempt.start` starts it. Its "started" line is written at the start
         (``announced``: it was already)."""
-        now = Attempt(self, plan, step, time.monotonic(), log)
+        now = Attempt(self, plan, step, self.clock.monotonic(), log)
         now.announced = announced
         try:
             step_type = self.types.get(step.type)
@@ -152,7 +158,7 @@ class StepRunner:
                     planned.config.model_dump(mode="json", by_alias=True, exclude_unset=True),
                     sort_keys=True, default=str), step.name)
             budget = step.timeout.total_seconds()
-            left = run_deadline - time.monotonic()
+            left = run_deadline - self.clock.monotonic()
             if left <= 0:
                 raise Fatal(f"the run's timeout ({plan.job.timeout}) was reached before "
                             f"step {step.name!r}")
@@ -195,7 +201,9 @@ class StepRunner:
                 outputs={k: dict(v) for k, v in records.items()},
                 parent_pid=os.getpid(),
             )
-            return lambda on_tick: run_in_process(spec, log, info.timeout_seconds, on_tick)
+            clock = self.clock
+            return lambda on_tick: run_in_process(spec, log, info.timeout_seconds, on_tick,
+                                                  clock)
         ctx = ExecutionContext(
             params=planned.params,
             run=run_info,
@@ -207,6 +215,7 @@ class StepRunner:
             connections=self.connections,
             events=lambda event: log.event(event, info.name),
             outputs=records,
+            clock=self.clock,
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above
@@ -223,7 +232,7 @@ class StepRunner:
         log.add("ERROR", message, step.name)
         until = exc.until if isinstance(exc, Deferred) else None
         return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
-                           seconds=time.monotonic() - started, error_type=class_name(exc),
+                           seconds=self.clock.monotonic() - started, error_type=class_name(exc),
                            until=until)
 
 
@@ -259,7 +268,7 @@ class Attempt:
             self.log.add("INFO", f"started ({self.step.type})", self.step.name)
         if self.outcome is not None or not isinstance(self.running, ThreadStep):
             return None
-        self.started = time.monotonic()
+        self.started = self.runner.clock.monotonic()
         return self.running.start_here()
 
     def start(self) -> Attempt:
@@ -269,7 +278,7 @@ class Attempt:
             self.announced = True
             self.log.add("INFO", f"started ({self.step.type})", self.step.name)
         if self.outcome is None:
-            self.started = time.monotonic()
+            self.started = self.runner.clock.monotonic()
             if isinstance(self.running, ThreadStep):
                 self.running.start()
         return self
@@ -295,7 +304,7 @@ class Attempt:
             raise  # canceled or lease lost: the tracker ends the run, not the step's class
         except Exception as exc:
             return self.runner._failed(step, exc, self.started, log)
-        seconds = time.monotonic() - self.started
+        seconds = self.runner.clock.monotonic() - self.started
         rows = "" if result.rows is None else f"{result.rows} rows "
         log.add("INFO", f"succeeded: {rows}in {seconds:.2f}s", step.name)
         return StepOutcome(StepState.SUCCEEDED, result.rows, dict(result.output),

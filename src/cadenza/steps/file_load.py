@@ -41,7 +41,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from itertools import chain
 from typing import Any, BinaryIO, Literal
 
@@ -64,7 +64,7 @@ from cadenza.steps.base import (
     format_from_path,
 )
 from cadenza.steps.registry import StepType
-from cadenza.steps.runtime import StepContext, StepResult
+from cadenza.steps.runtime import StepContext, StepResult, clock_of
 
 WAIT_RETRY = timedelta(seconds=60)
 MAX_NAME = 63
@@ -187,6 +187,7 @@ class _Resume:
     def __init__(self, ctx: StepContext, conn: sa.Connection, guard: sqlutil.Guard,
                  load_id: str, table: str) -> None:
         self.ctx, self.conn, self.guard = ctx, conn, guard
+        self.clock = clock_of(ctx)
         self.load_id, self.table = load_id, table
         self.holder = uuid.uuid4().hex
         self.files: dict[str, tuple[int, bool]] = {}
@@ -196,7 +197,7 @@ class _Resume:
 
     def start(self) -> None:
         """Take the load over (or create it); read what earlier attempts committed."""
-        p, now = PROGRESS, datetime.now(UTC)
+        p, now = PROGRESS, self.clock.now()
         self.conn.execute(sa.schema.CreateTable(p, if_not_exists=True))
         taken = self.conn.execute(p.update().where(
             p.c.load_id == self.load_id, p.c.checksum == "").values(
@@ -220,7 +221,7 @@ class _Resume:
 
     def advance(self, checksum: str, rows_done: int, done: bool, total: int) -> None:
         """Record a file's progress (in the transaction of its rows)."""
-        p, now = PROGRESS, datetime.now(UTC)
+        p, now = PROGRESS, self.clock.now()
         changed = self.conn.execute(p.update().where(
             p.c.load_id == self.load_id, p.c.checksum == checksum).values(
             rows_done=rows_done, done=done, updated_at=now)).rowcount
@@ -240,13 +241,13 @@ class _Resume:
         self._fence(rows_done=int(output["rows"]), done=True,
                     result_json=json.dumps(output, default=str))
         self.conn.execute(PROGRESS.delete().where(
-            PROGRESS.c.updated_at < datetime.now(UTC) - KEEP_PROGRESS))
+            PROGRESS.c.updated_at < self.clock.now() - KEEP_PROGRESS))
 
     def _fence(self, **values: Any) -> None:
         p = PROGRESS
         if not self.conn.execute(p.update().where(
                 p.c.load_id == self.load_id, p.c.checksum == "",
-                p.c.holder == self.holder).values(updated_at=datetime.now(UTC),
+                p.c.holder == self.holder).values(updated_at=self.clock.now(),
                                                   **values)).rowcount:
             raise Retryable(f"file_load into {self.table}: another attempt of this step took "
                             "the load over; this one stops (its last batch is rolled back)")
@@ -257,7 +258,7 @@ def _missing(ctx: StepContext, config: FileLoadConfig, roots: list[Any]) -> Step
     if config.on_missing == "fail":
         raise Fatal(f"no file matches {config.path!r} in [files].roots ({where})")
     if config.on_missing == "wait":
-        raise Deferred(datetime.now(UTC) + WAIT_RETRY,
+        raise Deferred(clock_of(ctx).now() + WAIT_RETRY,
                        f"no file matches {config.path!r} yet; waiting for it")
     ctx.log.warning("no file matches %s; skipped (on_missing = skip)", config.path)
     return StepResult(0, {"rows": 0, "table": config.table, "mode": config.mode, "files": [],
@@ -314,7 +315,8 @@ class _Load:
                 sqlutil.quietly(lambda: sqlutil.drop_table(self.conn, dest))
             raise
         if config.skip_if_loaded or (recorded is not None and config.mode == "overwrite"):
-            files.record(self.conn, config.table, todo, replace=config.mode == "overwrite")
+            files.record(self.conn, config.table, todo, replace=config.mode == "overwrite",
+                         now=clock_of(self.ctx).now())
         output["rows"] = rows
         if self.resume is not None:
             self.resume.finish(output)

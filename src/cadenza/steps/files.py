@@ -28,13 +28,14 @@ import stat
 import unicodedata
 import zipfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import BinaryIO
 from urllib.parse import unquote
 
 import sqlalchemy as sa
 
+from cadenza.clock import SystemClock
 from cadenza.domain.errors import Fatal
 
 MAX_MATCHES = 10_000
@@ -216,11 +217,12 @@ def recorded(conn: sa.Connection, table: str) -> set[str] | None:
 
 
 def record(conn: sa.Connection, table: str, loaded: list[tuple[FoundFile, str]],
-           replace: bool) -> None:
-    """Record files as loaded into ``table`` (``replace``: instead of what was recorded)."""
+           replace: bool, now: datetime | None = None) -> None:
+    """Record files as loaded into ``table`` at ``now`` (the step's clock; default: the
+    system clock's) (``replace``: instead of what was recorded)."""
+    now = now if now is not None else SystemClock().now()
     if replace:
         conn.execute(sa.delete(LOADED).where(LOADED.c.table_name == table))
-    now = datetime.now(UTC)
     conn.execute(LOADED.insert(), [{"table_name": table, "checksum": c, "path": f.display,
                                     "loaded_at": now} for f, c in loaded])
 

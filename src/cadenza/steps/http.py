@@ -33,7 +33,6 @@ import codecs
 import json
 import re
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ from cadenza.steps.netguard import (
     system_resolver,
 )
 from cadenza.steps.registry import StepType
-from cadenza.steps.runtime import StepContext, StepResult
+from cadenza.steps.runtime import StepContext, StepResult, clock_of
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 
@@ -80,6 +79,7 @@ DEFAULT_RETRY_AFTER = timedelta(seconds=60)
 MAX_RETRY_AFTER = timedelta(days=1)
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _MAX_HEADERS, _MAX_HEADER_VALUE, _EXCERPT = 64, 1024, 200
+_SYSTEM_CLOCK = SystemClock()
 CANCEL_POLL = 0.05
 """How often a step waiting for its HTTP exchange checks ``ctx.cancelled()``."""
 
@@ -127,8 +127,9 @@ class _Target:
 
 
 class HttpStep(StepType):
-    """Call an HTTP endpoint (SPEC §4). ``resolver``, ``is_public`` and ``clock`` replace
-    the defaults of a bare ``url``'s egress policy and of time (tests)."""
+    """Call an HTTP endpoint (SPEC §4). ``resolver`` and ``is_public`` replace the defaults
+    of a bare ``url``'s egress policy (tests); time is read from ``ctx.clock``, or from
+    ``clock`` when given."""
 
     name = "http"
     Config = HttpConfig
@@ -137,7 +138,7 @@ class HttpStep(StepType):
                  clock: Clock | None = None) -> None:
         self._policy = EgressPolicy(False, resolver or system_resolver,
                                     is_public or default_is_public)
-        self._clock = clock or SystemClock()
+        self._clock = clock
 
     def run(self, ctx: StepContext, config: HttpConfig) -> StepResult:
         """Send the request, follow redirects, read the answer; raise the SPEC §7 class of
@@ -152,10 +153,14 @@ class HttpStep(StepType):
             return StepResult(output=output)
         return StepResult(output=self._call(ctx, config))
 
+    def _clock_of(self, ctx: StepContext) -> Clock:
+        return self._clock if self._clock is not None else clock_of(ctx)
+
     def _call(self, ctx: StepContext, config: HttpConfig) -> dict[str, Any]:
         """One request (with its redirects): the step's output, or the error's class."""
         target = self._target(ctx, config)
-        started = time.monotonic()
+        clock = self._clock_of(ctx)
+        started = clock.monotonic()
         deadline = started + target.budget
         try:
             headers = _request_headers(ctx, config, target.base_headers)
@@ -166,12 +171,13 @@ class HttpStep(StepType):
                     else config.body.encode("utf-8"))
 
                 def exchange() -> tuple[httpx.Response, bool, bytes, bool, bool]:
-                    response = self._exchange(ctx, target, request, config.expect, deadline)
+                    response = self._exchange(ctx, target, request, config.expect, deadline,
+                                              clock)
                     try:
                         is_json = _is_json(response)
                         body, truncated, raw = read_body(
                             response, JSON_CAP if is_json else PREVIEW_CAP, deadline,
-                            ctx.cancelled)
+                            ctx.cancelled, clock)
                     finally:
                         response.close()
                     return response, is_json, body, truncated, raw
@@ -182,8 +188,8 @@ class HttpStep(StepType):
         finally:
             if target.owned:
                 target.client.close()
-        self._check_status(response, body, config.expect)
-        elapsed_ms = round((time.monotonic() - started) * 1000)
+        self._check_status(response, body, config.expect, clock)
+        elapsed_ms = round((clock.monotonic() - started) * 1000)
         decoded = _decode_json(body, ctx) if is_json and not raw and not truncated else None
         if is_json and truncated:
             ctx.log.warning("JSON answer larger than %s bytes: not decoded", JSON_CAP)
@@ -213,14 +219,14 @@ class HttpStep(StepType):
                        IN_PROCESS if definition.app else None, definition.headers)
 
     def _exchange(self, ctx: StepContext, target: _Target, request: httpx.Request,
-                  expect: list[str], deadline: float) -> httpx.Response:
+                  expect: list[str], deadline: float, clock: Clock) -> httpx.Response:
         for hop in range(MAX_REDIRECTS + 1):
-            remaining = deadline - time.monotonic()
+            remaining = deadline - clock.monotonic()
             if remaining <= 0 or ctx.cancelled():
                 raise Retryable(f"{request.method} {redacted_url(request.url)}: stopped "
                                 f"before hop {hop + 1}: out of time or canceled")
             request.extensions["timeout"] = httpx.Timeout(remaining).as_dict()
-            response = self._send(ctx, target, request, hop)
+            response = self._send(ctx, target, request, hop, clock)
             nxt = response.next_request
             if nxt is None or _matches(response.status_code, expect):
                 return response
@@ -234,8 +240,8 @@ class HttpStep(StepType):
         raise Fatal(f"{redacted_url(target.url)}: more than {MAX_REDIRECTS} redirects")
 
     def _send(self, ctx: StepContext, target: _Target, request: httpx.Request,
-              hop: int) -> httpx.Response:
-        started = time.monotonic()
+              hop: int, clock: Clock) -> httpx.Response:
+        started = clock.monotonic()
         status: int | None = None
         problem: str | None = None
         try:
@@ -254,7 +260,7 @@ class HttpStep(StepType):
                 raise
             raise Fatal(f"the in-process HTTP app failed: {problem}") from exc
         finally:
-            latency_ms = round((time.monotonic() - started) * 1000)
+            latency_ms = round((clock.monotonic() - started) * 1000)
             host = request.url.host
             ctx.event("HTTP_REQUEST", f"{request.method} {host}: {status or problem}", {
                 "method": request.method, "host": host, "port": request.url.port,
@@ -262,14 +268,16 @@ class HttpStep(StepType):
                 "url": redacted_url(request.url), "hop": hop, "error": problem,
             }, level="INFO" if problem is None else "WARNING")
 
-    def _check_status(self, response: httpx.Response, body: bytes, expect: list[str]) -> None:
+    def _check_status(self, response: httpx.Response, body: bytes, expect: list[str],
+                      clock: Clock | None = None) -> None:
         status = response.status_code
         if _matches(status, expect):
             return
         where = f"{response.request.method} {redacted_url(response.request.url)}: HTTP " \
                 f"{status} {response.reason_phrase}".rstrip()
         if status == 429:
-            until = retry_after(response.headers.get("retry-after"), self._clock.now())
+            now = (clock or self._clock or _SYSTEM_CLOCK).now()
+            until = retry_after(response.headers.get("retry-after"), now)
             raise Deferred(until, f"{where}; retry after {until.isoformat()}")
         if status in RETRYABLE_STATUSES:
             raise Retryable(where)

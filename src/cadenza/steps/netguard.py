@@ -35,7 +35,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from urllib.parse import unquote, urlencode
 import httpx
 
 from cadenza.audit import REDACTED, is_secret_key
+from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import Fatal, Retryable
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -303,9 +303,13 @@ class BoundedDecoder:
 
 
 def read_body(response: httpx.Response, cap: int, deadline: float,
-              cancelled: Callable[[], bool]) -> tuple[bytes, bool, bool]:
+              cancelled: Callable[[], bool],
+              clock: Clock | None = None) -> tuple[bytes, bool, bool]:
     """At most ``cap`` decoded bytes of the body, whether there was more, and whether the
-    body was kept in an encoding this step cannot decode."""
+    body was kept in an encoding this step cannot decode; stops (:class:`Retryable`) past
+    ``deadline`` on ``clock``'s monotonic time (default: the system clock) or once
+    ``cancelled()``."""
+    clock = clock if clock is not None else SystemClock()
     if response.is_stream_consumed:  # read already, decoded (a transport answering from memory)
         return response.content[:cap], len(response.content) > cap, False
     decoder = BoundedDecoder(response.headers.get("content-encoding"))
@@ -317,7 +321,7 @@ def read_body(response: httpx.Response, cap: int, deadline: float,
         size += len(out)
         if size > cap:
             break
-        if time.monotonic() > deadline or cancelled():
+        if clock.monotonic() > deadline or cancelled():
             raise Retryable(f"{redacted_url(response.request.url)}: stopped reading the "
                             f"answer: out of time or canceled")
     return b"".join(chunks)[:cap], size > cap, decoder.raw

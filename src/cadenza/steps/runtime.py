@@ -8,6 +8,14 @@ A step type's ``run(ctx, config) -> StepResult`` receives its ``Config`` with ev
 example ``sql_query.query``, whose tokens must become bind parameters, never text: it
 renders them itself with :func:`cadenza.domain.params.render_sql` and ``ctx.scope``).
 
+Time: a step reads it from ``ctx.clock`` (a :class:`cadenza.clock.Clock`), never from
+``time`` or ``datetime.now``: ``ctx.clock.now()`` for wall time (UTC), ``ctx.clock.monotonic()``
+for durations and deadlines, ``ctx.clock.sleep(s)`` / ``ctx.clock.wait(event, timeout)`` to
+wait. The executor's clock is the node's, so a test that drives the node with a
+:class:`~cadenza.clock.FakeClock` drives its steps' timeouts too; ``ctx.remaining()`` and
+``ctx.cancelled()`` count on the same clock. :func:`clock_of` reads it from a context that
+may predate the attribute (a plugin's own test harness): the system clock then.
+
 Errors: raise :class:`cadenza.Retryable`, :class:`cadenza.Deferred`,
 :class:`cadenza.Fatal` or :class:`cadenza.ResourceFault`; a built-in step translates its
 driver's exceptions into these at its boundary (SPEC §7).
@@ -20,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from cadenza.clock import Clock, SystemClock
 
 if TYPE_CHECKING:
     import httpx
@@ -79,6 +89,9 @@ class StepContext(Protocol):
     home: Path
     settings: Settings
     scope: Scope
+    clock: Clock
+    """Where the step reads time (see the module docstring); ``remaining()`` and
+    ``cancelled()`` count on it."""
 
     @property
     def job(self) -> RunInfo:
@@ -105,7 +118,7 @@ class StepContext(Protocol):
         ...
 
     def remaining(self) -> float:
-        """Seconds left before the step's timeout."""
+        """Seconds left before the step's timeout, on :attr:`clock`'s monotonic time."""
         ...
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
@@ -129,3 +142,13 @@ class StepContext(Protocol):
         with its JSON-able result. ``connection=NAME``: ``fn`` gets an open transaction on
         that sql connection first, and effect and key commit together (docs/exactly-once.md)."""
         ...
+
+
+_SYSTEM_CLOCK = SystemClock()
+
+
+def clock_of(ctx: object) -> Clock:
+    """``ctx.clock``; the system clock for a context without one (written before contexts
+    carried a clock)."""
+    clock = getattr(ctx, "clock", None)
+    return clock if clock is not None else _SYSTEM_CLOCK

@@ -13,10 +13,9 @@ import hashlib
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from datetime import time as clock_time
 from decimal import Decimal
@@ -24,8 +23,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import Fatal, Retryable, StepError
-from cadenza.steps.runtime import StepContext
+from cadenza.steps.runtime import StepContext, clock_of
 
 #: SQLSTATE classes / codes (PostgreSQL) that a later attempt may get past
 _PG_RETRY_CLASSES = ("08", "40", "53", "57")
@@ -110,15 +110,17 @@ def _first_line(exc: BaseException) -> str:
 
 @dataclass
 class Guard:
-    """The limits of one transaction: its deadline and why it was stopped, if it was."""
+    """The limits of one transaction: its deadline on ``clock``'s monotonic time (the
+    step's clock), and why it was stopped, if it was."""
 
     deadline: float
     limit: float
+    clock: Clock = field(default_factory=SystemClock)
     stopped: str | None = None
 
     def left(self) -> float:
         """Seconds left before the deadline (negative past it)."""
-        return self.deadline - time.monotonic()
+        return self.deadline - self.clock.monotonic()
 
     def poll(self, ctx: StepContext, grace: float | None = 0.0) -> bool:
         """Whether to stop: canceled (``ctx.cancelled()`` with time left: it is also true
@@ -154,7 +156,8 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
     remaining = ctx.remaining()
     if remaining <= 0:
         raise Retryable("step timeout: no time left for the step")
-    guard = Guard(time.monotonic() + remaining, remaining)
+    clock = clock_of(ctx)
+    guard = Guard(clock.monotonic() + remaining, remaining, clock)
     try:
         conn = engine.connect()
     except Exception as exc:
@@ -494,8 +497,9 @@ def find_operation_key(engine: sa.Engine, job_id: str, key: str) -> tuple[Any, s
 
 
 def insert_operation_key(conn: sa.Connection, job_id: str, key: str, result_json: str,
-                         run_id: str) -> bool:
-    """Record ``key`` in the caller's transaction; False when another run recorded it."""
+                         run_id: str, now: datetime | None = None) -> bool:
+    """Record ``key`` in the caller's transaction, created at ``now`` (the step's clock;
+    default: the system clock's); False when another run recorded it."""
     return insert_ignore(conn, OPERATION_KEYS, {
         "job_id": job_id, "op_key": key, "result_json": result_json, "run_id": run_id,
-        "created_at": datetime.now(UTC)})
+        "created_at": now if now is not None else SystemClock().now()})

@@ -1,16 +1,16 @@
 """The HTTP application. For now: ``/api/health`` (no auth, exact path) and the demo endpoint.
 
-Later issues add the REST API and the UI; every other route will require auth.
+The REST API and the UI come next, as thin shells over :mod:`cadenza.services`; every
+route but the health check will require auth.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 import cadenza
+from cadenza.services.health import check_health
 from cadenza.store import Store
 
 
@@ -27,13 +27,7 @@ def create_app(store: Store) -> FastAPI:
     @app.get("/api/health")
     def health() -> JSONResponse:
         """Liveness and store reachability; needs no login."""
-        ok = store.ping()
-        body: dict[str, Any] = {
-            "status": "ok" if ok else "degraded",
-            "version": cadenza.__version__,
-            "store": store.dialect,
-            "store_ok": ok,
-        }
-        return JSONResponse(body, status_code=200 if ok else 503)
+        health = check_health(store)
+        return JSONResponse(health.as_json(), status_code=200 if health.ok else 503)
 
     return app

@@ -10,8 +10,8 @@ It stands in for the executor's context (built elsewhere) and implements the pro
 * ``event(...)`` and ``log`` record what they are given (no redaction here: redaction is
   the executor's job, and the tests check that the step itself never puts raw secrets in
   what it hands over);
-* ``remaining()`` counts down from the step's timeout on the monotonic clock;
-  ``cancelled()`` is a flag a test may set.
+* ``clock`` is the system clock unless the test gives one; ``remaining()`` counts down
+  from the step's timeout on its monotonic time; ``cancelled()`` is a flag a test may set.
 
 :class:`LocalServer` is the real HTTP server the integration tests talk to: the stdlib's
 ``ThreadingHTTPServer`` on 127.0.0.1 with a random port, recording each request.
@@ -27,7 +27,6 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import sqlalchemy as sa
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.params import Scope
 from cadenza.executor.connections import Connections
@@ -86,10 +86,12 @@ class HttpTestContext:
     def __init__(self, home: Path, settings: Settings, *, run_id: str = "run-1",
                  step_name: str = "call", timeout: float = 30.0,
                  resolver: Resolver | None = None, is_public: PublicPolicy | None = None,
-                 steps: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 steps: Mapping[str, Mapping[str, Any]] | None = None,
+                 clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.params: Mapping[str, Any] = {}
         self.run = RunInfo(id=run_id, job_id="job", trigger="manual:test",
-                           scheduled_for=datetime.now(UTC), log_level="INFO")
+                           scheduled_for=self.clock.now(), log_level="INFO")
         self.step = StepInfo(name=step_name, type="http", attempt=1, timeout_seconds=timeout)
         self.log_record = RecordingLog()
         self.log: StepLog = self.log_record
@@ -99,7 +101,7 @@ class HttpTestContext:
                            scheduled_for=self.run.scheduled_for)
         self.events: list[Event] = []
         self.is_cancelled = False
-        self._deadline = time.monotonic() + timeout
+        self._deadline = self.clock.monotonic() + timeout
         self._resolver = resolver
         self._is_public = is_public
         self._connections = Connections(home, settings)
@@ -126,7 +128,7 @@ class HttpTestContext:
         return self.is_cancelled
 
     def remaining(self) -> float:
-        return max(0.0, self._deadline - time.monotonic())
+        return max(0.0, self._deadline - self.clock.monotonic())
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
         output = self.scope.steps.get(step)

@@ -13,25 +13,26 @@ implements the protocol of :mod:`cadenza.steps.runtime` the way the executor doe
   :class:`~cadenza.domain.params.Scope` holding ``params``;
 * ``log`` records (level, text) lines, DEBUG included: the executor filters by the run's
   log level and redacts, which is not the steps' business;
-* ``remaining()`` counts down from ``timeout`` on the monotonic clock; ``cancelled()``
-  reads a flag (or a callable) a test may set, and is true once the time is up, like the
-  executor's.
+* ``clock`` is the system clock unless the test gives one (a
+  :class:`~cadenza.clock.FakeClock` decides when the step's time is up); ``remaining()``
+  counts down from ``timeout`` on its monotonic time; ``cancelled()`` reads a flag (or a
+  callable) a test may set, and is true once the time is up, like the executor's.
 
 The helpers at the bottom make fresh per-test SQL URLs and unique table names.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.params import Scope
 from cadenza.executor.connections import Connections
@@ -69,7 +70,8 @@ class SqlTestContext:
     def __init__(self, home: Path, connections: Mapping[str, str], *,
                  roots: list[str] | None = None, params: Mapping[str, Any] | None = None,
                  timeout: float = 60.0, step_type: str = "sql_query",
-                 scheduled_for: datetime | None = None) -> None:
+                 scheduled_for: datetime | None = None, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock if clock is not None else SystemClock()
         self.home = home
         self.settings = Settings.model_validate({
             "files": {"roots": roots or ["data/files"]},
@@ -77,7 +79,7 @@ class SqlTestContext:
         })
         self.params: Mapping[str, Any] = dict(params or {})
         self.run = RunInfo(id="run-1", job_id="job", trigger="manual:test",
-                           scheduled_for=scheduled_for or datetime.now(UTC), log_level="DEBUG")
+                           scheduled_for=scheduled_for or self.clock.now(), log_level="DEBUG")
         self.step = StepInfo(name="step", type=step_type, attempt=1, timeout_seconds=timeout)
         self.log_record = RecordingLog()
         self.log: StepLog = self.log_record
@@ -85,7 +87,7 @@ class SqlTestContext:
                            trigger=self.run.trigger, scheduled_for=self.run.scheduled_for)
         self.events: list[tuple[str, str, dict[str, Any]]] = []
         self.cancel: bool | Callable[[], bool] = False
-        self._deadline = time.monotonic() + timeout
+        self._deadline = self.clock.monotonic() + timeout
         self._connections = Connections(home, self.settings)
         self._open: list[tuple[sa.Connection, Any]] = []
 
@@ -111,10 +113,10 @@ class SqlTestContext:
         return flag or self.remaining() <= 0
 
     def remaining(self) -> float:
-        return max(0.0, self._deadline - time.monotonic())
+        return max(0.0, self._deadline - self.clock.monotonic())
 
     def set_remaining(self, seconds: float) -> None:
-        self._deadline = time.monotonic() + seconds
+        self._deadline = self.clock.monotonic() + seconds
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
         return None

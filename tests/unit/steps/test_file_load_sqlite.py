@@ -15,6 +15,7 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 import pytest
 from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
+from cadenza.clock import FakeClock
 from cadenza.domain.errors import Deferred, Fatal, Retryable
 from cadenza.steps.file_load import FileLoadStep
 from cadenza.steps.registry import registry
@@ -263,17 +264,49 @@ def test_broken_quote_names_the_file_and_line(ctx: SqlTestContext, files: Path,
     assert "sales" not in tables(url)
 
 
-def test_cancel_and_timeout_roll_back(ctx: SqlTestContext, files: Path, url: str) -> None:
+def test_cancel_and_timeout_roll_back(tmp_path: Path, files: Path, url: str,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test decides when the cancel and the timeout strike: once the first batch was
+    written (rows are in the transaction, the rest of the file is not), whatever the
+    machine's speed; the step fails and leaves nothing behind (no table, no row)."""
+    from cadenza.steps import file_load
+
     (files / "big.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(200_000)))
-    calls: list[int] = []
-    ctx.cancel = lambda: len(calls) > 3 or bool(calls.append(1))
-    with pytest.raises(Fatal, match="step canceled"):
-        load(ctx, "big.csv")
-    ctx.cancel = False
-    ctx.set_remaining(0.05)
-    with pytest.raises(Retryable, match="step timeout"):
-        load(ctx, "big.csv")
-    assert "sales" not in tables(url)
+    clock = FakeClock()
+    ctx = SqlTestContext(tmp_path, {"w": url}, step_type="file_load", timeout=60, clock=clock)
+    written: list[int] = []
+    strike: list[Any] = [lambda: None]
+    real_write = file_load._Writer.write
+
+    def write(self: Any, batch: Any) -> None:
+        real_write(self, batch)
+        written.append(batch.size)
+        if len(written) == 1:
+            strike[0]()
+
+    monkeypatch.setattr(file_load._Writer, "write", write)
+    try:
+        strike[0] = lambda: setattr(ctx, "cancel", True)
+        with pytest.raises(Fatal, match="step canceled"):
+            load(ctx, "big.csv")
+        assert len(written) == 1 and 0 < sum(written) < 200_000
+        assert tables(url) == []
+
+        ctx.cancel = False
+        written.clear()
+        strike[0] = lambda: clock.advance(61)  # the step's 60 s are up, mid-load
+        with pytest.raises(Retryable, match="step timeout"):
+            load(ctx, "big.csv")
+        assert len(written) == 1 and 0 < sum(written) < 200_000
+        assert tables(url) == []
+
+        written.clear()
+        strike[0] = lambda: None  # untouched, the same load goes through: the strikes did it
+        ctx.set_remaining(60)
+        assert load(ctx, "big.csv").rows == 200_000 and len(written) > 1
+        assert scalar(url, "SELECT count(*) FROM sales") == 200_000
+    finally:
+        ctx.close()
 
 
 def test_empty_file_and_header_only(ctx: SqlTestContext, files: Path, url: str) -> None:

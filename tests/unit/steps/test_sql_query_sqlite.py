@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
+from cadenza.clock import FakeClock
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.steps.sql_query import SqlQueryStep
 
@@ -141,12 +142,36 @@ def test_locked_database_is_retryable(ctx: SqlTestContext, url: str, tmp_path: P
         holder.close()
 
 
-def test_timeout_stops_the_statement(ctx: SqlTestContext) -> None:
-    ctx.set_remaining(0.5)
-    started = time.monotonic()
-    with pytest.raises(Retryable, match="step timeout"):
-        run_step(SqlQueryStep, ctx, connection="w", query=SLOW)
-    assert time.monotonic() - started < 2
+def strike_during_the_statement(ctx: SqlTestContext,
+                                strike: Callable[[], object] | None = None) -> list[int]:
+    """At the step's second look at ``ctx.cancelled()`` (from SQLite's progress handler: the
+    statement is running), whatever the machine's speed, call ``strike()``, or (None)
+    cancel the run; returns the looks."""
+    looks: list[int] = []
+    canceled = threading.Event()
+
+    def look() -> bool:
+        looks.append(1)
+        if len(looks) == 2:
+            (strike or canceled.set)()
+        return canceled.is_set()
+
+    ctx.cancel = look
+    return looks
+
+
+def test_timeout_stops_the_statement(tmp_path: Path, url: str) -> None:
+    clock = FakeClock()
+    ctx = SqlTestContext(tmp_path, {"w": url}, timeout=60, clock=clock)
+    try:
+        looks = strike_during_the_statement(ctx, lambda: clock.advance(61))
+        started = time.monotonic()
+        with pytest.raises(Retryable, match="step timeout"):
+            run_step(SqlQueryStep, ctx, connection="w", query=SLOW)
+        assert time.monotonic() - started < 2  # stopped, not run to its end
+        assert len(looks) == 2  # stopped at the first look after the strike
+    finally:
+        ctx.close()
 
 
 def test_no_time_left_is_retryable(ctx: SqlTestContext) -> None:
@@ -156,22 +181,27 @@ def test_no_time_left_is_retryable(ctx: SqlTestContext) -> None:
 
 
 def test_cancel_stops_the_statement(ctx: SqlTestContext) -> None:
-    flag = threading.Event()
-    ctx.cancel = flag.is_set
-    threading.Timer(0.3, flag.set).start()
+    looks = strike_during_the_statement(ctx)
     started = time.monotonic()
     with pytest.raises(Fatal, match="step canceled"):
         run_step(SqlQueryStep, ctx, connection="w", query=SLOW)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 2  # stopped, not run to its end
+    assert len(looks) == 2
 
 
-def test_connection_is_clean_after_a_timeout(ctx: SqlTestContext, url: str) -> None:
-    ctx.set_remaining(0.3)
-    with pytest.raises(Retryable):
-        run_step(SqlQueryStep, ctx, connection="w", query=SLOW)
-    ctx.set_remaining(30)
-    run_step(SqlQueryStep, ctx, connection="w", query="INSERT INTO t (id) VALUES (50)")
-    assert scalar(url, "SELECT count(*) FROM t") == 4  # committed: no transaction left open
+def test_connection_is_clean_after_a_timeout(tmp_path: Path, url: str) -> None:
+    clock = FakeClock()
+    ctx = SqlTestContext(tmp_path, {"w": url}, timeout=60, clock=clock)
+    try:
+        strike_during_the_statement(ctx, lambda: clock.advance(61))
+        with pytest.raises(Retryable, match="step timeout"):
+            run_step(SqlQueryStep, ctx, connection="w", query=SLOW)
+        ctx.cancel = False
+        ctx.set_remaining(30)
+        run_step(SqlQueryStep, ctx, connection="w", query="INSERT INTO t (id) VALUES (50)")
+        assert scalar(url, "SELECT count(*) FROM t") == 4  # committed: no transaction left
+    finally:
+        ctx.close()
 
 
 def test_query_from_file(ctx: SqlTestContext, tmp_path: Path) -> None:

@@ -1,0 +1,89 @@
+"""The configuration as a whole: create a home, validate it, reload it into a running node.
+
+Operations::
+
+    init(directory, example=False) -> NewHome        the files, the store, an admin user
+    validate() -> list[Problem]                      every located problem of both files
+    reload(target) -> bool                           validated first (ConfigError), then
+                                                     ``target.reload()``
+
+``target`` is anything with ``reload() -> bool`` (a running node's config holder): the
+service does not know the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from cadenza.domain.errors import CadenzaError
+from cadenza.services.errors import Refused
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.config import Problem
+    from cadenza.services.context import Actor, Services
+
+
+class Reloadable(Protocol):
+    """What holds a running configuration: ``reload()`` loads both files again and
+    applies them when valid; returns whether it did."""
+
+    def reload(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class NewHome:
+    """A home just created: where, with the demo or not, and the admin's password (shown
+    once)."""
+
+    path: Path
+    example: bool
+    admin: str
+    password: str
+
+
+def init_home(directory: Path, *, example: bool, actor: Actor, clock: Clock) -> NewHome:
+    """Create a home in ``directory``: cadenza.toml, jobs.toml, plugins/, data/, the store
+    and an ``admin`` user with a generated password. Refused (nothing overwritten) when the
+    directory already holds a cadenza.toml."""
+    from cadenza.home import create_home
+    from cadenza.security import generate_password, hash_password
+
+    try:
+        home = create_home(directory, example=example,
+                           today=clock.now().astimezone().date())
+    except FileExistsError as exc:
+        raise Refused(str(exc)) from None
+    try:
+        store = home.open_store(home.load_config(), clock=clock)
+    except CadenzaError as exc:
+        raise CadenzaError(f"the new home does not load: {exc}") from None
+    password = generate_password()
+    try:
+        store.add_user("admin", hash_password(password), ["admin"],
+                       display_name="Administrator", actor=actor.id)
+    finally:
+        store.close()
+    return NewHome(home.path, example, "admin", password)
+
+
+class ConfigService:
+    """Validation and reload of one home's configuration."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def validate(self) -> list[Problem]:
+        """Every problem (errors and warnings) of cadenza.toml and jobs.toml."""
+        from cadenza.config import validate_home
+
+        home = self.services.home
+        return validate_home(home.path, resolve_secret=home.secrets.get)
+
+    def reload(self, target: Reloadable) -> bool:
+        """Check both files (ConfigError with every located problem, nothing applied),
+        then ask ``target`` to apply them; returns whether it did."""
+        self.services.home.load_config()
+        return target.reload()

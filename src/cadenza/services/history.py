@@ -1,0 +1,273 @@
+"""Reading history: runs, their steps and logs, and the audit log.
+
+These operations need ``cadenza.toml`` and the store only: an invalid ``jobs.toml`` does
+not stop them (the shell says so, from :attr:`LoadedSettings.jobs_errors`).
+
+Operations (all read-only)::
+
+    list_runs(RunQuery) -> list[RunView]            newest first
+    get_run(run_id) -> RunDetail                    NotFound for an unknown id
+    logs(run_id, min_level=None) -> list[LogLine]   NotFound for an unknown id
+    follow_logs(run_id, min_level=None) -> Iterator[LogLine]   until the run ended
+    events(EventQuery) -> list[EventView]           oldest first
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState, StepState
+from cadenza.services.errors import InvalidRequest, NotFound
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.store import Store
+    from cadenza.store.records import RunRecord, StepRunRecord
+
+FOLLOW_POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class StepView:
+    """One attempt of one step of a run."""
+
+    id: int
+    name: str
+    type: str
+    state: StepState
+    attempt: int
+    rows: int | None
+    error: str | None
+    reason: str | None
+    output: Any
+
+    @classmethod
+    def of(cls, step: StepRunRecord) -> StepView:
+        return cls(step.id, step.step, step.step_type, step.state, step.attempt, step.rows,
+                   step.error, step.reason, step.output)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "state": self.state.value,
+                "attempt": self.attempt, "rows": self.rows, "error": self.error,
+                "reason": self.reason, "output": self.output}
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as a person sees it in a list."""
+
+    id: str
+    job: str
+    state: RunState
+    trigger: str
+    scheduled_for: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    not_before: datetime | None
+    rows: int | None
+    params: dict[str, Any]
+    error: str | None
+    reason: str | None
+    wait_reason: str | None
+    resumes: int
+
+    @classmethod
+    def of(cls, run: RunRecord) -> RunView:
+        return cls(run.id, run.job_id, run.state, run.trigger, run.scheduled_for,
+                   run.started_at, run.finished_at, run.not_before, run.rows, run.params,
+                   run.error, run.reason, run.wait_reason, run.resumes)
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``runs list --json`` entry."""
+        return {"id": self.id, "job": self.job, "state": self.state.value,
+                "trigger": self.trigger, "scheduled_for": self.scheduled_for,
+                "started_at": self.started_at, "finished_at": self.finished_at,
+                "rows": self.rows, "error": self.error}
+
+
+@dataclass(frozen=True)
+class RunDetail:
+    """One run with every step attempt, in order."""
+
+    run: RunView
+    steps: tuple[StepView, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``runs show --json`` document."""
+        run = self.run
+        return {"id": run.id, "job": run.job, "state": run.state.value,
+                "trigger": run.trigger, "scheduled_for": run.scheduled_for,
+                "started_at": run.started_at, "finished_at": run.finished_at,
+                "rows": run.rows, "params": run.params,
+                "steps": [step.as_json() for step in self.steps]}
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Which runs to list: by job, by states, how many."""
+
+    job: str | None = None
+    states: tuple[RunState, ...] | None = None
+    limit: int = 20
+
+
+def parse_states(text: str | None) -> tuple[RunState, ...] | None:
+    """``"failed,queued"`` → the states; InvalidRequest naming the unknown ones."""
+    if text is None:
+        return None
+    names = [v.strip().upper() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in RunState.__members__]
+    if unknown:
+        raise InvalidRequest(f"unknown state {', '.join(unknown)}; expected one of "
+                             f"{', '.join(RunState.__members__)}")
+    return tuple(RunState(n) for n in names)
+
+
+def parse_level(text: str | None) -> str | None:
+    """A log level name, upper-cased; InvalidRequest for an unknown one."""
+    if text is None:
+        return None
+    if text.upper() not in Level.__members__:
+        raise InvalidRequest(f"unknown level {text!r}; expected one of "
+                             f"{', '.join(Level.__members__)}")
+    return text.upper()
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a run's log."""
+
+    id: int
+    time: datetime
+    level: str
+    step: str | None
+    message: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"time": self.time, "level": self.level, "step": self.step,
+                "message": self.message}
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """Which audit events to list. ``since`` is an age (``90s``, ``1h``, ``2d``) or an ISO
+    time; ``type`` an event type name in any case."""
+
+    run: str | None = None
+    resource: str | None = None
+    type: str | None = None
+    since: str | None = None
+    limit: int = 200
+
+
+@dataclass(frozen=True)
+class EventView:
+    """One audit event."""
+
+    id: int
+    at: datetime
+    type: str
+    level: str
+    run: str | None
+    resource: str | None
+    actor: str | None
+    message: str
+    payload: Any
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "at": self.at, "type": self.type, "level": self.level,
+                "run": self.run, "resource": self.resource, "actor": self.actor,
+                "message": self.message, "payload": self.payload}
+
+
+class HistoryService:
+    """Read-only queries of the store (see the module docstring)."""
+
+    def __init__(self, store: Callable[[], Store], clock: Clock) -> None:
+        self._store = store
+        self.clock = clock
+
+    def list_runs(self, query: RunQuery) -> list[RunView]:
+        """Runs, newest first."""
+        runs = self._store().list_runs(job=query.job, state=query.states, limit=query.limit)
+        return [RunView.of(run) for run in runs]
+
+    def get_run(self, run_id: str) -> RunDetail:
+        """One run and its step attempts; NotFound for an unknown id."""
+        store = self._store()
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id!r}")
+        return RunDetail(RunView.of(run),
+                         tuple(StepView.of(step) for step in store.list_step_runs(run_id)))
+
+    def logs(self, run_id: str, min_level: str | None = None) -> list[LogLine]:
+        """The run's log lines so far (at ``min_level`` or above)."""
+        return list(self._lines(run_id, parse_level(min_level), follow=False))
+
+    def follow_logs(self, run_id: str, min_level: str | None = None,
+                    poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
+        """The run's log lines, then each new one as it is written, until the run ended."""
+        return self._lines(run_id, parse_level(min_level), follow=True, poll=poll)
+
+    def _lines(self, run_id: str, min_level: str | None, *, follow: bool,
+               poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
+        store = self._store()
+        if store.get_run(run_id) is None:
+            raise NotFound(f"no run {run_id!r}")
+        return self._tail(store, run_id, min_level, follow, poll)
+
+    def _tail(self, store: Store, run_id: str, min_level: str | None, follow: bool,
+              poll: float) -> Iterator[LogLine]:
+        after: int | None = None
+        while True:
+            # Read "finished" first: the lines of a run's end commit with it, so a read
+            # after seeing it finished sees them all.
+            finished = store.run_is_finished(run_id) if follow else True
+            for line in store.list_logs(run_id, after_id=after, min_level=min_level):
+                after = line.id
+                yield LogLine(line.id, line.ts, line.level, line.step, line.message)
+            if finished:
+                return
+            self.clock.sleep(poll)
+
+    def events(self, query: EventQuery) -> list[EventView]:
+        """Audit events, oldest first, filtered."""
+        event_type = check_type(query.type) if query.type is not None else None
+        since = parse_since(query.since, self.clock.now()) if query.since else None
+        rows = self._store().list_events(run_id=query.run, resource_id=query.resource,
+                                         event_type=event_type, since=since,
+                                         limit=query.limit)
+        return [EventView(e.event_id, e.created_at, e.event_type, e.level, e.run_id,
+                          e.resource_id, e.actor, e.message, e.payload) for e in rows]
+
+
+def check_type(text: str) -> str:
+    """An event type name, upper-cased; InvalidRequest listing the known ones."""
+    if text.upper() not in EventType.__members__:
+        raise InvalidRequest(f"unknown event type {text!r}; known: "
+                             f"{', '.join(EventType.__members__)}")
+    return text.upper()
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """An age before ``now`` (``90s``, ``30m``, ``1h``, ``2d``) or an ISO time (local when
+    it has no offset); InvalidRequest otherwise."""
+    from cadenza.config import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(f"--since {text!r}: expected an age like 90s, 30m, 1h, 2d or "
+                             "an ISO time") from None
+    if when.tzinfo is None:
+        when = when.astimezone()
+    return when

@@ -1,0 +1,223 @@
+"""The job catalogue: read it, preview schedules, and edit ``jobs.toml``.
+
+Operations::
+
+    list() -> list[JobSummary]                      jobs in file order
+    get(job_id) -> JobConfig                        NotFound listing the known jobs
+    show(job_id) -> JobDefinition                   secrets redacted; NotFound
+    next_fires(job_id, count=10, start=None) -> NextFires
+    document() -> JobsFile                          the text of jobs.toml and its hash
+    create(job_id, table, base_hash) -> JobsFile    InvalidRequest if it exists
+    edit(job_id, table, base_hash) -> JobsFile      NotFound if it does not
+    delete(job_id, base_hash) -> JobsFile
+    save_preset(job_id, name, values, base_hash) -> JobsFile
+
+Every write goes through :mod:`cadenza.config.writer`: comments and order are kept, the new
+file is validated first (ConfigError with located problems, nothing written), a write based
+on an older version of the file is refused (StaleConfigError), and the write is atomic.
+After a write, the ``on_change`` callable given to the service (a running node's
+``reload``) is called; a CONFIG_CHANGED event names the actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cadenza.domain.events import EventType
+from cadenza.services.errors import InvalidRequest, NotFound
+from cadenza.services.timeparse import parse_instant
+
+if TYPE_CHECKING:
+    from tomlkit.toml_document import TOMLDocument
+
+    from cadenza.config import JobConfig
+    from cadenza.scheduler.fires import UpcomingFire
+    from cadenza.services.context import Services
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One job in the catalogue list."""
+
+    id: str
+    enabled: bool
+    schedule: str | None
+    timezone: str | None
+    tags: tuple[str, ...]
+    steps: tuple[str, ...]
+    presets: tuple[str, ...]
+    description: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "enabled": self.enabled, "schedule": self.schedule,
+                "timezone": self.timezone, "tags": list(self.tags), "steps": list(self.steps),
+                "presets": list(self.presets), "description": self.description}
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    """A job's whole definition as JSON values, secrets redacted."""
+
+    id: str
+    description: str | None
+    definition: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """One schedule of a job (its own, or a preset's) for a preview."""
+
+    name: str
+    expression: str
+    zone: str
+    days: str
+    enabled: bool
+    disabled_because: str | None
+
+
+@dataclass(frozen=True)
+class NextFires:
+    """A job's schedules and their next fires in time order."""
+
+    job_id: str
+    schedules: tuple[ScheduleView, ...]
+    fires: tuple[UpcomingFire, ...]
+
+
+@dataclass(frozen=True)
+class JobsFile:
+    """The text of ``jobs.toml`` and the hash to give back with a write based on it; after
+    a write, also whether the reload applied it (None: nothing to reload)."""
+
+    text: str
+    hash: str
+    reloaded: bool | None = None
+
+
+class JobService:
+    """The operations on the job catalogue (see the module docstring)."""
+
+    def __init__(self, services: Services,
+                 on_change: Callable[[], object] | None = None) -> None:
+        self.services = services
+        self.on_change = on_change
+
+    def get(self, job_id: str) -> JobConfig:
+        """The job ``job_id`` of the valid configuration; NotFound listing the known ones."""
+        config = self.services.config()
+        job = config.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}; known jobs: "
+                           f"{', '.join(config.jobs) or '(none)'}")
+        return job
+
+    def list(self) -> list[JobSummary]:
+        return [JobSummary(job_id, job.enabled, job.schedule, job.timezone, tuple(job.tags),
+                           tuple(s.name for s in job.steps), tuple(job.presets),
+                           job.description)
+                for job_id, job in self.services.config().jobs.items()]
+
+    def show(self, job_id: str) -> JobDefinition:
+        job = self.get(job_id)
+        definition = self.services.home.redactor.redact_value(
+            job.model_dump(mode="json", exclude_none=True))
+        return JobDefinition(job_id, job.description, definition)
+
+    def next_fires(self, job_id: str, count: int = 10, start: str | None = None) -> NextFires:
+        """The next ``count`` fires of the job's enabled schedules (job and presets), from
+        ``start`` (an ISO time, server zone without offset) or now."""
+        from cadenza.domain.cron import describe_weekdays
+        from cadenza.scheduler.fires import upcoming
+        from cadenza.scheduler.schedules import schedules_of, server_zone
+
+        job = self.get(job_id)
+        after = parse_instant(start, "--from", "an ISO time like 2027-10-30T12:00:00+02:00") \
+            if start else self.services.clock.now()
+        specs = schedules_of(job, server_zone())
+        views = tuple(ScheduleView(spec.name, spec.expression, spec.zone.key,
+                                   describe_weekdays(spec.cron), spec.enabled,
+                                   spec.disabled_because) for spec in specs)
+        return NextFires(job_id, views, tuple(upcoming(specs, after, count)))
+
+    # --- writes ------------------------------------------------------------------------
+
+    def document(self) -> JobsFile:
+        from cadenza.config.writer import read_document
+
+        doc, digest = read_document(self.services.home.jobs_file)
+        return JobsFile(doc.as_string(), digest)
+
+    def create(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsFile:
+        """Add the job ``job_id`` (its keys and steps as plain TOML values)."""
+        def change(doc: TOMLDocument) -> None:
+            from cadenza.config.writer import set_job
+
+            if job_id in doc.get("jobs", {}):
+                raise InvalidRequest(f"job {job_id!r} exists; edit it instead")
+            set_job(doc, job_id, table)
+
+        return self._write(change, base_hash, f"job {job_id} created")
+
+    def edit(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsFile:
+        """Replace the job ``job_id``'s keys, keeping the comments of what is unchanged."""
+        def change(doc: TOMLDocument) -> None:
+            from cadenza.config.writer import set_job
+
+            self._require(doc, job_id)
+            set_job(doc, job_id, table)
+
+        return self._write(change, base_hash, f"job {job_id} edited")
+
+    def delete(self, job_id: str, base_hash: str) -> JobsFile:
+        """Remove the job ``job_id`` (its runs stay in the history)."""
+        def change(doc: TOMLDocument) -> None:
+            from cadenza.config.writer import delete_job
+
+            self._require(doc, job_id)
+            delete_job(doc, job_id)
+
+        return self._write(change, base_hash, f"job {job_id} deleted")
+
+    def save_preset(self, job_id: str, name: str, values: Mapping[str, Any],
+                    base_hash: str) -> JobsFile:
+        """Save "run with parameters" values (params, step_args, disabled_steps, log_level,
+        schedule ...) as the preset ``name`` of the job."""
+        def change(doc: TOMLDocument) -> None:
+            from cadenza.config.writer import set_preset
+
+            self._require(doc, job_id)
+            set_preset(doc, job_id, name, values)
+
+        return self._write(change, base_hash, f"preset {name} of job {job_id} saved")
+
+    @staticmethod
+    def _require(doc: TOMLDocument, job_id: str) -> None:
+        if job_id not in doc.get("jobs", {}):
+            raise NotFound(f"no job {job_id!r} in jobs.toml")
+
+    def _write(self, change: Callable[[TOMLDocument], None], base_hash: str,
+               what: str) -> JobsFile:
+        from cadenza.config import validate_jobs_text
+        from cadenza.config.writer import read_document, write_document
+
+        home = self.services.home
+        self.services.require_home()
+        doc, _ = read_document(home.jobs_file)
+        try:
+            change(doc)
+        except ValueError as exc:  # an invalid id or value (tomledit)
+            raise InvalidRequest(str(exc)) from None
+        digest = write_document(
+            home.jobs_file, doc, base_hash=base_hash, clock=self.services.clock,
+            validate=lambda text: validate_jobs_text(home.path, text,
+                                                     resolve_secret=home.secrets.get))
+        self.services.store().append_event(EventType.CONFIG_CHANGED, f"{what} in jobs.toml",
+                                           payload={"file": "jobs.toml"},
+                                           actor=self.services.actor.id)
+        reloaded = None
+        if self.on_change is not None:
+            reloaded = bool(self.on_change())
+        return JobsFile(doc.as_string(), digest, reloaded)
+

@@ -1,0 +1,141 @@
+"""Serving: a node (scheduler, workers) and the HTTP server over one home, as one object.
+
+:func:`open_server` builds it from the services (validated configuration, the store on the
+services' clock); the shell starts it, waits on it, and stops it::
+
+    server = open_server(services, ServeOptions(...))   # ConfigError for a bad config
+    server.start(); server.run_until_stopped(on_web_stopped); server.stop()
+
+Signals are the shell's: it calls ``server.stop_event.set()`` and ``server.reload()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from cadenza.audit import Redactor
+    from cadenza.node import Node
+    from cadenza.services.context import Services
+
+WEB_CHECK_SECONDS = 0.5
+EVERY_INTERFACE = ("0.0.0.0", "::")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """``None``: the value of cadenza.toml."""
+
+    host: str | None = None
+    port: int | None = None
+    workers: int | None = None
+    web: bool = True
+    scheduler: bool = True
+
+
+class RedactingFilter(logging.Filter):
+    """Log lines pass through the home's redactor: a secret never reaches the terminal."""
+
+    def __init__(self, redactor: Redactor) -> None:
+        super().__init__()
+        self._redactor = redactor
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = self._redactor.redact_text(record.getMessage())
+        record.args = ()
+        return True
+
+
+class Server:
+    """A node and, unless disabled, the HTTP server, over the services' store."""
+
+    def __init__(self, services: Services, node: Node, host: str, port: int,
+                 web: uvicorn.Server | None) -> None:
+        self.services = services
+        self.node = node
+        self.host = host
+        self.port = port
+        self.web = web
+        self._web_thread: threading.Thread | None = None
+
+    @property
+    def stop_event(self) -> threading.Event:
+        return self.node.stop_event
+
+    @property
+    def workers(self) -> int:
+        return self.node.workers
+
+    @property
+    def scheduling(self) -> bool:
+        return self.node.scheduler is not None
+
+    @property
+    def exposed(self) -> bool:
+        """Whether its address is every interface (a warning for people)."""
+        return self.host in EVERY_INTERFACE
+
+    def reload(self) -> None:
+        """Ask the node to load the configuration again (applied when valid)."""
+        self.node.request_reload()
+
+    def start(self) -> None:
+        self.node.start()
+        if self.web is not None:
+            self._web_thread = threading.Thread(target=self.web.run, name="cadenza-web",
+                                                daemon=True)
+            self._web_thread.start()
+
+    def run_until_stopped(self, on_web_stopped: Callable[[], None]) -> None:
+        """Block until :attr:`stop_event` is set; if the HTTP server thread dies (a port in
+        use), call ``on_web_stopped`` and stop."""
+        clock = self.services.clock
+        while not clock.wait(self.stop_event, WEB_CHECK_SECONDS):
+            if self._web_thread is not None and not self._web_thread.is_alive():
+                on_web_stopped()
+                self.stop_event.set()
+
+    def stop(self) -> None:
+        """No new runs; wait for the running ones; stop the HTTP server; close."""
+        if self.web is not None:
+            self.web.should_exit = True
+        self.node.stop()
+        if self._web_thread is not None:
+            self._web_thread.join(10)
+        self.services.close()
+
+
+def open_server(services: Services, options: ServeOptions) -> Server:
+    """Build the node and HTTP server for ``services`` (the whole configuration must be
+    valid: ConfigError with located problems otherwise). Log lines of ``cadenza`` go to
+    stderr through the home's redactor."""
+    import uvicorn
+
+    from cadenza.node import Node
+    from cadenza.web.app import create_app
+
+    config = services.config()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(RedactingFilter(services.home.redactor))
+    root = logging.getLogger("cadenza")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+    host = options.host or config.settings.server.host
+    port = options.port or config.settings.server.port
+    store = services.store()
+    node = Node(services.home, config, store, clock=services.clock, workers=options.workers,
+                scheduler=options.scheduler)
+    web = None
+    if options.web:
+        web = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port,
+                                            log_level="warning"))
+    return Server(services, node, host, port, web)

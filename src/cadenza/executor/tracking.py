@@ -40,7 +40,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.errors import StepError
 from cadenza.domain.events import EventType
@@ -67,11 +66,7 @@ from cadenza.store.runs import EARLIER_STEP_FAILED
 
 FLUSH_SECONDS = 1.0
 """While a step runs, its pending log lines are written at most this often."""
-STEP_CLOCK: Clock = SystemClock()
-"""The clock of the step runner's deadlines (:mod:`cadenza.executor.steprun` and
-:mod:`cadenza.executor.isolation` measure a step's time left on the machine's monotonic
-clock): a run's deadline, and the pace of its log flushes while a step runs, are read on it
-so that they compare with what the step runner reads."""
+
 DISABLED = "disabled"
 EARLIER_FAILED = EARLIER_STEP_FAILED
 CANCELED = "canceled"
@@ -156,7 +151,7 @@ class RunTracker:
         self.records: dict[str, dict[str, Any]] = {}
         self.rows = 0
         self.next_index: int | None = None
-        self.last_flush = STEP_CLOCK.monotonic()
+        self.last_flush = self.steps.clock.monotonic()
         self.attempts: dict[str, int] = {}
         """The attempt number of each step's next step run (1 unless some are recorded)."""
         self.start_index = 0
@@ -179,7 +174,7 @@ class RunTracker:
         if self.job is not None:
             now = self.store.clock.now()
             self.deadline_at = (run.started_at or now) + self.job.timeout
-            self.deadline = STEP_CLOCK.monotonic() + (self.deadline_at - now).total_seconds()
+            self.deadline = self.steps.clock.monotonic() + (self.deadline_at - now).total_seconds()
         names = [(s.name, s.type) for s in self.job.steps] if self.job else []
         self.observer.run_started(run, names)
 
@@ -272,7 +267,7 @@ class RunTracker:
         first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = STEP_CLOCK.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt.start()
@@ -282,7 +277,7 @@ class RunTracker:
         the call that runs it (None: nothing to run; :meth:`go` reports how it ended)."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = STEP_CLOCK.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt
@@ -443,7 +438,7 @@ class RunTracker:
 
     def _tick(self) -> None:
         self.control.check()
-        now = STEP_CLOCK.monotonic()
+        now = self.steps.clock.monotonic()
         if now - self.last_flush < FLUSH_SECONDS or not self.log.pending():
             return
         self.last_flush = now

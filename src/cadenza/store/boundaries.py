@@ -206,9 +206,10 @@ class BoundaryWriter(StoreCore):
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
         sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
         not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
-        then :attr:`run_end_hook` is called with the runs that ended. Events, in this order per boundary: the step's own events, STEP_SUCCEEDED /
-        STEP_FAILED / STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per
-        start, RUN_STATE_CHANGED and RUN_FINISHED for the run end.
+        then :attr:`run_end_hook` is called with the runs that ended. Events, in this order
+        per boundary: the step's own events, STEP_SUCCEEDED / STEP_FAILED /
+        STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per start,
+        RUN_STATE_CHANGED and RUN_FINISHED for the run end.
 
         Raises :class:`InvalidTransition` for a target the state tables forbid (before
         writing anything), and :class:`StoreError` (rolling everything back) if a guarded

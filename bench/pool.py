@@ -24,7 +24,7 @@ import sqlalchemy as sa
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.executor.connections import Connections
-from cadenza.executor.recorder import GroupCommit
+from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.store import Store

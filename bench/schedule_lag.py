@@ -1,4 +1,4 @@
-"""Schedule lag and idle CPU of `cadenza serve` (issue 4's figures). A benchmark, not a test.
+"""Schedule lag and idle CPU of `cadenza serve`. A benchmark, not a test.
 
 lag: N jobs, all `* * * * *` in UTC, each one python no-op step (thread isolation); a real
 node (scheduler with look-ahead + dispatcher + W workers, `[workers] count = W` and

@@ -68,7 +68,7 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import sqlalchemy as sa
 
-from cadenza.clock import Clock, SystemClock
+from cadenza.clock import Clock
 from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import Limits, WaitRule, admit
@@ -76,9 +76,9 @@ from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
 from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
+from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.isolation import STEP_THREADS
 from cadenza.executor.lease import LeaseKeeper
-from cadenza.executor.recorder import GroupCommit
 from cadenza.executor.runner import Executor, Staged, Started, default_owner
 from cadenza.executor.staging import CHUNKS, LATE, Stage
 from cadenza.home import Home
@@ -396,7 +396,7 @@ class Node:
         load = self.store.admission_load(due, budget_jobs=current.limits.budgeted_jobs())
         lease = current.executor.lease_for("")
         left = (due - self.clock.now()).total_seconds()
-        deadline = time.monotonic() + left - STAGE_MIN_AHEAD / 2
+        deadline = self.clock.monotonic() + left - STAGE_MIN_AHEAD / 2
         collecting = gc.isenabled()
         gc.disable()
         try:
@@ -458,7 +458,7 @@ class Node:
                     STEP_THREADS.sweep(CHAIN_WAIT)
                     break
                 chunks = None
-                if remote and stage.mark is not None and stage.order and not stage.dropped:
+                if remote and stage.version is not None and stage.order and not stage.dropped:
                     # After the node's first chunk, the claimer writes the next ones (told
                     # before this chunk's runs are handed out); what it leaves (a run
                     # changed) is claimed here, with every check.
@@ -496,18 +496,17 @@ class Node:
         """Tell the claimer process to write the stage's next chunks, up to ``limit`` runs
         (executor/claimer.py); the iterator returned yields each chunk's runs as it
         commits."""
-        assert self.claimer is not None and stage.mark is not None
+        assert self.claimer is not None and stage.version is not None
         reports = self.claimer.claim(
-            stage.token, [s.run_id for s in stage.order], stage.mark, limit,
-            CHUNKS[min(stage.chunks, len(CHUNKS) - 1):], self.clock.now(),
-            isinstance(self.clock, SystemClock))
+            stage.token, [s.run_id for s in stage.order], stage.version, limit,
+            CHUNKS[min(stage.chunks, len(CHUNKS) - 1):], self.clock)
         return self._remote_chunks(stage, reports)
 
     def _remote_chunks(self, stage: Stage, reports: Iterator[Chunk | Stopped],
                        ) -> Iterator[list[tuple[Staged, int]]]:
         for report in reports:
             if isinstance(report, Chunk):
-                took = stage.took(report.size, report.taken, report.at, report.mark)
+                took = stage.took(report.size, report.taken, report.at, report.version)
                 if took:
                     yield took
             else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from test_staged_burst import (
     FIRE,
     _job,
@@ -106,11 +107,47 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
         monkeypatch.setattr(Node, "_claim_remote", cancel_first)
         clock.set(FIRE)
         node.dispatch_once(FIRE)
-        assert node.claimer.chunks == 0  # the mark changed: it wrote nothing
+        assert node.claimer.chunks == 0  # the runs' version moved: it wrote nothing
         assert node.claimer.broken is None  # and stays usable
         assert stage.claimed == staging.CHUNKS[0]
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
         assert_canceled_and_rest_ran(node, store, clock, calls, victim, JOBS - 1)
+
+
+def test_a_change_that_writes_no_event_still_stops_the_claimer(
+    tmp_path: Path, sqlite_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The staged claim's check is the runs' version counter (bumped by triggers), not the
+    audit log: a write to a run that records no event is noticed all the same."""
+    with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
+        assert node.claimer is not None
+        other = stage.order[-1].run_id
+        real = Node._claim_remote
+        checks: list[int] = []
+        due = store.due_queued_ids
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            checks.append(1)
+            return due(*args, **kwargs)
+
+        def touch(self: Node, stage: Any, limit: int) -> Any:
+            logged = store.list_events(run_id=other)
+            with store.write() as conn:  # a raw write of a column admission reads
+                conn.execute(sa.text("UPDATE runs SET priority = priority WHERE id = :id"),
+                             {"id": other})
+            assert store.list_events(run_id=other) == logged  # no event
+            monkeypatch.setattr(store, "due_queued_ids", counted)
+            return real(self, stage, limit)
+
+        monkeypatch.setattr(Node, "_claim_remote", touch)
+        clock.set(FIRE)
+        node.dispatch_once(FIRE)
+        assert node.claimer.chunks == 0 and node.claimer.broken is None
+        assert checks  # the node's next chunk read the runs due again...
+        assert stage.dropped is None and stage.claimed == JOBS  # ...found them unchanged
+        runs = drain([node], store, clock)
+        assert len(runs) == JOBS
+        assert_ran_once(store, runs, calls)
 
 
 def test_a_node_whose_claimer_died_claims_in_process(
@@ -138,8 +175,8 @@ def test_a_node_whose_claimer_died_claims_in_process(
 def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
     tmp_path: Path, sqlite_url: str
 ) -> None:
-    """Driven directly: a stage handed over, then claimed with a stale mark, a wrong
-    token, and the right mark."""
+    """Driven directly: a stage handed over, then claimed with a stale version, a wrong
+    token, and the right version."""
     home = node_home(tmp_path, sqlite_url, jobs=0, extra=_job("solo", schedule=False))
     clock = FakeClock(FIRE)
     config = home.load_config()
@@ -160,28 +197,28 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         assert len(starts) == 3
         token = claimer.submit(starts, executor.owner, until)
         with store.write() as conn:
-            mark = store.events_mark(conn)
-        assert mark is not None
+            version = store.runs_version(conn)
+        assert version is not None
 
-        def claim(token: int, mark: int) -> list[Chunk | Stopped]:
-            return list(claimer.claim(token, ids, mark, 10, [2], FIRE, False))
+        def claim(token: int, version: int) -> list[Chunk | Stopped]:
+            return list(claimer.claim(token, ids, version, 10, [2], clock))
 
-        (stopped,) = claim(token, mark - 1)
+        (stopped,) = claim(token, version - 1)
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
-        (stopped,) = claim(token + 1, mark)
+        (stopped,) = claim(token + 1, version)
         assert isinstance(stopped, Stopped)
         assert {r.state for r in store.list_runs(limit=10)} == {RunState.QUEUED}
 
-        first, second = claim(token, mark)
+        first, second = claim(token, version)
         assert isinstance(first, Chunk) and isinstance(second, Chunk)
         assert (first.size, second.size) == (2, 1)
         assert set(first.taken) | set(second.taken) == set(ids)
-        assert first.at == FIRE and second.mark > first.mark > mark
+        assert first.at == FIRE and second.version > first.version > version
         for run in store.list_runs(limit=10):
             assert (run.state, run.lease_epoch, run.lease_owner) == (
                 RunState.RUNNING, 1, executor.owner)
         # Claimed already: a second go takes nothing (the claim stays conditional).
-        (again, stopped) = claim(token, second.mark)
+        (again, stopped) = claim(token, second.version)
         assert isinstance(again, Chunk) and again.taken == {}
         assert isinstance(stopped, Stopped) and "changed before their claim" in stopped.why
 
@@ -192,13 +229,13 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         token = claimer.submit([s.start for s in fresh if s is not None], executor.owner,
                                until)
         with store.write() as conn:
-            mark = store.events_mark(conn)
-        assert mark is not None
-        reports = claimer.claim(token, more, mark, 10, [2], FIRE, False)
+            version = store.runs_version(conn)
+        assert version is not None
+        reports = claimer.claim(token, more, version, 10, [2], clock)
         first = next(reports)
         assert isinstance(first, Chunk) and first.size == 2
         del reports  # its second chunk and its end are left unread in the pipe
-        (stopped,) = list(claimer.claim(token, more, mark, 10, [2], FIRE, False))
+        (stopped,) = list(claimer.claim(token, more, version, 10, [2], clock))
         assert isinstance(stopped, Stopped) and "changed" in stopped.why
         assert {r.state for r in store.list_runs(limit=10)} == {RunState.RUNNING}
         node.stop(timeout=5)

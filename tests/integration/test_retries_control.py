@@ -12,7 +12,7 @@ from test_retries_executor import Bench, bench, python_job
 
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.control import RunControl, StopKind
-from cadenza.executor.recorder import DirectRecorder
+from cadenza.executor.group_commit import DirectRecorder
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
 from cadenza.store.boundary import BoundaryResult
 

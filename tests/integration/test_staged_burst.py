@@ -3,7 +3,7 @@
 The scheduler records the fires of a coming due time ahead (``not_before`` = the fire time);
 a node stages their claims (``Stage.prepare``: the admission decision of the due time, each
 run's tracker, plan and first step, the rows of its claim encoded) and claims them in chunks
-at the due time (``Stage.claim`` -> ``StagedClaims.claim_staged``, then ``Staged.begin``).
+at the due time (``Stage.claim`` -> ``RunClaims.claim_staged``, then ``Staged.begin``).
 These tests show that this path writes what the ordinary one writes, and that the checks of
 each chunk (due count, load, conditional claim) keep admission correct when something changes
 between the staging and the due time: a cancel, a higher-priority run, a cap, another node.
@@ -440,7 +440,7 @@ def test_a_run_canceled_after_staging_never_runs(
 def test_a_run_canceled_between_two_chunks_never_runs(
     tmp_path: Path, store_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cancel is written after the first chunk committed (SQLite: the events mark
+    """The cancel is written after the first chunk committed (SQLite: the runs version
     changed, so the second chunk checks the runs due again)."""
     jobs = 40
     home = node_home(tmp_path, store_url, jobs=jobs)

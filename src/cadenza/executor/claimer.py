@@ -1,46 +1,50 @@
-"""A process of its own that writes a staged burst's chunks (SQLite; issue 4's lag).
+"""A process of its own that writes a staged burst's chunks (SQLite).
 
 At a crowded due time the node's dispatcher writes the claim of the staged runs chunk by
 chunk while the step threads start the runs already claimed (executor/staging.py). In one
-process both share one interpreter lock on the machine's cores: measured on 2 cores, the
-dispatcher spent 40 % of a 1,000-run stage waiting for the GIL while the step threads ran,
-and the chunks that took 31 ms alone took 65 ms with the starts beside them. A
-:class:`Claimer` is a child process (``spawn``: the same on Windows) with its own
-connection to the same SQLite file: the node hands it a stage's encoded claims ahead of the
-due time (:meth:`Claimer.submit`, off the critical path) and, at the due time, after the
-node claimed the first chunk itself, tells it to write the next ones
-(:meth:`Claimer.claim`). Each of its chunks is one ``BEGIN IMMEDIATE`` transaction that
-first checks the store's events mark (``StagedClaims.events_mark``: every change of a run
-writes an event and SQLite has one writer, so an unchanged mark means that nothing was
-queued, canceled, claimed or ended since the node's previous chunk and the admission
-decision still holds), then writes the claim
-(:meth:`~cadenza.store.staged.StagedClaims.claim_staged`, the same statements as in the
-node). It reports each chunk as it commits; the node starts those runs meanwhile. When the
-mark changed, the claimer stops and the node goes on with its own chunks, which check
+process both share one interpreter lock, and the dispatcher waits for it while the step
+threads run. A :class:`Claimer` is a child process (``spawn``: the same on Windows) with its
+own connection to the same SQLite file: the node hands it a stage's encoded claims ahead of
+the due time (:meth:`Claimer.submit`, off the critical path) and, at the due time, after the
+node claimed the first chunk itself, tells it to write the next ones (:meth:`Claimer.claim`).
+Each of its chunks is one ``BEGIN IMMEDIATE`` transaction that first checks the runs'
+version counter (:meth:`~cadenza.store.claims.RunClaims.runs_version`: bumped by a trigger
+with every write that queues, cancels, claims, ends or re-queues a run, and SQLite has one
+writer, so an unchanged version means that the node's admission decision still holds), then
+writes the claim (:meth:`~cadenza.store.claims.RunClaims.claim_staged`, the same claim as
+everywhere). It reports each chunk as it commits; the node starts those runs meanwhile. When
+the version moved, the claimer stops and the node goes on with its own chunks, which check
 everything again (the runs due, the load) and may drop the stage for the ordinary path.
 
-What it never does: decide admission (the node did, and the mark proves the decision
+What it never does: decide admission (the node did, and the version proves the decision
 still holds), claim a run that is not QUEUED, fresh and due (the claim stays a conditional
 UPDATE), or write anything but claims. If it dies or stops answering, the node stops
 using it and claims in-process; a chunk it committed but could not report leaves runs
 RUNNING under the node's lease that nobody renews: the reaper re-queues them when that
 lease expires (docs/scheduling.md "Staged due times"). PostgreSQL stores do not use it
-(no events mark there: ids are not taken in commit order).
+(they keep no version counter).
+
+Time: the node gives the claimer its clock with each claim (:meth:`Claimer.claim`). A clock
+that can be copied into the child (the system clock, an offset clock) is read there for each
+chunk's time, as the node would read it; one that cannot (a test's ``FakeClock``, which holds
+a lock and moves only when told to) is read once, at the call, and every chunk is written at
+that time.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import pickle
 import signal
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from multiprocessing.connection import Connection
 from typing import Any
 
-from cadenza.store.staged import StagedStart
+from cadenza.clock import Clock, SystemClock
+from cadenza.store.claims import StagedStart
 
 log = logging.getLogger("cadenza.claimer")
 
@@ -60,12 +64,13 @@ class Chunk:
     size: int
     taken: dict[str, int]
     at: datetime
-    mark: int
+    version: int
+    """The runs' version after the chunk."""
 
 
 @dataclass(frozen=True, slots=True)
 class Stopped:
-    """The claimer stopped before the order's end: ``why`` (the mark changed, an error)."""
+    """The claimer stopped before the order's end: ``why`` (the version moved, an error)."""
 
     why: str
 
@@ -130,19 +135,25 @@ class Claimer:
         self._submitted = self._token
         return self._token
 
-    def claim(self, token: int, run_ids: Sequence[str], mark: int, limit: int,
-              sizes: Sequence[int], now: datetime, real_time: bool) -> Iterator[Chunk | Stopped]:
+    def claim(self, token: int, run_ids: Sequence[str], version: int, limit: int,
+              sizes: Sequence[int], clock: Clock) -> Iterator[Chunk | Stopped]:
         """Tell the claimer (now) to write the claims of ``run_ids`` (in that order, staged
         with ``token``) in chunks of ``sizes`` (the last repeats), at most ``limit`` runs,
-        each chunk only if the events mark is still ``mark`` (then the mark after it);
-        the iterator returned yields each :class:`Chunk` as it commits, then a
-        :class:`Stopped` if it stopped before the end. ``now`` is the claims' time
-        (``real_time``: plus the time elapsed since, for a real clock)."""
+        each chunk only if the runs' version is still ``version`` (then the version after
+        it); the iterator returned yields each :class:`Chunk` as it commits, then a
+        :class:`Stopped` if it stopped before the end. ``clock`` is the node's: each chunk
+        is written at its time (see the module docstring on time)."""
         if token != self._submitted or not self.ready():
             return iter([Stopped("the claimer does not have this stage")])
         self._seq += 1
-        if not self._send(("claim", self._seq, token, list(run_ids), mark, limit, list(sizes),
-                           now, real_time)):
+        now = clock.now()
+        copy: Clock | None = clock  # read in the child...
+        try:
+            pickle.dumps(clock)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            copy = None  # ...unless it can live in this process only: its time at the call
+        if not self._send(("claim", self._seq, token, list(run_ids), version, limit,
+                           list(sizes), now, copy)):
             return iter([Stopped(self._broken or "the claimer is gone")])
         return self._reports(self._seq)
 
@@ -231,7 +242,7 @@ def _serve(conn: Connection, url: str, synchronous: str) -> None:
     conn.send(("ready",))
     staged: dict[str, StagedStart] = {}
     seq = 0
-    token, owner, until = 0, "", datetime.now(UTC)
+    token, owner, until = 0, "", SystemClock().now()
     try:
         while True:
             message = conn.recv()  # EOFError when the node is gone
@@ -241,13 +252,13 @@ def _serve(conn: Connection, url: str, synchronous: str) -> None:
                 _, token, starts, owner, until = message
                 staged = {s.run_id: s for s in starts}
                 continue
-            _, seq, wanted, run_ids, mark, limit, sizes, now, real_time = message
+            _, seq, wanted, run_ids, version, limit, sizes, now, clock = message
             if wanted != token:
                 conn.send(("stopped", seq, "the claimer does not have this stage"))
                 continue
             try:
                 _claim(conn, seq, store, [staged[i] for i in run_ids if i in staged], owner,
-                       until, mark, limit, sizes, now, real_time)
+                       until, version, limit, sizes, now, clock)
             except Exception as exc:  # reported; the node goes on in-process
                 conn.send(("error", seq, f"{type(exc).__name__}: {exc}"))
     finally:
@@ -259,24 +270,23 @@ class _Changed(Exception):
 
 
 def _claim(conn: Connection, seq: int, store: Any, order: list[StagedStart], owner: str,
-           until: datetime, mark: int, limit: int, sizes: list[int], now: datetime,
-           real_time: bool) -> None:
-    began, claimed, chunks = time.monotonic(), 0, 0
+           until: datetime, version: int, limit: int, sizes: list[int], now: datetime,
+           clock: Clock | None) -> None:
+    claimed, chunks = 0, 0
     while order and claimed < limit:
         size = min(sizes[min(chunks, len(sizes) - 1)], limit - claimed)
         chunk, order = order[:size], order[size:]
-        # The node's clock, advanced by the time elapsed here since the go (a real clock).
-        at = now + timedelta(seconds=time.monotonic() - began) if real_time else now
+        at = clock.now() if clock is not None else now
         try:
             with store.write() as c:
-                if store.events_mark(c) != mark:
+                if store.runs_version(c) != version:
                     raise _Changed
                 taken = store.claim_staged(c, chunk, owner, until, now=at)
-                mark = store.events_mark(c)
+                version = store.runs_version(c)
         except _Changed:
             conn.send(("stopped", seq, "a run changed since the node's previous chunk"))
             return
-        conn.send(("chunk", seq, len(chunk), taken, at, mark))
+        conn.send(("chunk", seq, len(chunk), taken, at, version))
         claimed += len(taken)
         chunks += 1
         if len(taken) != len(chunk):

@@ -13,8 +13,8 @@ class          raised as
 ``retryable``  :class:`cadenza.Retryable`, a step timeout, and every other exception
 =============  ===========================================================================
 
-Retries and deferrals come with the reliability issue; until then any failure fails the run,
-and the class is recorded on the step run (``error_class``).
+The class is recorded on the step run (``error_class``) and decides what becomes of the run
+(:mod:`cadenza.domain.retry`: fail it, retry it, defer it, or leave it for review).
 
 Exceptions raised in a child process (``isolation = "process"``) travel to the parent as an
 :class:`ErrorInfo` and are re-raised there by :func:`rebuild`: Cadenza's own classes and the

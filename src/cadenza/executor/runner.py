@@ -48,8 +48,8 @@ from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState
 from cadenza.executor.connections import Connections
 from cadenza.executor.control import RunControl
+from cadenza.executor.group_commit import DirectRecorder, Recorder
 from cadenza.executor.lease import LeaseKeeper
-from cadenza.executor.recorder import DirectRecorder, Recorder
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import Attempt, StepRunner
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
@@ -57,7 +57,7 @@ from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store
 from cadenza.store.boundary import BoundaryResult, LogLine
-from cadenza.store.staged import StagedStart
+from cadenza.store.claims import StagedStart
 
 log = logging.getLogger("cadenza.executor")
 
@@ -94,7 +94,7 @@ class Started:
 class Staged:
     """A QUEUED run prepared ahead of its due time (:meth:`Executor.stage`): its tracker
     with a provisional claim, its first step planned, its claim's rows encoded. At the due
-    time the store claims it (:meth:`~cadenza.store.staged.StagedClaims.claim_staged`) and
+    time the store claims it (:meth:`~cadenza.store.claims.RunClaims.claim_staged`) and
     :meth:`begin` starts its first step."""
 
     tracker: RunTracker
@@ -211,18 +211,12 @@ class Executor:
             raise StoreError(f"no run {run_id!r}")
         if run.state is not RunState.QUEUED:
             return RunOutcome(run_id, run.state, run.rows, run.error, claimed=False)
-        tracker, control = self._tracker(run, observer)
-        lease_until = self.store.clock.now() + self.lease
         with self.store.write() as conn:
-            claimed = self.store.claim_runs(self.owner, lease_until, run_ids=[run_id],
-                                            conn=conn)
-            if not claimed:
-                return RunOutcome(run_id, None, claimed=False)
-            tracker.claimed(claimed[0])
-            first = tracker.first_boundary()
-            result = self.store.record_boundaries([first], conn=conn)[0]
-        self._hold(claimed[0], control)
-        return Started(tracker, result, self.keeper, control).go()
+            started = self.claim_and_start(conn, limit=1, run_ids=[run_id], observer=observer,
+                                           lease_until=self.store.clock.now() + self.lease)
+        if not started:
+            return RunOutcome(run_id, None, claimed=False)
+        return started[0].go()
 
     def run_claimed(self, run: RunRecord, observer: Observer | None = None) -> RunOutcome:
         """Run ``run``, already claimed by this executor's owner (a worker pool's batch)."""

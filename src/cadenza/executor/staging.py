@@ -1,4 +1,4 @@
-"""A crowded due time, prepared ahead and claimed in chunks (issue 4's lag, docs/scheduling.md).
+"""A crowded due time, prepared ahead and claimed in chunks (docs/scheduling.md).
 
 The scheduler records the runs of a coming fire a few seconds ahead (``LOOKAHEAD``). A node
 that sees them *stages* them (:meth:`Stage.prepare`), off the critical path:
@@ -18,11 +18,11 @@ At the due time the node claims them in **chunks** (:meth:`Stage.claim`): 16 run
    takes over (the runs left are claimed the ordinary way);
 3. the load (running runs and budget starts, every node): when it differs from the load the
    stage expects, the decision is made again for the runs not claimed yet (:func:`admit`);
-   on SQLite, 2 and 3 are skipped when no event was written since the stage's previous
-   chunk (every change of a run writes one, and SQLite has one writer: see
-   ``events_mark``);
+   on SQLite, 2 and 3 are skipped when the runs' version counter did not move since the
+   stage's previous chunk (nobody queued, canceled, claimed or ended a run in between:
+   :meth:`~cadenza.store.claims.RunClaims.runs_version`);
 4. the claim of the chunk's runs with their first step start
-   (:meth:`~cadenza.store.staged.StagedClaims.claim_staged`).
+   (:meth:`~cadenza.store.claims.RunClaims.claim_staged`).
 
 After each chunk commits, its runs' first steps start at once (:meth:`Staged.begin`), while
 the next chunk is written: SQLite lets go of the GIL while it writes, so the first runs of a
@@ -34,7 +34,6 @@ run's claim and first start commit together with their events, as on the ordinar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -73,8 +72,8 @@ class Stage:
     chunks: int = 0
     dropped: str | None = None
     """Why the stage was given up (the ordinary decision claims the rest)."""
-    mark: int | None = None
-    """The store's events mark after the last chunk (SQLite, see ``events_mark``)."""
+    version: int | None = None
+    """The runs' version after the last chunk (SQLite, see ``Store.runs_version``)."""
     token: int = 0
     """The claimer process's token for this stage (0: not handed to one)."""
 
@@ -83,12 +82,13 @@ class Stage:
                 candidates: Sequence[Candidate], load: Load, free: int,
                 deadline: float) -> Stage:
         """Stage the runs admission would start at ``due`` (at most ``free``), until the
-        monotonic clock reaches ``deadline``."""
+        store clock's monotonic time reaches ``deadline``."""
         stage = cls(executor, limits, due, due + lease, list(candidates), load, free)
         decision = admit(stage.candidates, limits, load, due, free)
         ids = [c.run_id for c in decision.admitted]
+        clock = executor.store.clock
         for run in executor.store.fresh_queued_runs(ids):
-            if time.monotonic() > deadline:
+            if clock.monotonic() > deadline:
                 break  # the due time is near: the rest is claimed the ordinary way
             staged = executor.stage(run, due, stage.lease_until)
             if staged is not None:
@@ -108,9 +108,9 @@ class Stage:
         if not self.order or self.dropped:
             return []
         store.lock_admission(conn)
-        unchanged = self.mark is not None and store.events_mark(conn) == self.mark
+        unchanged = self.version is not None and store.runs_version(conn) == self.version
         load = self.load
-        if not unchanged:  # something was written since the last chunk: check it all
+        if not unchanged:  # a run changed since the last chunk: check it all
             due_now = store.due_queued_ids(self.due, conn=conn)
             expected = {c.run_id for c in self.candidates}
             if due_now != expected:
@@ -132,14 +132,14 @@ class Stage:
         chunk = self.order[:limit]
         ids = store.claim_staged(conn, [s.start for s in chunk], self.executor.owner,
                                  self.lease_until, now=now)
-        return self.took(len(chunk), ids, now, store.events_mark(conn))
+        return self.took(len(chunk), ids, now, store.runs_version(conn))
 
     def took(self, size: int, ids: dict[str, int], now: datetime,
-             mark: int | None) -> list[tuple[Staged, int]]:
+             version: int | None) -> list[tuple[Staged, int]]:
         """The next ``size`` runs of the order were given to a claim at ``now`` that took
-        ``ids`` (run id -> first step run id), after which the events mark was ``mark``:
-        account for them (here or in the claimer process, executor/claimer.py); returns
-        the runs claimed with their first step run ids."""
+        ``ids`` (run id -> first step run id), after which the runs' version was
+        ``version``: account for them (here or in the claimer process,
+        executor/claimer.py); returns the runs claimed with their first step run ids."""
         chunk, self.order = self.order[:size], self.order[size:]
         self.claimed_at = now
         took = [(s, ids[s.run_id]) for s in chunk if s.run_id in ids]
@@ -150,7 +150,7 @@ class Stage:
         gone = {s.run_id for s, _ in took}
         self.candidates = [c for c in self.candidates if c.run_id not in gone]
         self.load = self._after(self.load, [s for s, _ in took], now)
-        self.mark = mark
+        self.version = version
         return took
 
     def _after(self, load: Load, took: list[Staged], now: datetime) -> Load:

@@ -34,7 +34,6 @@ who). LEASE_LOST: nothing more is written; the outcome is "lost".
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -48,8 +47,8 @@ from cadenza.domain.retry import Action, Decision, decide
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.context import bind_run
 from cadenza.executor.control import RunControl, RunStopped, StopKind, StopRequest
+from cadenza.executor.group_commit import Recorder
 from cadenza.executor.plan import PlanError, RunPlan, plan_run
-from cadenza.executor.recorder import Recorder
 from cadenza.executor.runlog import RunLog
 from cadenza.executor.steprun import Attempt, StepOutcome, StepRunner
 from cadenza.steps.base import StepConfig
@@ -67,6 +66,7 @@ from cadenza.store.runs import EARLIER_STEP_FAILED
 
 FLUSH_SECONDS = 1.0
 """While a step runs, its pending log lines are written at most this often."""
+
 DISABLED = "disabled"
 EARLIER_FAILED = EARLIER_STEP_FAILED
 CANCELED = "canceled"
@@ -151,7 +151,7 @@ class RunTracker:
         self.records: dict[str, dict[str, Any]] = {}
         self.rows = 0
         self.next_index: int | None = None
-        self.last_flush = time.monotonic()
+        self.last_flush = self.steps.clock.monotonic()
         self.attempts: dict[str, int] = {}
         """The attempt number of each step's next step run (1 unless some are recorded)."""
         self.start_index = 0
@@ -174,7 +174,7 @@ class RunTracker:
         if self.job is not None:
             now = self.store.clock.now()
             self.deadline_at = (run.started_at or now) + self.job.timeout
-            self.deadline = time.monotonic() + (self.deadline_at - now).total_seconds()
+            self.deadline = self.steps.clock.monotonic() + (self.deadline_at - now).total_seconds()
         names = [(s.name, s.type) for s in self.job.steps] if self.job else []
         self.observer.run_started(run, names)
 
@@ -267,7 +267,7 @@ class RunTracker:
         first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt.start()
@@ -277,7 +277,7 @@ class RunTracker:
         the call that runs it (None: nothing to run; :meth:`go` reports how it ended)."""
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
-            self.deadline = time.monotonic() + self.job.timeout.total_seconds()
+            self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt
@@ -438,7 +438,7 @@ class RunTracker:
 
     def _tick(self) -> None:
         self.control.check()
-        now = time.monotonic()
+        now = self.steps.clock.monotonic()
         if now - self.last_flush < FLUSH_SECONDS or not self.log.pending():
             return
         self.last_flush = now

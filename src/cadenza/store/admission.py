@@ -7,8 +7,8 @@ One decision of the worker pool, exact across nodes::
         candidates = store.queued_candidates(now, limit=200, conn=conn)
         load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn)
         decision = admit(candidates, limits, load, now, free_slots)
-        for run in decision.admitted:               # claim them in the same transaction
-            store.transition_run(run.run_id, RunState.RUNNING, ..., conn=conn)
+        store.claim_runs(owner, lease_until, limit=len(decision.admitted),   # the claim,
+                         run_ids=[c.run_id for c in decision.admitted], conn=conn)  # same tx
         store.set_wait_reasons(decision.wait_texts(), conn=conn)
 
 Reading the load and claiming in one transaction under :meth:`lock_admission` is what keeps

@@ -1,7 +1,7 @@
-"""What an executor asks the store to record at once (see :mod:`cadenza.store.execution`).
+"""What an executor asks the store to record at once (see :mod:`cadenza.store.boundaries`).
 
 Plain frozen values: an executor builds them while a run goes on and hands a whole
-:class:`Boundary` to :meth:`~cadenza.store.execution.ExecutionRepository.record_boundaries`,
+:class:`Boundary` to :meth:`~cadenza.store.boundaries.BoundaryWriter.record_boundaries`,
 which writes it in one transaction (together with other runs' boundaries, when a group
 commit collects several).
 """

@@ -1,6 +1,7 @@
-"""The plain SQL of the executor's write path, in each driver's parameter style.
+"""The plumbing of the executor's plain-SQL write path, in each driver's parameter style.
 
-:mod:`cadenza.store.recording` and :mod:`cadenza.store.execution` write through these helpers
+:mod:`cadenza.store.claims` (taking runs) and :mod:`cadenza.store.boundaries` (step
+boundaries and run ends) own their statements and write them through these helpers
 on the DBAPI cursor of a store transaction. Why not SQLAlchemy Core here: these statements
 run for every run, and Core's per-statement overhead (50-80 µs of Python each) cost more than
 SQLite needs to execute them. Why few statements, each for many rows: the writer holds the
@@ -12,52 +13,34 @@ keeps the lock held briefly. Values are encoded as the tables' types do
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cadenza.domain.errors import StoreError
 
-_SQL = {
-    "end_step": "UPDATE step_runs SET state = :state, updated_at = :now, finished_at = :now,"
-                " reason = :reason, rows = :rows, output_json = :output, error = :error,"
-                " error_class = :error_class WHERE id = :id AND state = 'RUNNING'",
-    "params": "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
-              " AND state = 'RUNNING' AND lease_epoch = :epoch",
-    "end_run": "UPDATE runs SET state = :state, updated_at = :now, finished_at = :now,"
-               " reason = :reason, rows = :rows, error = :error, lease_owner = NULL,"
-               " lease_until = NULL, wait_reason = NULL WHERE id = :id AND state = 'RUNNING'"
-               " AND lease_epoch = :epoch",
-}
-_UPDATE_COLUMNS = {
-    "end_step": ("id", "state", "reason", "rows", "output", "error", "error_class"),
-    "params": ("id", "epoch", "params"),
-    "end_run": ("id", "epoch", "state", "rows", "reason", "error"),
-}
-# SQLite (3.33+): every row of a batch in one statement; v.columnN are the VALUES columns in
-# _UPDATE_COLUMNS order, and the "?" before FROM the timestamps (_SQLITE_STAMPS).
-_SQLITE_UPDATES = {
-    "end_step": "UPDATE step_runs SET state = v.column2, reason = v.column3, rows = v.column4,"
-                " output_json = v.column5, error = v.column6, error_class = v.column7,"
-                " updated_at = ?, finished_at = ? FROM (VALUES {values}) AS v"
-                " WHERE step_runs.id = v.column1 AND step_runs.state = 'RUNNING'",
-    "params": "UPDATE runs SET params_json = v.column3, updated_at = ?"
-              " FROM (VALUES {values}) AS v WHERE runs.id = v.column1"
-              " AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
-    "end_run": "UPDATE runs SET state = v.column3, rows = v.column4, reason = v.column5,"
-               " error = v.column6, updated_at = ?, finished_at = ?, lease_owner = NULL,"
-               " lease_until = NULL, wait_reason = NULL FROM (VALUES {values}) AS v"
-               " WHERE runs.id = v.column1 AND runs.state = 'RUNNING'"
-               " AND runs.lease_epoch = v.column2",
-}
-_SQLITE_STAMPS = {"end_step": 2, "params": 1, "end_run": 2}
-"""How many timestamp parameters come before the VALUES of each statement above."""
+
+@dataclass(frozen=True, slots=True)
+class BatchUpdate:
+    """One guarded UPDATE applied to many rows, encoded once per dialect.
+
+    ``sqlite``: ``UPDATE ... FROM (VALUES {values}) AS v`` where ``v.columnN`` is the N-th
+    of ``columns`` and the ``stamps`` first parameters are the write's timestamp (SQLite
+    3.33+: every row of a batch in one statement). ``postgres``: the same change for one row
+    with named parameters (the keys of each row), sent with ``executemany`` (psycopg
+    pipelines it)."""
+
+    columns: tuple[str, ...]
+    stamps: int
+    sqlite: str
+    postgres: str
+
+
 LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
 EVENT_COLUMNS = ("run_id", "event_type", "level", "message", "payload_json", "created_at",
                   "actor")
 STEP_COLUMNS = ("run_id", "step", "step_type", "attempt", "state", "reason", "created_at",
                  "started_at", "finished_at", "updated_at")
-_NAMED = re.compile(r":(\w+)")
 _PARAMS_PER_INSERT = 3000
 """Parameters per multi-row INSERT: far below every driver's limit (SQLite 32766)."""
 
@@ -67,15 +50,13 @@ class Dialect:
 
     def __init__(self, name: str) -> None:
         self.postgres = name == "postgresql"
-        convert = (lambda sql: _NAMED.sub(r"%(\1)s", sql)) if self.postgres else (lambda s: s)
-        self.sql = {key: convert(sql) for key, sql in _SQL.items()}
-        self._convert = convert
+        self.mark = "%s" if self.postgres else "?"
+        """The positional parameter mark of the driver."""
         self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
 
-    def fence(self, count: int) -> str:
-        marks = ", ".join(f":r{k}" for k in range(count))
-        sql = f"SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
-        return self._convert(sql + (" FOR UPDATE" if self.postgres else ""))
+    def marks(self, count: int) -> str:
+        """``count`` positional parameter marks, comma-separated."""
+        return ", ".join([self.mark] * count)
 
     def insert(self, table: str, columns: tuple[str, ...], count: int,
                returning: str = "") -> str:
@@ -84,8 +65,7 @@ class Dialect:
         key = (table, columns, count, returning)
         sql = self._inserts.get(key)
         if sql is None:
-            mark = "%s" if self.postgres else "?"
-            row = "(" + ", ".join([mark] * len(columns)) + ")"
+            row = "(" + self.marks(len(columns)) + ")"
             sql = (f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
                    + ", ".join([row] * count) + (f" RETURNING {returning}" if returning else ""))
             if len(self._inserts) < 4096:
@@ -109,27 +89,26 @@ class Dialect:
         return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
 
 
-def update_rows(cursor: Any, d: Dialect, kind: str, rows: list[dict[str, Any]], stamp: Any,
-            what: str) -> None:
-    """Apply the guarded UPDATE ``kind`` to every row and check that each changed one.
+def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[str, Any]],
+                stamp: Any, what: str) -> None:
+    """Apply the guarded ``update`` to every row and check that each changed one.
 
     On SQLite one ``UPDATE ... FROM (VALUES ...)`` for all rows (see :func:`insert_rows` for
     why); on PostgreSQL ``executemany``, which psycopg sends as one pipeline."""
     if not rows:
         return
-    if d.postgres or len(rows) == 1:
-        cursor.executemany(d.sql[kind], rows)
+    if d.postgres:
+        cursor.executemany(update.postgres, rows)
         changed = cursor.rowcount
     else:
-        columns = _UPDATE_COLUMNS[kind]
+        columns = update.columns
         changed = 0
         per = max(1, _PARAMS_PER_INSERT // len(columns))
         for first in range(0, len(rows), per):
             chunk = rows[first:first + per]
-            values = ", ".join(["(" + ", ".join(["?"] * len(columns)) + ")"] * len(chunk))
-            sql = _SQLITE_UPDATES[kind].format(values=values)
-            params = [stamp] * _SQLITE_STAMPS[kind] + [row[c] for row in chunk for c in columns]
-            cursor.execute(sql, params)
+            values = ", ".join(["(" + d.marks(len(columns)) + ")"] * len(chunk))
+            params = [stamp] * update.stamps + [row[c] for row in chunk for c in columns]
+            cursor.execute(update.sqlite.format(values=values), params)
             changed += cursor.rowcount
     if changed != len(rows):
         raise StoreError(f"a {what} change was refused after its run passed the fence "
@@ -137,7 +116,7 @@ def update_rows(cursor: Any, d: Dialect, kind: str, rows: list[dict[str, Any]], 
 
 
 def insert_rows(cursor: Any, d: Dialect, table: str, columns: tuple[str, ...],
-            rows: list[tuple[Any, ...]], returning: str = "") -> list[Any]:
+                rows: list[tuple[Any, ...]], returning: str = "") -> list[Any]:
     """Insert ``rows`` with as few multi-row INSERTs as the parameter limit allows.
 
     Not ``executemany``: the writer holds the write lock, and the sqlite3 module lets go of

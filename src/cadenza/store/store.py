@@ -25,19 +25,18 @@ from cadenza.domain.errors import StoreError
 from cadenza.store import migrate as migrations
 from cadenza.store import protocols
 from cadenza.store.admission import AdmissionRepository
+from cadenza.store.boundaries import BoundaryWriter
 from cadenza.store.checkpoints import CheckpointsRepository
+from cadenza.store.claims import RunClaims
 from cadenza.store.core import NoRedaction, Redactor
 from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
-from cadenza.store.execution import ExecutionRepository
 from cadenza.store.fires import FiresRepository
 from cadenza.store.maintenance import MaintenanceRepository
-from cadenza.store.recording import RecordingRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.run_leases import RunLeasesRepository
 from cadenza.store.runs import RunsRepository
-from cadenza.store.staged import StagedClaims
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.users import UsersRepository
 
@@ -50,9 +49,8 @@ class Store(
     EventsRepository,
     UsersRepository,
     CursorsRepository,
-    ExecutionRepository,
-    StagedClaims,
-    RecordingRepository,
+    RunClaims,
+    BoundaryWriter,
     AdmissionRepository,
     RunLeasesRepository,
     CheckpointsRepository,

@@ -220,6 +220,17 @@ resource_health = sa.Table(
     _ts("updated_at", nullable=False),
 )
 
+# One row: a counter that SQLite triggers bump with every write that can change an admission
+# decision (a run inserted or deleted; its state, not_before, priority, lease epoch or job
+# changed). What a staged claim checks (store/claims.py, migration 0007); not kept on
+# PostgreSQL, where the table stays empty.
+runs_version = sa.Table(
+    "runs_version",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("version", sa.BigInteger(), nullable=False, server_default="0"),
+)
+
 # Append-only (an UPDATE trigger refuses changes; retention may DELETE). No foreign keys:
 # the audit log outlives pruned runs and removed resources.
 event_log = sa.Table(

@@ -10,7 +10,7 @@ claim or the start of the worker's next run, so that a one-step run costs one co
 :class:`GroupCommit` is the recorder of a worker pool. It needs no thread of its own: the
 first waiting worker becomes the *leader*, takes everything queued so far (up to
 ``max_batch``), writes it in one transaction with
-:meth:`~cadenza.store.recording.RecordingRepository.record_boundaries` and wakes the other
+:meth:`~cadenza.store.boundaries.BoundaryWriter.record_boundaries` and wakes the other
 workers; what is submitted meanwhile waits for the next leader. Besides boundaries it takes
 *jobs* (:meth:`GroupCommit.call`): a function run in the same transaction, such as a claim of
 the next runs. With one worker this is a plain write per call; with W busy workers, about W

@@ -1,7 +1,11 @@
-"""Group commit of step boundaries, on a real SQLite store."""
+"""Group commit of step boundaries, on a real SQLite store; what it tells of a deferred run
+end: ``on_end`` when it is written (a node logs "ended" then, not when the end was only
+queued), a WARNING naming the run when it was refused (lease lost) and nobody listens; the
+kept problems are bounded."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +17,8 @@ import pytest
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState, StepState
-from cadenza.executor.recorder import DirectRecorder, GroupCommit
+from cadenza.executor import group_commit as group_commit_module
+from cadenza.executor.group_commit import DirectRecorder, GroupCommit
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
 
@@ -91,3 +96,53 @@ def test_a_refused_boundary_is_reported_not_raised(store: Store) -> None:
     recorder.finish(Boundary(run_id, epoch + 1, run_end=RunEnd(RunState.SUCCEEDED)))
     recorder.flush()
     assert "refused" in recorder.problems[0]
+
+
+def test_on_end_is_told_when_the_end_is_written_not_when_queued(store: Store) -> None:
+    (good, e1), (lost, e2) = _claimed(store, 2)
+    told: list[tuple[str, bool, BaseException | None]] = []
+    group = GroupCommit(store, on_end=lambda b, ok, err: told.append((b.run_id, ok, err)))
+    assert group.finish(Boundary(good, e1, run_end=RunEnd(RunState.SUCCEEDED, 0))) is None
+    assert group.finish(Boundary(lost, e2 + 1, run_end=RunEnd(RunState.SUCCEEDED, 0))) is None
+    assert told == []  # only queued
+    group.flush()
+    assert told == [(good, True, None), (lost, False, None)]
+    assert store.get_run(good).state is RunState.SUCCEEDED  # type: ignore[union-attr]
+    assert "refused" in group.problems[0] and lost in group.problems[0]
+
+
+def test_a_refused_deferred_end_is_a_warning_naming_the_run(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    ((run_id, epoch),) = _claimed(store, 1)
+    group = GroupCommit(store)
+    caplog.set_level(logging.INFO, logger="cadenza.executor")
+    group.finish(Boundary(run_id, epoch + 1, run_end=RunEnd(RunState.SUCCEEDED, 0)))
+    group.flush()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and run_id in warnings[0].getMessage()
+    assert "lease was lost" in warnings[0].getMessage()
+
+
+def test_a_failing_hook_does_not_fail_the_batch(store: Store) -> None:
+    (first, e1), (second, e2) = _claimed(store, 2)
+
+    def broken(boundary: Boundary, applied: bool, error: BaseException | None) -> None:
+        raise RuntimeError("hook")
+
+    group = GroupCommit(store, on_end=broken)
+    group.finish(Boundary(first, e1, run_end=RunEnd(RunState.SUCCEEDED, 0)))
+    group.finish(Boundary(second, e2, run_end=RunEnd(RunState.SUCCEEDED, 0)))
+    group.flush()
+    assert {store.get_run(r).state for r in (first, second)} == {  # type: ignore[union-attr]
+        RunState.SUCCEEDED}
+
+
+def test_kept_problems_are_bounded(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(group_commit_module, "PROBLEMS_KEPT", 2)
+    runs = _claimed(store, 3)
+    group = GroupCommit(store)
+    for run_id, epoch in runs:
+        group.finish(Boundary(run_id, epoch + 1, run_end=RunEnd(RunState.SUCCEEDED, 0)))
+    group.flush()
+    assert len(group.problems) == 2 and runs[-1][0] in group.problems[-1]

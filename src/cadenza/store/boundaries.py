@@ -1,26 +1,30 @@
-"""Step boundaries recorded in one transaction: the executor's hot write path.
+"""Step boundaries and run ends: the one place a run's execution is written after its claim.
 
 A *boundary* (:class:`~cadenza.store.boundary.Boundary`) is everything that happens between
 two steps of one run: the end of the step that just finished, the audit events and run log
 lines it produced, the start of the next step (or the steps recorded SKIPPED on the way), and
-possibly the end of the run. :meth:`RecordingRepository.record_boundaries` writes any number
-of boundaries, of any runs, in one transaction and a fixed number of statements:
+possibly the end of the run, which releases the run's lease. Every path that ends a step or a
+run (a worker's group commit, ``cadenza run --local``, the first boundary of an ordinary
+claim) goes through :meth:`BoundaryWriter.record_boundaries`, which writes any number of
+boundaries, of any runs, in one transaction and a fixed number of statements:
 
 1. one fencing read of the runs concerned (``FOR UPDATE`` on PostgreSQL; SQLite's
    ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
    is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
-2. step ends as conditional UPDATEs (``WHERE state = 'RUNNING'``), step starts as INSERTs,
-   run ends and parameters as conditional UPDATEs (``WHERE state = 'RUNNING' AND lease_epoch
-   = :epoch``), every row count checked;
-3. run log lines and audit events, redacted, as multi-row INSERTs;
-4. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
+2. step ends (:data:`END_STEP`), step starts as INSERTs, the run's parameters
+   (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
+   batch, every row count checked;
+3. the run end hook (:attr:`BoundaryWriter.run_end_hook`), when one is set, with the runs
+   that ended, in the same transaction;
+4. run log lines and audit events, redacted, as multi-row INSERTs;
+5. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
    outputs so far, redacted like step outputs), one multi-row upsert for the batch, which
    also clears the step-local state (``step_state_json``) when the next step is another
    one (a retried step keeps its own saved progress).
 
-A run end is terminal (the hot ``end_run`` statement) or, for a retry, a deferral or spent
-attempts, QUEUED / NEEDS_REVIEW (:data:`_REQUEUE`: not_before, wait_reason, the spent
-attempts; finished_at stays empty; the lease is released like at any end).
+A run end is terminal (finished_at set) or, for a retry, a deferral or spent attempts, QUEUED
+/ NEEDS_REVIEW (not_before, wait_reason and the spent attempts set; finished_at stays empty);
+both are one statement, and release the run's lease.
 
 Redaction: log messages, reasons, errors, outputs, parameters and the steps' own events go
 through the store's redactor; the payloads of the step and run events are built from those
@@ -30,17 +34,23 @@ The events and their payloads are those the single-row methods
 (:meth:`~cadenza.store.steps.StepRunsRepository.transition_step_run`,
 :meth:`~cadenza.store.runs.RunsRepository.transition_run`) write.
 
-The statements are plain SQL (:mod:`cadenza.store.hotsql` says why) executed on the DBAPI
-cursor of the transaction's connection, so commits, the SQLite write lock and the error
-mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply.
+The run end hook is the plug point of what a run end releases besides its own lease (its
+resource leases, SPEC §8) and what it announces (a notification's outbox row): it runs in the
+boundary's transaction, after the guarded UPDATEs, so that a release commits or rolls back
+with the end it belongs to.
+
+The statements are plain SQL (:mod:`cadenza.store.hotsql` says why), one text per dialect,
+executed on the DBAPI cursor of the transaction's connection, so commits, the SQLite write
+lock and the error mapping of :meth:`~cadenza.store.core.StoreCore.write` still apply.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -61,6 +71,7 @@ from cadenza.store.hotsql import (
     EVENT_COLUMNS,
     LOG_COLUMNS,
     STEP_COLUMNS,
+    BatchUpdate,
     Dialect,
     insert_rows,
     update_rows,
@@ -68,11 +79,73 @@ from cadenza.store.hotsql import (
 
 _RUNNING = RunState.RUNNING.value
 _NAMED = re.compile(r":(\w+)")
-_REQUEUE = ("UPDATE runs SET state = :state, updated_at = :now, reason = :reason, rows = :rows,"
-            " error = :error, not_before = :not_before, wait_reason = :wait_reason,"
-            " attempt = COALESCE(CAST(:attempt AS INTEGER), attempt), lease_owner = NULL,"
-            " lease_until = NULL WHERE id = :id AND state = 'RUNNING' AND lease_epoch = :epoch")
-"""A run end that is not final: back to QUEUED (retry, deferral) or NEEDS_REVIEW."""
+
+
+def _update(columns: tuple[str, ...], stamps: int, sqlite: str, named: str) -> BatchUpdate:
+    return BatchUpdate(columns, stamps, sqlite, _NAMED.sub(r"%(\1)s", named))
+
+
+END_STEP = _update(
+    ("id", "state", "reason", "rows", "output", "error", "error_class"), 2,
+    "UPDATE step_runs SET state = v.column2, reason = v.column3, rows = v.column4,"
+    " output_json = v.column5, error = v.column6, error_class = v.column7,"
+    " updated_at = ?, finished_at = ? FROM (VALUES {values}) AS v"
+    " WHERE step_runs.id = v.column1 AND step_runs.state = 'RUNNING'",
+    "UPDATE step_runs SET state = :state, updated_at = :now, finished_at = :now,"
+    " reason = :reason, rows = :rows, output_json = :output, error = :error,"
+    " error_class = :error_class WHERE id = :id AND state = 'RUNNING'")
+"""A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded."""
+RUN_PARAMS = _update(
+    ("id", "epoch", "params"), 1,
+    "UPDATE runs SET params_json = v.column3, updated_at = ? FROM (VALUES {values}) AS v"
+    " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
+    "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
+    " AND state = 'RUNNING' AND lease_epoch = :epoch")
+"""The run's resolved parameters (its first boundary)."""
+END_RUN = _update(
+    ("id", "epoch", "state", "rows", "reason", "error", "final", "not_before", "wait_reason",
+     "attempt"), 2,
+    "UPDATE runs SET state = v.column3, rows = v.column4, reason = v.column5,"
+    " error = v.column6, updated_at = ?,"
+    " finished_at = CASE WHEN v.column7 = 1 THEN ? ELSE runs.finished_at END,"
+    " not_before = CASE WHEN v.column7 = 1 THEN runs.not_before ELSE v.column8 END,"
+    " wait_reason = v.column9, attempt = coalesce(v.column10, runs.attempt),"
+    " lease_owner = NULL, lease_until = NULL FROM (VALUES {values}) AS v"
+    " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
+    "UPDATE runs SET state = :state, rows = :rows, reason = :reason, error = :error,"
+    " updated_at = :now,"
+    " finished_at = CASE WHEN :final = 1 THEN CAST(:now AS TIMESTAMPTZ) ELSE finished_at END,"
+    " not_before = CASE WHEN :final = 1 THEN not_before"
+    " ELSE CAST(:not_before AS TIMESTAMPTZ) END,"
+    " wait_reason = :wait_reason, attempt = coalesce(CAST(:attempt AS INTEGER), attempt),"
+    " lease_owner = NULL, lease_until = NULL"
+    " WHERE id = :id AND state = 'RUNNING' AND lease_epoch = :epoch")
+"""A run's end, which releases its lease: terminal (``final`` 1: finished_at set, not_before
+kept, wait_reason cleared) or not final (``final`` 0: QUEUED for a retry or a deferral, or
+NEEDS_REVIEW: not_before, wait_reason and the spent attempts set, finished_at kept empty)."""
+_FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
+
+
+class RunEndHook(Protocol):
+    """Called in the transaction of a batch of boundaries with the runs whose execution
+    ended in it: what else a run end releases or announces is written there (see the
+    module docstring). Raising rolls the whole batch back."""
+
+    def __call__(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EndedRun:
+    """A run whose execution a boundary ended: its new state (terminal, QUEUED or
+    NEEDS_REVIEW) and the lease epoch it held."""
+
+    run_id: str
+    job_id: str
+    state: RunState
+    epoch: int
+
+
 _CHECKPOINT_COLUMNS = ("run_id", "next_step", "outputs_json", "step_state_json", "updated_at")
 # The step-local state survives only while the same step stays next (a retry of that step
 # resumes its own progress); moving on to another step clears it.
@@ -87,6 +160,7 @@ _STEP_EVENT = {
     StepState.SUCCEEDED: (EventType.STEP_SUCCEEDED, Level.INFO),
     StepState.FAILED: (EventType.STEP_FAILED, Level.ERROR),
 }
+
 
 def event_row(event_type: EventType | str, message: str, run_id: str, level: Level | str,
               payload: Any, actor: str, created_at: Any,
@@ -108,10 +182,12 @@ def event_row(event_type: EventType | str, message: str, run_id: str, level: Lev
     }
 
 
-class RecordingRepository(StoreCore):
+class BoundaryWriter(StoreCore):
     """:meth:`record_boundaries` (see the module docstring)."""
 
     _hot: Dialect | None = None
+    run_end_hook: RunEndHook | None = None
+    """What else a run end writes in its transaction (see the module docstring)."""
 
     def _sql(self) -> Dialect:
         if self._hot is None:
@@ -128,10 +204,12 @@ class RecordingRepository(StoreCore):
         Columns changed: a step end sets state, reason, rows, output_json (redacted), error
         (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
-        sets state, reason, rows, error (redacted), finished_at, updated_at and clears the
-        lease. Events, in this order per boundary: the step's own events, STEP_SUCCEEDED /
-        STEP_FAILED / STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per
-        start, RUN_STATE_CHANGED and RUN_FINISHED for the run end.
+        sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
+        not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
+        then :attr:`run_end_hook` is called with the runs that ended. Events, in this order
+        per boundary: the step's own events, STEP_SUCCEEDED / STEP_FAILED /
+        STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per start,
+        RUN_STATE_CHANGED and RUN_FINISHED for the run end.
 
         Raises :class:`InvalidTransition` for a target the state tables forbid (before
         writing anything), and :class:`StoreError` (rolling everything back) if a guarded
@@ -145,14 +223,15 @@ class RecordingRepository(StoreCore):
         with self._joined(conn) as c:
             cursor = c.connection.cursor()
             try:
-                return self._record(cursor, d, boundaries)
+                return self._record(c, cursor, d, boundaries)
             finally:
                 cursor.close()
 
-    def _record(self, cursor: Any, d: Dialect,
+    def _record(self, c: sa.Connection, cursor: Any, d: Dialect,
                 boundaries: Sequence[Boundary]) -> list[BoundaryResult]:
         ids = sorted({b.run_id for b in boundaries})
-        cursor.execute(d.fence(len(ids)), {f"r{k}": run_id for k, run_id in enumerate(ids)})
+        fence = _FENCE.format(marks=d.marks(len(ids))) + (" FOR UPDATE" if d.postgres else "")
+        cursor.execute(fence, ids)
         seen = {row[0]: row for row in cursor.fetchall()}
         now = self._now()
         stamp = d.ts(now)
@@ -168,19 +247,19 @@ class RecordingRepository(StoreCore):
         events: list[dict[str, Any]] = []
         redact = self.redactor
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
-        update_rows(cursor, d, "end_step", ends, stamp, "step end")
+        update_rows(cursor, d, END_STEP, ends, stamp, "step end")
         self._start_steps(cursor, d, live, stamp, new_ids)
-        update_rows(cursor, d, "params", [
+        update_rows(cursor, d, RUN_PARAMS, [
             {"id": b.run_id, "epoch": b.epoch, "now": stamp,
              "params": dumps(redact.redact_value(dict(b.params)))}
             for b in live if b.params is not None], stamp, "run params")
         ending = [b for b in live if b.run_end is not None]
-        update_rows(cursor, d, "end_run", [
-            self._run_end_row(b, b.run_end, stamp) for b in ending
-            if b.run_end is not None and b.run_end.state in TERMINAL_RUN_STATES
-        ], stamp, "run end")
-        self._requeue(cursor, d, [b for b in ending if b.run_end is not None
-                                  and b.run_end.state not in TERMINAL_RUN_STATES], stamp)
+        update_rows(cursor, d, END_RUN, [self._run_end_row(b, d, stamp) for b in ending],
+                    stamp, "run end")
+        hook = self.run_end_hook
+        if hook is not None and ending:
+            hook(c, [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
+                     for b in ending if b.run_end is not None], now)
         self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  redact.redact_text(line.message)) for b in live for line in b.logs]
@@ -222,22 +301,6 @@ class RecordingRepository(StoreCore):
         for owner, key in owners:
             new_ids[owner].append(created[key])
 
-    def _requeue(self, cursor: Any, d: Dialect, ending: list[Boundary], stamp: Any) -> None:
-        """Non-final run ends (QUEUED, NEEDS_REVIEW): rare, one guarded UPDATE each."""
-        if not ending:
-            return
-        sql = _REQUEUE if not d.postgres else _NAMED.sub(r"%(\1)s", _REQUEUE)
-        for b in ending:
-            end = b.run_end
-            assert end is not None
-            row = self._run_end_row(b, end, stamp)
-            row.update(not_before=d.ts(end.not_before),
-                       wait_reason=self._redact_text(end.wait_reason), attempt=end.attempt)
-            cursor.execute(sql, row)
-            if cursor.rowcount != 1:
-                raise StoreError(f"the {end.state} end of run {b.run_id} was refused after "
-                                 "the run passed the fence")
-
     def _checkpoint(self, cursor: Any, d: Dialect, marked: list[Boundary], stamp: Any) -> None:
         """Upsert the checkpoints of ``marked`` (one row per run: the last one wins)."""
         if not marked:
@@ -263,11 +326,18 @@ class RecordingRepository(StoreCore):
                 "reason": self._redact_text(end.reason), "rows": end.rows, "output": output,
                 "error": self._redact_text(end.error), "error_class": end.error_class}
 
-    def _run_end_row(self, b: Boundary, end: RunEnd | None, stamp: Any) -> dict[str, Any]:
+    def _run_end_row(self, b: Boundary, d: Dialect, stamp: Any) -> dict[str, Any]:
+        end = b.run_end
         assert end is not None
-        return {"id": b.run_id, "epoch": b.epoch, "now": stamp, "state": end.state.value,
-                "rows": end.rows, "reason": self._redact_text(end.reason),
-                "error": self._redact_text(end.error)}
+        row = {"id": b.run_id, "epoch": b.epoch, "now": stamp, "state": end.state.value,
+               "rows": end.rows, "reason": self._redact_text(end.reason),
+               "error": self._redact_text(end.error)}
+        if end.state in TERMINAL_RUN_STATES:
+            row.update(final=1, not_before=None, wait_reason=None, attempt=None)
+        else:
+            row.update(final=0, not_before=d.ts(end.not_before),
+                       wait_reason=self._redact_text(end.wait_reason), attempt=end.attempt)
+        return row
 
     def _events(self, b: Boundary, created: list[int], job_id: str,
                 started: datetime | None, now: datetime, d: Dialect) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ without admission, schedules or leases to keep: free workers claim as many runs 
 free workers (at most ``batch``) with
 :meth:`~cadenza.executor.runner.Executor.claim_and_start` (claim and first step start in one
 transaction), keep one and hand out the others; no claimed run ever waits behind another.
-The workers share one :class:`~cadenza.executor.recorder.GroupCommit`: a claim joins the
+The workers share one :class:`~cadenza.executor.group_commit.GroupCommit`: a claim joins the
 group's next transaction, with the step boundaries of the other workers and the ends of the
 runs that just finished.
 """

@@ -17,7 +17,7 @@ from cadenza.domain.states import RunState
 from cadenza.store import Store
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepStart
-from cadenza.store.leases import HeldLease
+from cadenza.store.run_leases import RunLease
 
 OWNER = "node:1:1"
 
@@ -178,7 +178,7 @@ def test_the_runs_version_moves_with_every_change_a_staged_claim_must_see(
     v2 = _version(store)
     assert v2 > v1
     # What admission does not read leaves it alone: a lease renewal, a wait reason.
-    store.renew_leases([HeldLease(a, claimed.lease_epoch, OWNER)],
+    store.renew_run_leases([RunLease(a, claimed.lease_epoch, OWNER)],
                        clock.now() + timedelta(minutes=10))
     with store.write() as conn:
         conn.execute(sa.text("UPDATE runs SET wait_reason = 'x' WHERE id = :id"), {"id": c})

@@ -26,7 +26,7 @@ class EventType(StrEnum):
     USER_LOGIN = "USER_LOGIN"
     USER_CHANGED = "USER_CHANGED"
     SECRET_CHANGED = "SECRET_CHANGED"
-    # Leases (cadenza.store.leases): a run taken back from a lost worker; a cancel asked.
+    # Run leases (cadenza.store.run_leases): a run taken back from a lost worker; a cancel asked.
     RUN_RECOVERED = "RUN_RECOVERED"
     CANCEL_REQUESTED = "CANCEL_REQUESTED"
     # Maintenance (cadenza.store.maintenance): retention deletes, a restored store.

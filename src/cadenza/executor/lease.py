@@ -8,7 +8,7 @@ The rules:
   the run's :class:`~cadenza.executor.control.RunControl`) and unregisters it when the run's
   execution ends.
 * Every ``lease / 3`` the keeper renews all registered runs with ONE statement
-  (:meth:`~cadenza.store.leases.LeasesRepository.renew_leases`), to ``now + lease``:
+  (:meth:`~cadenza.store.run_leases.RunLeasesRepository.renew_run_leases`), to ``now + lease``:
 
   - renewed: fine; its local deadline moves to the round's start + lease;
   - a cancel request is pending: ``control.stop(CANCELED, by=...)``;

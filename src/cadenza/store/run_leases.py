@@ -7,7 +7,7 @@ lease*: :mod:`cadenza.store.resources`). In APScheduler 4's words: a claim *acqu
 :meth:`RunLeasesRepository.reap_expired_run_leases` is *reap_expired(now)*; consumers use
 them through the :class:`~cadenza.store.protocols.RunLeases` protocol.
 
-A claim (:meth:`~cadenza.store.execution.ExecutionRepository.claim_runs`) gives a run its
+A claim (:meth:`~cadenza.store.claims.RunClaims.claim_runs`) gives a run its
 holder: ``lease_owner`` (``host:pid:thread``), ``lease_until`` and a new ``lease_epoch``, the
 fencing token every later write of the holder carries. This module holds the rest of the
 lease's life:

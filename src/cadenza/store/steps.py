@@ -5,7 +5,7 @@ Transitions are the store's compare-and-swap (:mod:`cadenza.store.transition`: c
 UPDATE, row count, event in the same transaction); an optional ``epoch`` fences them on the
 parent run's lease, so a worker that lost its run cannot record a step.
 
-The executor records step boundaries in bulk (:mod:`cadenza.store.recording`) with the same
+The executor records step boundaries in bulk (:mod:`cadenza.store.boundaries`) with the same
 events; :meth:`StepRunsRepository.transition_step_run` is the single-row path (the reaper
 ends the step runs of a lost worker with it).
 """

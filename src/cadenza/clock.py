@@ -17,6 +17,10 @@ from typing import Protocol, runtime_checkable
 class Clock(Protocol):
     """What every service reads time from."""
 
+    realtime: bool
+    """Whether this clock moves by itself with real time (a process that was handed a
+    reading may add the real time elapsed since); False for a clock a test moves."""
+
     def now(self) -> datetime:
         """The current wall time, timezone-aware, in UTC."""
         ...
@@ -38,6 +42,8 @@ class Clock(Protocol):
 
 class SystemClock:
     """The real clock."""
+
+    realtime = True
 
     def now(self) -> datetime:
         return datetime.now(UTC)
@@ -96,6 +102,8 @@ class FakeClock:
     ``sleep`` advances the clock instead of blocking, so code under test that sleeps
     until a due time returns at once with the clock at that time. Thread-safe.
     """
+
+    realtime = False
 
     def __init__(self, start: datetime | str = "2027-01-01T00:00:00+00:00") -> None:
         if isinstance(start, str):

@@ -34,7 +34,6 @@ run's claim and first start commit together with their events, as on the ordinar
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -88,7 +87,7 @@ class Stage:
         decision = admit(stage.candidates, limits, load, due, free)
         ids = [c.run_id for c in decision.admitted]
         for run in executor.store.fresh_queued_runs(ids):
-            if time.monotonic() > deadline:
+            if executor.store.clock.monotonic() > deadline:
                 break  # the due time is near: the rest is claimed the ordinary way
             staged = executor.stage(run, due, stage.lease_until)
             if staged is not None:

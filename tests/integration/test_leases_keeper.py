@@ -1,4 +1,4 @@
-"""The lease keeper and the node's reaper on real stores (executor/lease.py, node.py;
+"""The lease keeper and the node's reaper on real stores (executor/lease.py, node/leases.py;
 docs/leases.md): a renewal round is one UPDATE and one commit for 64 runs; a cancel request
 or a lost lease stops the run's control; a store that cannot be reached stops the runs once
 their lease ran out locally; a node reclaims at start what a dead process of its host left,

@@ -128,6 +128,9 @@ class Node:
             self.holder.on_reload(self.scheduler.reload)
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
                                      workers=self.workers, claimer=self.claimer)
+        # Whoever waits on the local queue (workers a test started by hand, too) is released
+        # when the node closes; a started node's dispatcher service did it already.
+        self._stack.callback(self.dispatcher.close)
         self.reaper = Reaper(store, self.owner, self.life,
                              lambda: self.config.settings.workers.lease,
                              on_reaped=self.dispatcher.wake)

@@ -148,7 +148,7 @@ class Dispatcher:
         # is written.
         stack.callback(self.recorder.flush)
         stack.push(workers)
-        stack.callback(self._release_workers)
+        stack.callback(self.release_workers)
         self.life.spawn(stack, self._dispatch_loop, "cadenza-dispatcher")
         stack.callback(self._drop_stage)
 
@@ -156,7 +156,14 @@ class Dispatcher:
         self._stage = None
         gc.unfreeze()
 
-    def _release_workers(self) -> None:
+    def close(self) -> None:
+        """Drop a stage still waiting for its due time and release every worker (also
+        those a test started by hand on a node it never started)."""
+        self._drop_stage()
+        self.release_workers()
+
+    def release_workers(self) -> None:
+        """Tell every worker to return once the local queue is drained."""
         for _ in range(self.workers):
             self._queue.put(None)
 

@@ -97,6 +97,7 @@ class FakeClock:
     until a due time returns at once with the clock at that time. Thread-safe.
     """
 
+
     def __init__(self, start: datetime | str = "2027-01-01T00:00:00+00:00") -> None:
         if isinstance(start, str):
             start = datetime.fromisoformat(start)
@@ -107,6 +108,7 @@ class FakeClock:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._waiting = 0
+        self._waits: dict[int, tuple[float | None, threading.Event]] = {}
         self.sleeps: list[float] = []
 
     def now(self) -> datetime:
@@ -131,7 +133,9 @@ class FakeClock:
         :attr:`waiting`, so that a test can tell when every loop is idle."""
         with self._changed:
             deadline = None if timeout is None else self._mono + max(timeout, 0.0)
+            me = threading.get_ident()
             self._waiting += 1
+            self._waits[me] = (deadline, event)
             self._changed.notify_all()
             try:
                 while not event.is_set():
@@ -141,6 +145,7 @@ class FakeClock:
                 return True
             finally:
                 self._waiting -= 1
+                self._waits.pop(me, None)
                 self._changed.notify_all()
 
     @property
@@ -160,6 +165,38 @@ class FakeClock:
                     return False
                 self._changed.wait(min(left, self.POLL))
             return True
+
+    @property
+    def idle(self) -> int:
+        """How many threads wait in :meth:`wait` for something still to come: their event
+        is not set and their timeout lies ahead. A thread whose timeout the clock passed
+        counts again only once it has done its round and waits anew."""
+        with self._lock:
+            return sum(1 for deadline, event in self._waits.values()
+                       if not event.is_set() and (deadline is None or deadline > self._mono))
+
+    def wait_until_idle(self, count: int, timeout: float = 10.0) -> bool:
+        """Block (for real, at most ``timeout`` seconds) until at least ``count`` threads
+        are :attr:`idle`: every loop under test has caught up with the clock's time."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while self.idle < count:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, self.POLL))
+            return True
+
+    def advance_idle(self, seconds: float | timedelta, count: int,
+                     timeout: float = 10.0) -> datetime:
+        """:meth:`advance`, then :meth:`wait_until_idle` for ``count`` loops (raises
+        TimeoutError when they do not settle within ``timeout`` real seconds); returns
+        the new ``now``."""
+        now = self.advance(seconds)
+        if not self.wait_until_idle(count, timeout):
+            raise TimeoutError(f"{count} loops did not settle within {timeout}s "
+                               f"({self.idle} idle)")
+        return now
 
     def advance(self, seconds: float | timedelta) -> datetime:
         """Move wall and monotonic time forward; returns the new ``now``."""

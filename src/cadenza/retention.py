@@ -11,10 +11,10 @@ sweeps only while the scheduler's leadership (``node.leader``) says this node le
 without a scheduler (``--no-scheduler``) never sweeps. Two sweeps at once would still be
 safe (each DELETE is conditional), only wasteful.
 
-When: wall time of the injected :class:`~cadenza.clock.Clock` decides (tests drive a
-``FakeClock`` and call :meth:`RetentionSweeper.run_forever` with a ``wait`` that advances
-it); the loop wakes every :data:`POLL_SECONDS` at most, so a stop is noticed promptly. A
-failed sweep (store unavailable) is logged and tried again after :data:`RETRY_AFTER`.
+When: wall time of the injected :class:`~cadenza.clock.Clock` decides, and the loop waits
+through it (``clock.wait``: a ``FakeClock`` drives it), at most :data:`POLL_SECONDS` at a
+time so that a step of the wall clock is noticed; a stop ends the wait at once. A failed
+sweep (store unavailable) is logged and tried again after :data:`RETRY_AFTER`.
 """
 
 from __future__ import annotations
@@ -95,9 +95,13 @@ class RetentionSweeper:
 
     def run_forever(self, stop_event: threading.Event, *,
                     wait: Callable[[float], object] | None = None) -> None:
-        """Tick until ``stop_event`` is set; ``wait(seconds)`` replaces the interruptible
-        sleep (tests pass one that advances a ``FakeClock``)."""
-        sleep = wait or stop_event.wait
+        """Tick until ``stop_event`` is set, waiting on the clock between ticks;
+        ``wait(seconds)`` replaces that wait (a test may pass ``FakeClock.sleep``)."""
+
+        def pause(seconds: float) -> object:
+            return self.clock.wait(stop_event, seconds)
+
+        sleep = wait or pause
         while not stop_event.is_set():
             self.tick()
             remaining = (self.next_at - self.clock.now()).total_seconds()

@@ -1,4 +1,4 @@
-"""Crash recovery end to end, with real processes (SPEC §7, §19; issue 5 "Crash test").
+"""Crash recovery end to end, with real processes (SPEC §7, §19).
 
 A real ``cadenza serve`` runs a job; the test kills its whole process tree with SIGKILL
 (psutil) in the middle of the work, starts ``cadenza serve`` again on the same home and

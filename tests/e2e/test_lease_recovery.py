@@ -40,6 +40,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_to_another(tmp_path: Path
     """, lease="3s")
     first = Served(home)
     second: Served | None = None
+    out_first: str | None = None
     try:
         first.wait_ready()
         run_id = enqueue(home, "j")
@@ -57,8 +58,10 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_to_another(tmp_path: Path
         assert time.monotonic() - stopped_at > 3  # not before the lease expired
         assert done.lease_epoch > held.lease_epoch
         os.kill(first.proc.pid, signal.SIGCONT)
-        # The first server wakes up: its renewal and its step's end are refused.
-        time.sleep(3)
+        # The first server wakes up: its renewal and its step's end are refused. Its
+        # graceful stop lets its worker finish the run it believes it holds (the lease
+        # keeper stops after the workers): once it exited, every write it tried is done.
+        out_first = first.stop()
         after = run_state(home, run_id)
         assert (after.state.value, after.lease_epoch) == ("SUCCEEDED", done.lease_epoch)
         with open_store(home) as store:
@@ -73,7 +76,8 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_to_another(tmp_path: Path
             os.kill(first.proc.pid, signal.SIGCONT)
         except OSError:
             pass
-        out_first = first.stop()
+        if out_first is None:
+            out_first = first.stop()
         if second is not None:
             out_second = second.stop()
             assert f"run {run_id} of j ended SUCCEEDED" in out_second

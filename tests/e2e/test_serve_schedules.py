@@ -1,6 +1,6 @@
 """Real `cadenza serve` processes with an injected wall clock (CADENZA_FAKE_NOW).
 
-SPEC §6 / issue 4: downtime across a fire records exactly one MISSED run per fire and
+SPEC §6: downtime across a fire records exactly one MISSED run per fire and
 `on_missed` decides what still runs; two servers on one store never record a fire twice.
 """
 

@@ -39,6 +39,7 @@ from cadenza.executor import staging
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.staging import Stage
 from cadenza.node import Node
+from cadenza.node.dispatcher import Dispatcher
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
 
@@ -96,15 +97,15 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
     with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
         assert node.claimer is not None
         victim = stage.order[staging.CHUNKS[0]].run_id  # the first of the claimer's chunk
-        real = Node._claim_remote
+        real = Dispatcher._claim_remote
 
-        def cancel_first(self: Node, stage: Any, limit: int) -> Any:
+        def cancel_first(self: Dispatcher, stage: Any, limit: int) -> Any:
             # Another writer (`cadenza runs cancel`), after the node's first chunk and
             # before the claimer's.
             assert store.request_cancel(victim, "tester").canceled
             return real(self, stage, limit)
 
-        monkeypatch.setattr(Node, "_claim_remote", cancel_first)
+        monkeypatch.setattr(Dispatcher, "_claim_remote", cancel_first)
         clock.set(FIRE)
         node.dispatch_once(FIRE)
         assert node.claimer.chunks == 0  # the runs' version moved: it wrote nothing

@@ -69,7 +69,7 @@ def test_fires_recorded_ahead_are_claimed_together_at_their_time(
         assert node.dispatch_once(clock.now()) == FIRE
         assert all(r.wait_reason is None for r in store.list_runs(limit=100))
         assert store.list_events(event_type="RUN_WAITING") == []
-        assert node._queue.qsize() == 0
+        assert node.dispatcher._queue.qsize() == 0
 
         # At the fire: one decision, one write transaction, every run claimed and started.
         clock.set(FIRE)
@@ -84,15 +84,15 @@ def test_fires_recorded_ahead_are_claimed_together_at_their_time(
         sa.event.remove(store.engine, "commit", on_commit)
         assert commits[0] == 1
         assert [state for _, state in scheduled(store)] == ["RUNNING"] * JOBS
-        assert node._queue.qsize() == JOBS
+        assert node.dispatcher._queue.qsize() == JOBS
         for run in store.list_runs(limit=100):
             assert run.started_at == FIRE and run.lease_epoch == 1
             (step,) = store.list_step_runs(run.id)
             assert step.state is StepState.RUNNING and step.started_at == FIRE
 
         # The workers' part, in this thread: each run ends once.
-        while not node._queue.empty():
-            item = node._queue.get()
+        while not node.dispatcher._queue.empty():
+            item = node.dispatcher._queue.get()
             assert item is not None
             item.go()
         node.recorder.flush()
@@ -113,10 +113,10 @@ def test_a_decision_reads_as_many_candidates_as_free_slots(tmp_path: Path) -> No
         for k in range(250):
             store.create_run(f"j{k:02d}", "manual:test")
         node.dispatch_once(clock.now())
-        assert node._queue.qsize() == 250  # more than CANDIDATES_PER_DECISION (200)
+        assert node.dispatcher._queue.qsize() == 250  # more than CANDIDATES_PER_DECISION (200)
     finally:
-        for _ in range(node._queue.qsize()):
-            item = node._queue.get()
+        for _ in range(node.dispatcher._queue.qsize()):
+            item = node.dispatcher._queue.get()
             if item is not None:
                 item.go()
         node.stop(timeout=5)

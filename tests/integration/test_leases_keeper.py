@@ -1,4 +1,4 @@
-"""The lease keeper and the node's reaper on real stores (executor/lease.py, node.py;
+"""The lease keeper and the node's reaper on real stores (executor/lease.py, node/leases.py;
 docs/leases.md): a renewal round is one UPDATE and one commit for 64 runs; a cancel request
 or a lost lease stops the run's control; a store that cannot be reached stops the runs once
 their lease ran out locally; a node reclaims at start what a dead process of its host left,
@@ -89,6 +89,7 @@ def test_cancel_and_lost_leases_stop_the_controls(store: Store, clock: FakeClock
     keeper.register(a, ea, "me:1:1", ca)
     keeper.register(b, eb, "me:1:1", cb)
     keeper.register(c, ec, "me:1:1", cc)
+    keeper.stop()  # rounds driven by hand: the clock moved below must not start one
     try:
         store.request_cancel(a, "hank")
         assert keeper.poll_cancels_once() == 1  # the cheap read between renewals
@@ -188,7 +189,7 @@ def test_the_reaper_requeues_expired_leases_and_the_node_runs_them(
     run = node.store.get_run(run_id)
     assert run is not None and run.state is RunState.QUEUED
     node.dispatch_once(clock.now())
-    started = node._queue.get_nowait()
+    started = node.dispatcher._queue.get_nowait()
     assert started is not None
     assert started.go().state is RunState.SUCCEEDED
     assert node.keeper.held() == []

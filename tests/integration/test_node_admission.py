@@ -1,4 +1,5 @@
-"""The serve node's dispatcher applies admission to real runs (issue 4, Must show)."""
+"""The serve node's dispatcher applies admission to real runs: a concurrency cap, a tag's
+budget, a window."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import pytest
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
-from cadenza.clock import SystemClock
+from cadenza.clock import Clock, FakeClock, SystemClock
 from cadenza.domain.states import RunState
 from cadenza.home import Home
 from cadenza.node import Node
 from cadenza.store import Store
 
+LOOPS = 4
+"""Loops of a node without a scheduler that wait on its clock: keeper, reaper, config watch,
+dispatcher."""
 PLUGIN = "import time\n\ndef nap(seconds=0.4):\n    time.sleep(seconds)\n    return 1\n"
 
 
@@ -38,12 +42,14 @@ def make_home(tmp_path: Path, job_extra: str, settings_extra: str = "") -> Home:
 def node_for() -> Iterator[object]:
     started: list[tuple[Node, Store]] = []
 
-    def start(home: Home, runs: int, workers: int = 4) -> tuple[Node, Store]:
+    def start(home: Home, runs: int, workers: int = 4,
+              clock: Clock | None = None) -> tuple[Node, Store]:
+        clock = clock or SystemClock()
         config = home.load_config()
-        store = home.open_store(config)
+        store = home.open_store(config, clock=clock)
         for _ in range(runs):
             store.create_run("work", "manual:test")
-        node = Node(home, config, store, clock=SystemClock(), workers=workers, scheduler=False)
+        node = Node(home, config, store, clock=clock, workers=workers, scheduler=False)
         node.start()
         started.append((node, store))
         return node, store
@@ -82,10 +88,13 @@ def test_tag_budget_starts_three_and_says_why_the_rest_waits(
     tmp_path: Path, node_for: object
 ) -> None:
     home = make_home(tmp_path, "", "\n[limits.tags.scraping]\nbudget_per_hour = 3\n")
-    _, store = node_for(home, 5)  # type: ignore[operator]
+    clock = FakeClock("2027-03-01T10:00:00+00:00")
+    _, store = node_for(home, 5, clock=clock)  # type: ignore[operator]
     wait_for(lambda: len([r for r in store.list_runs(job="work")
                           if r.state is RunState.SUCCEEDED]) == 3)
-    time.sleep(1.5)  # one more dispatch round must not start a fourth
+    # More dispatch rounds, up to a minute of the node's clock later, start no fourth.
+    for _ in range(3):
+        clock.advance_idle(20, LOOPS)
     runs = store.list_runs(job="work")
     assert sorted(r.state for r in runs).count(RunState.SUCCEEDED) == 3
     waiting = [r for r in runs if r.state is RunState.QUEUED]

@@ -24,14 +24,14 @@ The rules:
   stops a run within about a second, not a third of the lease. A cancel asked in this
   process (:meth:`LeaseKeeper.cancel_local`) stops the run at once.
 
-Deadlines use the store clock's monotonic time; the thread's pacing uses real time.
+Deadlines and the thread's pacing use the keeper's clock (``clock.wait``): under a
+``FakeClock`` the rounds come when the test moves the clock.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -205,19 +205,20 @@ class LeaseKeeper:
             thread.join(timeout)
 
     def _loop(self) -> None:
-        next_renewal = time.monotonic() + self.lease.total_seconds() / 3
+        clock = self.clock
+        next_renewal = clock.monotonic() + self.lease.total_seconds() / 3
         while not self._stop.is_set():
-            wait = max(0.0, min(self.cancel_poll, next_renewal - time.monotonic()))
-            self._wake.wait(wait)
+            wait = max(0.0, min(self.cancel_poll, next_renewal - clock.monotonic()))
+            clock.wait(self._wake, wait)
             self._wake.clear()
             if self._stop.is_set():
                 return
             try:
-                if time.monotonic() >= next_renewal:
+                if clock.monotonic() >= next_renewal:
                     self.renew_once()
                     # After a failure, try again soon: the local deadline is running out.
                     pause = self.cancel_poll if self._failing else self.lease.total_seconds() / 3
-                    next_renewal = time.monotonic() + pause
+                    next_renewal = clock.monotonic() + pause
                 else:
                     self.poll_cancels_once()
             except Exception:  # never let the heartbeat die

@@ -233,11 +233,16 @@ class Scheduler:
         wall clock is noticed), a :meth:`reload`/:meth:`wake`, or ``stop_event``; never
         polls. Ticks only while ``leader`` (if any) grants leadership. A failed tick (store
         unavailable, or anything else) is logged and retried with a growing pause (up to a
-        minute); the loop itself never dies of it. ``wait`` replaces the
-        interruptible sleep (tests pass one that advances a ``FakeClock``).
+        minute); the loop itself never dies of it. Waits go through ``clock.wait`` (a
+        ``FakeClock`` drives the loop); ``wait`` replaces them (a test may pass one that
+        advances a ``FakeClock``).
         """
         clock = clock or self.clock
-        sleep = wait or self._wake.wait
+
+        def pause(seconds: float) -> object:
+            return clock.wait(self._wake, seconds)
+
+        sleep = wait or pause
 
         def forward_stop() -> None:
             stop_event.wait()

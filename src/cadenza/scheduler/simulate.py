@@ -1,4 +1,4 @@
-"""``cadenza simulate``: replay schedules and admission on a virtual clock (issue 4, part 6).
+"""``cadenza simulate``: replay schedules and admission on a virtual clock.
 
 Nothing is executed and nothing is written. The simulation starts from an empty system (no
 run queued or running), fires every enabled schedule in ``[start, end)`` with the rules of

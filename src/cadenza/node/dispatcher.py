@@ -1,13 +1,11 @@
-"""One ``cadenza serve`` process: the scheduler, the dispatcher, the workers, reloads.
+"""The dispatcher and the workers of a node: admission, claims, staged due times.
 
 ::
 
-    scheduler thread ──creates runs──▶ store ◀──claims── dispatcher thread ──RunRecord──▶ workers
-         (leader only)                                    (admission: one decision per
-                                                           write transaction)
+    scheduler ──creates runs──▶ store ◀──claims── dispatcher thread ──Started──▶ workers
+                                                   (admission: one decision per
+                                                    write transaction)
 
-* The **scheduler** (:class:`~cadenza.scheduler.service.Scheduler`) records every fire as a
-  run or a MISSED row; only the leader ticks (the store's unique fire is the real guard).
 * The **dispatcher** decides, in one write transaction, which QUEUED runs may start
   (:func:`~cadenza.domain.admission.admit`: caps, budgets, windows, ``not_before``, free
   workers on this node), claims them (QUEUED → RUNNING, a new lease epoch each) and writes
@@ -15,8 +13,10 @@
   finished (at once if no claimed run waits in the local queue, else once half the slots
   are free), when a waiting run's time comes (precisely at the ``not_before`` of fires the
   scheduler recorded ahead: then one decision claims as many as there are free slots), and
-  at least every ``POLL_SECONDS`` (runs enqueued by other processes: ``cadenza run``, other
-  nodes). A fire recorded ahead gets no ``wait_reason`` before its time.
+  at least every :data:`POLL_SECONDS` of the node's clock (runs enqueued by other
+  processes: ``cadenza run``, other nodes). A fire recorded ahead gets no ``wait_reason``
+  before its time. Reloads requested of the node are applied on this thread, between two
+  decisions.
 * **Staged due times** (:mod:`cadenza.executor.staging`, docs/scheduling.md): fires the
   scheduler recorded ahead are prepared before their time (admission, trackers, first
   steps, the claim's rows) and claimed in chunks at it; the step threads start each
@@ -30,26 +30,14 @@
   configuration that was current when the run was claimed. For as many claimed runs as
   workers wait, the dispatcher starts the first step itself (``Started.launch``), one run
   after the other, before any worker wakes; each worker then only waits for its run's step
-  (at a crowded minute this is one thread wake per run on the way to the step, not three).
-  While claimed runs have not entered their first step yet, a worker whose run ended
-  neither writes the queued run ends nor wakes the dispatcher; the last run to enter wakes
-  it, and its decision writes them. A run's "ended" line is logged when its end is written.
-  Cyclic garbage collection is paused during a decision and its launches.
-* **Leases** (docs/leases.md): one :class:`~cadenza.executor.lease.LeaseKeeper` renews the
-  leases of every run this process executes (one UPDATE per round, every lease/3) and stops
-  a run whose cancel was requested or whose lease was lost; a **reaper** thread re-queues
-  expired leases of any node every lease/3. At start, before anything is claimed, the node
-  reclaims what a crash of this host left and settles the fires a stopped server recorded
-  ahead (by ``on_missed``).
-* **Retention** (docs/backup.md): the daily prune runs on the scheduler's leader.
-* **Reload**: on a change of ``cadenza.toml`` / ``jobs.toml`` (checked every
-  ``WATCH_SECONDS``) or :meth:`Node.request_reload` (SIGHUP). A file with errors is refused:
-  its problems are logged and written as a CONFIG_CHANGED event at ERROR level, and the
-  running configuration stays.
-* **Stop** (:meth:`Node.stop`): no new claims; running runs finish (or, when the process is
-  killed, are left RUNNING with a lease that a later start reclaims).
-
-Windows: threads only; the CLI installs SIGINT/SIGTERM (and SIGHUP where it exists).
+  (one thread wake per run on the way to the step, not three). While claimed runs have not
+  entered their first step yet, a worker whose run ended neither writes the queued run ends
+  nor wakes the dispatcher; the last run to enter wakes it, and its decision writes them.
+  A run's "ended" line is logged when its end is written. Cyclic garbage collection is
+  paused during a decision and its launches.
+* **Stop** (the service's stack): the dispatcher first (a decision it is making hands its
+  runs to the workers before they are told to stop), then the workers drain the local queue
+  and finish their runs, then the group commit writes what they queued.
 """
 
 from __future__ import annotations
@@ -58,36 +46,26 @@ import gc
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from contextlib import ExitStack
 from datetime import datetime
 from functools import partial
-from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
 import sqlalchemy as sa
 
-from cadenza.clock import Clock
-from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
-from cadenza.domain.admission import Limits, WaitRule, admit
-from cadenza.domain.errors import ConfigError
-from cadenza.domain.events import EventType, Level
+from cadenza.domain.admission import WaitRule, admit
 from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.isolation import STEP_THREADS
-from cadenza.executor.lease import LeaseKeeper
-from cadenza.executor.runner import Executor, Staged, Started, default_owner
+from cadenza.executor.runner import Staged, Started
 from cadenza.executor.staging import CHUNKS, LATE, Stage
-from cadenza.home import Home
-from cadenza.scheduler.leader import leadership_for
-from cadenza.scheduler.service import LOOKAHEAD, Scheduler
+from cadenza.lifecycle import Lifecycle
+from cadenza.node.config import ConfigHolder, Current
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary
 from cadenza.store.engine import sqlite_path
-from cadenza.store.run_leases import REAP_BATCH, owner_parts
 
 log = logging.getLogger("cadenza.node")
 
@@ -98,53 +76,48 @@ CHAIN_THREADS = 2
 """Step threads woken per chunk of a staged burst to take its chained run starts."""
 STAGE_START_WAIT = 10.0
 """Seconds the dispatcher waits for the step threads to start the runs of a stage."""
+STAGE_START_POLL = 0.001
+"""Seconds between two sweeps of the chained starts while the dispatcher waits for them."""
 CHAIN_WAIT = 0.005
 """A chained run start not taken after this many seconds gets a thread of its own."""
 STAGE_CANDIDATES = 5000
 """At most this many runs due at one time are staged (more: the ordinary path)."""
-WATCH_SECONDS = 2.0
 CANDIDATES_PER_DECISION = 200
 PREFETCH = 1
 
 
-@dataclass
-class _Current:
-    config: LoadedConfig
-    executor: Executor
-    limits: Limits
-    retired: list[Executor] = field(default_factory=list)
+class Dispatcher:
+    """The dispatcher thread and the worker threads of a node (see the module doc). A
+    service: started last of a node's services, so stopped first."""
 
+    name = "dispatcher"
 
-class Node:
-    """Everything of one server process but the HTTP server (see the module doc)."""
-
-    def __init__(self, home: Home, config: LoadedConfig, store: Store, *, clock: Clock,
-                 workers: int | None = None, scheduler: bool = True,
-                 owner: str | None = None, claimer: bool | None = None) -> None:
-        self.home = home
+    def __init__(self, store: Store, holder: ConfigHolder, recorder: GroupCommit,
+                 life: Lifecycle, *, workers: int, claimer: Claimer | None) -> None:
         self.store = store
-        self.clock = clock
-        self.owner = owner or default_owner()
-        self.workers = workers or config.settings.workers.count
-        self.stop_event = threading.Event()
-        self._wake = threading.Event()
-        self._reload = threading.Event()
+        self.holder = holder
+        self.recorder = recorder
+        self.life = life
+        self.clock = life.clock
+        self.stop_event = life.stopping
+        self.workers = workers
+        self.claimer = claimer
+        """The process that writes a stage's chunks (executor/claimer.py), or None."""
+        self._wake = life.wake_on_stop(threading.Event())
         self._lock = threading.Lock()
         # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
         # between two decisions; they hold their lease while they wait in the local queue.
         self._idle = self.workers * (1 + PREFETCH)
         self._refill_at = max(1, self._idle // 2)
         self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-        # One group commit for the node: concurrent workers' step boundaries share commits,
+        # The group commit of the node: concurrent workers' step boundaries share commits,
         # and a run's end is written with the next write (a claim, a step start) or at idle.
-        self.recorder = GroupCommit(store, on_end=self._run_ended)
+        recorder.on_end = self._run_ended
         # Claimed runs (in the local queue or taken) whose first step is not entered yet.
-        # While there
-        # are some (a burst: a crowded minute claimed at once), a worker whose run ended
-        # neither writes the queued run ends nor wakes the dispatcher: the Python of those
-        # writes would delay the other runs' starts. The last run to enter its step wakes
-        # the dispatcher, whose decision writes them (and the dispatcher polls anyway).
+        # While there are some (a burst: a crowded minute claimed at once), a worker whose
+        # run ended neither writes the queued run ends nor wakes the dispatcher: the Python
+        # of those writes would delay the other runs' starts. The last run to enter its step
+        # wakes the dispatcher, whose decision writes them (and the dispatcher polls anyway).
         self._starting = 0
         self._waiting = 0  # workers blocked on the local queue
         self._held_back = False
@@ -152,159 +125,49 @@ class Node:
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
         """The runs of the next crowded due time, staged (executor/staging.py)."""
-        self.claimer = _claimer_for(store, config, self.workers, claimer)
-        """The process that writes a stage's chunks (executor/claimer.py), or None."""
-        # -- leases (executor/lease.py, docs/leases.md): one heartbeat for the node's runs.
-        self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
-                                  clock=clock)
-        self.reaped = 0
-        self._current = _Current(config, self._executor(config), limits_from_loaded(config))
-        self._mtimes = self._stat()
-        self.scheduler: Scheduler | None = None
-        if scheduler:
-            self.leader = leadership_for(store.engine)
-            self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader,
-                                       lookahead=LOOKAHEAD)
+        holder.on_request(self.wake)
+        holder.on_reload(lambda config, now: self.wake())
 
     @property
-    def config(self) -> LoadedConfig:
-        return self._current.config
+    def _current(self) -> Current:
+        return self.holder.current
 
-    def _executor(self, config: LoadedConfig) -> Executor:
-        return Executor(self.store, config, owner=self.owner, recorder=self.recorder,
-                        keeper=self.keeper)
+    def wake(self) -> None:
+        """Make a decision now (runs were created, re-queued, or a reload was applied)."""
+        self._wake.set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the threads; returns at once."""
-        def spawn(target: Callable[[], None], name: str) -> None:
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
-
-        # -- leases: take back what a crash of this host left, then reap every lease/3.
-        try:
-            self.reclaim_at_start()
-        except Exception:  # the store may be down at start: the reaper loop retries
-            log.exception("reclaiming runs left by a previous process failed")
-        self.keeper.start()
-        if self.claimer is not None:
-            self.claimer.start()
-        spawn(self._reap_loop, "cadenza-reaper")
-        if self.scheduler is not None:
-            # Fires recorded ahead by a server that stopped before their time follow the
-            # missed-run policy; settled before the dispatcher may claim them.
-            try:
-                self.scheduler.settle_stale(self.clock.now())
-            except Exception:
-                log.exception("settling the fires recorded ahead by a previous process failed")
-        if self.scheduler is not None:
-            scheduler = self.scheduler
-            spawn(lambda: scheduler.run_forever(self.stop_event, self.clock,
-                                                on_tick=self._after_tick),
-                  "cadenza-scheduler")
-        spawn(self._dispatch_loop, "cadenza-dispatcher")
+    def start(self, stack: ExitStack) -> None:
+        workers = ExitStack()
         for k in range(self.workers):
-            spawn(self._work_loop, f"cadenza-worker-{k}")
-        spawn(self._watch_loop, "cadenza-config-watch")
-        # -- retention (cadenza.retention): the daily prune, on the scheduler's leader only.
-        if self.scheduler is not None:
-            from cadenza.retention import RetentionSweeper
+            self.life.spawn(workers, self._work_loop, f"cadenza-worker-{k}")
+        # Stopped in reverse: the dispatcher first (a decision it is making hands its runs
+        # to the workers before they are told to stop: a run whose step it launched must
+        # have a worker waiting), then the workers finish and drain, then what they queued
+        # is written.
+        stack.callback(self.recorder.flush)
+        stack.push(workers)
+        stack.callback(self.release_workers)
+        self.life.spawn(stack, self._dispatch_loop, "cadenza-dispatcher")
+        stack.callback(self._drop_stage)
 
-            self.retention = RetentionSweeper(self.store, lambda: self.config.settings.retention,
-                                              self.clock, leader=self.leader)
-            spawn(lambda: self.retention.run_forever(self.stop_event), "cadenza-retention")
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop claiming, let running runs finish (up to ``timeout``), then close."""
-        self.stop_event.set()
-        self._wake.set()
+    def _drop_stage(self) -> None:
         self._stage = None
         gc.unfreeze()
-        # The dispatcher first: a decision it is making hands its runs to the workers before
-        # they are told to stop (a run whose step it launched must have a worker waiting).
-        for thread in self._threads:
-            if thread.name == "cadenza-dispatcher":
-                thread.join(timeout)
+
+    def close(self) -> None:
+        """Drop a stage still waiting for its due time and release every worker (also
+        those a test started by hand on a node it never started)."""
+        self._drop_stage()
+        self.release_workers()
+
+    def release_workers(self) -> None:
+        """Tell every worker to return once the local queue is drained."""
         for _ in range(self.workers):
             self._queue.put(None)
-        for thread in self._threads:
-            thread.join(timeout)
-        self.recorder.flush()
-        self.recorder.close()  # the group commit's own connection (PostgreSQL)
-        self.keeper.stop()  # runs still going lose their lease and are re-queued elsewhere
-        if self.claimer is not None:
-            self.claimer.close()
-        current = self._current
-        for executor in [current.executor, *current.retired]:
-            executor.close()
-        if self.scheduler is not None and hasattr(self.leader, "close"):
-            self.leader.close()
-
-    # -- leases: reaping and reclaiming (store/leases.py) -------------------------------------
-
-    def reap_once(self) -> int:
-        """Re-queue the runs whose lease expired (any node's); returns how many were taken.
-        Loops over batches of :data:`~cadenza.store.leases.REAP_BATCH` runs."""
-        total = 0
-        while True:
-            batch = self.store.reap_expired_run_leases()
-            total += len(batch)
-            for got in batch:
-                log.warning("run %s of %s recovered from %s (epoch %d): now %s", got.run_id,
-                            got.job_id, got.old_owner, got.old_epoch, got.state.value)
-            if len(batch) < REAP_BATCH:
-                break
-        if total:
-            self.reaped += total
-            self._wake.set()
-        return total
-
-    def reclaim_at_start(self) -> int:
-        """What a previous ``cadenza serve`` on this host left RUNNING: runs whose lease
-        expired, and runs held by a process of this host that no longer exists (or by this
-        very host:pid, a previous incarnation: this process has claimed nothing yet), even
-        before their lease expires. A live process of this host keeps its runs."""
-        host, me = owner_parts(self.owner)
-
-        def dead(owner: str) -> bool:
-            their_host, pid = owner_parts(owner)
-            if their_host != host or pid is None:
-                return False
-            return pid == me or not psutil.pid_exists(pid)
-
-        total = 0
-        while True:
-            batch = self.store.reap_expired_run_leases(owner_like=_like_prefix(host) + ":%",
-                                                   dead_owner=dead)
-            total += len(batch)
-            for got in batch:
-                log.warning("run %s of %s reclaimed at start from %s: now %s", got.run_id,
-                            got.job_id, got.old_owner, got.state.value)
-            if len(batch) < REAP_BATCH:
-                break
-        self.reaped += total
-        return total
-
-    def _reap_loop(self) -> None:
-        while not self.stop_event.wait(
-                self.config.settings.workers.lease.total_seconds() / 3):
-            try:
-                self.reap_once()
-            except Exception:  # the store may be down: try again next time
-                log.exception("reaping expired leases failed")
-
-    def request_reload(self) -> None:
-        """Reload both files at the next occasion (SIGHUP)."""
-        self._reload.set()
-        self._wake.set()
 
     # -- dispatcher -----------------------------------------------------------------------
-
-    def _after_tick(self, result: object) -> None:
-        if getattr(result, "queued", None):
-            self._wake.set()
 
     def dispatch_once(self, now: datetime) -> datetime | None:
         """One admission decision: claim what may start, note why the rest waits.
@@ -426,7 +289,7 @@ class Node:
         if now - stage.due > LATE or stage.executor is not self._current.executor:
             gc.unfreeze()
             return
-        begun: list[Started] = []  # appended by the step threads
+        begun = _Begun()  # appended by the step threads
         claimed = 0
         remote = stage.token != 0
 
@@ -471,13 +334,12 @@ class Node:
             # Every staged run is started (or has a thread of its own to start it) before
             # the workers are woken; woken only then, they do not compete with the chunks'
             # claims and the steps' starts for the interpreter.
-            until = time.monotonic() + STAGE_START_WAIT
-            while len(begun) < claimed and time.monotonic() < until:
-                time.sleep(0.001)
+            polls = round(STAGE_START_WAIT / STAGE_START_POLL)
+            while polls > 0 and not begun.wait(claimed, STAGE_START_POLL):
+                polls -= 1
                 STEP_THREADS.sweep(CHAIN_WAIT)
             STEP_THREADS.sweep()
-            while len(begun) < claimed and time.monotonic() < until:
-                time.sleep(0.001)
+            begun.wait(claimed, polls * STAGE_START_POLL)
             if len(begun) < claimed:
                 log.error("%d staged runs were not started within %.0fs; their leases will "
                           "expire and the reaper re-queue them", claimed - len(begun),
@@ -549,22 +411,21 @@ class Node:
         backoff = 1.0
         while not self.stop_event.is_set():
             self._wake.clear()
-            if self._reload.is_set():
-                self._reload.clear()
-                self.reload()
+            if self.holder.take_request():
+                self.holder.reload()
             now = self.clock.now()
             try:
                 next_check = self.dispatch_once(now)
                 backoff = 1.0
             except Exception:  # the store may be down: log, back off, never die
                 log.exception("dispatch failed (retrying in %.0fs)", backoff)
-                self.stop_event.wait(backoff)
+                self.life.pause(backoff)
                 backoff = min(backoff * 2, 60.0)
                 continue
             timeout = POLL_SECONDS
             if next_check is not None:
                 timeout = min(timeout, max((next_check - self.clock.now()).total_seconds(), 0))
-            self._wake.wait(timeout)
+            self.clock.wait(self._wake, timeout)
 
     def _work_loop(self) -> None:
         while True:
@@ -641,58 +502,28 @@ class Node:
             log.warning("run %s of %s ended (lost): its end was refused, the run's lease "
                         "was lost (another holder owns the run now)", boundary.run_id, job)
 
-    # -- configuration ---------------------------------------------------------------------
 
-    def _stat(self) -> tuple[float, float]:
-        def mtime(path: Path) -> float:
-            try:
-                return path.stat().st_mtime
-            except OSError:
-                return 0.0
+class _Begun(list[Started]):
+    """The runs of a stage that the step threads started (appended from any thread); the
+    dispatcher waits for as many as it claimed."""
 
-        return mtime(self.home.config_file), mtime(self.home.jobs_file)
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+        self._want = -1
 
-    def _watch_loop(self) -> None:
-        while not self.stop_event.wait(WATCH_SECONDS):
-            stamp = self._stat()
-            if stamp != self._mtimes:
-                self._mtimes = stamp
-                self.request_reload()
+    def append(self, started: Started) -> None:
+        with self._changed:
+            super().append(started)
+            if len(self) == self._want:  # the waiter wakes once, not at every start
+                self._changed.notify_all()
 
-    def reload(self) -> bool:
-        """Load both files again; apply them if valid, else keep the running config.
-
-        Writes CONFIG_CHANGED: the jobs added, removed and changed, or (level ERROR) the
-        problems that made the reload fail. Returns whether the new config was applied."""
-        try:
-            new = self.home.load_config()
-        except ConfigError as exc:
-            problems = [str(p) for p in exc.problems]
-            for line in problems:
-                log.error("config reload refused: %s", line)
-            self.store.append_event(EventType.CONFIG_CHANGED,
-                                    f"reload refused: {len(problems)} problem(s); the running "
-                                    "configuration is kept", level=Level.ERROR,
-                                    payload={"problems": problems}, actor="reload")
-            return False
-        old = self._current
-        old_jobs = {k: v.model_dump(mode="json") for k, v in old.config.jobs.items()}
-        new_jobs = {k: v.model_dump(mode="json") for k, v in new.jobs.items()}
-        diff = {
-            "added": sorted(new_jobs.keys() - old_jobs.keys()),
-            "removed": sorted(old_jobs.keys() - new_jobs.keys()),
-            "changed": sorted(k for k in new_jobs.keys() & old_jobs.keys()
-                              if new_jobs[k] != old_jobs[k]),
-        }
-        self._current = _Current(new, self._executor(new), limits_from_loaded(new),
-                                 [*old.retired, old.executor])
-        if self.scheduler is not None:
-            self.scheduler.reload(new, self.clock.now())
-        self.store.append_event(EventType.CONFIG_CHANGED, "configuration reloaded",
-                                payload=diff, actor="reload")
-        log.info("configuration reloaded: %s", diff)
-        self._wake.set()
-        return True
+    def wait(self, count: int, seconds: float) -> bool:
+        """Wait up to ``seconds`` (real time: other threads' progress) until ``count`` runs
+        are started; returns whether they are."""
+        with self._changed:
+            self._want = count
+            return self._changed.wait_for(lambda: len(self) >= count, max(seconds, 0.0))
 
 
 def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
@@ -722,8 +553,3 @@ def _claimer_for(store: Store, config: LoadedConfig, workers: int,
         return None
     return Claimer(url.render_as_string(hide_password=False),
                    config.settings.store.sqlite_synchronous)
-
-
-def _like_prefix(text: str) -> str:
-    """``text`` with the LIKE wildcards escaped away (a host name has none, but be sure)."""
-    return text.replace("%", "_").replace("\\", "_")

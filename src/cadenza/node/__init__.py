@@ -1,0 +1,250 @@
+"""One ``cadenza serve`` process but its HTTP server: a composition of services.
+
+::
+
+    scheduler ──creates runs──▶ store ◀──claims── dispatcher ──Started──▶ workers
+    (leader only)                 ▲                (admission)
+                 reaper ──re-queues expired leases┘    lease keeper ──renews── its runs
+
+A :class:`Node` builds its **parts** (the group commit, the lease keeper, the claimer
+process, the executors of the current configuration, the scheduler's leadership) and a list
+of **services** (:mod:`cadenza.lifecycle`) that share one start/stop protocol:
+
+============  ===========================================================================
+keeper        :class:`~cadenza.executor.lease.LeaseKeeper`: renews the leases of the runs
+              this process executes (one UPDATE per round, every lease/3), stops a run
+              whose cancel was requested or whose lease was lost
+claimer       the claimer process (:mod:`cadenza.executor.claimer`), if the node has one
+reaper        :class:`~cadenza.node.leases.Reaper`: at start takes back what a crash of this
+              host left, then re-queues expired leases of any node every lease/3
+scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fires a
+              stopped server recorded ahead, then records fires (leader only)
+retention     :class:`~cadenza.retention.RetentionSweeper`: the daily prune (leader only)
+config        :class:`~cadenza.node.config.ConfigHolder`: the current configuration, its
+              reload, the watch of ``cadenza.toml`` and ``jobs.toml``
+dispatcher    :class:`~cadenza.node.dispatcher.Dispatcher`: admission, claims, staged due
+              times, and the workers
+============  ===========================================================================
+
+:meth:`Node.start` starts the services in this order on one
+:class:`~contextlib.ExitStack`; :meth:`Node.stop` signals every loop (the
+:class:`~cadenza.lifecycle.Lifecycle`'s stop event) and closes the stack, so services stop
+in reverse: the dispatcher first, then the workers drain, then the group commit writes what
+they queued; then the other loops; then the parts the node built, in reverse of their
+building: group commit, lease keeper, claimer process, executors, leadership. Running runs
+finish (up to the stop's timeout); when the process is killed they stay RUNNING with a lease
+that a later start reclaims.
+
+**Adding a service** (a health checker, a notification sender) is one entry in the list
+that :meth:`Node._compose` returns, or, from outside, ``node.services.insert(-1, service)``
+before :meth:`Node.start` (before the dispatcher: it then stops after it). The service is
+any object with a ``name`` and ``start(stack)`` that starts its thread with
+``life.spawn(stack, ...)`` and paces it with ``life.pause(seconds)``::
+
+    class HealthChecker:
+        name = "health"
+
+        def __init__(self, store: Store, life: Lifecycle) -> None:
+            self.store, self.life = store, life
+
+        def start(self, stack: ExitStack) -> None:
+            self.life.spawn(stack, self._loop, "cadenza-health")
+
+        def _loop(self) -> None:
+            while not self.life.pause(CHECK_SECONDS):
+                ...  # one round of checks
+
+Time: every loop waits through the node's :class:`~cadenza.clock.Clock` (``clock.wait``),
+so that under a :class:`~cadenza.clock.FakeClock` a test drives the whole node by moving the
+clock. Windows: threads only; the CLI installs SIGINT/SIGTERM (and SIGHUP where it exists).
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import ExitStack
+from datetime import datetime
+
+from cadenza.clock import Clock
+from cadenza.config.loader import LoadedConfig
+from cadenza.executor.claimer import Claimer
+from cadenza.executor.group_commit import GroupCommit
+from cadenza.executor.lease import LeaseKeeper
+from cadenza.executor.runner import Executor, default_owner
+from cadenza.executor.staging import Stage
+from cadenza.home import Home
+from cadenza.lifecycle import Begin, Lifecycle, Loop, Service
+from cadenza.node.config import ConfigHolder, Current
+from cadenza.node.dispatcher import Dispatcher, _claimer_for
+from cadenza.node.leases import Reaper
+from cadenza.node.scheduling import SchedulerService
+from cadenza.retention import RetentionSweeper
+from cadenza.scheduler.leader import Leadership, leadership_for
+from cadenza.scheduler.service import LOOKAHEAD, Scheduler
+from cadenza.store import Store
+
+__all__ = ["Node"]
+
+
+class Node:
+    """Everything of one server process but the HTTP server (see the module doc)."""
+
+    def __init__(self, home: Home, config: LoadedConfig, store: Store, *, clock: Clock,
+                 workers: int | None = None, scheduler: bool = True,
+                 owner: str | None = None, claimer: bool | None = None) -> None:
+        """``workers``: concurrent runs (default ``[workers] count``); ``scheduler``: fire
+        schedules (False: only run queued runs); ``claimer``: have a claimer process (None:
+        when it pays, see :mod:`cadenza.executor.claimer`). Builds the parts; starts
+        nothing."""
+        self.home = home
+        self.store = store
+        self.clock = clock
+        self.owner = owner or default_owner()
+        self.workers = workers or config.settings.workers.count
+        self.life = Lifecycle(clock)
+        # The parts, closed by stop() after every service, in reverse of this order.
+        self._stack = ExitStack()
+        self.leader: Leadership | None = None
+        if scheduler:
+            self.leader = leadership_for(store.engine)
+            self._stack.callback(_close_leader, self.leader)
+        self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
+                                  clock=clock)
+        """One heartbeat for the leases of every run this process executes."""
+        self.recorder = GroupCommit(store)
+        """One group commit for the node's workers (its end hook is the dispatcher's)."""
+        self.holder = ConfigHolder(home, store, config, self.life, self._executor)
+        self._stack.callback(self.holder.close)
+        self.claimer: Claimer | None = _claimer_for(store, config, self.workers, claimer)
+        if self.claimer is not None:
+            self._stack.callback(self.claimer.close)
+        self._stack.callback(self.keeper.stop)
+        self._stack.callback(self.recorder.close)  # its own connection (PostgreSQL)
+        self._stack.callback(self.recorder.flush)
+        self.scheduler: Scheduler | None = None
+        if self.leader is not None:
+            self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader,
+                                       lookahead=LOOKAHEAD)
+            self.holder.on_reload(self.scheduler.reload)
+        self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
+                                     workers=self.workers, claimer=self.claimer)
+        # Whoever waits on the local queue (workers a test started by hand, too) is released
+        # when the node closes; a started node's dispatcher service did it already.
+        self._stack.callback(self.dispatcher.close)
+        self.reaper = Reaper(store, self.owner, self.life,
+                             lambda: self.config.settings.workers.lease,
+                             on_reaped=self.dispatcher.wake)
+        self.retention: RetentionSweeper | None = None
+        self.services: list[Service] = self._compose()
+        """Started in this order by :meth:`start`, stopped in reverse by :meth:`stop`."""
+        self._started = False
+
+    def _compose(self) -> list[Service]:
+        services: list[Service] = [Begin("keeper", self.keeper.start)]
+        if self.claimer is not None:
+            services.append(Begin("claimer", self.claimer.start))
+        services.append(self.reaper)
+        if self.scheduler is not None:
+            services.append(SchedulerService(self.scheduler, self.life,
+                                             on_queued=self.dispatcher.wake))
+            # The daily prune, on the scheduler's leader only.
+            sweeper = RetentionSweeper(self.store, lambda: self.config.settings.retention,
+                                       self.clock, leader=self.leader)
+            self.retention = sweeper
+            services.append(Loop("retention", self.life,
+                                 lambda: sweeper.run_forever(self.life.stopping)))
+        services += [self.holder, self.dispatcher]
+        return services
+
+    def _executor(self, config: LoadedConfig) -> Executor:
+        return Executor(self.store, config, owner=self.owner, recorder=self.recorder,
+                        keeper=self.keeper)
+
+    @property
+    def config(self) -> LoadedConfig:
+        """The configuration applied now (a reload replaces it)."""
+        return self.holder.config
+
+    @property
+    def stop_event(self) -> threading.Event:
+        """Set by :meth:`stop`; a signal handler may set it to ask for a stop."""
+        return self.life.stopping
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the services in order; returns at once."""
+        if self._started:
+            raise RuntimeError("a node starts once")
+        self._started = True
+        for service in self.services:
+            service.start(self._stack)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop claiming, let running runs finish (up to ``timeout`` per thread), then close
+        the services in reverse and the parts (see the module doc). Also closes the parts of
+        a node that was never started."""
+        self.life.stop(timeout)
+        self._stack.close()
+
+    # -- what the services do, from outside -------------------------------------------------
+
+    def reload(self) -> bool:
+        """Load both files again and apply them if valid (:meth:`ConfigHolder.reload`)."""
+        return self.holder.reload()
+
+    def request_reload(self) -> None:
+        """Reload both files at the dispatcher's next occasion (SIGHUP)."""
+        self.holder.request_reload()
+
+    def reap_once(self) -> int:
+        """Re-queue the runs whose lease expired, now (:meth:`Reaper.reap_once`)."""
+        return self.reaper.reap_once()
+
+    def reclaim_at_start(self) -> int:
+        """Take back what a previous process of this host left
+        (:meth:`Reaper.reclaim_at_start`)."""
+        return self.reaper.reclaim_at_start()
+
+    @property
+    def reaped(self) -> int:
+        return self.reaper.reaped
+
+    def dispatch_once(self, now: datetime) -> datetime | None:
+        """One admission decision now (:meth:`Dispatcher.dispatch_once`)."""
+        return self.dispatcher.dispatch_once(now)
+
+    def wake(self) -> None:
+        """Make the dispatcher decide now."""
+        self.dispatcher.wake()
+
+    # -- the dispatcher's state, read by tests that drive it by hand ------------------------
+
+    @property
+    def _current(self) -> Current:
+        return self.holder.current
+
+    @property
+    def _stage(self) -> Stage | None:
+        return self.dispatcher._stage
+
+    @property
+    def _jobs(self) -> dict[str, str]:
+        return self.dispatcher._jobs
+
+    @property
+    def _waiting(self) -> int:
+        return self.dispatcher._waiting
+
+    @property
+    def _starting(self) -> int:
+        return self.dispatcher._starting
+
+    def _work_loop(self) -> None:
+        self.dispatcher._work_loop()
+
+
+def _close_leader(leader: Leadership) -> None:
+    close = getattr(leader, "close", None)
+    if close is not None:
+        close()

@@ -123,7 +123,7 @@ def test_a_change_that_writes_no_event_still_stops_the_claimer(
     with staged(tmp_path, sqlite_url) as (node, store, clock, stage):
         assert node.claimer is not None
         other = stage.order[-1].run_id
-        real = Node._claim_remote
+        real = Dispatcher._claim_remote
         checks: list[int] = []
         due = store.due_queued_ids
 
@@ -131,7 +131,7 @@ def test_a_change_that_writes_no_event_still_stops_the_claimer(
             checks.append(1)
             return due(*args, **kwargs)
 
-        def touch(self: Node, stage: Any, limit: int) -> Any:
+        def touch(self: Dispatcher, stage: Any, limit: int) -> Any:
             logged = store.list_events(run_id=other)
             with store.write() as conn:  # a raw write of a column admission reads
                 conn.execute(sa.text("UPDATE runs SET priority = priority WHERE id = :id"),
@@ -140,7 +140,7 @@ def test_a_change_that_writes_no_event_still_stops_the_claimer(
             monkeypatch.setattr(store, "due_queued_ids", counted)
             return real(self, stage, limit)
 
-        monkeypatch.setattr(Node, "_claim_remote", touch)
+        monkeypatch.setattr(Dispatcher, "_claim_remote", touch)
         clock.set(FIRE)
         node.dispatch_once(FIRE)
         assert node.claimer.chunks == 0 and node.claimer.broken is None

@@ -13,6 +13,7 @@ from test_retries_executor import Bench, bench, python_job
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.control import RunControl, StopKind
 from cadenza.executor.group_commit import DirectRecorder
+from cadenza.executor.isolation import TICK
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
 from cadenza.store.boundary import BoundaryResult
 
@@ -56,7 +57,9 @@ def test_a_cancel_while_a_step_runs_cancels_the_run_naming_who(tmp_path: Path) -
         started = time.monotonic()
         worker.start()
         _wait_for(flag)
+        assert b.clock.wait_until_idle(1)  # the worker waits for its step's next tick
         assert control.stop(StopKind.CANCELED, by="alice")
+        b.clock.advance(TICK)  # the run's clock reaches the next tick
         worker.join(10)
         assert time.monotonic() - started < 5  # stopped at the next tick, not after 10 s
         assert outcome[0].state is RunState.CANCELED
@@ -100,7 +103,9 @@ def test_a_lost_lease_writes_nothing_more(tmp_path: Path) -> None:
         worker = threading.Thread(target=lambda: outcome.append(tracker.go(first)))
         worker.start()
         _wait_for(flag)
+        assert b.clock.wait_until_idle(1)
         control.stop(StopKind.LEASE_LOST, reason="renewal refused")
+        b.clock.advance(TICK)
         worker.join(10)
         assert outcome[0].state is None  # "lost": nothing ended
         run = b.store.get_run(run_id)

@@ -190,7 +190,7 @@ class Executor:
         self.recorder: Recorder = recorder or DirectRecorder(store)
         self.zone = default_zone or server_zone()
         self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
-                                settings=config.settings, home=config.home)
+                                settings=config.settings, home=config.home, clock=store.clock)
 
     def enqueue(self, job_id: str, request: RunRequest, *, trigger: str,
                 actor: str = "system") -> str:

@@ -77,7 +77,7 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
 
         clock.set(FIRE)
         node.dispatch_once(FIRE)
-        assert node._stage is None and stage.dropped is None
+        assert node.dispatcher._stage is None and stage.dropped is None
         assert stage.claimed == JOBS and stage.chunks == 3
         assert sizes == [staging.CHUNKS[0]]  # the first chunk in the node...
         assert node.claimer.chunks == 2  # ...then 32 and 12 in the claimer
@@ -188,7 +188,7 @@ def test_the_claimer_claims_nothing_when_the_mark_is_not_the_one_given(
         assert claimer.ready(60), claimer.broken
         node = Node(home, config, store, clock=clock, workers=4, scheduler=False,
                     claimer=False)
-        executor = node._current.executor
+        executor = node.holder.current.executor
         ids = store.create_runs([NewRun("solo", "manual:test", not_before=FIRE)
                                  for _ in range(3)])
         runs = store.fresh_queued_runs(ids)

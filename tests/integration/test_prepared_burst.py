@@ -23,13 +23,14 @@ from cadenza.store.boundary import Boundary, NewRun, RunEnd
 
 
 def _start_workers(node: Node, count: int) -> list[threading.Thread]:
-    threads = [threading.Thread(target=node._work_loop, daemon=True) for _ in range(count)]
+    threads = [threading.Thread(target=node.dispatcher._work_loop, daemon=True)
+               for _ in range(count)]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 10
-    while node._waiting < count and time.monotonic() < deadline:
+    while node.dispatcher._waiting < count and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert node._waiting == count
+    assert node.dispatcher._waiting == count
     return threads
 
 
@@ -104,7 +105,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
         ended = [r.getMessage() for r in caplog.records if " ended " in r.getMessage()]
         assert sorted(ended) == sorted(f"run {r.id} of {r.job_id} ended SUCCEEDED"
                                        for r in runs)
-        assert node._starting == 0 and not node._jobs
+        assert node.dispatcher._starting == 0 and not node.dispatcher._jobs
     finally:
         node.stop(timeout=10)
         for thread in threads:
@@ -169,7 +170,7 @@ def test_the_node_logs_a_queued_end_when_it_is_written(
         claimed = store.claim_runs("me", FIRE + timedelta(minutes=1), limit=2)
         caplog.set_level(logging.INFO, logger="cadenza.node")
         for run in claimed:
-            node._jobs[run.id] = run.job_id
+            node.dispatcher._jobs[run.id] = run.job_id
         good, lost = claimed
         node.recorder.finish(Boundary(good.id, good.lease_epoch,
                                       run_end=RunEnd(RunState.SUCCEEDED, 0)))
@@ -182,7 +183,7 @@ def test_the_node_logs_a_queued_end_when_it_is_written(
         assert any(level == "WARNING" and text.startswith(
             f"run {lost.id} of {lost.job_id} ended (lost): its end was refused")
             for level, text in messages)
-        assert not node._jobs
+        assert not node.dispatcher._jobs
     finally:
         node.stop(timeout=5)
         store.close()

@@ -124,7 +124,7 @@ def record_ahead(node: Node, clock: FakeClock, count: int) -> None:
 def stage_now(node: Node) -> Stage:
     """One decision at AHEAD: nothing is due, the fires of FIRE are staged."""
     assert node.dispatch_once(AHEAD) == FIRE
-    stage = node._stage
+    stage = node.dispatcher._stage
     assert stage is not None and stage.due == FIRE
     return stage
 
@@ -361,7 +361,7 @@ def test_a_node_stages_a_due_time_and_claims_it_in_chunks(
 
         clock.set(FIRE)
         node.dispatch_once(FIRE)
-        assert node._stage is None
+        assert node.dispatcher._stage is None
         assert stage.dropped is None and stage.claimed == jobs
         assert sizes == [staging.CHUNKS[0], jobs - staging.CHUNKS[0]]  # 16, then 24
         assert stage.chunks == 2
@@ -402,7 +402,7 @@ def test_a_stage_claimed_too_late_is_left_to_the_ordinary_decision(
         late = FIRE + staging.LATE + timedelta(seconds=1)
         clock.set(late)
         node.dispatch_once(late)
-        assert node._stage is None and stage.claimed == 0 and stage.chunks == 0
+        assert node.dispatcher._stage is None and stage.claimed == 0 and stage.chunks == 0
         runs = drain([node], store, clock)
         assert len(runs) == jobs
         assert_ran_once(store, runs, calls)
@@ -551,7 +551,7 @@ def test_a_job_cap_holds_when_a_run_of_it_started_after_staging(
         # Another decision started a manual run of j00 meanwhile (this node's executor).
         (manual,) = store.create_runs([NewRun("j00", "manual:test")])
         with store.write() as conn:
-            (started,) = node._current.executor.claim_and_start(
+            (started,) = node.holder.current.executor.claim_and_start(
                 conn, limit=1, lease_until=AHEAD + timedelta(minutes=1), run_ids=[manual])
 
         clock.set(FIRE)
@@ -587,7 +587,7 @@ def test_the_global_cap_holds_when_a_run_started_after_staging(
         assert len(stage) == cap
         (manual,) = store.create_runs([NewRun("other", "manual:test")])
         with store.write() as conn:
-            (started,) = node._current.executor.claim_and_start(
+            (started,) = node.holder.current.executor.claim_and_start(
                 conn, limit=1, lease_until=AHEAD + timedelta(minutes=1), run_ids=[manual])
 
         clock.set(FIRE)
@@ -674,7 +674,7 @@ def test_a_process_step_is_not_staged_and_runs_the_ordinary_way(
     with running_node(home, clock, workers=jobs + 1) as (node, store):
         record_ahead(node, clock, jobs + 1)
         (proc,) = [r for r in all_runs(store) if r.job_id == "proc"]
-        executor = node._current.executor
+        executor = node.holder.current.executor
         assert executor.stage(proc, FIRE, FIRE + executor.lease) is None
         stage = stage_now(node)
         assert len(stage) == jobs and proc.id not in stage.staged

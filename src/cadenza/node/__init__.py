@@ -71,10 +71,9 @@ from cadenza.executor.claimer import Claimer
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.runner import Executor, default_owner
-from cadenza.executor.staging import Stage
 from cadenza.home import Home
 from cadenza.lifecycle import Begin, Lifecycle, Loop, Service
-from cadenza.node.config import ConfigHolder, Current
+from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher, _claimer_for
 from cadenza.node.leases import Reaper
 from cadenza.node.scheduling import SchedulerService
@@ -217,31 +216,6 @@ class Node:
     def wake(self) -> None:
         """Make the dispatcher decide now."""
         self.dispatcher.wake()
-
-    # -- the dispatcher's state, read by tests that drive it by hand ------------------------
-
-    @property
-    def _current(self) -> Current:
-        return self.holder.current
-
-    @property
-    def _stage(self) -> Stage | None:
-        return self.dispatcher._stage
-
-    @property
-    def _jobs(self) -> dict[str, str]:
-        return self.dispatcher._jobs
-
-    @property
-    def _waiting(self) -> int:
-        return self.dispatcher._waiting
-
-    @property
-    def _starting(self) -> int:
-        return self.dispatcher._starting
-
-    def _work_loop(self) -> None:
-        self.dispatcher._work_loop()
 
 
 def _close_leader(leader: Leadership) -> None:

@@ -115,7 +115,7 @@ class SanitizingStream(io.TextIOBase):
         else:
             self.target.write(text)
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         self._emit(self.sanitizer.feed(text))
@@ -152,7 +152,7 @@ def sanitized_std_streams(redactor: Redactor | None) -> Iterator[tuple[TextIO, T
     real_out, real_err = sys.stdout, sys.stderr
     guarded_out = SanitizingStream(real_out, redactor)
     guarded_err = SanitizingStream(real_err, redactor)
-    sys.stdout, sys.stderr = guarded_out, guarded_err  # type: ignore[assignment]
+    sys.stdout, sys.stderr = guarded_out, guarded_err
     try:
         yield real_out, real_err
     finally:

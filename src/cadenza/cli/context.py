@@ -67,7 +67,7 @@ class CliState:
         return services
 
     def close(self) -> None:
-        use_redactor(None)
+        # The redactor stays in use: an unexpected error is printed after this (cli.main).
         if self._services is not None:
             self._services.close()
 

@@ -11,6 +11,7 @@ import pytest
 from rich.table import Table
 
 from cadenza.audit.redact import Redactor
+from cadenza.audit.terminal import SanitizingStream
 from cadenza.cli import output
 from cadenza.cli.output import SafeConsole, guarded_streams, print_json, print_table, shown
 
@@ -71,7 +72,7 @@ def test_guarded_streams_keep_the_consoles_on_the_real_streams(
     with guarded_streams():
         print(f"a step printed {SECRET} \x1b[2J")
         output.out.print("ours", markup=False)
-        assert sys.stdout is not sys.__stdout__
+        assert isinstance(sys.stdout, SanitizingStream)
     output.out.print("after", markup=False)
     text = capsys.readouterr().out
     assert text == "a step printed *** \\x1b[2J\nours\nafter\n"

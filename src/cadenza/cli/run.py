@@ -173,6 +173,7 @@ class Progress(RunProgress):
         self.lines: dict[str, _StepLine] = {}
         self.title: str | None = None
         self.outcome: RunResult | None = None
+        self.outcome_error = ""  # the run's error as shown (redacted, inert)
         self.started = clock.monotonic()
 
     def drawing(self) -> AbstractContextManager[object]:
@@ -213,11 +214,12 @@ class Progress(RunProgress):
         self._plain(f"step {name}: {result.state.value}{rows} in {result.seconds:.2f}s{error}")
 
     def run_finished(self, result: RunResult) -> None:
+        self.outcome_error = shown(result.error) if result.error else ""
         self.outcome = result
         seconds = self.clock.monotonic() - self.started
         state_text = result.state.value if result.state else "LOST"
         rows = f", {result.rows} rows" if result.rows is not None else ""
-        error = f": {shown(result.error)}" if result.error else ""
+        error = f": {self.outcome_error}" if result.error else ""
         if not self.live_mode:
             self._plain(f"run {result.run_id} {state_text}{rows} in {seconds:.2f}s{error}")
 
@@ -249,8 +251,8 @@ class Progress(RunProgress):
             if self.outcome.rows is not None:
                 summary.append(f" · {self.outcome.rows} rows")
             summary.append(f" · {now - self.started:.2f}s")
-            if self.outcome.error:
-                summary.append(f"\n{shown(self.outcome.error)}", style="red")
+            if self.outcome_error:
+                summary.append(f"\n{self.outcome_error}", style="red")
             parts.append(summary)
         return Group(*parts)
 

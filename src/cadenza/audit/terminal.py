@@ -130,6 +130,14 @@ class SanitizingStream(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    def fileno(self) -> int:
+        """The target's descriptor (for code that needs one, such as ``faulthandler``:
+        what is written there directly is not redacted)."""
+        fileno = getattr(self.target, "fileno", None)
+        if fileno is None:
+            raise io.UnsupportedOperation("fileno")
+        return int(fileno())
+
     def isatty(self) -> bool:
         isatty = getattr(self.target, "isatty", None)
         return bool(isatty()) if isatty is not None else False

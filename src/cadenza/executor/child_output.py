@@ -25,13 +25,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from cadenza.audit.terminal import LineSanitizer
+from cadenza.clock import SystemClock
 
 if TYPE_CHECKING:
     from cadenza.audit.redact import Redactor
 
-DRAIN_SECONDS = 2.0
-"""How long the end of the step waits for its last output to be copied."""
+DRAIN_SECONDS = 1.0
+"""How long the end of the step waits, at most, for its last output to be copied (a
+process the step started may hold the pipe open: its end is then never seen)."""
 _CHUNK = 65536
+_REAL = SystemClock()
+"""The drain waits for the operating system, in real time."""
 
 
 class ChildOutput:
@@ -122,9 +126,9 @@ class ChildOutput:
                 os.dup2(saved, fd)  # closes our write end: the pump sees the end
             except OSError:
                 pass
+        deadline = _REAL.monotonic() + DRAIN_SECONDS
         for _, saved, thread in self._pumps:
-            # A process the step started may still hold the pipe open: do not wait for it.
-            thread.join(DRAIN_SECONDS)
+            thread.join(max(0.0, deadline - _REAL.monotonic()))
             if not thread.is_alive():
                 os.close(saved)
         self._pumps = []

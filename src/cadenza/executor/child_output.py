@@ -24,11 +24,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from cadenza.audit.terminal import LineSanitizer
 from cadenza.clock import SystemClock
 
 if TYPE_CHECKING:
     from cadenza.audit.redact import Redactor
+    from cadenza.audit.terminal import LineSanitizer
 
 DRAIN_SECONDS = 1.0
 """How long the end of the step waits, at most, for its last output to be copied (a
@@ -109,6 +109,9 @@ class ChildOutput:
             os.close(read_end)
 
     def _sanitizer(self, saved: int) -> LineSanitizer:
+        # Imported on the first output: a step that prints nothing starts without them.
+        from cadenza.audit.terminal import LineSanitizer
+
         redactor = self.redactor()
         if redactor is None:
             _write(saved, "cadenza: this step's output is withheld: the secrets to mask in "

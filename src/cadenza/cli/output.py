@@ -58,24 +58,23 @@ def use_redactor(source: Callable[[], Redactor | None] | None) -> None:
     _redactor_source = source
 
 
-def current_redactor() -> Redactor | None:
-    """The home's redactor, if a home is open (see :func:`use_redactor`)."""
-    if _redactor_source is None:
-        return None
-    try:
-        return _redactor_source()
-    except Exception:  # secrets that cannot be read: their values are unknown here too
-        from cadenza.audit.redact import Redactor
-
-        return Redactor()
+def current_redactor() -> Redactor:
+    """The home's redactor if a home is open (see :func:`use_redactor`), else one with the
+    store's rules and no known value."""
+    redactor = None
+    if _redactor_source is not None:
+        try:
+            redactor = _redactor_source()
+        except Exception:  # secrets that cannot be read: their values are unknown here too
+            redactor = None
+    return redactor if redactor is not None else _plain_redactor()
 
 
 def shown(value: object) -> str:
     """``value`` as text fit for a terminal: redacted by the home's redactor (the rules of
     the store, even where no secret is registered), then without control characters."""
     text = "" if value is None else str(value)
-    redactor = current_redactor() or _plain_redactor()
-    return printable(redactor.redact_text(text))
+    return printable(current_redactor().redact_text(text))
 
 
 @functools.cache

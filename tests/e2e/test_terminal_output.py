@@ -77,13 +77,13 @@ description = "leaky \\u001b]0;pwned\\u0007\\u001b[2J [red]markup[/red]"
 name = "process"
 type = "python"
 callable = "terminal_tasks:chatty"
-op_kwargs = {{ marker = "process" }}
+op_kwargs = { marker = "process" }
 [[jobs.leaky.steps]]
 name = "thread"
 type = "python"
 callable = "terminal_tasks:chatty"
 isolation = "thread"
-op_kwargs = {{ marker = "thread" }}
+op_kwargs = { marker = "thread" }
 [[jobs.leaky.steps]]
 name = "echo"
 type = "http"

@@ -16,7 +16,7 @@ from cadenza.domain.errors import CadenzaError, ConfigError
 from cadenza.services import Actor, InvalidRequest, Services
 
 if TYPE_CHECKING:
-    from cadenza.audit.redact import Redactor
+    from cadenza.services.terminal import Redactor
 
 EXIT_USAGE = 2
 

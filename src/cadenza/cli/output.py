@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cadenza.audit.terminal import printable, sanitized_std_streams
+from cadenza.services.terminal import printable, sanitized_std_streams
 
 if TYPE_CHECKING:
-    from cadenza.audit.redact import Redactor
+    from cadenza.services.terminal import Redactor
 
 
 class SafeConsole(Console):
@@ -80,7 +80,7 @@ def shown(value: object) -> str:
 @functools.cache
 def _plain_redactor() -> Redactor:
     """The store's rules without known values (no home is open)."""
-    from cadenza.audit.redact import Redactor
+    from cadenza.services.terminal import Redactor
 
     return Redactor()
 

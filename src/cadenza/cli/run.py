@@ -22,7 +22,6 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from cadenza.audit.terminal import printable, sanitized_std_streams
 from cadenza.cli.context import EXIT_USAGE, handled, state
 from cadenza.cli.output import (
     current_redactor,
@@ -36,6 +35,7 @@ from cadenza.cli.output import (
 from cadenza.domain.states import RunState, StepState
 from cadenza.services import Interrupted, InvalidRequest, NotFound
 from cadenza.services.runs import RunProgress, RunResult, StepResult
+from cadenza.services.terminal import printable, sanitized_std_streams
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock

@@ -203,6 +203,42 @@ def test_cadenza_run_shows_no_secret_and_no_escape(tmp_path: Path, echo_port: in
     assert "[red]markup[/red]" in captured  # rich markup from outside is not interpreted
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminals (pty) are POSIX only")
+def test_cadenza_run_on_a_terminal_shows_no_secret_and_no_outside_escape(
+        tmp_path: Path, echo_port: int) -> None:
+    """On a terminal `cadenza run` draws a live table with escape sequences of its own;
+    none of the outside sequences, and no secret, reach the terminal."""
+    import os
+    import pty
+
+    home = make_home(tmp_path / "home", echo_port)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: exec `cadenza run` with the pseudo-terminal as its terminal
+        os.environ["COLUMNS"] = "200"
+        os.execv(sys.executable, [sys.executable, "-m", "cadenza", "--home", str(home),
+                                  "run", "leaky"])
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    captured = b"".join(chunks).decode("utf-8", "replace")
+    assert os.waitstatus_to_exitcode(status) == 1, captured
+    for form in secret_forms():
+        assert form not in captured, f"{form!r} reached the terminal:\n{captured!r}"
+    for sequence in ("\x1b]0;pwned", "\x07", "\x1b[2J", "\x1b[31mfake", "\x9b", "\u202e"):
+        assert sequence not in captured, f"{sequence!r} reached the terminal"
+    for marker in ("process-stdout", "process-program", "thread-stdout", "thread-stderr"):
+        assert marker in captured
+    assert "\\x1b]0;pwned\\x07" in captured  # shown, inert
+
+
 def test_cadenza_serve_shows_no_secret_and_no_escape(tmp_path: Path, echo_port: int) -> None:
     home = make_home(tmp_path / "home", echo_port)
     served = Served(home)

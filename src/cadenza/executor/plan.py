@@ -12,12 +12,12 @@ Precedence, later wins:
   arguments, ``${steps.S.F}`` the outputs of earlier steps).
 
 Where a run's step arg goes (:func:`split_step_args`): every key of a ``python`` step is an
-argument of its function. For the other types, a key of the step's ``op_kwargs`` is an
-argument; else a key naming a field of the type's config (``mode``, ``batch_size``,
-``csv.delimiter`` for a nested table; not the fields every step has, such as ``timeout``)
-sets that field; else a job parameter's name is an argument (the step's view of it); any
-other key is refused when the run is requested (:func:`check_step_args`) and, in a run
-created before that check existed, kept as an argument.
+argument of its function. For the other types, a key of the step's ``op_kwargs`` or a job
+parameter's name is an argument (the step's ``${params.KEY}``); else a key naming a field
+of the type's config (``mode``, ``batch_size``, ``csv.delimiter`` for a nested table; not
+the fields every step has, such as ``timeout``) sets that field for this run; any other key
+is refused when the run is requested (:func:`check_step_args`) and, in a run created
+before that check existed, kept as an argument.
 
 Dates (``${today}``, ``${month.previous}``...) come from the run's scheduled time (a manual
 run's is its creation time) in the preset's zone, else the job's, else the server's.
@@ -50,8 +50,9 @@ from cadenza.store.records import RunRecord
 _FIXED = ("name", "type", "op_kwargs")
 _COMMON = frozenset(StepConfig.model_fields)
 _ARGUMENTS_ONLY = frozenset({"python"})
-_CODE_KEYS = frozenset({"query", "file"})
 """Step types whose step args are all arguments of the step's code (never its settings)."""
+_CODE_KEYS = frozenset({"query", "file"})
+"""Config keys holding SQL text or naming a file of it."""
 
 
 class PlanError(Fatal):
@@ -175,9 +176,9 @@ def plan_step(
 
     :class:`PlanError` (fatal) names the step and the token or field at fault."""
     own = dict(step.op_kwargs)
-    settings, extra, _unknown = split_step_args(plan.job, step,
-                                                plan.step_args.get(step.name, {}))
-    extra.update(_unknown)  # a run created before its step args were checked: as before
+    settings, extra, unknown = split_step_args(plan.job, step,
+                                               plan.step_args.get(step.name, {}))
+    extra.update(unknown)  # a run created before its step args were checked: as before
     first = plan.scope(params=merge(plan.params, own, extra), steps=outputs)
     try:
         args = merge(render(own, first), render(extra, first))
@@ -226,12 +227,10 @@ def split_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any]
     arguments: dict[str, Any] = {}
     unknown: dict[str, Any] = {}
     for key, value in args.items():
-        if key in step.op_kwargs:
-            arguments[key] = value
+        if key in step.op_kwargs or key in job.params:
+            arguments[key] = value  # as it always was: seen by ${params.KEY}
         elif key.split(".", 1)[0] in fields:
             settings[key] = value
-        elif key in job.params:
-            arguments[key] = value
         else:
             unknown[key] = value
     return settings, arguments, unknown

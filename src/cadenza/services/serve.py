@@ -133,8 +133,10 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
                              socket.SOCK_STREAM)
+        exclusive = getattr(socket, "SO_EXCLUSIVEADDRUSE", None)
         if os.name == "nt":  # Windows' SO_REUSEADDR would share a port that is in use
-            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_EXCLUSIVEADDRUSE", 0), 1)
+            if exclusive is not None:
+                sock.setsockopt(socket.SOL_SOCKET, exclusive, 1)
         else:  # restart at once over connections of a previous server in TIME_WAIT
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
@@ -157,7 +159,7 @@ def _why(exc: OSError) -> str:
         errno.EADDRNOTAVAIL: "address not available on this machine (check --host or "
                              "[server].host)",
     }
-    reason = reasons.get(exc.errno or 0) if exc.errno is not None else None
+    reason = reasons.get(exc.errno) if exc.errno is not None else None
     text = exc.strerror or str(exc)
     return reason or (text[:1].lower() + text[1:])
 

@@ -114,3 +114,12 @@ def test_request_checks_name_the_step_and_the_key() -> None:
     assert "arguments (op_kwargs): none" in message
     with pytest.raises(RequestError, match=r"--arg load\.mode: step 'load' \(file_load\)"):
         check_request(job, RunRequest(step_args={"load": {"mode": "sideways"}}))
+
+
+def test_a_replayed_request_keeps_the_step_args_it_was_created_with() -> None:
+    job = _job(QUERY, presets={"fix": {"step_args": {"q": {"query": "SELECT 2"}}}})
+    with pytest.raises(RequestError, match="a run cannot change it"):
+        check_request(job, RunRequest(step_args={"q": {"query": "SELECT 2"}}))
+    check_request(job, RunRequest(step_args={"q": {"query": "SELECT 2"}}, replayed=True))
+    with pytest.raises(RequestError, match="has no step 'gone'"):
+        check_request(job, RunRequest(step_args={"gone": {}}, replayed=True))

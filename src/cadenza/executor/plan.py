@@ -322,10 +322,10 @@ def check_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any],
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             loc = ".".join(str(p) for p in error["loc"])
-            key = next((k for k in settings if loc == k or loc.startswith(k + ".")
+            hit = next((k for k in settings if loc == k or loc.startswith(k + ".")
                         or k.startswith(loc + ".")), None) if loc else None
-            name = key if key is not None else "{" + ",".join(settings) + "}"
-            detail = f"{loc}: " if loc and loc != key else ""
+            name = hit if hit is not None else "{" + ",".join(settings) + "}"
+            detail = f"{loc}: " if loc and loc != hit else ""
             problems.append(f"--arg {step.name}.{name}: {where}: {detail}{error['msg']}")
     return problems
 

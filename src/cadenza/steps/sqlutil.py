@@ -48,6 +48,7 @@ _PG_ACCESS_TEXT = re.compile(
     r'fe_sendauth: no password supplied|'
     r'server requested [A-Za-z0-9-]+ authentication|SCRAM authentication requires')
 _ACCESS_HINT = " (access refused: check the connection's user, password and database)"
+_FILE_HINT = " (access refused: check the connection's path and the file's permissions)"
 
 #: column types by value category, per dialect (see docs/steps.md)
 CATEGORIES = ("int", "float", "decimal", "bool", "date", "timestamp", "timestamptz", "bytes",
@@ -107,8 +108,7 @@ def translate(exc: BaseException, what: str) -> StepError:
         if code & 0xFF == _LITE_INTERRUPT:
             return Retryable(f"step timeout: {message}")
         if code & 0xFF in _LITE_ACCESS:
-            return Fatal(message + _ACCESS_HINT.replace("user, password and database",
-                                                        "path and the file's permissions"))
+            return Fatal(message + _FILE_HINT)
         return Retryable(message) if code & 0xFF in _LITE_RETRY else Fatal(message)
     args = getattr(orig, "args", ())
     if module.startswith("pymysql") and args and isinstance(args[0], int):

@@ -246,7 +246,12 @@ class ExecutionContext:
                 return self._http[name]
             definition = self._connections.definition(name)
             if isinstance(definition, SqlConnection):
-                conn = self._connections.sql_engine(name).connect()
+                try:
+                    conn = self._connections.sql_engine(name).connect()
+                except Exception as exc:  # classified where every database error is
+                    from cadenza.steps.sqlutil import translate
+
+                    raise translate(exc, f"connection {name!r}: cannot connect") from exc
                 if self.log.isEnabledFor("DEBUG"):
                     from sqlalchemy import event
 

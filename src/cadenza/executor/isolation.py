@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import queue
 import threading
 import uuid
@@ -336,8 +337,7 @@ def run_in_process(
     try:
         while True:
             left = deadline - clock.monotonic()
-            if left <= 0:
-                kill_tree(process.pid)
+            if left <= 0:  # the process tree is ended on the way out (finally)
                 raise StepTimeout(f"step {step!r} timed out after {_seconds(timeout)}; its "
                                   "process and every process it started were killed")
             try:
@@ -381,13 +381,17 @@ def run_in_process(
         if answered:  # it is on its way out: give it a moment to close its connections
             process.join(JOIN_SECONDS)
         if process.exitcode is None:
+            # Timed out, stopped, or slow to exit: its descendants (and, while it still leads
+            # its session, the session's members) first, named in the run log, then the tree.
+            _end_leftovers(process.pid, spec, started, log)
             kill_tree(process.pid)
         process.join(JOIN_SECONDS)
         if extend is not None:
             extend.close()
         if not answered:
-            # It did not end its own leftovers (killed, timed out, crashed, stopped itself).
-            _end_leftovers(spec, started, log)
+            # It did not end its own leftovers (killed, timed out, crashed, stopped itself):
+            # what escaped its tree still carries its marker.
+            _end_leftovers(None, spec, started, log)
         job.terminate()
         if process.exitcode is not None:
             process.close()
@@ -422,10 +426,17 @@ class _Extender:
             self.conn.close()
 
 
-def _end_leftovers(spec: ChildSpec, started: float, log: RunLog) -> None:
-    """End what a child that did not end it itself left running (found by its marker: the
-    child is gone), and say so in the run log."""
-    killed = end_leftovers(None, spec.marker, started)
+def _end_leftovers(pid: int | None, spec: ChildSpec, started: float, log: RunLog) -> None:
+    """End what the step started and left running, and say so in the run log. ``pid``: the
+    child, still alive (None: gone, its pid may be reused: only its marker is looked for)."""
+    session = None
+    getsid = getattr(os, "getsid", None)
+    if pid is not None and getsid is not None:
+        try:
+            session = pid if getsid(pid) == pid else None
+        except OSError:
+            session = None
+    killed = end_leftovers(pid, spec.marker, started, session)
     if killed:
         log.add("WARNING", f"killed {len(killed)} process(es) the step left running: "
                            + "; ".join(killed), spec.step.name)

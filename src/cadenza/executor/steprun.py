@@ -223,6 +223,7 @@ class StepRunner:
             events=lambda event: log.event(event, info.name),
             outputs=records,
             clock=self.clock,
+            lease=None if control is None else control.lease_left,
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above

@@ -177,7 +177,7 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(remaining * 1000) + 1}")
             watcher.start()
         yield conn, guard
-        if guard.stopped:
+        if guard.poll(ctx, None):  # canceled, out of time or out of lease: commit nothing
             raise guard.error()
         conn.commit()
     except BaseException as exc:

@@ -290,17 +290,23 @@ def _watch_lease(deadlines: Any, clock: Clock, spec: ChildSpec, started: float) 
                     deadline = float(deadlines.recv())
             except (EOFError, OSError):
                 return
-        from cadenza.executor.processes import end_leftovers
+        from cadenza.executor.processes import find_leftovers, kill_all
 
-        try:
-            sys.stderr.write(f"cadenza: step {spec.step.name!r} of run {spec.run.id} stopped "
-                             "itself: its run's lease was not extended in time\n")
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        try:
-            end_leftovers(os.getpid(), spec.marker, started, _session())
+        try:  # the step's processes first, without waiting for them: every moment counts
+            kill_all(find_leftovers(os.getpid(), spec.marker, started, _session()), wait=False)
         finally:
+            # Said on stderr from a thread of its own: a full pipe must not delay the exit.
+            threading.Thread(target=_say_stopped, args=(spec,), daemon=True).start()
+            clock.sleep(0.1)
             os._exit(LEASE_EXIT)
 
     threading.Thread(target=watch, name="cadenza-lease-watch", daemon=True).start()
+
+
+def _say_stopped(spec: ChildSpec) -> None:
+    try:
+        sys.stderr.write(f"cadenza: step {spec.step.name!r} of run {spec.run.id} stopped "
+                         "itself: its run's lease was not extended in time\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

@@ -108,10 +108,10 @@ def find_leftovers(root: int | None, marker: str, since: float,
     return list(found.values())
 
 
-def kill_all(procs: list[psutil.Process]) -> list[str]:
+def kill_all(procs: list[psutil.Process], *, wait: bool = True) -> list[str]:
     """SIGKILL each process (descendants first is not needed: SIGKILL cannot be caught);
-    wait briefly until they are gone or zombies; return the descriptions of those that
-    were alive."""
+    ``wait``: wait briefly until they are gone or zombies; return the descriptions of those
+    that were alive."""
     killed: list[str] = []
     for proc in procs:
         text = describe(proc)
@@ -122,7 +122,8 @@ def kill_all(procs: list[psutil.Process]) -> list[str]:
             killed.append(text)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
-    wait_gone(procs, GONE_SECONDS)
+    if wait:
+        wait_gone(procs, GONE_SECONDS)
     return killed
 
 

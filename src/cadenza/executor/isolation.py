@@ -5,6 +5,9 @@
     step is marked (``ctx.cancelled()`` becomes true, its further log lines are dropped), it
     fails with :class:`~cadenza.executor.errors.StepTimeout`, and the thread is abandoned;
     when it returns, its ``ctx.connection`` transactions are rolled back, never committed.
+    Its ``ctx`` also knows the run's lease: once the lease its worker surely holds is about
+    to end without a renewal, ``ctx.cancelled()`` is true and nothing more is committed
+    (docs/leases.md "Thread isolation: what is guaranteed, what is not").
 ``process``
     The step runs in a child process started with multiprocessing's ``spawn`` method (the
     same on Linux, macOS and Windows; see :mod:`cadenza.executor.child`). Its ``ctx.log``

@@ -97,9 +97,11 @@ def test_the_processes_a_timed_out_step_left_are_killed(tmp_path: Path) -> None:
     home = _home(tmp_path, pids, 'timeout = "5s"\n    retry = { attempts = 1 }')
     try:
         result = cli(home, "run", "j", timeout=60)
-        assert result.returncode == 1, result.stdout + result.stderr
-        assert "timed out" in result.stdout + result.stderr
+        assert result.returncode != 0, result.stdout + result.stderr
+        assert "timed out after 5s" in result.stdout + result.stderr
         left = json.loads(pids.read_text())
         assert [pid for pid in left if not gone(pid)] == []
+        log = _log(home)
+        assert "killed 3 process(es) the step left running" in log, log
     finally:
         _cleanup(pids)

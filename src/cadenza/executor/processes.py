@@ -207,8 +207,21 @@ class StepJob:
         self._job: Any = None
         if sys.platform == "win32":
             import ctypes
+            from ctypes import wintypes
 
             kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+            # Handles are pointer-sized: without these declarations ctypes would cut them
+            # to a C int on 64-bit Windows.
+            kernel32.CreateJobObjectW.restype = wintypes.HANDLE
+            kernel32.CreateJobObjectW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR]
+            kernel32.OpenProcess.restype = wintypes.HANDLE
+            kernel32.OpenProcess.argtypes = [wintypes.DWORD, wintypes.BOOL, wintypes.DWORD]
+            kernel32.AssignProcessToJobObject.restype = wintypes.BOOL
+            kernel32.AssignProcessToJobObject.argtypes = [wintypes.HANDLE, wintypes.HANDLE]
+            kernel32.TerminateJobObject.restype = wintypes.BOOL
+            kernel32.TerminateJobObject.argtypes = [wintypes.HANDLE, wintypes.UINT]
+            kernel32.CloseHandle.restype = wintypes.BOOL
+            kernel32.CloseHandle.argtypes = [wintypes.HANDLE]
             self._kernel32 = kernel32
             self._job = kernel32.CreateJobObjectW(None, None) or None
 
@@ -216,8 +229,8 @@ class StepJob:
         """Put process ``pid`` in the job; returns whether it worked."""
         if self._job is None or sys.platform != "win32":
             return False
-        process_all_access = 0x1F0FFF
-        handle = self._kernel32.OpenProcess(process_all_access, False, pid)
+        set_quota_and_terminate = 0x0100 | 0x0001  # PROCESS_SET_QUOTA | PROCESS_TERMINATE
+        handle = self._kernel32.OpenProcess(set_quota_and_terminate, False, pid)
         if not handle:
             return False
         try:

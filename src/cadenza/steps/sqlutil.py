@@ -177,8 +177,12 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
                 conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(remaining * 1000) + 1}")
             watcher.start()
         yield conn, guard
-        if guard.poll(ctx, None):  # canceled, out of time or out of lease: commit nothing
+        if guard.stopped:
             raise guard.error()
+        lease_passed = getattr(ctx, "lease_passed", None)  # the executor's ctx knows the lease
+        if lease_passed is not None and lease_passed():
+            raise Retryable(f"{what}: the run's lease ran out before the work could be "
+                            "committed; it was rolled back")
         conn.commit()
     except BaseException as exc:
         quietly(conn.rollback)

@@ -202,6 +202,10 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
         yield conn, guard
         if guard.stopped:
             raise guard.error()
+        lease_passed = getattr(ctx, "lease_passed", None)  # the executor's ctx knows the lease
+        if lease_passed is not None and lease_passed():
+            raise Retryable(f"{what}: the run's lease ran out before the work could be "
+                            "committed; it was rolled back")
         conn.commit()
     except BaseException as exc:
         quietly(conn.rollback)

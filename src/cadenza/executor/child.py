@@ -129,7 +129,8 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
             progress=None if spec.fence is None else fence_progress(spec.fence, spec.run),
             clock=clock,
         )
-        result = check_result(step_type().run(ctx, config), spec.step.name)
+        result = check_result(step_type().run(ctx, config), spec.step.name,
+                              spec.settings.limits.step_output_bytes)
         ctx.finish(success=True)
         send(("result", result.rows, json.dumps(dict(result.output), allow_nan=False)))
     except BaseException as exc:  # everything is reported to the parent, nothing escapes

@@ -212,6 +212,9 @@ def _csv(fh: BinaryIO, display: str, opts: CsvOptions) -> Source:
                 yield Batch(rb.num_rows, arrow=rb, typed=False)
         except (pa.ArrowException, UnicodeError) as exc:
             problem = _locate(fh, encoding, opts, display, len(names))
+            if problem is None and "straddl" in str(exc):  # a row longer than a block
+                problem = Fatal(f"{display}: a row is longer than {CSV_BLOCK >> 10} KiB, "
+                                "the longest a CSV row may be")
             raise problem or Fatal(f"{display}: cannot read the CSV file: "
                                    f"{str(exc).splitlines()[0]}") from None
 
@@ -232,9 +235,27 @@ def _first_record(fh: BinaryIO, encoding: str, opts: CsvOptions,
         line = files.undecodable_line(fh, encoding)
         raise Fatal(f"{display}: line {line}: not valid {opts.encoding} text") from None
     except csv.Error as exc:
+        if _FIELD_LIMIT in str(exc):
+            raise _too_long(fh, display, opts, 1) from None
         raise Fatal(f"{display}: line 1: cannot read the first row ({exc})") from None
     finally:
         text.detach()
+
+
+_FIELD_LIMIT = "field larger than field limit"
+"""The start of the message of Python's ``csv`` module for a field past
+``csv.field_size_limit()``."""
+
+
+def _too_long(fh: BinaryIO, display: str, opts: CsvOptions, line: int) -> Fatal:
+    """The error for a field longer than the strict reader takes, starting on ``line``. A
+    quote left open makes the rest of the file one field: that is named only when the
+    file's quotes do not pair up."""
+    message = (f"{display}: line {line}: a field is longer than "
+               f"{csv.field_size_limit():,} characters, the longest a CSV field may be")
+    if files.count_char(fh, opts.quote, opts.encoding) % 2:
+        message += f" (or a quote opened on line {line} is never closed)"
+    return Fatal(message)
 
 
 def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,
@@ -252,6 +273,8 @@ def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,
             except StopIteration:
                 return None
             except csv.Error as exc:
+                if _FIELD_LIMIT in str(exc):
+                    return _too_long(fh, display, opts, start)
                 return Fatal(f"{display}: line {start}: malformed CSV ({exc}); is a quote "
                              f"opened on line {start} never closed?")
             if record and len(record) != width:

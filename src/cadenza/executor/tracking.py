@@ -42,8 +42,8 @@ from zoneinfo import ZoneInfo
 
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.errors import StepError
-from cadenza.domain.outputs import not_kept, truncation
 from cadenza.domain.events import EventType
+from cadenza.domain.outputs import not_kept, truncation
 from cadenza.domain.retry import Action, Decision, decide
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.context import bind_run

@@ -87,7 +87,7 @@ def run_texts(rand: random.Random, big: bool) -> tuple[list[str], list[Any]]:
     texts.append("\n".join(tb))
     if big:
         texts.append(line(12000)[:64 * 1024])
-    texts += [f"step load (attempt 1) RUNNING -> SUCCEEDED", "run RUNNING -> SUCCEEDED",
+    texts += ["step load (attempt 1) RUNNING -> SUCCEEDED", "run RUNNING -> SUCCEEDED",
               "run of sales-load finished SUCCEEDED"]
     output = {"rows": 120, "path": "data/files/sales/2026-11.csv", "status": 200,
               "region": "north", "month": "2026-11", "total": 10234.5, "skipped": 0,

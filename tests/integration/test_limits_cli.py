@@ -51,7 +51,7 @@ def test_secrets_set_refuses_a_value_over_64_kib(tmp_path: Path) -> None:
     assert runner.invoke(app, ["init", str(home)]).exit_code == 0
     code, out, err = cli(home, "secrets", "set", "blob", "--value-stdin",
                          input="v" * (MAX_SECRET_BYTES + 1) + "\n")
-    assert code != 0
+    assert code == 2
     assert "secret 'blob' is 65,537 bytes; a secret holds at most 65,536 bytes (64 KiB)" in err
     assert "Traceback" not in out + err and "vvvv" not in out + err
     code, out, _ = cli(home, "secrets", "list", "--json")

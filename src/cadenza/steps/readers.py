@@ -212,9 +212,9 @@ def _csv(fh: BinaryIO, display: str, opts: CsvOptions) -> Source:
                 yield Batch(rb.num_rows, arrow=rb, typed=False)
         except (pa.ArrowException, UnicodeError) as exc:
             problem = _locate(fh, encoding, opts, display, len(names))
-            if problem is None and "straddl" in str(exc):  # a row longer than a block
-                problem = Fatal(f"{display}: a row is longer than {CSV_BLOCK >> 10} KiB, "
-                                "the longest a CSV row may be")
+            if problem is None and "straddl" in str(exc):  # a row over two blocks
+                problem = Fatal(f"{display}: a row is longer than about {_ROW_LIMIT}, the "
+                                "longest a CSV row may be")
             raise problem or Fatal(f"{display}: cannot read the CSV file: "
                                    f"{str(exc).splitlines()[0]}") from None
 
@@ -248,14 +248,21 @@ _FIELD_LIMIT = "field larger than field limit"
 
 
 def _too_long(fh: BinaryIO, display: str, opts: CsvOptions, line: int) -> Fatal:
-    """The error for a field longer than the strict reader takes, starting on ``line``. A
-    quote left open makes the rest of the file one field: that is named only when the
-    file's quotes do not pair up."""
-    message = (f"{display}: line {line}: a field is longer than "
-               f"{csv.field_size_limit():,} characters, the longest a CSV field may be")
+    """The error for a field longer than the strict reader takes, starting on ``line``
+    (pyarrow reads such a field in a row of up to about two blocks; the strict reader reads
+    the first row, and every row when pyarrow could not). A quote left open makes the rest
+    of the file one field: that is named only when the file's quotes do not pair up."""
+    limit = csv.field_size_limit()
+    message = (f"{display}: line {line}: over-long field: more than {limit:,} characters (a "
+               f"row is read up to about {_ROW_LIMIT}, the fields of the first row up to "
+               f"{limit:,} characters)")
     if files.count_char(fh, opts.quote, opts.encoding) % 2:
-        message += f" (or a quote opened on line {line} is never closed)"
+        message += f"; or is a quote opened on line {line} never closed?"
     return Fatal(message)
+
+
+_ROW_LIMIT = f"{2 * CSV_BLOCK >> 20} MiB"
+"""The longest row pyarrow's reader takes: a row may straddle one block boundary."""
 
 
 def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,

@@ -20,7 +20,7 @@ import base64
 import binascii
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,7 +181,7 @@ class _Compiled:
                 found.extend(self.by_gram[gram])
         return found
 
-    def core_candidates(self, text: str, short: bool) -> tuple[str, ...] | list[str]:
+    def core_candidates(self, text: str, short: bool) -> Sequence[str]:
         """The base64 cores that may occur in ``text``.
 
         A few cores: all of them for a long text, and for a short one only when their
@@ -463,7 +463,7 @@ def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, int
         pos = m.start() + 1
 
 
-def _base64_spans(cores: tuple[str, ...], text: str) -> Iterator[tuple[int, int]]:
+def _base64_spans(cores: Sequence[str], text: str) -> Iterator[tuple[int, int]]:
     """A base64 core of a secret masks the whole blob around it (its edges carry secret bits)."""
     for core in cores:
         pos = text.find(core)

@@ -235,8 +235,9 @@ def _first_record(fh: BinaryIO, encoding: str, opts: CsvOptions,
         line = files.undecodable_line(fh, encoding)
         raise Fatal(f"{display}: line {line}: not valid {opts.encoding} text") from None
     except csv.Error as exc:
-        if _FIELD_LIMIT in str(exc):
-            raise _too_long(fh, display, opts, 1) from None
+        too_long = _too_long(fh, display, opts, 1) if _FIELD_LIMIT in str(exc) else None
+        if too_long is not None:
+            raise too_long from None
         raise Fatal(f"{display}: line 1: cannot read the first row ({exc})") from None
     finally:
         text.detach()
@@ -247,18 +248,18 @@ _FIELD_LIMIT = "field larger than field limit"
 ``csv.field_size_limit()``."""
 
 
-def _too_long(fh: BinaryIO, display: str, opts: CsvOptions, line: int) -> Fatal:
+def _too_long(fh: BinaryIO, display: str, opts: CsvOptions, line: int) -> Fatal | None:
     """The error for a field longer than the strict reader takes, starting on ``line``
     (pyarrow reads such a field in a row of up to about two blocks; the strict reader reads
-    the first row, and every row when pyarrow could not). A quote left open makes the rest
-    of the file one field: that is named only when the file's quotes do not pair up."""
-    limit = csv.field_size_limit()
-    message = (f"{display}: line {line}: over-long field: more than {limit:,} characters (a "
-               f"row is read up to about {_ROW_LIMIT}, the fields of the first row up to "
-               f"{limit:,} characters)")
+    the first row, and every row when pyarrow could not). None when the file's quotes do
+    not pair up: a quote left open makes the rest of the file one field, and the caller's
+    message asks about that quote."""
     if files.count_char(fh, opts.quote, opts.encoding) % 2:
-        message += f"; or is a quote opened on line {line} never closed?"
-    return Fatal(message)
+        return None
+    limit = csv.field_size_limit()
+    return Fatal(f"{display}: line {line}: over-long field: more than {limit:,} characters "
+                 f"(a row is read up to about {_ROW_LIMIT}, the fields of the first row up "
+                 f"to {limit:,} characters)")
 
 
 _ROW_LIMIT = f"{2 * CSV_BLOCK >> 20} MiB"
@@ -280,8 +281,10 @@ def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,
             except StopIteration:
                 return None
             except csv.Error as exc:
-                if _FIELD_LIMIT in str(exc):
-                    return _too_long(fh, display, opts, start)
+                too_long = (_too_long(fh, display, opts, start) if _FIELD_LIMIT in str(exc)
+                            else None)
+                if too_long is not None:
+                    return too_long
                 return Fatal(f"{display}: line {start}: malformed CSV ({exc}); is a quote "
                              f"opened on line {start} never closed?")
             if record and len(record) != width:

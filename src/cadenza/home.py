@@ -164,7 +164,7 @@ _POSIX = os.name == "posix"
 
 def _make_private(path: Path, mode: int) -> None:
     """Give ``path`` ``mode`` on POSIX. Windows has no such modes: there a home under the
-    user's profile keeps the profile's ACL (only that user and the administrators)."""
+    user's profile keeps the profile's ACL (that user, SYSTEM and the administrators)."""
     if _POSIX:
         os.chmod(path, mode)
 

@@ -115,7 +115,8 @@ class Home:
 
 
 def create_home(path: Path, *, example: bool, today: date | None = None) -> Home:
-    """Create a home at ``path``: the two files, ``plugins/`` and ``data/``.
+    """Create a home at ``path``: the two files, ``plugins/`` and ``data/`` (mode 0700 on
+    POSIX: it holds the store and the secrets).
 
     Refuses a directory that already holds a ``cadenza.toml`` (nothing is overwritten).
     With ``example``, writes the demo of SPEC §13: the ``sales-load`` job, a SQLite
@@ -130,6 +131,7 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
     data = path / "data"
     for sub in ("", "backups", "files", "reports"):
         (data / sub).mkdir(parents=True, exist_ok=True)
+    _make_private(data, PRIVATE_DIR)
     example_dir = resources.files("cadenza") / "example"
     if example:
         (path / CONFIG_FILE).write_text(
@@ -153,6 +155,45 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
         (path / CONFIG_FILE).write_text(_MINIMAL_SETTINGS, encoding="utf-8")
         (path / JOBS_FILE).write_text(_MINIMAL_JOBS, encoding="utf-8")
     return Home(path.resolve())
+
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
+_POSIX = os.name == "posix"
+
+
+def _make_private(path: Path, mode: int) -> None:
+    """Give ``path`` ``mode`` on POSIX. Windows has no such modes: there a home under the
+    user's profile keeps the profile's ACL (that user, SYSTEM and the administrators)."""
+    if _POSIX:
+        os.chmod(path, mode)
+
+
+def create_private_sqlite(url: str) -> Path | None:
+    """Create the SQLite file of ``url`` (an absolute ``sqlite:///`` URL) empty with mode
+    0600, or give an existing one that mode, before the store opens it: the store holds
+    the users' password hashes. SQLite gives its ``-wal`` and ``-shm`` files the mode of
+    the database. Returns the file, or None for another database or an in-memory one."""
+    import sqlalchemy as sa
+
+    from cadenza.store.engine import sqlite_path
+
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    path = sqlite_path(parsed)
+    if path is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                     PRIVATE_FILE)
+    except FileExistsError:
+        _make_private(path, PRIVATE_FILE)
+    else:
+        os.close(fd)
+        _make_private(path, PRIVATE_FILE)  # os.open's mode went through the umask
+    return path
 
 
 def _months_back(today: date, n: int) -> list[str]:

@@ -24,6 +24,7 @@ that the regular expression engine can skip quickly over text that cannot start 
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import re
@@ -105,6 +106,7 @@ def char_forms(c: str) -> set[str]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _char_group(c: str) -> str:
     """A regular expression group matching ``c`` in any of its forms, longest form first."""
     forms = sorted(char_forms(c), key=lambda f: (-len(f), f))

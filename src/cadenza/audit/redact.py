@@ -20,12 +20,13 @@ import base64
 import binascii
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cadenza.audit.encodings import (
     BASE64_CHARS,
+    MIN_BASE64_CORE,
     MIN_SUBSTRING_LENGTH,
     base64_cores,
     secret_pattern,
@@ -117,15 +118,83 @@ _RULE_TRIGGER = re.compile(
 )
 
 
+#: Characters that every encoding the patterns know leaves as they are (``char_forms(c)``
+#: is ``{c}``): a run of them in a secret appears literally in any encoded form of it.
+_LITERAL_CHARS = frozenset(
+    "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-._~")
+
+
+def _anchor(secret: str) -> str:
+    """The longest run of :data:`_LITERAL_CHARS` in ``secret`` ("" when it has none).
+
+    Any text holding the secret, raw or encoded, holds this run as it is: one ``str``
+    search, fast whatever the number of secrets, rules a secret out before its pattern
+    runs. Without it, short texts were checked against one alternation of every pattern,
+    whose cost grows with each secret at every position of the text."""
+    best = start = 0
+    best_start = 0
+    for i, c in enumerate(secret):
+        if c not in _LITERAL_CHARS:
+            start = i + 1
+        elif i + 1 - start > best:
+            best, best_start = i + 1 - start, start
+    return secret[best_start:best_start + best]
+
+
+#: Up to this many anchored secrets, each anchor is looked for in a text with ``in``; past
+#: it, those with anchors of _GRAM characters or more through an index of their first ones.
+_FEW_SECRETS = 8
+_GRAM = 4
+#: Every run of _GRAM literal characters of a text, overlapping: where an anchor can start.
+_LITERAL_GRAM = re.compile(f"(?=([0-9A-Za-z._~\\-]{{{_GRAM}}}))")
+#: Up to this many base64 cores (the cores of about four secrets), short texts are checked
+#: against their alternation; past it, through their prefixes (``_Compiled.by_prefix``).
+_FEW_CORES = 24
+#: Every run of MIN_BASE64_CORE base64 characters of a text, overlapping: where a core can
+#: start.
+_BASE64_GRAM = re.compile(f"(?=([A-Za-z0-9+/_\\-]{{{MIN_BASE64_CORE}}}))")
+
+
 @dataclass(frozen=True)
 class _Compiled:
     """An immutable snapshot of what the redactor searches for; shared by all threads."""
 
-    patterns: tuple[re.Pattern[str], ...]  # one per secret of MIN_SUBSTRING_LENGTH or more
-    any_secret: re.Pattern[str] | None  # all of them in one alternation, for short texts
+    anchored: tuple[tuple[str, re.Pattern[str]], ...]  # (anchor, pattern) of each secret of
+    # MIN_SUBSTRING_LENGTH or more that has an anchor (see _anchor), but those in by_gram
+    by_gram: dict[str, tuple[re.Pattern[str], ...]] | None  # with many secrets: the patterns
+    # of those whose anchor has _GRAM characters or more, by its first _GRAM characters
+    patterns: tuple[re.Pattern[str], ...]  # those of the secrets without an anchor
+    any_secret: re.Pattern[str] | None  # all of these in one alternation, for short texts
     base64_cores: tuple[str, ...]  # the base64 cores of those secrets
     any_core: re.Pattern[str] | None  # all cores in one alternation, for short texts
+    by_prefix: dict[str, tuple[str, ...]] | None  # with many cores: the cores by their
+    # first MIN_BASE64_CORE characters (see core_candidates)
     whole: frozenset[str]  # every secret, for whole-value matching
+
+    def secret_candidates(self, text: str) -> list[re.Pattern[str]]:
+        """The patterns of the anchored secrets whose anchor is in ``text``: one ``in`` per
+        secret when they are few, else one pass over the text (its runs of literal
+        characters) whatever their number."""
+        found = [pattern for anchor, pattern in self.anchored if anchor in text]
+        if self.by_gram is not None:
+            for gram in self.by_gram.keys() & set(_LITERAL_GRAM.findall(text)):
+                found.extend(self.by_gram[gram])
+        return found
+
+    def core_candidates(self, text: str, short: bool) -> Sequence[str]:
+        """The base64 cores that may occur in ``text``.
+
+        A few cores: all of them for a long text, and for a short one only when their
+        alternation matches. Many cores (an alternation of hundreds of literals costs
+        about a millisecond per short text, tried at every position): the cores whose
+        first characters start one of the text's base64 runs, found in one pass over the
+        text whatever the number of cores."""
+        if self.by_prefix is None:
+            if short and (self.any_core is None or not self.any_core.search(text)):
+                return ()
+            return self.base64_cores
+        hits = self.by_prefix.keys() & set(_BASE64_GRAM.findall(text))
+        return [core for prefix in hits for core in self.by_prefix[prefix]]
 
 
 class Redactor:
@@ -179,19 +248,50 @@ class Redactor:
         long = sorted(
             (s for s in self._secrets if len(s) >= MIN_SUBSTRING_LENGTH), key=lambda s: (-len(s), s)
         )
-        patterns = []
+        anchored = []
+        unanchored: list[tuple[str, re.Pattern[str]]] = []
         cores: set[str] = set()
         for secret in long:
             pattern = self._pattern_cache.get(secret)
             if pattern is None:
                 pattern = self._pattern_cache[secret] = secret_pattern(secret)
-            patterns.append(pattern)
+            anchor = _anchor(secret)
+            if anchor:
+                anchored.append((anchor, pattern))
+            else:
+                unanchored.append((secret, pattern))
             cores |= base64_cores(secret)
-        any_secret = re.compile("|".join(p.pattern for p in patterns)) if patterns else None
+        # Any form of a secret is at least as long as the secret: the longer ones cannot be
+        # in a short text.
+        fitting_patterns = [p for s, p in unanchored if len(s) <= _SHORT_TEXT]
+        any_secret = (re.compile("|".join(p.pattern for p in fitting_patterns))
+                      if fitting_patterns else None)
         ordered_cores = tuple(sorted(cores, key=lambda c: (-len(c), c)))
-        any_core = re.compile("|".join(map(re.escape, ordered_cores))) if cores else None
+        by_gram = None
+        if len(anchored) > _FEW_SECRETS:
+            indexed: dict[str, list[re.Pattern[str]]] = {}
+            for anchor, pattern in anchored:
+                if len(anchor) >= _GRAM:
+                    indexed.setdefault(anchor[:_GRAM], []).append(pattern)
+            by_gram = {gram: tuple(group) for gram, group in indexed.items()}
+            anchored = [(a, p) for a, p in anchored if len(a) < _GRAM]
+        any_core = by_prefix = None
+        if len(ordered_cores) > _FEW_CORES:
+            grouped: dict[str, list[str]] = {}
+            for core in ordered_cores:
+                grouped.setdefault(core[:MIN_BASE64_CORE], []).append(core)
+            by_prefix = {prefix: tuple(group) for prefix, group in grouped.items()}
+        else:
+            # A core longer than a short text cannot be in it (and would cost a second
+            # across the alternation's compilation for a 64 KiB secret).
+            fitting = [core for core in ordered_cores if len(core) <= _SHORT_TEXT]
+            if fitting:
+                any_core = re.compile("|".join(map(re.escape, fitting)))
         return _Compiled(
-            tuple(patterns), any_secret, ordered_cores, any_core, frozenset(self._secrets)
+            tuple(anchored), by_gram, tuple(p for _, p in unanchored), any_secret,
+            ordered_cores,
+            any_core, by_prefix,
+            frozenset(self._secrets)
         )
 
     # --- redaction ------------------------------------------------------------------------
@@ -307,12 +407,16 @@ def _redact_spans(text: str, state: _Compiled) -> str:
     scan = _Scan(text)
     short = len(text) <= _SHORT_TEXT
     spans: list[tuple[int, int]] = []
-    if state.any_secret is not None and (not short or state.any_secret.search(text)):
+    for pattern in state.secret_candidates(text):
+        spans.extend(_overlapping(pattern, text))
+    if state.patterns and (not short or (state.any_secret is not None
+                                         and state.any_secret.search(text))):
         for pattern in state.patterns:
             spans.extend(_overlapping(pattern, text))
-    if state.any_core is not None and (not short or state.any_core.search(text)):
+    cores = state.core_candidates(text, short)
+    if cores:
         # str.find per core beats the alternation by an order of magnitude on long texts.
-        spans.extend(_base64_spans(state.base64_cores, text))
+        spans.extend(_base64_spans(cores, text))
     if not short or _RULE_TRIGGER.search(scan.lowered):
         spans.extend(_key_value_spans(scan))
         spans.extend(_credential_spans(scan))
@@ -359,7 +463,7 @@ def _overlapping(pattern: re.Pattern[str], text: str) -> Iterator[tuple[int, int
         pos = m.start() + 1
 
 
-def _base64_spans(cores: tuple[str, ...], text: str) -> Iterator[tuple[int, int]]:
+def _base64_spans(cores: Sequence[str], text: str) -> Iterator[tuple[int, int]]:
     """A base64 core of a secret masks the whole blob around it (its edges carry secret bits)."""
     for core in cores:
         pos = text.find(core)

@@ -10,6 +10,11 @@ setting secrets at once do not lose one another's change.
 
 On Windows, POSIX modes do not exist: the files get the access rules inherited from the data
 directory, and the mode check is skipped (see ``docs/security.md``).
+
+A value holds at most :data:`MAX_SECRET_BYTES` (64 KiB of UTF-8): every text a run writes is
+searched for every secret, so a larger one is refused by :meth:`SecretStore.set`, and one
+stored before the limit existed is refused by :meth:`SecretStore.get` (a configuration
+that uses it does not load) and left out of :meth:`SecretStore.values` (nothing can use it).
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 FORMAT_VERSION = 1
 _POSIX = os.name == "posix"
+MAX_SECRET_BYTES = 64 * 1024
+"""The largest secret value, in bytes of UTF-8 (see the module docstring)."""
+_SEAL_BYTES = NONCE_BYTES + 16  # what sealing adds to a value: its nonce and the GCM tag
 _StrSet = set[str]  # SecretStore.set shadows the builtin inside the class body
 
 
@@ -80,6 +88,9 @@ class SecretStore:
             raise TypeError(f"a secret value must be a str, not {type(value).__name__}")
         if value == "":
             raise ValueError(f"secret {name!r}: an empty value cannot be stored")
+        size = len(value.encode("utf-8"))
+        if size > MAX_SECRET_BYTES:
+            raise ValueError(_too_large(name, size))
         with self._write_lock():
             entries = self._load()
             key = self._load_key(create=True, existing_entries=bool(entries))
@@ -126,7 +137,8 @@ class SecretStore:
         if not entries:
             return set()
         key = self._load_key(create=False)
-        return {self._decrypt(key, name, entry) for name, entry in entries.items()}
+        return {self._decrypt(key, name, entry) for name, entry in entries.items()
+                if _sealed_size(entry) <= MAX_SECRET_BYTES}
 
     # --- the key ----------------------------------------------------------------------------
 
@@ -263,8 +275,10 @@ class SecretStore:
             sealed = base64.b64decode(entry["value"], validate=True)
         except (binascii.Error, ValueError):
             sealed = b""
-        if len(sealed) < NONCE_BYTES + 16:  # nonce + GCM tag at least
+        if len(sealed) < _SEAL_BYTES:
             raise SecretError(f"secret {name!r} in {self.path} is damaged (not a sealed value)")
+        if len(sealed) - _SEAL_BYTES > MAX_SECRET_BYTES:
+            raise SecretError(_too_large(name, len(sealed) - _SEAL_BYTES))
         try:
             plain = AESGCM(key).decrypt(
                 sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], name.encode("utf-8")
@@ -290,6 +304,18 @@ class SecretStore:
                     _unlock_fd(fd)
             finally:
                 os.close(fd)
+
+
+def _sealed_size(entry: dict[str, str]) -> int:
+    """The size of the value sealed in ``entry``, in bytes, without decrypting it."""
+    text = entry["value"]
+    return len(text) * 3 // 4 - text[-2:].count("=") - _SEAL_BYTES
+
+
+def _too_large(name: str, size: int) -> str:
+    return (f"secret {name!r} is {size:,} bytes; a secret holds at most {MAX_SECRET_BYTES:,} "
+            "bytes (64 KiB), since everything a run writes is searched for every secret; "
+            f"store a smaller value with `cadenza secrets set {name}`")
 
 
 if sys.platform == "win32":

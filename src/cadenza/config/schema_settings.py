@@ -101,10 +101,23 @@ class TagLimits(StrictModel):
     budget_per_hour: int = Field(0, ge=0, le=1_000_000)
 
 
+STEP_OUTPUT_BYTES = 1 << 20
+"""The default of ``[limits].step_output_bytes``."""
+RUN_LOG_LINES = 100_000
+"""The default of ``[limits].run_log_lines``."""
+
+
 class LimitSettings(StrictModel):
-    """Per-tag caps: ``[limits.tags.NAME]``."""
+    """Per-tag caps (``[limits.tags.NAME]``) and what one run may store:
+    ``step_output_bytes``, the largest output of a step kept (as JSON; a larger one is
+    replaced by a summary of its size), and ``run_log_lines``, the most lines of step code
+    kept in a run's log (the others are counted, and the count written when the run ends).
+    See docs/security.md, "Limits"."""
 
     tags: dict[Identifier, TagLimits] = Field(default_factory=dict)
+    # The store's protection (see the class docstring).
+    step_output_bytes: int = Field(STEP_OUTPUT_BYTES, ge=1024, le=64 << 20)
+    run_log_lines: int = Field(RUN_LOG_LINES, ge=100, le=10_000_000)
 
 
 class FileSettings(StrictModel):

@@ -191,6 +191,12 @@ def _exists(local: datetime, zone: tzinfo) -> bool:
     return back.replace(tzinfo=None, fold=0) == local.replace(tzinfo=None, fold=0)
 
 
+def _is_number(token: str) -> bool:
+    """Whether ``token`` is written with ASCII digits only (``str.isdigit`` also accepts
+    "²" and "١", which are not cron)."""
+    return token.isascii() and token.isdigit()
+
+
 def _number(token: str, index: int) -> int:
     name = FIELD_NAMES[index]
     low, high = _RANGES[index]
@@ -199,7 +205,7 @@ def _number(token: str, index: int) -> int:
         return _MONTHS.index(lowered) + 1
     if index == 4 and lowered in _DAYS:
         return _DAYS.index(lowered)
-    if not token.isdigit():
+    if not _is_number(token):
         hint = ""
         if index == 4:
             hint = " (0-6 with 0 = Monday, or mon..sun)"
@@ -229,9 +235,14 @@ def _parse_field(text: str, index: int) -> tuple[frozenset[int], bool]:
         base, slash, step_text = part.partition("/")
         step = 1
         if slash:
-            if not step_text.isdigit() or int(step_text) == 0:
+            if not _is_number(step_text) or int(step_text) == 0:
                 raise CronError(f"step in {part!r} must be a positive number", name)
             step = int(step_text)
+            if step > high - low:
+                # A step this large picks its start value only: almost surely a mistake
+                # (like "*/60" read as "hourly").
+                raise CronError(f"step {step} in {part!r} is larger than the field's range "
+                                f"{low}-{high}: it could never repeat", name)
         if base == "*":
             start, end = low, high
         elif "-" in base:

@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cadenza.domain.outputs import not_kept, truncation
+
 TOKEN_RE = re.compile(r"(?<!\$)\$\{([^{}]*)\}")
 ESCAPED = "$${"
 
@@ -111,6 +113,8 @@ def lookup(token: Token, scope: Scope) -> Any:
                 value = value[key]
             elif isinstance(value, list) and key.isdigit() and int(key) < len(value):
                 value = value[int(key)]
+            elif (cut := truncation(value)) is not None:
+                raise ParamError(f"{token.raw}: {not_kept(step, *cut)}")
             else:
                 raise ParamError(f"{token.raw}: step {step!r} has no {key!r}")
         return value

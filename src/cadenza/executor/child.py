@@ -154,7 +154,8 @@ def child_main(spec: ChildSpec, conn: Any, deadlines: Any = None) -> None:
             progress=None if spec.fence is None else fence_progress(spec.fence, spec.run),
             clock=clock,
         )
-        result = check_result(step_type().run(ctx, config), spec.step.name)
+        result = check_result(step_type().run(ctx, config), spec.step.name,
+                              spec.settings.limits.step_output_bytes)
         ctx.finish(success=True)
         _end_leftovers(spec, started, send, clock)
         send(("result", result.rows, json.dumps(dict(result.output), allow_nan=False)))

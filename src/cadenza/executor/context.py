@@ -55,8 +55,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cadenza.clock import Clock, SystemClock
-from cadenza.config.schema_settings import HttpConnection, Settings, SqlConnection
+from cadenza.config.schema_settings import (
+    STEP_OUTPUT_BYTES,
+    HttpConnection,
+    Settings,
+    SqlConnection,
+)
 from cadenza.domain.errors import Fatal, Retryable, StepError
+from cadenza.domain.outputs import summarize
 from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
 from cadenza.store.boundary import EventSpec
 
@@ -492,9 +498,12 @@ def _to_json(value: Any, what: str) -> str:
         raise Fatal(f"{what} is not JSON-able ({exc})") from None
 
 
-def check_result(value: object, step: str) -> StepResult:
+def check_result(value: object, step: str,
+                 limit: int = STEP_OUTPUT_BYTES) -> StepResult:
     """``value`` as a :class:`StepResult` whose ``output`` is a JSON-able dict; :class:`Fatal`
-    otherwise (a step type returning something else is a bug that retrying cannot fix)."""
+    otherwise (a step type returning something else is a bug that retrying cannot fix). An
+    output whose JSON is longer than ``limit`` is replaced by its summary
+    (:mod:`cadenza.domain.outputs`)."""
     if not isinstance(value, StepResult):
         raise Fatal(f"step {step!r} returned {type(value).__name__}, expected a StepResult")
     rows = value.rows
@@ -503,9 +512,11 @@ def check_result(value: object, step: str) -> StepResult:
     if not isinstance(value.output, Mapping):
         raise Fatal(f"step {step!r}: output must be a dict, got {type(value.output).__name__}")
     try:
-        json.dumps(dict(value.output), allow_nan=False)
+        encoded = json.dumps(dict(value.output), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise Fatal(f"step {step!r}: its output is not JSON-able ({exc})") from None
+    if len(encoded) > limit:  # ASCII (json.dumps escapes the rest): characters are bytes
+        return StepResult(value.rows, summarize(value.output, len(encoded), limit))
     return value
 
 

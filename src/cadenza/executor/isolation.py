@@ -169,7 +169,8 @@ class ThreadStep:
             raise error
         if error is not None:  # SystemExit and the like must not stop the worker
             raise RemoteError(type(error).__name__, str(error), "fatal")
-        return check_result(result, self.ctx.step.name)
+        return check_result(result, self.ctx.step.name,
+                            self.ctx.settings.limits.step_output_bytes)
 
 
 class StepThreads:
@@ -370,7 +371,8 @@ def run_in_process(
             elif kind == "result":
                 answered = True
                 _, rows, output_json = message
-                return check_result(StepResult(rows, json.loads(output_json)), step)
+                return check_result(StepResult(rows, json.loads(output_json)), step,
+                                    spec.settings.limits.step_output_bytes)
             elif kind == "error":
                 answered = True
                 info = message[1]

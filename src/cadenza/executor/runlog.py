@@ -9,6 +9,12 @@ for a long step the executor also writes what is pending about once a second.
 
 Step code logs through a :class:`StepLogger` (``ctx.log``), which formats like the standard
 ``logging`` module (``ctx.log.info("loaded %s rows", n)``).
+
+A run's log keeps at most ``max_lines`` lines from step code (``ctx.log``, a child process's
+lines; ``[limits].run_log_lines``) per execution of the run: later ones are counted in
+:attr:`RunLog.dropped`, not kept, and the tracker writes one line with the count when the
+run ends. The executor's own lines (a step started, succeeded or failed, the run's end) are
+always kept: there are a handful per step.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from cadenza.config.schema_settings import RUN_LOG_LINES
 from cadenza.domain.events import Level
 from cadenza.store.boundary import EventSpec, LogLine
 
@@ -53,9 +60,11 @@ class RunLog:
     """The pending lines and events of one run (thread-safe).
 
     ``now`` gives each line its time (the store's clock, so that tests with a fake clock see
-    consistent times)."""
+    consistent times); ``max_lines`` caps the lines of step code (see the module
+    docstring)."""
 
-    def __init__(self, level: str, now: Callable[[], datetime]) -> None:
+    def __init__(self, level: str, now: Callable[[], datetime],
+                 max_lines: int = RUN_LOG_LINES) -> None:
         self.level = level.upper()
         self.threshold = level_rank(self.level)
         self._now = now
@@ -63,6 +72,11 @@ class RunLog:
         self._lines: list[LogLine] = []
         self._events: list[EventSpec] = []
         self.closed_steps: set[str] = set()
+        self.max_lines = max_lines
+        self._room = max_lines
+        """How many more lines of step code are kept."""
+        self.dropped = 0
+        """Lines of step code not kept since :meth:`take_dropped` last read the count."""
 
     def enabled(self, level: str) -> bool:
         """Whether a line of ``level`` is kept at this run's log level."""
@@ -78,14 +92,39 @@ class RunLog:
                 return  # an abandoned step thread still talking after its deadline
             self._lines.append(line)
 
+    def add_step_line(self, level: str, message: str, step: str | None) -> None:
+        """Buffer one line of step code (``ctx.log``): :meth:`add` within the cap."""
+        if _RANK.get(level, 0) < self.threshold:
+            return
+        line = LogLine(self._now(), level, step, message)
+        with self._lock:
+            if step is not None and step in self.closed_steps:
+                return
+            if self._room <= 0:
+                self.dropped += 1
+                return
+            self._room -= 1
+            self._lines.append(line)
+
     def add_line(self, line: LogLine) -> None:
-        """Buffer a line made elsewhere (a child process's), keeping its time."""
+        """Buffer a line made elsewhere (a child process's), keeping its time; within the
+        cap of step code's lines."""
         if _RANK.get(line.level, 0) < self.threshold:
             return
         with self._lock:
             if line.step is not None and line.step in self.closed_steps:
                 return
+            if self._room <= 0:
+                self.dropped += 1
+                return
+            self._room -= 1
             self._lines.append(line)
+
+    def take_dropped(self) -> int:
+        """How many lines of step code were dropped since the last call (then 0)."""
+        with self._lock:
+            dropped, self.dropped = self.dropped, 0
+        return dropped
 
     def event(self, spec: EventSpec, step: str | None = None) -> None:
         """Buffer one audit event (written with the next boundary)."""
@@ -131,7 +170,7 @@ class StepLogger:
 
     def _emit(self, level: str, message: object, args: tuple[object, ...]) -> None:
         if self._log.enabled(level):
-            self._log.add(level, format_message(message, args), self.step)
+            self._log.add_step_line(level, format_message(message, args), self.step)
 
     def debug(self, message: str, *args: object) -> None:
         """A DEBUG line (kept only when the run's log level is DEBUG)."""
@@ -180,3 +219,7 @@ class SendingLog(RunLog):
     def add(self, level: str, message: str, step: str | None = None) -> None:
         if _RANK.get(level, 0) >= self.threshold:
             self._send(("log", self._now(), level, message))
+
+    def add_step_line(self, level: str, message: str, step: str | None) -> None:
+        # The parent applies the cap (its add_line): it knows the run's whole count.
+        self.add(level, message, step)

@@ -43,6 +43,7 @@ from zoneinfo import ZoneInfo
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.errors import StepError
 from cadenza.domain.events import EventType
+from cadenza.domain.outputs import not_kept, truncation
 from cadenza.domain.retry import Action, Decision, decide
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.context import bind_run
@@ -143,7 +144,8 @@ class RunTracker:
                 self.plan = plan_run(job, run, zone)
             except PlanError as exc:
                 self.problem = f"cannot resolve the run's parameters: {exc}"
-        self.log = RunLog(self.plan.log_level if self.plan else "INFO", store.clock.now)
+        self.log = RunLog(self.plan.log_level if self.plan else "INFO", store.clock.now,
+                          steps.settings.limits.run_log_lines)
         self.epoch = run.lease_epoch
         self.deadline = 0.0
         self.deadline_at: datetime | None = None
@@ -429,6 +431,8 @@ class RunTracker:
         return RunEnd(RunState.SUCCEEDED, self.rows)
 
     def _remember(self, step: StepConfig, outcome: StepOutcome) -> None:
+        if outcome.output and (cut := truncation(outcome.output)) is not None:
+            self.log.add("WARNING", not_kept(step.name, *cut), step.name)
         self.records[step.name] = {"state": outcome.state.value, "rows": outcome.rows,
                                    "output": outcome.output}
         if not outcome.failed:
@@ -436,6 +440,11 @@ class RunTracker:
             self.rows += outcome.rows or 0
 
     def _boundary(self, **parts: Any) -> Boundary:
+        if parts.get("run_end") is not None and self.log.dropped:
+            dropped = self.log.take_dropped()
+            self.log.add("WARNING", f"{dropped:,} more log lines of this run were dropped: "
+                                    f"a run keeps {self.log.max_lines:,} lines of its steps "
+                                    "([limits].run_log_lines)")
         lines, events = self.log.take()
         return Boundary(self.run.id, self.epoch, logs=lines, events=events, **parts)
 

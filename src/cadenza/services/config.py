@@ -45,10 +45,11 @@ class NewHome:
 
 
 def init_home(directory: Path, *, example: bool, actor: Actor, clock: Clock) -> NewHome:
-    """Create a home in ``directory``: cadenza.toml, jobs.toml, plugins/, data/, the store
-    and an ``admin`` user with a generated password. Refused (nothing overwritten) when the
-    directory already holds a cadenza.toml."""
-    from cadenza.home import create_home
+    """Create a home in ``directory``: cadenza.toml, jobs.toml, plugins/, data/ (0700), the
+    store (a SQLite file 0600: it holds password hashes) and an ``admin`` user with a
+    generated password. Refused (nothing overwritten) when the directory already holds a
+    cadenza.toml."""
+    from cadenza.home import create_home, create_private_sqlite
     from cadenza.security import generate_password, hash_password
 
     try:
@@ -57,7 +58,9 @@ def init_home(directory: Path, *, example: bool, actor: Actor, clock: Clock) -> 
     except FileExistsError as exc:
         raise Refused(str(exc)) from None
     try:
-        store = home.open_store(home.load_config(), clock=clock)
+        loaded = home.load_config()
+        create_private_sqlite(loaded.settings.store_url(home.path))
+        store = home.open_store(loaded, clock=clock)
     except CadenzaError as exc:
         raise CadenzaError(f"the new home does not load: {exc}") from None
     password = generate_password()

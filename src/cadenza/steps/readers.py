@@ -212,6 +212,9 @@ def _csv(fh: BinaryIO, display: str, opts: CsvOptions) -> Source:
                 yield Batch(rb.num_rows, arrow=rb, typed=False)
         except (pa.ArrowException, UnicodeError) as exc:
             problem = _locate(fh, encoding, opts, display, len(names))
+            if problem is None and "straddl" in str(exc):  # a row over two blocks
+                problem = Fatal(f"{display}: a row is longer than about {_ROW_LIMIT}, the "
+                                "longest a CSV row may be")
             raise problem or Fatal(f"{display}: cannot read the CSV file: "
                                    f"{str(exc).splitlines()[0]}") from None
 
@@ -232,9 +235,35 @@ def _first_record(fh: BinaryIO, encoding: str, opts: CsvOptions,
         line = files.undecodable_line(fh, encoding)
         raise Fatal(f"{display}: line {line}: not valid {opts.encoding} text") from None
     except csv.Error as exc:
+        too_long = _too_long(fh, display, opts, 1) if _FIELD_LIMIT in str(exc) else None
+        if too_long is not None:
+            raise too_long from None
         raise Fatal(f"{display}: line 1: cannot read the first row ({exc})") from None
     finally:
         text.detach()
+
+
+_FIELD_LIMIT = "field larger than field limit"
+"""The start of the message of Python's ``csv`` module for a field past
+``csv.field_size_limit()``."""
+
+
+def _too_long(fh: BinaryIO, display: str, opts: CsvOptions, line: int) -> Fatal | None:
+    """The error for a field longer than the strict reader takes, starting on ``line``
+    (pyarrow reads such a field in a row of up to about two blocks; the strict reader reads
+    the first row, and every row when pyarrow could not). None when the file's quotes do
+    not pair up: a quote left open makes the rest of the file one field, and the caller's
+    message asks about that quote."""
+    if files.count_char(fh, opts.quote, opts.encoding) % 2:
+        return None
+    limit = csv.field_size_limit()
+    return Fatal(f"{display}: line {line}: over-long field: more than {limit:,} characters "
+                 f"(a row is read up to about {_ROW_LIMIT}, the fields of the first row up "
+                 f"to {limit:,} characters)")
+
+
+_ROW_LIMIT = f"{2 * CSV_BLOCK >> 20} MiB"
+"""The longest row pyarrow's reader takes: a row may straddle one block boundary."""
 
 
 def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,
@@ -252,6 +281,10 @@ def _locate(fh: BinaryIO, encoding: str, opts: CsvOptions, display: str,
             except StopIteration:
                 return None
             except csv.Error as exc:
+                too_long = (_too_long(fh, display, opts, start) if _FIELD_LIMIT in str(exc)
+                            else None)
+                if too_long is not None:
+                    return too_long
                 return Fatal(f"{display}: line {start}: malformed CSV ({exc}); is a quote "
                              f"opened on line {start} never closed?")
             if record and len(record) != width:

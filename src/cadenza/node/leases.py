@@ -202,7 +202,7 @@ def _like_prefix(text: str) -> str:
 
 def _span(value: timedelta) -> str:
     """A duration for people: ``4m59.8s``, ``31.2s``, ``0.4s`` (its size, no sign)."""
-    seconds = abs(value.total_seconds())
+    seconds = round(abs(value.total_seconds()), 1)
     minutes, rest = divmod(seconds, 60)
     if minutes >= 60:
         hours, minutes = divmod(minutes, 60)

@@ -349,9 +349,10 @@ def _mib(size: int) -> str:
 
 def wal_readers(shm: Path, frames: int) -> tuple[str, ...] | None:
     """The processes whose read transaction holds a snapshot older than ``frames`` in the
-    WAL whose index is ``shm``: the read locks of ``/proc/locks`` (Linux) on its read marks
-    1-4 whose mark is below ``frames`` (all of them when the marks cannot be read). None
-    when the system does not say (no ``/proc/locks``, no lock found)."""
+    WAL whose index is ``shm``: the read locks of ``/proc/locks`` (Linux) on its read marks:
+    mark 0 (a reader of the database file alone: no frame may be copied under it) and marks
+    1-4 below ``frames`` (all of them when the marks cannot be read). None when the system
+    does not say (no ``/proc/locks``, no lock found)."""
     locks = Path("/proc/locks")
     try:
         st = shm.stat()
@@ -377,10 +378,10 @@ def wal_readers(shm: Path, frames: int) -> tuple[str, ...] | None:
             end = int(parts[7]) if parts[7] != "EOF" else 1 << 62
         except ValueError:
             continue
-        for mark in range(1, 5):
+        for mark in range(5):
             byte = _SHM_READ_LOCK + mark
-            if start <= byte <= end and (marks is None or marks[mark] < frames) \
-                    and pid > 0 and pid not in pids:
+            old = mark == 0 or marks is None or marks[mark] < frames
+            if start <= byte <= end and old and pid > 0 and pid not in pids:
                 pids.append(pid)
     return tuple(_process(pid) for pid in pids) or None
 

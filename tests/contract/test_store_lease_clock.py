@@ -82,6 +82,20 @@ def test_lease_ends_are_the_databases_time_whoever_writes_them(
     assert _near(_lease_until(fast, theirs.run_id), fast.store_time() + LEASE)
 
 
+def test_a_staged_claim_of_the_fast_node_is_on_the_databases_time(
+        nodes: tuple[Store, Store]) -> None:
+    healthy, fast = nodes
+    (run_id,) = fast.create_runs([NewRun("j", "manual:test")])
+    due = fast.clock.now()
+    start = fast.stage_start(Boundary(run_id, 1, starts=[StepStart("s1", "python")]), "j",
+                             "host-b:1:1", due + LEASE)
+    assert start is not None
+    with fast.write() as conn:
+        assert set(fast.claim_staged(conn, [start], "host-b:1:1", due + LEASE,
+                                     now=due)) == {run_id}
+    assert _near(_lease_until(fast, run_id), healthy.store_time() + LEASE)
+
+
 def test_an_expired_lease_is_reaped_by_any_node_on_the_databases_time(
         nodes: tuple[Store, Store]) -> None:
     healthy, fast = nodes

@@ -151,9 +151,10 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
           fresh: bool = False, returning: str = "*") -> tuple[list[str], list[list[Any]]]:
     """Claim up to ``limit`` QUEUED runs due at ``now`` (only among ``run_ids`` / runs of
     ``job_ids`` when given; ``fresh``: only runs never claimed, epoch 0) for ``owner`` until
-    ``until`` (a length: ``now() + until`` on PostgreSQL, see
-    :meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`). Returns the names of the
-    ``returning`` columns and the claimed rows (in no order), timestamps decoded."""
+    ``until`` (or, a ``timedelta``: the lease's length, which PostgreSQL adds to its
+    ``now()``; see :meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`). Returns the
+    names of the ``returning`` columns and the claimed rows (in no order), timestamps
+    decoded."""
     stamp = d.ts(now)
     lease_for = isinstance(until, timedelta)
     lease = until if isinstance(until, timedelta) else d.ts(until)

@@ -8,13 +8,14 @@ live run from its healthy holder. A store judges leases in one of two ways
 
 ``"database"`` (every store a ``cadenza`` command or ``cadenza serve`` opens)
     The database's own time. On PostgreSQL, ``now()`` inside the statements themselves: the
-    claim and the renewal write ``now() + lease``, the reaper compares with ``now()``; no
+    claim and the renewal write ``now() + lease``, the reaper compares with the server's
+    clock, read first in its transaction (one query per round, not per run); no
     node's clock takes part, so nodes on several hosts agree however far their clocks
     drift. On SQLite, whose writers all run on one host, the OS clock of that host (what
     SQLite's own ``'now'`` reads): a process whose clock is shifted (``CADENZA_FAKE_NOW``)
     still writes and judges lease times on the OS clock. No statement or round trip is
-    added: PostgreSQL computes the time in the statements it already runs, SQLite's is read
-    in the process.
+    added to a claim or a renewal: PostgreSQL computes the time in the statements it
+    already runs, SQLite's is read in the process.
 
 ``"clock"`` (the default of ``Store.open``: tests and tools)
     The store's injected clock, as given. A test drives lease expiry by moving its

@@ -277,8 +277,9 @@ class RunLeasesRepository(LeaseClock):
 
         The store's time (:meth:`~cadenza.store.lease_clock.LeaseClock.store_time`) decides
         what expired: ``now`` (default: the store's clock) when the store judges leases by
-        its clock; the database's ``now()`` or the host's clock when it judges them by the
-        database (``now`` then only dates the changes and events)."""
+        its clock; the database's clock (read once, first in the transaction) or the host's
+        when it judges them by the database (``now`` then only dates the changes and
+        events)."""
         at = require_aware(now or self._now(), "now")
         recovered: list[Recovered] = []
         with self.write() as conn:

@@ -12,7 +12,6 @@ store/maintenance.py; docs/leases.md "Whose clock decides a lease", RELIABILITY 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import subprocess
 import sys
 import time
@@ -142,16 +141,21 @@ def test_a_wal_a_reader_keeps_from_emptying_is_a_warning_naming_the_reader(
         assert warned.holder in event.message
         assert reaper.watch_wal(threshold=256 * 1024) is None  # not again at once
 
-        reader.kill()
-        reader.wait()
+        _stop(reader)
         reader = None
         found = store.check_wal(256 * 1024)
         assert found is not None and not found.stuck  # the checkpoint completes now
     finally:
         if reader is not None:
-            reader.kill()
-            reader.wait()
+            _stop(reader)
         store.close()
+
+
+def _stop(reader: subprocess.Popen[str]) -> None:
+    reader.kill()
+    reader.wait()
+    if reader.stdout is not None:
+        reader.stdout.close()
 
 
 def test_a_wal_below_its_threshold_is_not_looked_into(sqlite_url: str) -> None:

@@ -72,6 +72,7 @@ class Reaper:
         """Runs re-queued by this reaper (at start and since)."""
         self.refused: str | None = None
         """Why the reaper does not reap now (the node's clock is off), or None."""
+        self._agreed = False
         self._wal_checked: float | None = None
         self._wal_warned: float | None = None
 
@@ -93,6 +94,7 @@ class Reaper:
                    "max_clock_skew_seconds": limit.total_seconds(),
                    "store_time": self.store.lease_time}
         if abs(skew) <= limit:
+            self._agreed = True
             if self.refused is not None:
                 self.refused = None
                 message = (f"the clock of node {self.owner} is back within "
@@ -109,7 +111,8 @@ class Reaper:
                 f"more than [workers].max_clock_skew ({_span(limit)}): its reaper does not "
                 "re-queue any run until the clocks agree (set this host's clock right, e.g. "
                 "with NTP; the other nodes' reapers go on)")
-            log.error("reaper not started: %s", self.refused)
+            log.error("reaper %s: %s", "paused" if self._agreed else "not started",
+                      self.refused)
             self.store.append_event(EventType.CLOCK_SKEW, self.refused, level=Level.WARNING,
                                     payload={**payload, "reaping": False}, actor="reaper")
         return False

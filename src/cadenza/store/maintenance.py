@@ -396,7 +396,7 @@ def _process(pid: int) -> str:
         command = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
     except Exception:  # gone, or not ours to look at
         return f"pid {pid}"
-    return f"pid {pid} ({command[:160]})"
+    return f"pid {pid} ({' '.join(command.split())[:160]})"
 
 
 # -- the store mixin -----------------------------------------------------------------------

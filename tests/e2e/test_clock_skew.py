@@ -65,8 +65,6 @@ def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(tmp_path: Path) 
         skewed.wait_ready()
         # Its reaper looked at start and then every second; the run's lease (3 s on the
         # host's clock, renewed every second) ended long ago on the fast node's clock.
-        eventually(lambda: any(kind == "CLOCK_SKEW" for kind, _ in _events(home)), 30,
-                   "the fast node's CLOCK_SKEW event")
         done = eventually(lambda: (r := run_state(home, run_id)).state.value == "SUCCEEDED"
                           and r, 60, "the run finished by its holder")
         assert done.lease_epoch == held.lease_epoch  # never taken from its holder
@@ -75,6 +73,7 @@ def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(tmp_path: Path) 
         assert [(s.attempt, s.state.value) for s in steps] == [(1, "SUCCEEDED")]
         assert "RUN_RECOVERED" not in [kind for kind, _ in _events(home, run_id)]
         assert len(attempts.read_text().split()) == 1  # the effects ran once
+        assert any(kind == "CLOCK_SKEW" for kind, _ in _events(home))
 
         # Alone now, the fast node runs a run: its lease is on the host's clock.
         out_healthy = healthy.stop()

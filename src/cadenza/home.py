@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from cadenza.clock import Clock
     from cadenza.config import LoadedConfig, LoadedSettings, Settings
     from cadenza.store import Store
+    from cadenza.store.lease_clock import LeaseTime
 
 CONFIG_FILE = "cadenza.toml"
 JOBS_FILE = "jobs.toml"
@@ -99,8 +100,10 @@ class Home:
         *,
         clock: Clock | None = None,
         migrate: bool = True,
+        lease_time: LeaseTime = "clock",
     ) -> Store:
-        """Open (and by default migrate) the store named by ``[store].url``."""
+        """Open (and by default migrate) the store named by ``[store].url``; ``lease_time``:
+        whose time decides a lease (:mod:`cadenza.store.lease_clock`)."""
         from cadenza.store import Store
 
         loaded = config or self.load_config()
@@ -111,6 +114,7 @@ class Home:
             redactor=self.redactor,
             sqlite_synchronous=settings.store.sqlite_synchronous,
             migrate=migrate,
+            lease_time=lease_time,
         )
 
 

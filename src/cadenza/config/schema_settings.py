@@ -84,14 +84,24 @@ MIN_LEASE = timedelta(seconds=3)
 MAX_LEASE = timedelta(hours=1)
 
 
+def _skew_limit(value: timedelta) -> timedelta:
+    if not timedelta(seconds=1) <= value <= timedelta(hours=1):
+        fail(f'expected a skew between "1s" and "1h" (how far this node\'s clock may differ '
+             f"from the store's before its reaper stops), got {value.total_seconds():g}s")
+    return value
+
+
 class WorkerSettings(StrictModel):
     """``count`` concurrent runs on this node; ``max_concurrent_runs`` across all nodes;
     ``lease``: how long a worker's hold on a run lasts without renewal (renewed every third
-    of it; a run whose worker died is re-queued once it expires; see docs/leases.md)."""
+    of it; a run whose worker died is re-queued once it expires; see docs/leases.md);
+    ``max_clock_skew``: how far this node's clock may differ from the store's time before
+    the node stops re-queueing other nodes' runs (its reaper)."""
 
     count: int = Field(4, ge=1, le=1024)
     max_concurrent_runs: int = Field(16, ge=1, le=100_000)
     lease: Annotated[Duration, AfterValidator(_lease_length)] = timedelta(seconds=60)
+    max_clock_skew: Annotated[Duration, AfterValidator(_skew_limit)] = _SECONDS_30
 
 
 class TagLimits(StrictModel):

@@ -45,6 +45,7 @@ from typing import Any
 
 from cadenza.clock import Clock, SystemClock
 from cadenza.store.claims import StagedStart
+from cadenza.store.lease_clock import LeaseTime
 
 log = logging.getLogger("cadenza.claimer")
 
@@ -79,9 +80,11 @@ class Claimer:
     """The node's side of the claimer process (see the module docstring). Used by the
     dispatcher thread only."""
 
-    def __init__(self, url: str, synchronous: str) -> None:
+    def __init__(self, url: str, synchronous: str, lease_time: LeaseTime = "clock") -> None:
         self.url = url
         self.synchronous = synchronous
+        self.lease_time = lease_time
+        """The node's store's: the claimer writes lease times the same way."""
         self._conn: Connection | None = None
         self._process: Any = None
         self._ready = False
@@ -98,7 +101,8 @@ class Claimer:
         """Start the process (returns at once; it opens the store in the background)."""
         context = multiprocessing.get_context("spawn")
         mine, theirs = context.Pipe()
-        process = context.Process(target=serve, args=(theirs, self.url, self.synchronous),
+        process = context.Process(target=serve, args=(theirs, self.url, self.synchronous,
+                                                        self.lease_time),
                                   name="cadenza-claimer", daemon=True)
         process.start()
         theirs.close()
@@ -220,22 +224,24 @@ class Claimer:
 
 # -- the child process ------------------------------------------------------------------------
 
-def serve(conn: Connection, url: str, synchronous: str) -> None:
+def serve(conn: Connection, url: str, synchronous: str,
+          lease_time: LeaseTime = "clock") -> None:
     """The claimer's loop (in the child process): see the module docstring."""
     # Ctrl-C in a terminal reaches the whole process group: the node decides when this
     # process stops (a "stop" message, or the pipe closing when the node is gone).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        _serve(conn, url, synchronous)
+        _serve(conn, url, synchronous, lease_time)
     except (EOFError, OSError):  # the node closed its end (it stopped, or is gone)
         return
 
 
-def _serve(conn: Connection, url: str, synchronous: str) -> None:
+def _serve(conn: Connection, url: str, synchronous: str, lease_time: LeaseTime) -> None:
     try:
         from cadenza.store import Store
 
-        store = Store.open(url, sqlite_synchronous=synchronous, migrate=False)
+        store = Store.open(url, sqlite_synchronous=synchronous, migrate=False,
+                           lease_time=lease_time)
     except Exception as exc:  # reported; the node claims in-process
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return

@@ -16,7 +16,8 @@ keeper        :class:`~cadenza.executor.lease.LeaseKeeper`: renews the leases of
               whose cancel was requested or whose lease was lost
 claimer       the claimer process (:mod:`cadenza.executor.claimer`), if the node has one
 reaper        :class:`~cadenza.node.leases.Reaper`: at start takes back what a crash of this
-              host left, then re-queues expired leases of any node every lease/3
+              host left, then re-queues expired leases of any node every lease/3 (not
+              while the node's clock is off the store's time); watches SQLite's WAL
 scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fires a
               stopped server recorded ahead, then records fires (leader only)
 retention     :class:`~cadenza.retention.RetentionSweeper`: the daily prune (leader only)
@@ -132,7 +133,8 @@ class Node:
         self._stack.callback(self.dispatcher.close)
         self.reaper = Reaper(store, self.owner, self.life,
                              lambda: self.config.settings.workers.lease,
-                             on_reaped=self.dispatcher.wake)
+                             on_reaped=self.dispatcher.wake,
+                             max_skew=lambda: self.config.settings.workers.max_clock_skew)
         self.retention: RetentionSweeper | None = None
         self.services: list[Service] = self._compose()
         """Started in this order by :meth:`start`, stopped in reverse by :meth:`stop`."""

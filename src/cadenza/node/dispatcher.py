@@ -552,4 +552,4 @@ def _claimer_for(store: Store, config: LoadedConfig, workers: int,
     if wanted is None and workers < CLAIMER_MIN_WORKERS:
         return None
     return Claimer(url.render_as_string(hide_password=False),
-                   config.settings.store.sqlite_synchronous)
+                   config.settings.store.sqlite_synchronous, store.lease_time)

@@ -132,10 +132,12 @@ class Services:
         return self._settings
 
     def store(self) -> Store:
-        """The home's store, opened (and migrated) at the first call."""
+        """The home's store, opened (and migrated) at the first call. Leases are judged by
+        the database's time, not the services' clock (docs/leases.md)."""
         if self._store is None:
             loaded = self._config if self._config is not None else self.settings()
-            self._store = self.home.open_store(loaded, clock=self.clock)
+            self._store = self.home.open_store(loaded, clock=self.clock,
+                                               lease_time="database")
         return self._store
 
     def on_close(self, closer: Callable[[], None]) -> None:

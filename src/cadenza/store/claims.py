@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
@@ -52,6 +52,7 @@ from cadenza.store.hotsql import (
     insert_rows,
     update_rows,
 )
+from cadenza.store.lease_clock import LeaseClock
 from cadenza.store.records import RunRecord
 from cadenza.store.tables import runs
 
@@ -61,13 +62,15 @@ _TAKE = (
     " AND (not_before IS NULL OR not_before <= {m}){where}"
     " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}{lock})"
     " UPDATE runs SET state = 'RUNNING', lease_epoch = lease_epoch + 1, lease_owner = {m},"
-    " lease_until = {m}, started_at = coalesce(started_at, {m}), updated_at = {m},"
+    " lease_until = {lease}, started_at = coalesce(started_at, {m}), updated_at = {m},"
     " reason = NULL, wait_reason = NULL"
     # The guard is an expression, not ``state = ?``: given a plain column, SQLite's planner
     # scans every queued run in the index instead of looking the ids up.
     " WHERE id IN (SELECT id FROM chosen) AND state || '' = 'QUEUED' RETURNING {returning}"
 )
 """The claim. ``state = 'QUEUED'`` is a literal: it must match the partial index's WHERE.
+``{lease}`` is a parameter, or ``now() + `` the lease's length on PostgreSQL when the store
+judges leases by the database's time (:mod:`cadenza.store.lease_clock`).
 On PostgreSQL the CTE is materialized: as a plain subquery it may be evaluated more than
 once, and with SKIP LOCKED each evaluation can pick other rows (claiming more than LIMIT)."""
 _GIVE_BACK = (
@@ -127,27 +130,34 @@ class _Row:
 
 
 def claim_statement(d: Dialect, *, ids: int | None = None, jobs: int | None = None,
-                    fresh: bool = False, returning: str = "*") -> str:
+                    fresh: bool = False, returning: str = "*", lease_for: bool = False) -> str:
     """:data:`_TAKE` for ``d``, among ``ids`` run ids and ``jobs`` job ids when given.
-    Parameters: now, the run ids, the job ids, limit, owner, lease_until, now, now."""
+    Parameters: now, the run ids, the job ids, limit, owner, lease_until (with
+    ``lease_for``, PostgreSQL: the lease's length, added to the database's ``now()``),
+    now, now."""
     where = f" AND id IN ({d.marks(ids)})" if ids is not None else ""
     if jobs is not None:
         where += f" AND job_id IN ({d.marks(jobs)})"
     if fresh:
         where += " AND lease_epoch = 0"
-    return _TAKE.format(m=d.mark, where=where, returning=returning,
+    lease = f"now() + {d.mark}" if lease_for else d.mark
+    return _TAKE.format(m=d.mark, where=where, returning=returning, lease=lease,
                         materialized="MATERIALIZED " if d.postgres else "",
                         lock=" FOR UPDATE SKIP LOCKED" if d.postgres else "")
 
 
-def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime, now: datetime,
+def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, now: datetime,
           limit: int, run_ids: list[str] | None = None, job_ids: list[str] | None = None,
           fresh: bool = False, returning: str = "*") -> tuple[list[str], list[list[Any]]]:
     """Claim up to ``limit`` QUEUED runs due at ``now`` (only among ``run_ids`` / runs of
     ``job_ids`` when given; ``fresh``: only runs never claimed, epoch 0) for ``owner`` until
-    ``until``. Returns the names of the ``returning`` columns and the claimed rows (in no
-    order), timestamps decoded."""
+    ``until`` (or, a ``timedelta``: the lease's length, which PostgreSQL adds to its
+    ``now()``; see :meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`). Returns the
+    names of the ``returning`` columns and the claimed rows (in no order), timestamps
+    decoded."""
     stamp = d.ts(now)
+    lease_for = isinstance(until, timedelta)
+    lease = until if isinstance(until, timedelta) else d.ts(until)
     parts: list[list[str]] = [[]]
     if run_ids is not None:
         parts = [run_ids[k:k + _IDS_PER_CLAIM] for k in range(0, len(run_ids), _IDS_PER_CLAIM)]
@@ -158,9 +168,9 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime, now: datetime
             break
         sql = claim_statement(d, ids=len(part) if run_ids is not None else None,
                               jobs=len(job_ids) if job_ids is not None else None,
-                              fresh=fresh, returning=returning)
+                              fresh=fresh, returning=returning, lease_for=lease_for)
         cursor.execute(sql, [stamp, *part, *(job_ids or ()), limit - len(out), owner,
-                             d.ts(until), stamp, stamp])
+                             lease, stamp, stamp])
         names = [col[0] for col in cursor.description]
         stamps = [k for k, name in enumerate(names) if name in _TIMESTAMPS]
         read = d.read_ts
@@ -172,7 +182,7 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime, now: datetime
     return names, out
 
 
-class RunClaims(BoundaryWriter):
+class RunClaims(BoundaryWriter, LeaseClock):
     """Runs queued and taken: :meth:`create_runs`, :meth:`claim_runs`, the staged claim
     (:meth:`stage_start`, :meth:`claim_staged`) and what it checks (see the module
     docstring)."""
@@ -260,8 +270,8 @@ class RunClaims(BoundaryWriter):
             now = self._now()
             cursor = c.connection.cursor()
             try:
-                names, rows = _take(cursor, d, owner=owner, until=until, now=now, limit=limit,
-                                    run_ids=ids, job_ids=jobs)
+                names, rows = _take(cursor, d, owner=owner, until=self.lease_end(until, now),
+                                    now=now, limit=limit, run_ids=ids, job_ids=jobs)
                 if not rows:
                     return []
                 claimed = [RunRecord.from_row(cast("sa.Row[Any]", _Row(dict(
@@ -350,7 +360,7 @@ class RunClaims(BoundaryWriter):
         cursor = conn.connection.cursor()
         try:
             _, rows = _take(cursor, d, owner=owner,
-                            until=require_aware(lease_until, "lease_until"), now=now,
+                            until=self.lease_end(lease_until, now), now=now,
                             limit=len(staged), run_ids=[s.run_id for s in staged],
                             fresh=True, returning="id")
             taken = {row[0] for row in rows}

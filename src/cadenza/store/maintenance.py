@@ -34,6 +34,18 @@ Retention
     cursors, not old rows, decide what was fired, so pruning a MISSED row never re-fires it.
     Deletes go in batches of ``batch_size`` rows per transaction, so that a large prune never
     holds SQLite's single writer for long.
+
+The write-ahead log (SQLite)
+    :meth:`MaintenanceRepository.check_wal` tells a log that grows because a reader holds an
+    old snapshot: SQLite cannot copy frames that an open read transaction may still need
+    into the database, so a reader that stays open (a long backup, an open ``sqlite3``
+    shell, a process stopped in a read) keeps the log from being emptied and every commit
+    makes it longer. The checkpoint's own result says so (it copied fewer frames than the
+    log holds). Which reader: on Linux the read locks of ``/proc/locks`` on the ``-shm``
+    file name the processes that hold an old read mark (their pid and command line, "this
+    process" for ours); elsewhere, or when the system does not say, it is only "a reader".
+    A process holds one lock per read mark for all its connections: which connection of
+    that process is not known.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import contextlib
 import os
 import shutil
 import sqlite3
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -54,8 +67,8 @@ from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.codec import require_aware
-from cadenza.store.core import StoreCore
 from cadenza.store.engine import sqlite_path
+from cadenza.store.lease_clock import OS_CLOCK, LeaseClock
 from cadenza.store.tables import checkpoints, event_log, run_logs, runs, step_runs
 
 FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELED, RunState.MISSED)
@@ -67,6 +80,12 @@ BATCH_PAUSE = 0.02
 is not fair, and would otherwise wait behind many batches in a row."""
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BUSY_MS = 10_000
+_SHM_READ_LOCK = 123
+"""The byte of the ``-shm`` file a reader locks for read mark 0 (mark ``i``: + ``i``):
+SQLite's unix VFS locks byte 120 + lock index, and read mark ``i`` is lock index 3 + i."""
+_SHM_HEADER = 136
+"""Bytes of the ``-shm`` file read: two WAL-index headers (48 bytes each), then the
+checkpoint info: nBackfill (offset 96) and the five read marks (offsets 100-119)."""
 
 
 @dataclass(frozen=True)
@@ -278,11 +297,113 @@ def restore_sqlite(database: Path, source: Path, *, now: datetime, actor: str,
                          expired)
 
 
+# -- the write-ahead log ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WalCheck:
+    """What :meth:`MaintenanceRepository.check_wal` found (a log past its threshold)."""
+
+    database: Path
+    threshold: int
+    file_bytes: int
+    """The size of the ``-wal`` file (it keeps its largest size until emptied)."""
+    frames: int
+    """Frames (pages written) in the log now."""
+    checkpointed: int
+    """Frames the checkpoint has copied into the database."""
+    log_bytes: int
+    """What the frames take: ``frames`` x (page size + 24) + 32."""
+    busy: bool
+    """Another checkpoint ran at the same time: nothing can be told this time."""
+    readers: tuple[str, ...] | None
+    """The processes holding an old snapshot, as ``pid N (command line)``; None when the
+    system does not say (only "a reader" is known)."""
+
+    @property
+    def stuck(self) -> bool:
+        """The log holds more than the threshold and its checkpoint could not complete."""
+        return not self.busy and self.checkpointed < self.frames \
+            and self.log_bytes > self.threshold
+
+    @property
+    def holder(self) -> str:
+        """Who keeps the log from being emptied, as far as the store can tell."""
+        if self.readers:
+            return "a reader in " + ", ".join(self.readers)
+        return "a reader (which process, the operating system does not say here)"
+
+    @property
+    def message(self) -> str:
+        """The warning, for the log and the WAL_GROWING event."""
+        return (f"the SQLite write-ahead log of {self.database.name} holds "
+                f"{_mib(self.log_bytes)} (more than {_mib(self.threshold)}) and its "
+                f"checkpoint stopped at frame {self.checkpointed} of {self.frames}: "
+                f"{self.holder} holds an old snapshot open. The log is emptied once that read "
+                "transaction ends (a long backup, an open sqlite3 shell, a stopped process)")
+
+
+def _mib(size: int) -> str:
+    return f"{size / 1024 / 1024:.1f} MiB"
+
+
+def wal_readers(shm: Path, frames: int) -> tuple[str, ...] | None:
+    """The processes whose read transaction holds a snapshot older than ``frames`` in the
+    WAL whose index is ``shm``: the read locks of ``/proc/locks`` (Linux) on its read marks:
+    mark 0 (a reader of the database file alone: no frame may be copied under it) and marks
+    1-4 below ``frames`` (all of them when the marks cannot be read). None when the system
+    does not say (no ``/proc/locks``, no lock found)."""
+    locks = Path("/proc/locks")
+    try:
+        st = shm.stat()
+        table = locks.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    marks: tuple[int, ...] | None = None
+    try:
+        with shm.open("rb") as fh:
+            head = fh.read(_SHM_HEADER)
+        if len(head) == _SHM_HEADER:
+            marks = struct.unpack_from("=5I", head, 100)
+    except OSError:
+        pass
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids: list[int] = []
+    for line in table.splitlines():
+        parts = line.split()
+        if "->" in parts or len(parts) < 8 or parts[3] != "READ" or parts[5] != device:
+            continue
+        try:
+            pid, start = int(parts[4]), int(parts[6])
+            end = int(parts[7]) if parts[7] != "EOF" else 1 << 62
+        except ValueError:
+            continue
+        for mark in range(5):
+            byte = _SHM_READ_LOCK + mark
+            old = mark == 0 or marks is None or marks[mark] < frames
+            if start <= byte <= end and old and pid > 0 and pid not in pids:
+                pids.append(pid)
+    return tuple(_process(pid) for pid in pids) or None
+
+
+def _process(pid: int) -> str:
+    """``pid N (command line)`` for people; "this process" for ours."""
+    if pid == os.getpid():
+        return f"this process (pid {pid})"
+    try:
+        import psutil  # type: ignore[import-untyped]
+
+        command = " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+    except Exception:  # gone, or not ours to look at
+        return f"pid {pid}"
+    return f"pid {pid} ({' '.join(command.split())[:160]})"
+
+
 # -- the store mixin -----------------------------------------------------------------------
 
 
-class MaintenanceRepository(StoreCore):
-    """Backup and retention over the store's own database."""
+class MaintenanceRepository(LeaseClock):
+    """Backup, retention and the write-ahead log over the store's own database."""
 
     def sqlite_file(self) -> Path:
         """The database file of a SQLite store; :class:`StoreError` for other stores."""
@@ -329,11 +450,13 @@ class MaintenanceRepository(StoreCore):
 
     def expire_run_leases(self, now: datetime, *, actor: str = "restore",
                               source: str = "") -> list[str]:
-        """Set ``lease_until`` one second before ``now`` on every RUNNING run (a restored
-        store: the workers that held them are gone) and write one STORE_RESTORED event.
-        Returns the ids of those runs. Changes nothing else: the reclaim at the next
-        ``cadenza serve`` start re-queues them."""
-        past = require_aware(now, "now") - timedelta(seconds=1)
+        """Set ``lease_until`` one second before ``now``, the store's time and the host's
+        clock, whichever is earliest (whichever judges the store next, the leases have
+        expired), on every RUNNING run (a restored store: the workers that held them are
+        gone) and write one STORE_RESTORED event. Returns the ids of those runs. Changes
+        nothing else: the reclaim at the next ``cadenza serve`` start re-queues them."""
+        past = min(require_aware(now, "now"), self.store_time(),
+                   OS_CLOCK.now()) - timedelta(seconds=1)
         with self.write() as conn:
             ids = [row[0] for row in conn.execute(
                 sa.select(runs.c.id).where(runs.c.state == RunState.RUNNING.value)
@@ -349,6 +472,51 @@ class MaintenanceRepository(StoreCore):
                 level=Level.WARNING, actor=actor, now=now,
                 payload={"source": source, "expired_leases": len(ids), "runs": ids[:100]})
         return ids
+
+    # -- the write-ahead log ------------------------------------------------------------------
+
+    def check_wal(self, threshold: int) -> WalCheck | None:
+        """SQLite file stores whose ``-wal`` file is larger than ``threshold`` bytes (one
+        ``stat`` otherwise): a PASSIVE checkpoint (it waits for nobody and copies what it
+        can), whose result says whether a reader keeps the log from being emptied, and who
+        that reader is where the system tells (see the module doc). None for other stores or
+        a smaller file. Writes nothing but the checkpoint's copy."""
+        path = sqlite_path(self.engine.url) if self.dialect == "sqlite" else None
+        if path is None:
+            return None
+        wal = path.with_name(path.name + "-wal")
+        try:
+            size = wal.stat().st_size
+        except OSError:
+            return None
+        if size <= threshold:
+            return None
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            busy, frames, copied = cursor.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            page = int(cursor.execute("PRAGMA page_size").fetchone()[0])
+        finally:
+            raw.close()
+        frames, copied = max(int(frames), 0), max(int(copied), 0)
+        found = WalCheck(path.resolve(), threshold, size, frames, copied,
+                         frames * (page + 24) + 32 if frames else 0, bool(busy), None)
+        if not found.stuck:
+            return found
+        readers = wal_readers(path.with_name(path.name + "-shm"), frames)
+        return WalCheck(found.database, threshold, size, frames, copied, found.log_bytes,
+                        found.busy, readers)
+
+    def report_wal(self, found: WalCheck, *, actor: str = "system") -> int:
+        """The WAL_GROWING warning event of a stuck log (:meth:`check_wal`)."""
+        with self.write() as conn:
+            return self._insert_event(
+                conn, EventType.WAL_GROWING, found.message, level=Level.WARNING, actor=actor,
+                payload={"database": str(found.database), "log_bytes": found.log_bytes,
+                         "file_bytes": found.file_bytes, "threshold": found.threshold,
+                         "frames": found.frames, "checkpointed": found.checkpointed,
+                         "readers": list(found.readers) if found.readers else None,
+                         "holder": found.holder})
 
     # -- retention --------------------------------------------------------------------------
 

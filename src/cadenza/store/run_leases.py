@@ -29,15 +29,16 @@ lease's life:
   instead, and a run with a pending cancel request ends CANCELED. ``dead_owner`` also takes
   runs whose holder is known dead before their lease expires (``cadenza serve`` at start).
 
-Clocks: every lease time is written and compared on the store's clock (the node's); see
-docs/leases.md for why not the database's, and what skew is tolerated.
+Clocks: every lease time is written and compared on the store's time
+(:mod:`cadenza.store.lease_clock`): PostgreSQL's ``now()`` inside these statements, or one
+clock for every process on SQLite's host; see docs/leases.md "Whose clock decides a lease".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
@@ -46,7 +47,7 @@ from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
 from cadenza.store.codec import UTCDateTime, require_aware
-from cadenza.store.core import StoreCore
+from cadenza.store.lease_clock import LeaseClock
 from cadenza.store.tables import event_log, runs, step_runs
 
 if TYPE_CHECKING:
@@ -138,26 +139,35 @@ def _values(leases: Sequence[RunLease]) -> tuple[str, dict[str, Any]]:
     return f"id IN ({ids}) AND (id, lease_epoch, lease_owner) IN (VALUES {rows})", params
 
 
-class RunLeasesRepository(StoreCore):
+class RunLeasesRepository(LeaseClock):
     """Renewal, cancel requests and reaping of run leases (see the module docstring)."""
 
     def renew_run_leases(self, leases: Sequence[RunLease], until: datetime, *,
                      conn: sa.Connection | None = None) -> Renewal:
         """Extend the lease of every run in ``leases`` still RUNNING at that epoch and owner
         to ``until``, in ONE UPDATE; returns which were renewed (with their pending cancel
-        requests) and, read only when some were not, why the others were not.
+        requests) and, read only when some were not, why the others were not. ``until`` is
+        read on the store's clock; the lease is written on the store's time
+        (:meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`: on PostgreSQL judged by
+        the database, ``now() +`` its length).
 
         Changes ``lease_until`` only; writes no event (a renewal is not a state change)."""
         if not leases:
             return Renewal()
-        until = require_aware(until, "until")
+        end = self.lease_end(until, self._now())
         match, params = _values(leases)
-        statement = sa.text(
-            f"UPDATE runs SET lease_until = :until WHERE state = '{_RUNNING}' AND {match}"
-            " RETURNING id, cancel_requested_by"
-        ).bindparams(sa.bindparam("until", type_=UTCDateTime()))
+        if isinstance(end, timedelta):
+            statement = sa.text(
+                f"UPDATE runs SET lease_until = now() + :until WHERE state = '{_RUNNING}'"
+                f" AND {match} RETURNING id, cancel_requested_by"
+            ).bindparams(sa.bindparam("until", type_=sa.Interval()))
+        else:
+            statement = sa.text(
+                f"UPDATE runs SET lease_until = :until WHERE state = '{_RUNNING}' AND {match}"
+                " RETURNING id, cancel_requested_by"
+            ).bindparams(sa.bindparam("until", type_=UTCDateTime()))
         with self._joined(conn) as c:
-            rows = c.execute(statement, {**params, "until": until}).all()
+            rows = c.execute(statement, {**params, "until": end}).all()
             renewed = {row[0] for row in rows}
             cancels = {row[0]: row[1] for row in rows if row[1] is not None}
             missing = [lease for lease in leases if lease.run_id not in renewed]
@@ -252,7 +262,7 @@ class RunLeasesRepository(StoreCore):
         max_recoveries: int = MAX_RECOVERIES,
     ) -> list[Recovered]:
         """Take back, in one transaction, up to ``limit`` RUNNING runs whose lease expired
-        (``lease_until`` < ``now``, the store clock by default, or NULL), plus runs whose
+        (``lease_until`` before the store's time, or NULL), plus runs whose
         ``lease_owner`` matches the SQL LIKE pattern ``owner_like`` and for which
         ``dead_owner(owner)`` is true (their holder is known dead).
 
@@ -263,22 +273,30 @@ class RunLeasesRepository(StoreCore):
         Its RUNNING step runs end FAILED, error :data:`LOST_ERROR`, class ``lost``
         (STEP_FAILED events). Events: RUN_STATE_CHANGED (+ RUN_FINISHED when CANCELED) and
         RUN_RECOVERED with the old owner and epoch. On PostgreSQL the candidates are read
-        ``FOR UPDATE SKIP LOCKED``: nodes reaping at once split the work."""
+        ``FOR UPDATE SKIP LOCKED``: nodes reaping at once split the work.
+
+        The store's time (:meth:`~cadenza.store.lease_clock.LeaseClock.store_time`) decides
+        what expired: ``now`` (default: the store's clock) when the store judges leases by
+        its clock; the database's clock (read once, first in the transaction) or the host's
+        when it judges them by the database (``now`` then only dates the changes and
+        events)."""
         at = require_aware(now or self._now(), "now")
-        expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < at)
-        if owner_like is not None and dead_owner is not None:
-            expired = sa.or_(expired, runs.c.lease_owner.like(owner_like))
-        query = (sa.select(runs.c.id, runs.c.job_id, runs.c.lease_owner, runs.c.lease_epoch,
-                           runs.c.lease_until, runs.c.resumes, runs.c.cancel_requested_by)
-                 .where(runs.c.state == _RUNNING, expired)
-                 .order_by(runs.c.lease_until).limit(limit))
-        if self.dialect == "postgresql":
-            query = query.with_for_update(skip_locked=True)
         recovered: list[Recovered] = []
         with self.write() as conn:
+            expiry = at if self.lease_time != "database" else self.store_time(conn)
+            expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < expiry)
+            if owner_like is not None and dead_owner is not None:
+                expired = sa.or_(expired, runs.c.lease_owner.like(owner_like))
+            query = (sa.select(runs.c.id, runs.c.job_id, runs.c.lease_owner,
+                               runs.c.lease_epoch, runs.c.lease_until, runs.c.resumes,
+                               runs.c.cancel_requested_by)
+                     .where(runs.c.state == _RUNNING, expired)
+                     .order_by(runs.c.lease_until).limit(limit))
+            if self.dialect == "postgresql":
+                query = query.with_for_update(skip_locked=True)
             candidates = []
             for row in conn.execute(query):
-                lapsed = row.lease_until is None or row.lease_until < at
+                lapsed = row.lease_until is None or row.lease_until < expiry
                 if lapsed or (dead_owner is not None and row.lease_owner is not None
                               and dead_owner(row.lease_owner)):
                     candidates.append(row)
@@ -290,14 +308,15 @@ class RunLeasesRepository(StoreCore):
                        event_log.c.event_type == RUN_RECOVERED)
                 .group_by(event_log.c.run_id)).all())
             for row in candidates:
-                done = self._reap_one(conn, row, at, counts.get(row.id, 0), max_recoveries)
+                done = self._reap_one(conn, row, at, expiry, counts.get(row.id, 0),
+                                      max_recoveries)
                 if done is not None:
                     recovered.append(done)
         return recovered
 
-    def _reap_one(self, conn: sa.Connection, row: Any, at: datetime, times: int,
-                  max_recoveries: int) -> Recovered | None:
-        why = ("lease expired" if row.lease_until is not None and row.lease_until < at
+    def _reap_one(self, conn: sa.Connection, row: Any, at: datetime, expiry: datetime,
+                  times: int, max_recoveries: int) -> Recovered | None:
+        why = ("lease expired" if row.lease_until is not None and row.lease_until < expiry
                else "its worker is gone" if row.lease_until is not None
                else "it never had a lease")
         holder = row.lease_owner or "no holder"

@@ -33,6 +33,7 @@ from cadenza.store.cursors import CursorsRepository
 from cadenza.store.engine import create_engine, describe_url
 from cadenza.store.events import EventsRepository
 from cadenza.store.fires import FiresRepository
+from cadenza.store.lease_clock import LEASE_TIMES, LeaseTime
 from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.run_leases import RunLeasesRepository
@@ -67,18 +68,25 @@ class Store(
         redactor: Redactor | None = None,
         sqlite_synchronous: str = "NORMAL",
         migrate: bool = True,
+        lease_time: LeaseTime = "clock",
     ) -> Store:
         """Connect to ``url`` and check (or, with ``migrate``, upgrade) the schema.
 
         ``url``: ``sqlite:///path/to/cadenza.db`` or ``postgresql+psycopg://user@host/db``.
         ``clock`` gives every timestamp (default: the system clock); ``redactor`` cleans
         everything before it is written (default: none). ``sqlite_synchronous`` is NORMAL or
-        FULL. Raises :class:`StoreError` when the database cannot be reached, its schema is
-        newer than this code (or, without ``migrate``, not current), and
+        FULL. ``lease_time`` says whose time decides a lease: ``"database"`` (what
+        ``cadenza`` commands and servers open) or ``"clock"``, the store's clock (see
+        :mod:`cadenza.store.lease_clock`). Raises :class:`StoreError` when the database
+        cannot be reached, its schema is newer than this code (or, without ``migrate``, not
+        current), and
         :class:`~cadenza.domain.errors.UnsafeStoreLocation` for SQLite on a network share.
         """
+        if lease_time not in LEASE_TIMES:
+            raise ValueError(f"lease_time must be one of {LEASE_TIMES}, got {lease_time!r}")
         engine = create_engine(url, sqlite_synchronous=sqlite_synchronous)
         store = cls(engine, clock or SystemClock(), redactor or NoRedaction())
+        store.lease_time = lease_time
         try:
             if migrate:
                 with store.write() as conn:

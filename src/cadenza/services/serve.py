@@ -115,15 +115,18 @@ class Server:
 def open_server(services: Services, options: ServeOptions) -> Server:
     """Build the node and HTTP server for ``services`` (the whole configuration must be
     valid: ConfigError with located problems otherwise). Log lines of ``cadenza`` go to
-    stderr through the home's redactor."""
+    stderr through the home's redactor; store write failures (a full disk) at most once a
+    minute (:mod:`cadenza.node.throttle`)."""
     import uvicorn
 
     from cadenza.node import Node
+    from cadenza.node.throttle import WriteFailureThrottle
     from cadenza.web.app import create_app
 
     config = services.config()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(WriteFailureThrottle(services.clock))  # a full disk: a line a minute
     handler.addFilter(RedactingFilter(services.home.redactor))
     root = logging.getLogger("cadenza")
     root.addHandler(handler)

@@ -6,6 +6,7 @@ once a minute and ``/api/health`` says degraded."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreFull
@@ -82,16 +82,20 @@ callable = "cz_disk_tasks:nap"
 """
 
 
+def settings(root: Path, lease: str) -> None:
+    (root / "cadenza.toml").write_text(
+        '[store]\nurl = "sqlite:///data/cadenza.db"\n\n[workers]\ncount = 2\n'
+        f'lease = "{lease}"\n', encoding="utf-8")
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[Path]:
-    """A home whose ``data/`` (store, secrets) is a 2 MB tmpfs; a short lease."""
+    """A home whose ``data/`` (store, secrets) is a 2 MB tmpfs."""
     root = tmp_path / "home"
     with small_tmpfs(root / "data"):
         (root / "plugins").mkdir()
         (root / "plugins" / "cz_disk_tasks.py").write_text(TASKS, encoding="utf-8")
-        (root / "cadenza.toml").write_text(
-            '[store]\nurl = "sqlite:///data/cadenza.db"\n\n[workers]\ncount = 2\n'
-            'lease = "3s"\n', encoding="utf-8")
+        settings(root, "60s")
         (root / "jobs.toml").write_text(
             textwrap.dedent(JOBS.format(data=(root / "data").as_posix())), encoding="utf-8")
         yield root
@@ -135,6 +139,26 @@ def test_a_local_run_on_a_disk_that_fills_up_mid_run(home: Path) -> None:
     assert [(s["name"], s["state"]) for s in steps] == [("fill", "RUNNING")]
 
 
+def test_a_run_on_a_read_only_store(home: Path) -> None:
+    data = home / "data"
+    assert cli(home, "runs", "list").returncode == 0  # the store exists, migrated
+    remount(data, "ro")
+    try:
+        done = cli(home, "run", "fill")
+    finally:
+        remount(data, "rw")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    # SQLite says "unable to open database file" when the WAL files cannot be created,
+    # "attempt to write a readonly database" when they exist: both are read-only.
+    assert done.stderr.startswith("error: no run of 'fill' was recorded: the store could not "
+                                  "record a change: read-only ("), done.stderr
+    assert done.stderr.endswith(f"{data / 'cadenza.db'}); make {data} writable again "
+                                "(remount its file system read-write)\n"), done.stderr
+    listed = cli(home, "runs", "list", "--json")
+    assert json.loads(listed.stdout) == []
+
+
 def test_secrets_set_on_a_full_then_read_only_disk(home: Path) -> None:
     data = home / "data"
     first = cli(home, "secrets", "set", "KEPT", "--value-stdin", stdin="first-value\n")
@@ -167,12 +191,27 @@ def test_secrets_set_on_a_full_then_read_only_disk(home: Path) -> None:
     assert [s["name"] for s in json.loads(listed.stdout)] == ["KEPT"]
 
 
+class AppClient:
+    """The web app called in this process, through httpx's ASGI transport."""
+
+    def __init__(self, store: Store) -> None:
+        self.app = create_app(store)
+
+    def get(self, path: str) -> httpx.Response:
+        async def call() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://cz") as client:
+                return await client.get(path)
+
+        return asyncio.run(call())
+
+
 def test_the_store_and_its_health_on_a_disk_that_fills_then_frees(tmp_path: Path) -> None:
     clock = FakeClock("2027-01-01T00:00:00+00:00")
     with small_tmpfs(tmp_path / "data") as data, \
             Store.open(f"sqlite:///{(data / 'cadenza.db').as_posix()}", clock=clock) as store:
         store.create_runs([NewRun("job", "manual:test")])
-        client = TestClient(create_app(store))
+        client = AppClient(store)
         assert client.get("/api/health").json()["status"] == "ok"
 
         filler = fill(data)
@@ -204,6 +243,7 @@ def _health(port: int) -> httpx.Response:
 
 def test_serve_logs_a_full_disk_once_and_says_degraded(home: Path) -> None:
     data = home / "data"
+    settings(home, "3s")  # renewed every second: many failed writes in a few seconds
     served = Served(home)
     try:
         served.wait_ready()

@@ -16,6 +16,8 @@ lines through ``redact_text``, payloads and step outputs through ``redact_value`
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -45,6 +47,7 @@ from cadenza.store.tables import event_log
 
 _INSERT_EVENT = event_log.insert()
 
+SQLITE_CANTOPEN = 14
 WRITE_FAILURE_WINDOW = 60.0
 """Seconds a write failure counts as current after a later write succeeded."""
 
@@ -57,6 +60,24 @@ class WriteFailure:
     error: StoreWriteFailed
     at: datetime | None
     writes_before: int
+
+
+def _cannot_open_kind(driver: BaseException, where: str) -> str | None:
+    """Why SQLite could not open its database for writing (``SQLITE_CANTOPEN``: a WAL
+    database needs to create its ``-wal`` and ``-shm`` files): read-only when the
+    directory is on a read-only file system, permission denied when this user may not
+    write there; None for any other error."""
+    code = getattr(driver, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF != SQLITE_CANTOPEN:
+        return None
+    directory = str(PurePath(where).parent)
+    statvfs = getattr(os, "statvfs", None)  # not on Windows
+    try:
+        if statvfs is not None and statvfs(directory).f_flag & os.ST_RDONLY:
+            return READ_ONLY_STORAGE
+        return None if os.access(directory, os.W_OK) else NO_PERMISSION
+    except OSError:
+        return None
 
 
 def _advice(kind: str, dialect: str, where: str) -> str:
@@ -164,7 +185,7 @@ class StoreCore:
                 else:
                     with self.engine.connect() as conn, conn.begin():
                         yield conn
-            except sa.exc.DBAPIError as exc:
+            except Exception as exc:  # a driver's error: see _write_error
                 failed = self._write_error(exc)
                 if failed is None:
                     raise
@@ -176,7 +197,7 @@ class StoreCore:
                 try:
                     with self.engine.connect() as conn, conn.begin():
                         yield conn
-                except sa.exc.DBAPIError as exc:
+                except Exception as exc:  # a driver's error: see _write_error
                     failed = self._write_error(exc)
                     if failed is None:
                         raise
@@ -189,7 +210,7 @@ class StoreCore:
                     self._writer = self.engine.connect()
                 with self._writer.begin():
                     yield self._writer
-            except sa.exc.DBAPIError as exc:
+            except Exception as exc:  # a driver's error: see _write_error
                 failed = self._write_error(exc)
                 if failed is None:
                     raise
@@ -198,15 +219,27 @@ class StoreCore:
                 self._writer_busy = False
             self.writes_ok += 1
 
-    def _write_error(self, exc: sa.exc.DBAPIError) -> StoreError | None:
-        """The store's error for a failed write transaction (None: the driver's error is
-        neither unavailability nor a write failure, a constraint say; it is raised as is)."""
-        kind = write_failure_kind(exc)
+    def _write_error(self, exc: Exception) -> StoreError | None:
+        """The store's error for a failed write transaction: a driver's error, wrapped by
+        SQLAlchemy or raw (the hot paths write through the DBAPI cursor). None when it is
+        another error, or neither unavailability nor a write failure (a constraint, a
+        bug): it is raised as is."""
+        if isinstance(exc, sa.exc.DBAPIError):
+            driver: BaseException = exc.orig
+        elif isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
+            driver = exc
+        else:
+            return None
+        kind = write_failure_kind(driver)
+        detail = str(driver)
+        if kind is None and self.dialect == "sqlite":
+            kind = _cannot_open_kind(driver, self.where)
+            if kind is not None:
+                detail = f"{driver}: its directory is {kind}"
         if kind is None:
             if isinstance(exc, sa.exc.OperationalError):
                 return StoreError(f"store write failed: {exc.orig}")
             return None
-        detail = str(exc.orig)
         failed = store_write_failed(
             kind, f"the store could not record a change: {kind} ({detail}; {self.where}); "
                   f"{_advice(kind, self.dialect, self.where)}", detail)

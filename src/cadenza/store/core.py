@@ -224,8 +224,9 @@ class StoreCore:
         SQLAlchemy or raw (the hot paths write through the DBAPI cursor). None when it is
         another error, or neither unavailability nor a write failure (a constraint, a
         bug): it is raised as is."""
+        driver: BaseException
         if isinstance(exc, sa.exc.DBAPIError):
-            driver: BaseException = exc.orig
+            driver = exc.orig if exc.orig is not None else exc
         elif isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
             driver = exc
         else:

@@ -288,8 +288,9 @@ class SecretStore:
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
         """A write of the secrets: an OSError (a full or read-only disk, a refused
-        permission) becomes a :class:`~cadenza.domain.errors.WriteFailed` saying ``what``
-        did not happen, that ``secrets.json`` is as it was, and what to do."""
+        permission) becomes a :class:`~cadenza.domain.errors.FileWriteFailed` (a
+        WriteFailed and still an OSError with its errno) saying ``what`` did not happen,
+        that ``secrets.json`` is as it was, and what to do."""
         try:
             yield
         except OSError as exc:
@@ -302,7 +303,7 @@ class SecretStore:
             raise file_write_failed(
                 kind, f"{what}: {kind or 'write failed'}: {detail}{place}; {self.path} is "
                       f"as it was (the secrets stored before are kept); {todo} "
-                      f"({self.data_dir}) and try again", detail) from None
+                      f"({self.data_dir}) and try again", detail, exc.errno) from None
 
     @contextlib.contextmanager
     def _write_lock(self) -> Iterator[None]:

@@ -14,7 +14,10 @@
      │         └── StoreReadOnly  ... because it is read-only (also a ReadOnlyStorage)
      ├── WriteFailed            a write to a file or to the store did not happen
      │    ├── DiskFull          the disk (or a quota) is full
-     │    └── ReadOnlyStorage   the file system or the database is read-only
+     │    ├── ReadOnlyStorage   the file system or the database is read-only
+     │    └── FileWriteFailed   a file was not written (also an OSError, with its errno)
+     │         ├── FileDiskFull    (also a DiskFull)
+     │         └── FileReadOnly    (also a ReadOnlyStorage)
      ├── SecretError            a secret is missing, or the key file is unusable
      └── StepError              raised by steps; the class decides what happens next (SPEC §7)
           ├── Retryable         try again after the retry policy's backoff
@@ -114,6 +117,23 @@ class StoreReadOnly(StoreWriteFailed, ReadOnlyStorage):
     kind = "read-only"
 
 
+class FileWriteFailed(WriteFailed, OSError):
+    """A file was not written. Also an :class:`OSError` carrying the system's ``errno``,
+    so that a caller that catches OSError around a file write still does."""
+
+
+class FileDiskFull(FileWriteFailed, DiskFull):
+    """A file was not written: the disk is full."""
+
+    kind = "disk full"
+
+
+class FileReadOnly(FileWriteFailed, ReadOnlyStorage):
+    """A file was not written: the file system is read-only."""
+
+    kind = "read-only"
+
+
 DISK_FULL = "disk full"
 READ_ONLY = "read-only"
 NO_PERMISSION = "permission denied"
@@ -199,14 +219,19 @@ def store_write_failed(kind: str | None, message: str, detail: str = "") -> Stor
     return StoreWriteFailed(message, kind=kind or WriteFailed.kind, detail=detail)
 
 
-def file_write_failed(kind: str | None, message: str, detail: str = "") -> WriteFailed:
-    """The error for a file write that failed for ``kind``: DiskFull, ReadOnlyStorage, or
-    WriteFailed."""
+def file_write_failed(kind: str | None, message: str, detail: str = "",
+                      errno_: int | None = None) -> FileWriteFailed:
+    """The error for a file write that failed for ``kind`` with the system's ``errno_``:
+    FileDiskFull, FileReadOnly, or FileWriteFailed."""
+    failed: FileWriteFailed
     if kind == DISK_FULL:
-        return DiskFull(message, detail=detail)
-    if kind == READ_ONLY:
-        return ReadOnlyStorage(message, detail=detail)
-    return WriteFailed(message, kind=kind or WriteFailed.kind, detail=detail)
+        failed = FileDiskFull(message, detail=detail)
+    elif kind == READ_ONLY:
+        failed = FileReadOnly(message, detail=detail)
+    else:
+        failed = FileWriteFailed(message, kind=kind or WriteFailed.kind, detail=detail)
+    failed.errno = errno_  # not strerror: OSError's str() would then drop the message
+    return failed
 
 
 class SecretError(CadenzaError):

@@ -10,6 +10,8 @@ import pytest
 
 from cadenza.domain.errors import (
     DiskFull,
+    FileDiskFull,
+    FileWriteFailed,
     ReadOnlyStorage,
     StoreError,
     StoreFull,
@@ -95,4 +97,14 @@ def test_the_classes_of_each_kind() -> None:
     assert type(other) is StoreWriteFailed and other.kind == "I/O error"
     assert isinstance(file_write_failed("read-only", "m"), ReadOnlyStorage)
     plain = file_write_failed(None, "m")
-    assert type(plain) is WriteFailed and plain.kind == "write failed"
+    assert type(plain) is FileWriteFailed and plain.kind == "write failed"
+    assert isinstance(plain, WriteFailed)
+
+
+def test_a_file_write_failure_is_still_an_oserror_with_its_errno() -> None:
+    failed = file_write_failed("disk full", "secret 'a' was not stored: disk full: No space "
+                               "left on device", "No space left on device", errno.ENOSPC)
+    assert isinstance(failed, FileDiskFull) and isinstance(failed, DiskFull)
+    assert isinstance(failed, OSError) and failed.errno == errno.ENOSPC
+    assert str(failed) == "secret 'a' was not stored: disk full: No space left on device"
+    assert write_failure_kind(failed) == "disk full"

@@ -270,6 +270,7 @@ def test_serve_logs_a_full_disk_once_and_says_degraded(home: Path) -> None:
     finally:
         output = served.stop()
         free(data)
+    print(output)  # shown when the test fails
     assert "Traceback" not in output, output
     lines = output.splitlines()
     throttled = [line for line in lines if "store write failures are logged at most once" in line]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
@@ -157,9 +158,14 @@ class FakeClock:
     def wait_for_waiters(self, count: int, timeout: float = 10.0) -> bool:
         """Block (for real, at most ``timeout`` seconds) until at least ``count`` threads
         wait on this clock: the loops under test have reached their next pause."""
+        return self._block_until(lambda: self._waiting >= count, timeout)
+
+    def _block_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Block (for real, at most ``timeout`` seconds) until ``done()``, looked at under
+        the clock's lock whenever it changes (and every :data:`POLL` seconds)."""
         end = time.monotonic() + timeout
         with self._changed:
-            while self._waiting < count:
+            while not done():
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
@@ -178,14 +184,7 @@ class FakeClock:
     def wait_until_idle(self, count: int, timeout: float = 10.0) -> bool:
         """Block (for real, at most ``timeout`` seconds) until at least ``count`` threads
         are :attr:`idle`: every loop under test has caught up with the clock's time."""
-        end = time.monotonic() + timeout
-        with self._changed:
-            while self.idle < count:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(min(left, self.POLL))
-            return True
+        return self._block_until(lambda: self.idle >= count, timeout)
 
     def advance_idle(self, seconds: float | timedelta, count: int,
                      timeout: float = 10.0) -> datetime:

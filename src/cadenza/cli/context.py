@@ -6,13 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from cadenza.cli.output import err, fail
+from cadenza.cli.output import err, fail, shown, use_redactor
 from cadenza.clock import clock_from_env
 from cadenza.domain.errors import CadenzaError, ConfigError, WriteFailed, write_failure_kind
 from cadenza.services import Actor, InvalidRequest, Services
+
+if TYPE_CHECKING:
+    from cadenza.services.terminal import Redactor
 
 EXIT_USAGE = 2
 EXIT_NOT_WRITTEN = 3
@@ -26,6 +30,11 @@ class CliState:
     def __init__(self, home: Path | None) -> None:
         self._explicit = home
         self._services: Services | None = None
+        use_redactor(self._redactor)
+
+    def _redactor(self) -> Redactor | None:
+        """The home's redactor once the services are open (what the output redacts with)."""
+        return None if self._services is None else self._services.home.redactor
 
     @property
     def services(self) -> Services:
@@ -60,6 +69,7 @@ class CliState:
         return services
 
     def close(self) -> None:
+        # The redactor stays in use: an unexpected error is printed after this (cli.main).
         if self._services is not None:
             self._services.close()
 
@@ -101,4 +111,4 @@ def handled(usage: tuple[type[Exception], ...] = (InvalidRequest,),
 def print_problems(problems: list[object]) -> None:
     """Located problems on stderr, one per line (file:line:col: severity: message)."""
     for problem in problems:
-        err.print(str(problem), markup=False)
+        err.print(shown(problem), markup=False)

@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from cadenza.cli.context import handled, state
-from cadenza.cli.output import err, out, print_json, print_table
+from cadenza.cli.output import err, out, print_json, print_table, shown
 
 app = typer.Typer(help="The job catalogue.", no_args_is_help=True)
 
@@ -43,17 +44,17 @@ def show_job(
     if as_json:
         print_json({"id": job_id, **definition})
         return
-    out.print(f"[bold]{job_id}[/bold]  {job.description or ''}")
+    out.print(Text.assemble((shown(job_id), "bold"), f"  {shown(job.description or '')}"))
     for key, value in definition.items():
         if key in ("steps", "presets"):
             continue
-        out.print(f"  {key}: {value}", markup=False)
-    out.print("  steps:")
+        out.print(f"  {key}: {shown(value)}", markup=False)
+    out.print("  steps:", markup=False)
     for index, step in enumerate(definition.get("steps", []), 1):
         rest = {k: v for k, v in step.items() if k not in ("name", "type")}
-        out.print(f"    {index}. {step['name']} ({step['type']}) {rest}", markup=False)
+        out.print(shown(f"    {index}. {step['name']} ({step['type']}) {rest}"), markup=False)
     for name, preset in definition.get("presets", {}).items():
-        out.print(f"  preset {name}: {preset}", markup=False)
+        out.print(shown(f"  preset {name}: {preset}"), markup=False)
 
 
 @app.command("next")

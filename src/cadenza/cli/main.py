@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import traceback
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +20,7 @@ from cadenza.cli import serve as serve_cmd
 from cadenza.cli import simulate as simulate_cmd
 from cadenza.cli import users as users_cmd
 from cadenza.cli.context import CliState
+from cadenza.cli.output import shown
 
 app = typer.Typer(
     name="cadenza",
@@ -56,5 +59,12 @@ app.add_typer(secrets_cmd.app, name="secrets")
 
 
 def main() -> None:
-    """Entry point of the ``cadenza`` script."""
-    app()
+    """Entry point of the ``cadenza`` script. An unexpected error prints its traceback
+    redacted and without control characters (its message may quote a secret or a remote
+    server), and exits 1."""
+    try:
+        app()
+    except Exception:
+        sys.stderr.write(shown(traceback.format_exc()))
+        sys.stderr.flush()
+        sys.exit(1)

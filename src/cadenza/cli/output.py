@@ -1,19 +1,102 @@
-"""How the CLI prints: tables for people, JSON for machines, errors on stderr."""
+"""How the CLI prints: tables for people, JSON for machines, errors on stderr.
+
+Nothing from outside reaches the terminal as it is (docs/security.md, "What reaches a
+terminal"):
+
+* every string the two consoles render (``out.print(str)``, a table's cells) loses its
+  control characters (:func:`~cadenza.audit.terminal.printable`), and rich markup and
+  emoji codes are off unless a call asks for markup: ``[link=...]`` or ``[reverse]`` in a
+  job's description is shown as written;
+* :func:`shown` also passes text through the home's redactor (:func:`use_redactor`):
+  renderers call it on outside text (errors, reasons, log lines, descriptions, events), and
+  table cells and error messages go through it here;
+* :func:`guarded_streams` makes ``sys.stdout`` and ``sys.stderr`` redact and neutralise
+  what other code prints (a thread-isolated step) while the consoles keep writing to the
+  terminal itself;
+* JSON escapes every control character (C1 and the bidirectional controls too).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from cadenza.services.terminal import printable, sanitized_std_streams
+
+if TYPE_CHECKING:
+    from cadenza.services.terminal import Redactor
+
+
+class SafeConsole(Console):
+    """A console whose rendered strings lose their control characters (markup, emoji
+    codes and highlighting are off by default)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+
+out = SafeConsole(highlight=False, soft_wrap=True, markup=False, emoji=False)
+err = SafeConsole(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+
+_redactor_source: Callable[[], Redactor | None] | None = None
+
+
+def use_redactor(source: Callable[[], Redactor | None] | None) -> None:
+    """Where :func:`shown` gets the home's redactor from (called when it is first needed:
+    a command that prints nothing from outside never reads the secrets); None: no home."""
+    global _redactor_source
+    _redactor_source = source
+
+
+def current_redactor() -> Redactor:
+    """The home's redactor if a home is open (see :func:`use_redactor`), else one with the
+    store's rules and no known value."""
+    redactor = None
+    if _redactor_source is not None:
+        try:
+            redactor = _redactor_source()
+        except Exception:  # secrets that cannot be read: their values are unknown here too
+            redactor = None
+    return redactor if redactor is not None else _plain_redactor()
+
+
+def shown(value: object) -> str:
+    """``value`` as text fit for a terminal: redacted by the home's redactor (the rules of
+    the store, even where no secret is registered), then without control characters."""
+    text = "" if value is None else str(value)
+    return printable(current_redactor().redact_text(text))
+
+
+@functools.cache
+def _plain_redactor() -> Redactor:
+    """The store's rules without known values (no home is open)."""
+    from cadenza.services.terminal import Redactor
+
+    return Redactor()
+
+
+@contextmanager
+def guarded_streams() -> Iterator[None]:
+    """While inside, what other code writes on ``sys.stdout``/``sys.stderr`` is redacted
+    and neutralised; the two consoles write to the real streams (their own output keeps its
+    styles and a live display its cursor moves)."""
+    saved = (out._file, err._file)
+    with sanitized_std_streams(current_redactor()) as (real_out, real_err):
+        out.file, err.file = real_out, real_err
+        try:
+            yield
+        finally:
+            out._file, err._file = saved
 
 
 def _default(value: Any) -> Any:
@@ -24,9 +107,16 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+#: Control characters JSON leaves raw with ``ensure_ascii=False`` (DEL, C1, bidi controls);
+#: written as ``\\uXXXX`` escapes, which is still the same JSON string.
+_JSON_RAW_CONTROLS = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *range(0x202A, 0x202F),
+                                                  *range(0x2066, 0x206A))}
+
+
 def print_json(value: Any) -> None:
-    """Machine output: one JSON document on stdout."""
-    sys.stdout.write(json.dumps(value, default=_default, indent=2, ensure_ascii=False) + "\n")
+    """Machine output: one JSON document on stdout (no raw control character in it)."""
+    text = json.dumps(value, default=_default, indent=2, ensure_ascii=False)
+    sys.stdout.write(text.translate(_JSON_RAW_CONTROLS) + "\n")
     sys.stdout.flush()
 
 
@@ -40,7 +130,7 @@ def print_table(
     """
     if not out.is_terminal:
         lines = ["\t".join(columns)]
-        lines += ["\t".join(_cell(row.get(c)).replace("\t", " ").replace("\n", " ")
+        lines += ["\t".join(shown(_cell(row.get(c))).replace("\t", " ").replace("\n", " ")
                             for c in columns) for row in rows]
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
@@ -49,7 +139,7 @@ def print_table(
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*[_cell(row.get(c)) for c in columns])
+        table.add_row(*[Text(shown(_cell(row.get(c)))) for c in columns])
     out.print(table)
 
 
@@ -64,6 +154,7 @@ def _cell(value: Any) -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    """Print ``message`` on stderr and exit with ``code``."""
-    err.print(f"error: {message}", markup=False)
+    """Print ``message`` (redacted, without control characters) on stderr and exit with
+    ``code``."""
+    err.print(f"error: {shown(message)}", markup=False)
     raise typer.Exit(code)

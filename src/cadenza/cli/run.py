@@ -14,7 +14,7 @@ was not recorded and what is kept; a step is shown done only once its end is rec
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -25,10 +25,19 @@ from rich.table import Table
 from rich.text import Text
 
 from cadenza.cli.context import EXIT_USAGE, handled, state
-from cadenza.cli.output import err, fail, out, print_json
+from cadenza.cli.output import (
+    current_redactor,
+    err,
+    fail,
+    guarded_streams,
+    out,
+    print_json,
+    shown,
+)
 from cadenza.domain.states import RunState, StepState
 from cadenza.services import Interrupted, InvalidRequest, NotFound
 from cadenza.services.runs import RunProgress, RunResult, StepResult
+from cadenza.services.terminal import printable, sanitized_std_streams
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
@@ -82,7 +91,7 @@ def run(
         request = runs.request(job_id, params=param or [], step_args=arg or [],
                                preset=preset, disabled=disable or [], log_level=log_level)
         runs.check(request)
-    with handled():
+    with guarded_streams(), handled():
         run_id = runs.enqueue(request)
         if not wait:
             _queued(run_id, as_json)
@@ -104,7 +113,7 @@ def _execute_here(services: Services, run_id: str, console: Console) -> RunResul
     """Execute the run in this process, through its retries and deferrals; Ctrl-C while
     it waits cancels it."""
     def retry(seconds: float, reason: str | None) -> None:
-        why = f" ({reason})" if reason else ""
+        why = f" ({shown(reason)})" if reason else ""
         console.print(f"run {run_id} tries again in {seconds:.0f}s{why}", markup=False)
 
     try:
@@ -116,7 +125,7 @@ def _execute_here(services: Services, run_id: str, console: Console) -> RunResul
 
 def _print_step(console: Console, step: StepView) -> None:
     rows = f", {step.rows} rows" if step.rows is not None else ""
-    why = f" ({step.reason})" if step.reason else ""
+    why = f" ({shown(step.reason)})" if step.reason else ""
     console.print(f"step {step.name}: {step.state.value}{rows}{why}", markup=False)
 
 
@@ -124,7 +133,7 @@ def _print_followed_end(console: Console, result: RunResult) -> None:
     if result.state is None:
         return
     console.print(f"run {result.run_id} {result.state.value}"
-                  + (f": {result.error}" if result.error else ""), markup=False)
+                  + (f": {shown(result.error)}" if result.error else ""), markup=False)
 
 
 def _queued(run_id: str, as_json: bool) -> None:
@@ -166,13 +175,20 @@ class Progress(RunProgress):
         self.lines: dict[str, _StepLine] = {}
         self.title: str | None = None
         self.outcome: RunResult | None = None
+        self.outcome_error = ""  # the run's error as shown (redacted, inert)
         self.started = clock.monotonic()
 
     def drawing(self) -> AbstractContextManager[object]:
         """A live table on a terminal while the try executes; nothing otherwise."""
         if not self.live_mode:
             return nullcontext()
-        return Live(self, console=self.console, refresh_per_second=8, transient=False)
+        stack = ExitStack()
+        stack.enter_context(Live(self, console=self.console, refresh_per_second=8,
+                                 transient=False))
+        # The live display sends what other code prints through the console, above it:
+        # redact and neutralise it on the way in.
+        stack.enter_context(sanitized_std_streams(current_redactor()))
+        return stack
 
     # Progress callbacks (the executor's thread)
     def run_started(self, run_id: str, job_id: str, steps: list[tuple[str, str]]) -> None:
@@ -188,23 +204,24 @@ class Progress(RunProgress):
 
     def step_skipped(self, name: str, reason: str) -> None:
         line = self.lines[name]
-        line.state, line.note = StepState.SKIPPED.value, reason
-        self._plain(f"step {name}: SKIPPED ({reason})")
+        line.state, line.note = StepState.SKIPPED.value, shown(reason)
+        self._plain(f"step {name}: SKIPPED ({line.note})")
 
     def step_finished(self, name: str, result: StepResult) -> None:
         line = self.lines[name]
         line.state, line.seconds, line.rows = result.state.value, result.seconds, result.rows
-        line.note = result.error or ""
+        line.note = shown(result.error) if result.error else ""
         rows = f", {result.rows} rows" if result.rows is not None else ""
-        error = f": {result.error}" if result.error else ""
+        error = f": {line.note}" if result.error else ""
         self._plain(f"step {name}: {result.state.value}{rows} in {result.seconds:.2f}s{error}")
 
     def run_finished(self, result: RunResult) -> None:
+        self.outcome_error = shown(result.error) if result.error else ""
         self.outcome = result
         seconds = self.clock.monotonic() - self.started
         state_text = result.state.value if result.state else "LOST"
         rows = f", {result.rows} rows" if result.rows is not None else ""
-        error = f": {result.error}" if result.error else ""
+        error = f": {self.outcome_error}" if result.error else ""
         if not self.live_mode:
             self._plain(f"run {result.run_id} {state_text}{rows} in {seconds:.2f}s{error}")
 
@@ -227,7 +244,8 @@ class Progress(RunProgress):
             table.add_row(icon, line.name, line.type, Text(line.state, style=_STYLE.get(
                 line.state, "")), "" if line.rows is None else str(line.rows),
                 "" if seconds is None else f"{seconds:.1f}s", Text(line.note, style="dim"))
-        title = Text("starting…") if self.title is None else Text(self.title, style="bold")
+        title = Text("starting…") if self.title is None else Text(printable(self.title),
+                                                                   style="bold")
         parts: list[Any] = [title, table]
         if self.outcome is not None:
             state_text = self.outcome.state.value if self.outcome.state else "LOST"
@@ -235,8 +253,8 @@ class Progress(RunProgress):
             if self.outcome.rows is not None:
                 summary.append(f" · {self.outcome.rows} rows")
             summary.append(f" · {now - self.started:.2f}s")
-            if self.outcome.error:
-                summary.append(f"\n{self.outcome.error}", style="red")
+            if self.outcome_error:
+                summary.append(f"\n{self.outcome_error}", style="red")
             parts.append(summary)
         return Group(*parts)
 

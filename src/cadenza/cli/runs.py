@@ -9,9 +9,10 @@ import json
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
 
 from cadenza.cli.context import handled, state
-from cadenza.cli.output import out, print_json, print_table
+from cadenza.cli.output import out, print_json, print_table, shown
 from cadenza.services.history import LogLine, RunQuery, parse_states
 
 app = typer.Typer(help="Runs: history, details, logs.", no_args_is_help=True)
@@ -65,14 +66,15 @@ def show_run(
         print_json(document)
         return
     run = detail.run
-    out.print(f"[bold]run {run.id}[/bold]  job {run.job}  {run.state.value}", markup=True)
+    out.print(Text.assemble((f"run {shown(run.id)}", "bold"),
+                            f"  job {shown(run.job)}  {run.state.value}"))
     for key in ("trigger", "scheduled_for", "started_at", "finished_at", "rows"):
         value = document[key]
-        out.print(f"  {key}: {'' if value is None else value}", markup=False)
+        out.print(f"  {key}: {shown(value)}", markup=False)
     params = ", ".join(f"{k}={v!r}" for k, v in run.params.items()) or "none"
-    out.print(f"  params: {params}", markup=False)
+    out.print(f"  params: {shown(params)}", markup=False)
     if run.error:
-        out.print(f"  error: {run.error}", markup=False)
+        out.print(f"  error: {shown(run.error)}", markup=False)
     print_table(
         [{**s, "error": short(s["error"]), "output": short(_compact(s["output"]))}
          for s in document["steps"]],
@@ -118,8 +120,8 @@ def run_logs(
 
 def _print_line(line: LogLine) -> None:
     when = line.time.isoformat(timespec="milliseconds")
-    step = line.step or "-"
-    first, *rest = str(line.message).splitlines() or [""]
+    step = shown(line.step or "-")
+    first, *rest = shown(line.message).splitlines() or [""]
     out.print(f"{when} {line.level:<7} {step:<20} {first}", markup=False, highlight=False)
     for more in rest:
         out.print(f"{'':>{len(when) + 30}}{more}", markup=False, highlight=False)

@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from cadenza.cli.context import handled, state
-from cadenza.cli.output import out, print_json
+from cadenza.cli.output import out, print_json, shown
 
 
 def register(app: typer.Typer) -> None:
@@ -46,10 +46,10 @@ def cancel_run(
     if as_json:
         print_json(outcome.as_json())
     else:
-        out.print(outcome.message, markup=False)
+        out.print(shown(outcome.message), markup=False)
         if wait and outcome.state is not None:
             out.print(f"run {run_id} is {outcome.state.value}"
-                      + (f": {outcome.reason}" if outcome.reason else ""), markup=False)
+                      + (f": {shown(outcome.reason)}" if outcome.reason else ""), markup=False)
     if not outcome.accepted:
         raise typer.Exit(1)
     if wait and not outcome.ended:

@@ -10,7 +10,8 @@ from typing import Annotated
 import typer
 
 from cadenza.cli.context import handled, state
-from cadenza.cli.output import err, out
+from cadenza.cli.output import err, guarded_streams, out
+from cadenza.services import Services
 from cadenza.services.serve import ServeOptions, open_server
 
 
@@ -31,9 +32,17 @@ def serve(
 ) -> None:
     """Start the server: fire schedules, run queued runs, serve the API; Ctrl+C stops."""
     services = state(ctx).configured()
+    # What other code prints (uvicorn, a thread-isolated step, a warning) is redacted and
+    # made inert on its way to the terminal; the log handler writes there too.
+    with guarded_streams():
+        _serve(services, ServeOptions(host, port, workers, web=not no_web,
+                                      scheduler=not no_scheduler))
+
+
+def _serve(services: Services, options: ServeOptions) -> None:
+    """Open the server on ``services``, start it, wait until it is asked to stop, stop it."""
     with handled():
-        server = open_server(services, ServeOptions(host, port, workers, web=not no_web,
-                                                    scheduler=not no_scheduler))
+        server = open_server(services, options)
     if server.exposed:
         err.print(f"warning: listening on {server.host} exposes Cadenza to the network",
                   markup=False)

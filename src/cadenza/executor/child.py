@@ -20,6 +20,10 @@ epoch), filled when the spec is made in the parent from the run the tracker boun
 (:func:`~cadenza.executor.context.bind_run`); the child opens the store on first use and
 every write is fenced on the epoch in the database, as the parent's would be.
 
+What the child (or a program it starts) prints on its stdout and stderr goes through the
+home's redactor and loses its control characters before it reaches the parent's terminal
+(:mod:`cadenza.executor.child_output`).
+
 The child reads time from a :class:`~cadenza.clock.SystemClock` of its own (a clock object
 cannot cross the spawn pipe): its ``ctx.clock``, its log lines' times and its deadline
 (``timeout_seconds`` from its start). The parent enforces the step's timeout on its clock.
@@ -39,6 +43,7 @@ from typing import Any
 from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.params import Scope
+from cadenza.executor.child_output import guard_output
 from cadenza.executor.errors import ErrorInfo
 from cadenza.steps.runtime import RunInfo, StepInfo
 
@@ -93,6 +98,7 @@ def load_step_class(path: str) -> Any:
 def child_main(spec: ChildSpec, conn: Any) -> None:
     """Entry point of the child process (see the module docstring)."""
     clock = SystemClock()
+    output = guard_output(spec.home)
     _detach()
     _watch_parent(spec.parent_pid, clock)
     lock = threading.Lock()
@@ -147,6 +153,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
             ctx.close_progress()
         if connections is not None:
             connections.close()
+        output.close()
         conn.close()
 
 

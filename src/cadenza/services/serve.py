@@ -40,17 +40,20 @@ class ServeOptions:
     scheduler: bool = True
 
 
-class RedactingFilter(logging.Filter):
-    """Log lines pass through the home's redactor: a secret never reaches the terminal."""
+class RedactingFormatter(logging.Formatter):
+    """A log line as the terminal or log file receives it: the whole formatted record (its
+    message, arguments and traceback) through the home's redactor, then without control
+    characters (:func:`~cadenza.audit.terminal.printable`): a secret never reaches the
+    terminal, and a log line quoting a remote server cannot drive it."""
 
-    def __init__(self, redactor: Redactor) -> None:
-        super().__init__()
+    def __init__(self, redactor: Redactor, fmt: str) -> None:
+        super().__init__(fmt)
         self._redactor = redactor
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = self._redactor.redact_text(record.getMessage())
-        record.args = ()
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        from cadenza.audit.terminal import printable
+
+        return printable(self._redactor.redact_text(super().format(record)))
 
 
 class Server:
@@ -115,8 +118,8 @@ class Server:
 def open_server(services: Services, options: ServeOptions) -> Server:
     """Build the node and HTTP server for ``services`` (the whole configuration must be
     valid: ConfigError with located problems otherwise). Log lines of ``cadenza`` go to
-    stderr through the home's redactor; store write failures (a full disk) at most once a
-    minute (:mod:`cadenza.node.throttle`)."""
+    stderr through the home's redactor, without control characters; store write failures
+    (a full disk) at most once a minute (:mod:`cadenza.node.throttle`)."""
     import uvicorn
 
     from cadenza.node import Node
@@ -125,9 +128,9 @@ def open_server(services: Services, options: ServeOptions) -> Server:
 
     config = services.config()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter(services.home.redactor,
+                                            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.addFilter(WriteFailureThrottle(services.clock))  # a full disk: a line a minute
-    handler.addFilter(RedactingFilter(services.home.redactor))
     root = logging.getLogger("cadenza")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

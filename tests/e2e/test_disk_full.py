@@ -169,7 +169,7 @@ def test_secrets_set_on_a_full_then_read_only_disk(home: Path) -> None:
     full = cli(home, "secrets", "set", "LOST", "--value-stdin", stdin="second-value\n")
     assert full.returncode == 3, full.stdout + full.stderr
     assert "Traceback" not in full.stderr and "OSError" not in full.stderr
-    assert full.stderr.startswith("error: secret 'LOST' was not stored: disk full: "
+    assert full.stderr.startswith("error: secret LOST was not stored: disk full: "
                                   "No space left on device"), full.stderr
     assert "is as it was (the secrets stored before are kept)" in full.stderr
     assert "free space on that disk" in full.stderr
@@ -184,7 +184,7 @@ def test_secrets_set_on_a_full_then_read_only_disk(home: Path) -> None:
         remount(data, "rw")
     assert ro.returncode == 3, ro.stdout + ro.stderr
     assert "Traceback" not in ro.stderr
-    assert ro.stderr.startswith("error: secret 'LOST' was not stored: read-only: "
+    assert ro.stderr.startswith("error: secret LOST was not stored: read-only: "
                                 "Read-only file system"), ro.stderr
     assert "make it writable" in ro.stderr
     listed = cli(home, "secrets", "list", "--json")

@@ -89,7 +89,8 @@ class SecretStore:
             raise TypeError(f"a secret value must be a str, not {type(value).__name__}")
         if value == "":
             raise ValueError(f"secret {name!r}: an empty value cannot be stored")
-        with self._writing(f"secret {name!r} was not stored"), self._write_lock():
+        # The name unquoted: a redactor masks a quoted value after the word "secret".
+        with self._writing(f"secret {name} was not stored"), self._write_lock():
             entries = self._load()
             key = self._load_key(create=True, existing_entries=bool(entries))
             nonce = _random.token_bytes(NONCE_BYTES)
@@ -121,7 +122,7 @@ class SecretStore:
     def delete(self, name: str) -> bool:
         """Remove ``name``; True if it existed."""
         validate_secret_name(name)
-        with self._writing(f"secret {name!r} was not deleted"), self._write_lock():
+        with self._writing(f"secret {name} was not deleted"), self._write_lock():
             entries = self._load()
             if name not in entries:
                 return False

@@ -139,6 +139,33 @@ def test_a_local_run_on_a_disk_that_fills_up_mid_run(home: Path) -> None:
     assert [(s["name"], s["state"]) for s in steps] == [("fill", "RUNNING")]
 
 
+def test_a_local_run_whose_lease_cannot_be_renewed_on_a_full_disk(home: Path) -> None:
+    data = home / "data"
+    settings(home, "3s")  # renewed every second: the disk fills during the step
+    proc = subprocess.Popen([sys.executable, "-m", "cadenza", "--home", str(home), "run",
+                             "slow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+    try:
+        listed = eventually(lambda: (lambda d: d.returncode == 0 and "RUNNING" in d.stdout
+                                     and d)(cli(home, "runs", "list")), what="RUNNING")
+        assert listed
+        fill(data)
+        out, error = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        free(data)
+    assert proc.returncode == 3, out + error
+    assert "Traceback" not in error and "LOST" not in out, out + error
+    assert "another holder" not in out + error
+    told = [line for line in error.splitlines() if line.startswith("error: ")]
+    assert len(told) == 1, error
+    assert told[0].startswith("error: run ") and " stopped: its lease could not be renewed: " \
+        "the store could not record a change: disk full (database or disk is full" in told[0]
+    assert "the run stays RUNNING until its lease expires" in told[0]
+
+
 def test_a_run_on_a_read_only_store(home: Path) -> None:
     data = home / "data"
     assert cli(home, "runs", "list").returncode == 0  # the store exists, migrated

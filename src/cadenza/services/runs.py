@@ -149,8 +149,13 @@ class _Observer(Observer):
     dropped: the store refused them). When the write fails instead, ``unrecorded`` names
     the step whose end is lost."""
 
-    def __init__(self, progress: RunProgress) -> None:
+    def __init__(self, progress: RunProgress,
+                 failing: Callable[[], object] = lambda: None) -> None:
         self.progress = progress
+        self.failing = failing
+        """The store's current write failure, if any (a lost run may be lost to it)."""
+        self.lost_to_writes = False
+        """The run was lost while the store could not write (its lease went unrenewed)."""
         self._start: Callable[[], None] | None = None
         self._ends: list[Callable[[], None]] = []
         self.unrecorded: tuple[str, StepState] | None = None
@@ -187,6 +192,9 @@ class _Observer(Observer):
     def run_finished(self, outcome: RunOutcome) -> None:
         self.started = True
         self._release(ends=outcome.state is not None)
+        if outcome.state is None and outcome.claimed and self.failing() is not None:
+            self.lost_to_writes = True  # not "another holder took it over": told by the caller
+            return
         self.progress.run_finished(_result(outcome))
 
 
@@ -284,12 +292,17 @@ class RunService:
         while True:
             try:
                 watcher = progress()
-                observer = _Observer(watcher)
+                observer = _Observer(watcher, store.failing_writes)
                 try:
                     with watcher.drawing():
                         outcome = executor.execute(run_id, observer)
                 except WriteFailed as exc:
                     raise _not_recorded(exc, run_id, observer) from None
+                failure = store.failing_writes() if observer.lost_to_writes else None
+                if failure is not None:
+                    kept = _KEPT_RUNNING.format(run_id=run_id)
+                    raise _again(failure.error, f"run {run_id} stopped: its lease could not be "
+                                                f"renewed: {failure.error}. {kept}") from None
                 record = store.get_run(run_id)
                 if outcome.state is not RunState.QUEUED or record is None \
                         or record.state is not RunState.QUEUED:
@@ -427,10 +440,13 @@ def _not_recorded(exc: WriteFailed, run_id: str, observer: _Observer) -> WriteFa
     if observer.unrecorded is not None:
         name, state = observer.unrecorded
         lost = f"the end of step {name!r} ({state.value})"
-    return _again(exc, f"run {run_id} stopped: {lost} was not recorded: {exc}. Kept: what "
-                       f"was recorded before; the run stays RUNNING until its lease expires, "
-                       f"then a `cadenza serve` on this home re-queues it and it resumes from "
-                       f"its last checkpoint (`cadenza runs show {run_id}`)")
+    return _again(exc, f"run {run_id} stopped: {lost} was not recorded: {exc}. "
+                       + _KEPT_RUNNING.format(run_id=run_id))
+
+
+_KEPT_RUNNING = ("Kept: what was recorded before; the run stays RUNNING until its lease "
+                 "expires, then a `cadenza serve` on this home re-queues it and it resumes "
+                 "from its last checkpoint (`cadenza runs show {run_id}`)")
 
 
 def leader_is_running(store: Store) -> bool:

@@ -61,7 +61,8 @@ def run(
     preset: Annotated[str | None, typer.Option("--preset", help="Use a preset's values.")] = None,
     arg: Annotated[list[str] | None, typer.Option(
         "--arg", metavar="STEP.NAME=VALUE",
-        help="Set a step argument, over its op_kwargs (a string; repeatable).",
+        help="Set a step argument (over op_kwargs) or a field of the step (mode, ...); "
+             "a string; repeatable.",
     )] = None,
     disable: Annotated[list[str] | None, typer.Option(
         "--disable", metavar="STEP", help="Skip this step (repeatable).",

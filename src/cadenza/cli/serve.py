@@ -1,4 +1,8 @@
-"""``cadenza serve``: scheduler, workers and the HTTP server in one process."""
+"""``cadenza serve``: scheduler, workers and the HTTP server in one process.
+
+A port that cannot be bound is refused before anything starts (``error: cannot listen on
+127.0.0.1:8080: address already in use``, exit 1); an HTTP server that dies later stops the
+node and exits 1 too."""
 
 from __future__ import annotations
 
@@ -72,10 +76,12 @@ def _serve(services: Services, options: ServeOptions) -> None:
     sys.stdout.flush()
 
     def web_stopped() -> None:
-        err.print("error: the HTTP server stopped (is the port in use?)", markup=False)
+        err.print("error: the HTTP server stopped unexpectedly", markup=False)
 
     try:
-        server.run_until_stopped(web_stopped)
+        web_died = server.run_until_stopped(web_stopped)
     finally:
         out.print("stopping: no new runs; waiting for running ones to finish", markup=False)
         server.stop()
+    if web_died:
+        raise typer.Exit(1)

@@ -6,13 +6,21 @@ it needs. The child
 
 1. leads its own session on POSIX (``os.setsid``), so that killing its process group also
    stops what it started, and the terminal's Ctrl-C reaches the parent only;
-2. watches its parent and exits (killing its own descendants) if the parent disappears;
+2. watches its parent and exits (killing its own descendants) if the parent disappears, and
+   keeps **its own deadline**: the end of the run's lease minus a margin, which the parent
+   extends over a second pipe at each lease renewal and each of its ticks. When the deadline
+   passes without an extension (the parent is stopped, hung, or cannot renew), the child
+   kills what it started and exits at once with :data:`LEASE_EXIT`: it stops before another
+   node may take the run (docs/leases.md "The child's own deadline");
 3. puts the home's ``plugins/`` first on ``sys.path``, validates the step's config again with
    its type's ``Config`` and runs ``run(ctx, config)`` with an
    :class:`~cadenza.executor.context.ExecutionContext` whose log lines and events are sent to
    the parent, and whose ``ctx.connection(name)`` opens this process's own engines;
-4. commits its connections, then sends ``("result", rows, output_json)``, or rolls back and
-   sends ``("error", ErrorInfo)``.
+4. commits its connections, ends every process the step started that is still alive
+   (:func:`cadenza.executor.processes.end_leftovers`: it is a child subreaper on Linux and
+   marks its environment with :data:`~cadenza.executor.processes.MARKER_ENV`) and sends a
+   WARNING line naming them, then sends ``("result", rows, output_json)``; or rolls back,
+   ends the leftovers the same way and sends ``("error", ErrorInfo)``.
 
 ``ctx.checkpoint`` and ``ctx.once`` in the child write to the store themselves: the spec
 carries a :class:`~cadenza.executor.context.Fence` (the store's URL and the run's lease
@@ -27,12 +35,15 @@ home's redactor and loses its control characters before it reaches the parent's 
 The child reads time from a :class:`~cadenza.clock.SystemClock` of its own (a clock object
 cannot cross the spawn pipe): its ``ctx.clock``, its log lines' times and its deadline
 (``timeout_seconds`` from its start). The parent enforces the step's timeout on its clock.
+Its lease deadline arrives as a time of the system's monotonic clock (``time.monotonic``:
+one clock for every process of the host, on Linux, macOS and Windows).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 import threading
@@ -49,6 +60,8 @@ from cadenza.steps.runtime import RunInfo, StepInfo
 
 WATCH_SECONDS = 1.0
 """How often the child checks that its parent is still alive."""
+LEASE_EXIT = 75
+"""The exit code of a child that stopped itself because its lease deadline passed."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +80,8 @@ class ChildSpec:
     timeout_seconds: float
     outputs: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+    marker: str = ""
+    """The value of ``CADENZA_STEP_MARKER`` for the processes of this attempt ("": none)."""
     fence: Any = None  # a context.Fence; None: the run is not bound in this process
 
     def __post_init__(self) -> None:
@@ -95,12 +110,16 @@ def load_step_class(path: str) -> Any:
     return obj
 
 
-def child_main(spec: ChildSpec, conn: Any) -> None:
-    """Entry point of the child process (see the module docstring)."""
+def child_main(spec: ChildSpec, conn: Any, deadlines: Any = None) -> None:
+    """Entry point of the child process (see the module docstring). ``deadlines``: the
+    reading end of the pipe its lease deadlines arrive on (None: no lease deadline)."""
     clock = SystemClock()
     output = guard_output(spec.home)
     _detach()
+    started = _mark(spec.marker)
     _watch_parent(spec.parent_pid, clock)
+    if deadlines is not None:
+        _watch_lease(deadlines, clock, spec, started)
     lock = threading.Lock()
 
     def send(message: Any) -> None:
@@ -137,6 +156,7 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
         )
         result = check_result(step_type().run(ctx, config), spec.step.name)
         ctx.finish(success=True)
+        _end_leftovers(spec, started, send, clock)
         send(("result", result.rows, json.dumps(dict(result.output), allow_nan=False)))
     except BaseException as exc:  # everything is reported to the parent, nothing escapes
         if ctx is not None:
@@ -144,6 +164,10 @@ def child_main(spec: ChildSpec, conn: Any) -> None:
                 ctx.finish(success=False)
             except BaseException:  # the step's own error is the one that matters
                 pass
+        try:
+            _end_leftovers(spec, started, send, clock)
+        except BaseException:  # the parent ends what is left once this child is gone
+            pass
         try:
             send(("error", ErrorInfo.of(exc)))
         except (OSError, ValueError):
@@ -214,3 +238,82 @@ def _watch_parent(parent_pid: int, clock: Clock) -> None:
                 os._exit(70)
 
     threading.Thread(target=watch, name="cadenza-parent-watch", daemon=True).start()
+
+
+def _mark(marker: str) -> float:
+    """Mark the processes this child will start (:data:`~cadenza.executor.processes.
+    MARKER_ENV`) and become their subreaper (Linux); returns this process's start time."""
+    import psutil
+
+    from cadenza.executor.processes import MARKER_ENV, become_subreaper
+
+    if marker:
+        os.environ[MARKER_ENV] = marker
+    become_subreaper()
+    try:
+        return float(psutil.Process().create_time())
+    except psutil.Error:
+        return 0.0
+
+
+def _session() -> int | None:
+    """The session this child leads (POSIX), None when it leads none: then no session is
+    killed, since it would be the parent's (a terminal's)."""
+    getsid = getattr(os, "getsid", None)
+    if getsid is None:
+        return None
+    try:
+        sid = int(getsid(0))
+    except OSError:
+        return None
+    return sid if sid == os.getpid() else None
+
+
+def _end_leftovers(spec: ChildSpec, started: float, send: Any, clock: Clock) -> None:
+    """End the processes the step started and left running; say which in the run log."""
+    from cadenza.executor.processes import end_leftovers
+
+    killed = end_leftovers(os.getpid(), spec.marker, started, _session())
+    if killed:
+        send(("log", clock.now(), "WARNING",
+              f"killed {len(killed)} process(es) the step left running: "
+              + "; ".join(killed)))
+
+
+def _watch_lease(deadlines: Any, clock: Clock, spec: ChildSpec, started: float) -> None:
+    """Keep the lease deadline the parent sends (a ``time.monotonic`` value); when it
+    passes, end what the step started and exit with :data:`LEASE_EXIT` (see the module
+    docstring). The pipe closed: the parent is done or gone (the parent watch handles
+    that)."""
+
+    def watch() -> None:
+        deadline = math.inf  # the parent's first deadline is already in the pipe
+        while True:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                break
+            try:
+                if deadlines.poll(None if math.isinf(left) else left):
+                    deadline = float(deadlines.recv())
+            except (EOFError, OSError):
+                return
+        from cadenza.executor.processes import find_leftovers, kill_all
+
+        try:  # the step's processes first, without waiting for them: every moment counts
+            kill_all(find_leftovers(os.getpid(), spec.marker, started, _session()), wait=False)
+        finally:
+            # Said on stderr from a thread of its own: a full pipe must not delay the exit.
+            threading.Thread(target=_say_stopped, args=(spec,), daemon=True).start()
+            clock.sleep(0.1)
+            os._exit(LEASE_EXIT)
+
+    threading.Thread(target=watch, name="cadenza-lease-watch", daemon=True).start()
+
+
+def _say_stopped(spec: ChildSpec) -> None:
+    try:
+        sys.stderr.write(f"cadenza: step {spec.step.name!r} of run {spec.run.id} stopped "
+                         "itself: its run's lease was not extended in time\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass

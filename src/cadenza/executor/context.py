@@ -6,6 +6,12 @@ built-in type) its log lines go to the run's buffered :class:`~cadenza.executor.
 in a child process (``isolation = "process"``) they travel to the parent through a pipe,
 and ``ctx.connection(name)`` opens the child's own engine.
 
+The lease (thread isolation). A context built by the executor for a thread step knows the
+run's lease (:meth:`~cadenza.executor.control.RunControl.lease_left`): once the lease this
+worker surely holds is about to end without a renewal, :meth:`ExecutionContext.cancelled`
+is true (a running SQL statement is canceled on the server, an HTTP exchange aborted) and
+:meth:`ExecutionContext.finish` commits nothing.
+
 Time. ``ctx.clock`` is the clock the executor was given (the node's; the system clock by
 default, and always in a child process, which builds its own). The step's deadline,
 ``ctx.remaining()`` and ``ctx.cancelled()`` count on its monotonic time and ``ctx.event``
@@ -210,8 +216,12 @@ class ExecutionContext:
         timeout_seconds: float | None = None,
         progress: Progress | None = None,
         clock: Clock | None = None,
+        lease: Callable[[], float | None] | None = None,
     ) -> None:
         self.params: Mapping[str, Any] = _ReadOnly(params)
+        # Seconds until the run's lease surely held ends, minus a margin (RunControl.lease_left):
+        # a thread step stops acting and commits nothing once it has passed.
+        self._lease = lease
         self.run = run
         self.step = step
         self.log = log
@@ -246,7 +256,12 @@ class ExecutionContext:
                 return self._http[name]
             definition = self._connections.definition(name)
             if isinstance(definition, SqlConnection):
-                conn = self._connections.sql_engine(name).connect()
+                try:
+                    conn = self._connections.sql_engine(name).connect()
+                except Exception as exc:  # classified where every database error is
+                    from cadenza.steps.sqlutil import translate
+
+                    raise translate(exc, f"connection {name!r}: cannot connect") from exc
                 if self.log.isEnabledFor("DEBUG"):
                     from sqlalchemy import event
 
@@ -274,11 +289,25 @@ class ExecutionContext:
                                self.clock.now()))
 
     def cancelled(self) -> bool:
-        """True once the step's time is up or the run is being stopped."""
-        return self._cancel.is_set() or self.clock.monotonic() >= self._deadline
+        """True once the step's time is up, the run is being stopped, or the run's lease
+        is about to end without a renewal (a worker stopped or cut from the store)."""
+        return (self._cancel.is_set() or self.clock.monotonic() >= self._deadline
+                or self.lease_passed())
+
+    def lease_passed(self) -> bool:
+        """Whether the lease this worker surely held ends within the margin (no renewal came
+        in time): the step must not act any more. False without a lease (a test's run)."""
+        if self._lease is None:
+            return False
+        left = self._lease()
+        return left is not None and left <= 0
 
     def remaining(self) -> float:
-        """Seconds left before the step's timeout (never negative)."""
+        """Seconds left before the step's timeout (never negative); 0 once the run's lease
+        passed (:meth:`lease_passed`: the step has no time left to act, and what stops
+        because of it is retryable, as after a timeout)."""
+        if self.lease_passed():
+            return 0.0
         return max(0.0, self._deadline - self.clock.monotonic())
 
     def previous(self, step: str) -> Mapping[str, Any] | None:
@@ -410,11 +439,18 @@ class ExecutionContext:
     def finish(self, success: bool) -> None:
         """Commit (``success``) or roll back every SQL connection, close every client.
 
-        Every connection is closed even if one commit fails; the first error is raised."""
+        Every connection is closed even if one commit fails; the first error is raised.
+        Nothing is committed once the run's lease passed (:meth:`lease_passed`): the work is
+        rolled back and :class:`~cadenza.domain.errors.Retryable` raised, since another
+        worker may be running the step again."""
+        first: BaseException | None = None
+        if success and self.lease_passed():
+            success = False
+            first = Retryable(f"step {self.step.name!r}: the run's lease ran out before its "
+                              "work could be committed; it was rolled back")
         with self._lock:
             sql, self._sql = list(self._sql.values()), {}
             http, self._http = list(self._http.values()), {}
-        first: BaseException | None = None
         for conn in sql:
             try:
                 if conn.in_transaction():

@@ -5,13 +5,26 @@
     step is marked (``ctx.cancelled()`` becomes true, its further log lines are dropped), it
     fails with :class:`~cadenza.executor.errors.StepTimeout`, and the thread is abandoned;
     when it returns, its ``ctx.connection`` transactions are rolled back, never committed.
+    Its ``ctx`` also knows the run's lease: once the lease its worker surely holds is about
+    to end without a renewal, ``ctx.cancelled()`` is true and nothing more is committed
+    (docs/leases.md "Thread isolation: what is guaranteed, what is not").
 ``process``
     The step runs in a child process started with multiprocessing's ``spawn`` method (the
     same on Linux, macOS and Windows; see :mod:`cadenza.executor.child`). Its ``ctx.log``
     lines and ``ctx.event`` events arrive through a pipe while it runs. At the deadline the
     whole process tree is killed (psutil: the descendants, then the child; on POSIX the child
     also leads its own session, whose process group is killed too), so the run ends within
-    the timeout plus a moment and no process is left behind.
+    the timeout plus a moment and no process is left behind. At the end of every attempt,
+    success included, the processes the step started and left running are ended, even
+    those in a new session or double-forked (:mod:`cadenza.executor.processes`; the child
+    does it before it reports, the parent after a child that could not), and a WARNING line
+    of the run log names them.
+
+    The child also keeps its own deadline, the end of the run's lease minus a margin
+    (:meth:`~cadenza.executor.control.RunControl.lease_left`): the parent sends it over a
+    second pipe at each of its ticks and at each lease renewal. A child whose parent stops
+    extending it (stopped with SIGSTOP, hung, cut from the store) ends what it started and
+    exits before another node may take the run.
 
 Both wait in slices of :data:`TICK` seconds and call ``on_tick`` between slices, so that the
 executor can write the log lines of a long step while it runs. Deadlines count on the step's
@@ -27,19 +40,20 @@ import math
 import multiprocessing
 import os
 import queue
-import signal
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
-
-import psutil  # type: ignore[import-untyped]
 
 from cadenza.clock import Clock, SystemClock
 from cadenza.domain.errors import Retryable
-from cadenza.executor.child import ChildSpec, child_main
+from cadenza.executor.child import LEASE_EXIT, ChildSpec, child_main
 from cadenza.executor.context import ExecutionContext, check_result
+from cadenza.executor.control import RunControl
 from cadenza.executor.errors import RemoteError, StepTimeout, rebuild
+from cadenza.executor.processes import StepJob, end_leftovers, kill_tree
 from cadenza.executor.runlog import RunLog
 from cadenza.steps.runtime import StepResult
 from cadenza.store.boundary import LogLine
@@ -292,31 +306,49 @@ def run_in_process(
     timeout: float,
     on_tick: Callable[[], None],
     clock: Clock | None = None,
+    lease: RunControl | None = None,
 ) -> StepResult:
     """Run the step described by ``spec`` in a spawned child process and wait for its
-    result, at most ``timeout`` seconds of ``clock`` (default: the system clock); then kill
-    its process tree if still there."""
+    result, at most ``timeout`` seconds of ``clock`` (default: the system clock); then end
+    its process tree and whatever else it started, if still there (the run log says what
+    was killed). ``lease``: the run's control, whose lease gives the child its own deadline
+    (see the module docstring)."""
     clock = clock if clock is not None else _REAL
+    if not spec.marker:
+        spec = replace(spec, marker=uuid.uuid4().hex)
     mp = multiprocessing.get_context("spawn")
     reader, writer = mp.Pipe(duplex=False)
-    process = mp.Process(target=child_main, args=(spec, writer), daemon=True,
+    deadlines, extender = mp.Pipe(duplex=False) if lease is not None else (None, None)
+    process = mp.Process(target=child_main, args=(spec, writer, deadlines), daemon=True,
                          name=f"cadenza-step-{spec.step.name}")
     deadline = clock.monotonic() + timeout
+    started = _REAL.now().timestamp()
     process.start()
     writer.close()  # the child holds the only writer: EOF here means it is gone
+    job = StepJob()
+    if process.pid is not None:
+        job.add(process.pid)
+    extend: _Extender | None = None
+    forget: Callable[[], None] | None = None
+    if lease is not None and extender is not None and deadlines is not None:
+        deadlines.close()
+        extend = _Extender(extender, lease)
+        extend()  # the child's first deadline, in the pipe before it looks
+        forget = lease.on_lease(extend)  # each renewal of the keeper extends it at once
     step = spec.step.name
     answered = False
     try:
         while True:
             left = deadline - clock.monotonic()
-            if left <= 0:
-                kill_tree(process.pid)
+            if left <= 0:  # the process tree is ended on the way out (finally)
                 raise StepTimeout(f"step {step!r} timed out after {_seconds(timeout)}; its "
                                   "process and every process it started were killed")
             try:
                 ready = reader.poll(min(TICK, left))
             except (EOFError, OSError):
                 ready = True
+            if extend is not None:
+                extend()
             on_tick()
             if not ready:
                 continue
@@ -324,6 +356,9 @@ def run_in_process(
                 message = reader.recv()
             except (EOFError, OSError):
                 process.join(1.0)
+                if process.exitcode == LEASE_EXIT:
+                    raise Retryable(f"step {step!r}: its process stopped itself because the "
+                                    "run's lease was not extended in time") from None
                 raise Retryable(f"step {step!r}: its process ended without a result "
                                 f"(exit code {process.exitcode})") from None
             kind = message[0]
@@ -343,74 +378,71 @@ def run_in_process(
                 exc.__cadenza_traceback__ = info.traceback  # type: ignore[attr-defined]
                 raise exc
     finally:
+        if forget is not None:
+            forget()
         reader.close()
         if answered:  # it is on its way out: give it a moment to close its connections
             process.join(JOIN_SECONDS)
         if process.exitcode is None:
+            # Timed out, stopped, or slow to exit: its descendants (and, while it still leads
+            # its session, the session's members) first, named in the run log, then the tree.
+            _end_leftovers(process.pid, spec, started, log)
             kill_tree(process.pid)
         process.join(JOIN_SECONDS)
+        if extend is not None:
+            extend.close()
+        if not answered:
+            # It did not end its own leftovers (killed, timed out, crashed, stopped itself):
+            # what escaped its tree still carries its marker.
+            _end_leftovers(None, spec, started, log)
+        job.terminate()
         if process.exitcode is not None:
             process.close()
 
 
-def kill_tree(pid: int | None) -> None:
-    """Kill process ``pid`` and all its descendants: the descendants first (found while the
-    tree is intact), then (POSIX) the process group it leads, then the process itself.
+class _Extender:
+    """Sends the child its lease deadline: the end of the lease surely held minus the
+    margin, as a ``time.monotonic`` value (one clock for every process of the host). Called
+    by the waiting thread at each tick and by the lease keeper at each renewal."""
 
-    Waits (briefly) until the descendants are gone or zombies; ``pid`` itself, a child of
-    this process, is left for its owner to reap (``Process.join``)."""
-    if pid is None:
-        return
-    try:
-        root = psutil.Process(pid)
-        family = root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return
-    group = _own_group(pid)
-    for proc in reversed(family):
-        _kill(proc)
-    if group is not None:
-        try:
-            os.killpg(group, signal.SIGKILL)
-        except OSError:
-            pass
-    _kill(root)
-    _wait_gone(family, JOIN_SECONDS)
+    def __init__(self, conn: Any, lease: RunControl) -> None:
+        self.conn = conn
+        self.lease = lease
+        self.lock = threading.Lock()
+        self.closed = False
 
-
-def _wait_gone(procs: list[psutil.Process], timeout: float) -> None:
-    """Wait until every process has exited (a zombie has: only its reaping is left)."""
-    end = _REAL.monotonic() + timeout
-    alive = list(procs)
-    while alive and _REAL.monotonic() < end:
-        still = []
-        for proc in alive:
+    def __call__(self) -> None:
+        left = self.lease.lease_left()
+        if left is None:
+            return
+        with self.lock:
+            if self.closed:
+                return
             try:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    still.append(proc)
-            except psutil.NoSuchProcess:
-                pass
-        alive = still
-        if alive:
-            _REAL.sleep(0.01)
+                self.conn.send(_REAL.monotonic() + left)
+            except (OSError, ValueError):  # the child is gone
+                self.closed = True
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.conn.close()
 
 
-def _own_group(pid: int) -> int | None:
-    """The process group ``pid`` leads (POSIX), never this process's own group."""
-    if not hasattr(os, "killpg"):
-        return None
-    try:
-        group = os.getpgid(pid)
-        return group if group == pid and group != os.getpgid(0) else None
-    except OSError:
-        return None
-
-
-def _kill(proc: psutil.Process) -> None:
-    try:
-        proc.kill()
-    except (psutil.NoSuchProcess, psutil.AccessDenied):
-        pass
+def _end_leftovers(pid: int | None, spec: ChildSpec, started: float, log: RunLog) -> None:
+    """End what the step started and left running, and say so in the run log. ``pid``: the
+    child, still alive (None: gone, its pid may be reused: only its marker is looked for)."""
+    session = None
+    getsid = getattr(os, "getsid", None)
+    if pid is not None and getsid is not None:
+        try:
+            session = pid if getsid(pid) == pid else None
+        except OSError:
+            session = None
+    killed = end_leftovers(pid, spec.marker, started, session)
+    if killed:
+        log.add("WARNING", f"killed {len(killed)} process(es) the step left running: "
+                           + "; ".join(killed), spec.step.name)
 
 
 def _seconds(value: float) -> str:

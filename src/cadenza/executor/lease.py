@@ -10,7 +10,9 @@ The rules:
 * Every ``lease / 3`` the keeper renews all registered runs with ONE statement
   (:meth:`~cadenza.store.run_leases.RunLeasesRepository.renew_run_leases`), to ``now + lease``:
 
-  - renewed: fine; its local deadline moves to the round's start + lease;
+  - renewed: fine; its local deadline moves to the round's start + lease, and the run's
+    control is told (:meth:`~cadenza.executor.control.RunControl.hold_lease`: a process
+    step's child gets its own deadline, that end minus a margin, over its pipe);
   - a cancel request is pending: ``control.stop(CANCELED, by=...)``;
   - not renewed because the epoch or the owner moved on, or the run is no longer RUNNING
     (the reaper took it, another node claimed it): ``control.stop(LEASE_LOST)`` and the run
@@ -81,9 +83,10 @@ class LeaseKeeper:
     def register(self, run_id: str, epoch: int, owner: str, control: RunControl) -> None:
         """Hold ``run_id`` (claimed at ``epoch`` by ``owner``) until :meth:`unregister`."""
         now = self.clock.monotonic()
+        seconds = self.lease.total_seconds()
         with self._lock:
-            self._held[run_id] = _Held(run_id, epoch, owner, control, now,
-                                       now + self.lease.total_seconds())
+            self._held[run_id] = _Held(run_id, epoch, owner, control, now, now + seconds)
+        control.hold_lease(now + seconds, seconds, self.clock)
         self.start()
 
     def unregister(self, run_id: str, control: RunControl | None = None) -> None:
@@ -142,6 +145,8 @@ class LeaseKeeper:
         for held in snapshot:
             if held.run_id in result.renewed:
                 held.valid_until = started + lease_seconds
+                # A process step's child learns its new deadline from this (over its pipe).
+                held.control.hold_lease(held.valid_until, lease_seconds, self.clock)
                 by = result.cancels.get(held.run_id)
                 if by is not None:
                     held.control.stop(StopKind.CANCELED, by=by, reason=f"canceled by {by}")

@@ -11,13 +11,22 @@ Precedence, later wins:
   resolved with the step scope (``${params.X}`` sees the run's parameters and the step's own
   arguments, ``${steps.S.F}`` the outputs of earlier steps).
 
+Where a run's step arg goes (:func:`split_step_args`): every key of a ``python`` step is an
+argument of its function. For the other types, a key of the step's ``op_kwargs`` or a job
+parameter's name is an argument (the step's ``${params.KEY}``); else a key naming a field
+of the type's config (``mode``, ``batch_size``, ``csv.delimiter`` for a nested table; not
+the fields every step has, such as ``timeout``) sets that field for this run; any other key
+is refused when the run is requested (:func:`check_step_args`) and, in a run created
+before that check existed, kept as an argument.
+
 Dates (``${today}``, ``${month.previous}``...) come from the run's scheduled time (a manual
 run's is its creation time) in the preset's zone, else the job's, else the server's.
 
 A step's config is rendered with the step scope, every field except its type's
 ``raw_fields`` (``sql_query.query`` renders its tokens into bind parameters itself), then
 validated again by its type's ``Config``: a value that no longer fits is a fatal error naming
-the step and the field.
+the step and the field. Fields set by step args are validated in lax mode (``"5000"`` is an
+integer, ``"false"`` a boolean): a CLI value is always text.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 
 from cadenza.config.schema_jobs import JobConfig
+from cadenza.config.types import Ref
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, Scope, merge, render
 from cadenza.steps.base import StepConfig
@@ -38,6 +48,11 @@ from cadenza.steps.registry import StepType
 from cadenza.store.records import RunRecord
 
 _FIXED = ("name", "type", "op_kwargs")
+_COMMON = frozenset(StepConfig.model_fields)
+_ARGUMENTS_ONLY = frozenset({"python"})
+"""Step types whose step args are all arguments of the step's code (never its settings)."""
+_CODE_KEYS = frozenset({"query", "file"})
+"""Config keys holding SQL text or naming a file of it."""
 
 
 class PlanError(Fatal):
@@ -161,7 +176,9 @@ def plan_step(
 
     :class:`PlanError` (fatal) names the step and the token or field at fault."""
     own = dict(step.op_kwargs)
-    extra = plan.step_args.get(step.name, {})
+    settings, extra, unknown = split_step_args(plan.job, step,
+                                               plan.step_args.get(step.name, {}))
+    extra.update(unknown)  # a run created before its step args were checked: as before
     first = plan.scope(params=merge(plan.params, own, extra), steps=outputs)
     try:
         args = merge(render(own, first), render(extra, first))
@@ -170,10 +187,10 @@ def plan_step(
     params = merge(plan.params, args)
     scope = plan.scope(params=params, steps=outputs)
     data, tokens = cache.dump(step, step_type.raw_fields)
-    if not tokens and args == step.op_kwargs:
+    if not tokens and not settings and args == step.op_kwargs:
         return StepPlan(params=params, args=args, config=step, scope=scope)  # as validated
     rendered: dict[str, Any] = {}
-    for key, value in data.items():
+    for key, value in with_settings(data, settings).items():
         if key in _FIXED or key in step_type.raw_fields:
             rendered[key] = value
             continue
@@ -183,11 +200,138 @@ def plan_step(
             raise PlanError(f"step {step.name!r}: {key}: {exc}") from None
     rendered["op_kwargs"] = args
     try:
-        config = step_type.Config.model_validate(rendered)
+        config = step_type.Config.model_validate(rendered, strict=False if settings else None)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in error['loc']) or 'config'}: {error['msg']}"
-            for error in exc.errors(include_url=False)
-        )
-        raise PlanError(f"step {step.name!r}: after substitution, {problems}") from None
+        raise PlanError(f"step {step.name!r}: after substitution, "
+                        f"{_problems(exc)}") from None
     return StepPlan(params=params, args=args, config=config, scope=scope)
+
+
+# --- step args that set a step's config ------------------------------------------------------
+
+def settable_fields(config_type: type[StepConfig]) -> list[str]:
+    """The config keys (by alias) of a step type that a run's step args may name: its own
+    fields, not those every step has (some of them are then refused: :func:`locked`)."""
+    return [field.alias or name for name, field in config_type.model_fields.items()
+            if name not in _COMMON]
+
+
+def split_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any]
+                    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A run's step args for ``step`` as (config settings, arguments, unknown keys); see
+    the module docstring. A setting's key may be dotted (``csv.delimiter``)."""
+    if step.type in _ARGUMENTS_ONLY:
+        return {}, dict(args), {}
+    fields = set(settable_fields(type(step)))
+    settings: dict[str, Any] = {}
+    arguments: dict[str, Any] = {}
+    unknown: dict[str, Any] = {}
+    for key, value in args.items():
+        if key in step.op_kwargs or key in job.params:
+            arguments[key] = value  # as it always was: seen by ${params.KEY}
+        elif key.split(".", 1)[0] in fields:
+            settings[key] = value
+        else:
+            unknown[key] = value
+    return settings, arguments, unknown
+
+
+def with_settings(data: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the dumped config ``data`` with ``settings`` set (a dotted key sets a key
+    of a nested table, made when missing); ``data`` itself is not changed."""
+    out = dict(data)
+    for key, value in settings.items():
+        *parents, last = key.split(".")
+        table = out
+        for part in parents:
+            inner = table.get(part)
+            table[part] = dict(inner) if isinstance(inner, Mapping) else {}
+            table = table[part]
+        table[last] = value
+    return out
+
+
+def locked(step_type: type[StepType] | None, step: StepConfig,
+           settings: Mapping[str, Any]) -> list[str]:
+    """The settings that a run may not change: what names a connection, job, channel or
+    pool (it chooses whose credentials act), and SQL text (``query``, ``file`` and the
+    type's ``raw_fields``), at any depth. Running a job with parameters must not become
+    editing it."""
+    from cadenza.config.crossref import marked
+
+    data = step.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    raw = step_type.raw_fields if step_type is not None else frozenset()
+    out: list[str] = []
+    for key, value in settings.items():
+        if key.split(".", 1)[0] in raw:
+            out.append(key)
+            continue
+        after = with_settings(data, {key: value})
+        refs = {(path, name) for path, m, name, _ in marked(type(step), after, ())
+                if isinstance(m, Ref)}
+        if refs != {(path, name) for path, m, name, _ in marked(type(step), data, ())
+                    if isinstance(m, Ref)} or _code(after) != _code(data):
+            out.append(key)
+    return out
+
+
+def _code(value: Any, path: tuple[object, ...] = ()) -> list[tuple[tuple[object, ...], Any]]:
+    """Every (path, value) under a key naming SQL text or a file of it."""
+    found: list[tuple[tuple[object, ...], Any]] = []
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key in _CODE_KEYS:
+                found.append(((*path, key), item))
+            else:
+                found.extend(_code(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found.extend(_code(item, (*path, index)))
+    return found
+
+
+def check_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any],
+                    step_type: type[StepType] | None = None,
+                    below: Mapping[str, Any] | None = None) -> list[str]:
+    """What is wrong with a run's step args ``args`` for ``step`` (``below``: a preset's
+    step args under them): keys that are neither a setting nor an argument, settings a run
+    may not change (:func:`locked`), and settings that do not fit the step's config (a
+    value holding a ``${...}`` token is checked when the run starts). Each problem names
+    the step and the key."""
+    where = f"step {step.name!r} ({step.type})"
+    settings, _arguments, unknown = split_step_args(job, step, args)
+    problems: list[str] = []
+    for key in unknown:
+        own = ", ".join(step.op_kwargs) or "none"
+        problems.append(f"--arg {step.name}.{key}: {where} has no setting or argument "
+                        f"{key!r} (settings: {', '.join(settable_fields(type(step)))}; "
+                        f"arguments (op_kwargs): {own})")
+    for key in locked(step_type, step, settings):
+        problems.append(f"--arg {step.name}.{key}: {where}: {key!r} chooses a connection, "
+                        f"a job or the SQL that runs; a run cannot change it (edit jobs.toml "
+                        f"or add a preset)")
+    if problems:
+        return problems
+    lower, _, _ = split_step_args(job, step, below or {})
+    checked = {k: v for k, v in {**lower, **settings}.items() if not _has_token(v)}
+    if not settings or not checked:
+        return problems
+    data = step.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    try:
+        type(step).model_validate(with_settings(data, checked), strict=False)
+    except ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            loc = ".".join(str(p) for p in error["loc"])
+            hit = next((k for k in settings if loc == k or loc.startswith(k + ".")
+                        or k.startswith(loc + ".")), None) if loc else None
+            name = hit if hit is not None else "{" + ",".join(settings) + "}"
+            detail = f"{loc}: " if loc and loc != hit else ""
+            problems.append(f"--arg {step.name}.{name}: {where}: {detail}{error['msg']}")
+    return problems
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'config'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )

@@ -1,7 +1,9 @@
 """A request to run a job now (CLI ``cadenza run``, later the API's ``POST /runs``).
 
 A :class:`RunRequest` is checked against the job (:func:`check_request`: unknown preset,
-step, parameter or log level are usage errors, each message listing what exists) and then
+step, parameter or log level are usage errors, each message listing what exists; a step
+arg that names no setting or argument of its step, or a value its step's config refuses, is
+one too: see :mod:`cadenza.executor.plan`) and then
 stored with the run as its ``overrides``, in the same shape as a preset's scheduled fire
 (see :func:`cadenza.scheduler.schedules.preset_overrides`)::
 
@@ -22,6 +24,8 @@ from typing import Any
 
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.params import merge
+from cadenza.executor.plan import check_step_args
+from cadenza.steps.registry import registry
 from cadenza.store.boundary import NewRun
 
 RUN_LOG_LEVELS = ("WARNING", "INFO", "DEBUG")
@@ -41,6 +45,9 @@ class RunRequest:
     step_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     disabled_steps: Sequence[str] = ()
     log_level: str | None = None
+    replayed: bool = False
+    """A recorded run's request again: its step args (a preset's among them) were accepted
+    when it was created, so only their steps are checked."""
 
 
 def _known(names: Sequence[str]) -> str:
@@ -59,10 +66,16 @@ def check_request(job: JobConfig, request: RunRequest) -> None:
         if name not in job.params:
             problems.append(f"parameter {name!r} is not declared in job {job.id!r}'s params "
                             f"(declared: {_known(declared)})")
-    for step in request.step_args:
-        if step not in steps:
+    preset = job.presets.get(request.preset) if request.preset is not None else None
+    for step, args in request.step_args.items():
+        config = job.step(step)
+        if config is None:
             problems.append(f"--arg: job {job.id!r} has no step {step!r} "
                             f"(steps: {_known(steps)})")
+            continue
+        if not request.replayed:
+            below = preset.step_args.get(step) if preset is not None else None
+            problems += check_step_args(job, config, args, registry().get(config.type), below)
     for step in request.disabled_steps:
         if step not in steps:
             problems.append(f"--disable: job {job.id!r} has no step {step!r} "

@@ -32,7 +32,7 @@ from cadenza.domain.states import StepState
 from cadenza.executor.child import ChildSpec, step_class_path
 from cadenza.executor.connections import Connections
 from cadenza.executor.context import ExecutionContext
-from cadenza.executor.control import RunStopped
+from cadenza.executor.control import RunControl, RunStopped
 from cadenza.executor.errors import (
     StepTimeout,
     class_name,
@@ -103,12 +103,15 @@ class StepRunner:
         log: RunLog,
         run_deadline: float,
         on_tick: Callable[[], None],
+        control: RunControl | None = None,
     ) -> StepOutcome:
         """Run ``step`` once; ``outputs`` are earlier steps' outputs for ``${steps...}``,
         ``records`` what ``ctx.previous`` returns; ``run_deadline`` is the run's timeout on
-        :attr:`clock`'s monotonic time."""
+        :attr:`clock`'s monotonic time; ``control`` the run's stop switch, whose lease
+        bounds a process step's child (its own deadline, see ``isolation``)."""
         return self.launch(plan, step, attempt=attempt, outputs=outputs, records=records,
-                           log=log, run_deadline=run_deadline).finish(on_tick)
+                           log=log, run_deadline=run_deadline,
+                           control=control).finish(on_tick)
 
     def launch(
         self,
@@ -120,13 +123,15 @@ class StepRunner:
         records: Mapping[str, Mapping[str, Any]],
         log: RunLog,
         run_deadline: float,
+        control: RunControl | None = None,
     ) -> Attempt:
         """The first half of :meth:`attempt`: plan the step and, for a thread-isolated
         step, hand it to its step thread now; :meth:`Attempt.finish` waits for it (a
         process-isolated step is started there)."""
         log.add("INFO", f"started ({step.type})", step.name)
         return self.prepare(plan, step, attempt=attempt, outputs=outputs, records=records,
-                            log=log, run_deadline=run_deadline, announced=True).start()
+                            log=log, run_deadline=run_deadline, announced=True,
+                            control=control).start()
 
     def prepare(
         self,
@@ -139,6 +144,7 @@ class StepRunner:
         log: RunLog,
         run_deadline: float,
         announced: bool = False,
+        control: RunControl | None = None,
     ) -> Attempt:
         """:meth:`launch` without the start: plan the step and build its context now (a
         node stages the first step of a run recorded ahead before its due time);
@@ -165,7 +171,7 @@ class StepRunner:
             if left < budget:
                 budget, now.run_limited = left, True
             info = StepInfo(step.name, step.type, attempt, budget)
-            now.running = self._run(plan, step_type, planned, info, records, log)
+            now.running = self._run(plan, step_type, planned, info, records, log, control)
         except Exception as exc:
             if not announced:
                 log.add("INFO", f"started ({step.type})", step.name)
@@ -181,6 +187,7 @@ class StepRunner:
         info: StepInfo,
         records: Mapping[str, Mapping[str, Any]],
         log: RunLog,
+        control: RunControl | None = None,
     ) -> ThreadStep | Callable[[Callable[[], None]], StepResult]:
         """A launched thread step, or (isolation = "process") the call that runs it."""
         run_info = RunInfo(plan.run.id, plan.job.id, plan.run.trigger, plan.scheduled_for,
@@ -203,7 +210,7 @@ class StepRunner:
             )
             clock = self.clock
             return lambda on_tick: run_in_process(spec, log, info.timeout_seconds, on_tick,
-                                                  clock)
+                                                  clock, control)
         ctx = ExecutionContext(
             params=planned.params,
             run=run_info,
@@ -216,6 +223,7 @@ class StepRunner:
             events=lambda event: log.event(event, info.name),
             outputs=records,
             clock=self.clock,
+            lease=None if control is None else control.lease_left,
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above

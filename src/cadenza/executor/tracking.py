@@ -247,7 +247,8 @@ class RunTracker:
         self.observer.step_started(step.name)
         self.launched = self.steps.launch(
             self.plan, step, attempt=self._attempt(step.name), outputs=self.outputs,
-            records=self.records, log=self.log, run_deadline=self.deadline)
+            records=self.records, log=self.log, run_deadline=self.deadline,
+            control=self.control)
         return True
 
     def stage_first(self) -> Attempt | None:
@@ -259,7 +260,8 @@ class RunTracker:
         step = self.job.steps[self.next_index]
         attempt = self.steps.prepare(
             self.plan, step, attempt=self._attempt(step.name), outputs=self.outputs,
-            records=self.records, log=self.log, run_deadline=self.deadline)
+            records=self.records, log=self.log, run_deadline=self.deadline,
+            control=self.control)
         return attempt if attempt.staged else None
 
     def begin_staged(self, attempt: Attempt, now: datetime) -> None:
@@ -311,7 +313,8 @@ class RunTracker:
                 if launched is None:
                     launched = self.steps.launch(
                         self.plan, step, attempt=attempt, outputs=self.outputs,
-                        records=self.records, log=self.log, run_deadline=self.deadline)
+                        records=self.records, log=self.log, run_deadline=self.deadline,
+                        control=self.control)
                 outcome = launched.finish(self._tick)
                 if outcome.failed:
                     self.control.check()  # a step failing because it was stopped

@@ -56,6 +56,7 @@ class RunRequestInput:
     step_args: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     disabled_steps: tuple[str, ...] = ()
     log_level: str | None = None
+    replayed: bool = False  # a recorded run's request again (its step args were accepted)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ class RunService:
         return RunRequest(params=request.params, preset=request.preset,
                           step_args=request.step_args,
                           disabled_steps=list(request.disabled_steps),
-                          log_level=request.log_level)
+                          log_level=request.log_level, replayed=request.replayed)
 
     def _executor_for(self) -> Executor:
         if self._executor is None:
@@ -421,7 +422,7 @@ class RunService:
             preset=None,  # the preset's values were copied into the overrides at creation
             step_args=dict(overrides.get("step_args") or {}),
             disabled_steps=tuple(overrides.get("disabled_steps") or ()),
-            log_level=overrides.get("log_level")))
+            log_level=overrides.get("log_level"), replayed=True))
 
 
 def _again(exc: WriteFailed, message: str) -> WriteFailed:

@@ -3,7 +3,8 @@
 :func:`open_server` builds it from the services (validated configuration, the store on the
 services' clock); the shell starts it, waits on it, and stops it::
 
-    server = open_server(services, ServeOptions(...))   # ConfigError for a bad config
+    server = open_server(services, ServeOptions(...))   # ConfigError for a bad config,
+                                                        # Refused when the port is taken
     server.start(); server.run_until_stopped(on_web_stopped); server.stop()
 
 Signals are the shell's: it calls ``server.stop_event.set()`` and ``server.reload()``.
@@ -11,7 +12,10 @@ Signals are the shell's: it calls ``server.stop_event.set()`` and ``server.reloa
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
 import sys
 import threading
 from collections.abc import Callable
@@ -60,12 +64,13 @@ class Server:
     """A node and, unless disabled, the HTTP server, over the services' store."""
 
     def __init__(self, services: Services, node: Node, host: str, port: int,
-                 web: uvicorn.Server | None) -> None:
+                 web: uvicorn.Server | None, sock: socket.socket | None = None) -> None:
         self.services = services
         self.node = node
         self.host = host
         self.port = port
         self.web = web
+        self.socket = sock
         self._web_thread: threading.Thread | None = None
 
     @property
@@ -92,18 +97,21 @@ class Server:
     def start(self) -> None:
         self.node.start()
         if self.web is not None:
-            self._web_thread = threading.Thread(target=self.web.run, name="cadenza-web",
-                                                daemon=True)
+            sockets = [self.socket] if self.socket is not None else None
+            self._web_thread = threading.Thread(target=self.web.run, args=(sockets,),
+                                                name="cadenza-web", daemon=True)
             self._web_thread.start()
 
-    def run_until_stopped(self, on_web_stopped: Callable[[], None]) -> None:
-        """Block until :attr:`stop_event` is set; if the HTTP server thread dies (a port in
-        use), call ``on_web_stopped`` and stop."""
+    def run_until_stopped(self, on_web_stopped: Callable[[], None]) -> bool:
+        """Block until :attr:`stop_event` is set; if the HTTP server thread dies, call
+        ``on_web_stopped`` and stop. True when it stopped because the HTTP server died."""
         clock = self.services.clock
         while not clock.wait(self.stop_event, WEB_CHECK_SECONDS):
             if self._web_thread is not None and not self._web_thread.is_alive():
                 on_web_stopped()
                 self.stop_event.set()
+                return True
+        return False
 
     def stop(self) -> None:
         """No new runs; wait for the running ones; stop the HTTP server; close."""
@@ -112,7 +120,51 @@ class Server:
         self.node.stop()
         if self._web_thread is not None:
             self._web_thread.join(10)
+        if self.socket is not None:
+            self.socket.close()
         self.services.close()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (the HTTP server listens on it), taken before
+    anything starts; :class:`Refused` saying why it cannot be (``cannot listen on
+    127.0.0.1:8080: address already in use``)."""
+    from cadenza.services.errors import Refused
+
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    sock: socket.socket | None = None
+    try:
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                             socket.SOCK_STREAM)
+        exclusive = getattr(socket, "SO_EXCLUSIVEADDRUSE", None)
+        if os.name == "nt":  # Windows' SO_REUSEADDR would share a port that is in use
+            if exclusive is not None:
+                sock.setsockopt(socket.SOL_SOCKET, exclusive, 1)
+        else:  # restart at once over connections of a previous server in TIME_WAIT
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        if sock is not None:
+            sock.close()
+        raise Refused(f"cannot listen on {where}: {_why(exc)}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _why(exc: OSError) -> str:
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host ({exc.strerror})"
+    reasons = {
+        errno.EADDRINUSE: "address already in use (another server holds this port; choose "
+                          "one with --port or [server].port)",
+        errno.EACCES: "permission denied (ports below 1024 need privileges)",
+        errno.EADDRNOTAVAIL: "address not available on this machine (check --host or "
+                             "[server].host)",
+    }
+    reason = reasons.get(exc.errno) if exc.errno is not None else None
+    text = exc.strerror or str(exc)
+    return reason or (text[:1].lower() + text[1:])
 
 
 def open_server(services: Services, options: ServeOptions) -> Server:
@@ -137,6 +189,7 @@ def open_server(services: Services, options: ServeOptions) -> Server:
 
     host = options.host or config.settings.server.host
     port = options.port or config.settings.server.port
+    sock = listen(host, port) if options.web else None  # before anything starts
     store = services.store()
     node = Node(services.home, config, store, clock=services.clock, workers=options.workers,
                 scheduler=options.scheduler)
@@ -144,4 +197,4 @@ def open_server(services: Services, options: ServeOptions) -> Server:
     if options.web:
         web = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port,
                                             log_level="warning"))
-    return Server(services, node, host, port, web)
+    return Server(services, node, host, port, web, sock)

@@ -4,10 +4,11 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
 
 * target: ``url`` (always under the strict egress policy: no private address), or the
   connection's ``base_url`` joined with ``path`` (staying on that origin, no ``..``),
-  under the connection's policy (``allow_private``) or to its in-process ``app``;
+  under the connection's policy (``allow_private``) or to its in-process ``app``; the
+  step's ``query`` is appended to the query string the URL or the path already has;
 * headers: the connection's, then the step's; POST, PUT, PATCH and DELETE carry an
-  ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break or
-  NUL in a header refuses the step before anything is sent;
+  ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break,
+  NUL or non-ASCII character in a header value refuses the step before anything is sent;
 * one deadline for the whole exchange (every hop and the body): the step's remaining time,
   capped by the connection's ``timeout``;
 * redirects are followed (at most 10; a 3xx listed in ``expect`` is not), each hop checked
@@ -166,8 +167,8 @@ class HttpStep(StepType):
             headers = _request_headers(ctx, config, target.base_headers)
             with _translated(target.url):
                 request = target.client.build_request(
-                    config.method, target.url, params=_query(config.query), headers=headers,
-                    json=config.json_, content=None if config.body is None
+                    config.method, with_query(target.url, _query(config.query)),
+                    headers=headers, json=config.json_, content=None if config.body is None
                     else config.body.encode("utf-8"))
 
                 def exchange() -> tuple[httpx.Response, bool, bytes, bool, bool]:
@@ -212,6 +213,8 @@ class HttpStep(StepType):
         if not isinstance(definition, HttpConnection):
             raise Fatal(f"connection {name!r} is not an http connection of cadenza.toml")
         url = _join(definition.base_url, config.path)
+        for header, value in definition.headers.items():
+            _check_header(header, value, f"connection {name!r}: ")
         client = ctx.connection(name)
         if not isinstance(client, httpx.Client):
             raise Fatal(f"connection {name!r} did not give an HTTP client")
@@ -409,14 +412,34 @@ def _request_headers(ctx: StepContext, config: HttpConfig,
         headers = {n: v for n, v in headers.items() if n.lower() != "idempotency-key"}
         headers["Idempotency-Key"] = key
     for name, value in headers.items():
-        if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\x00"):
-            raise Fatal(f"header {name!r}: names are letters, digits and -, values have no "
-                        f"line break or NUL (refused before sending)")
+        _check_header(name, value)
     if "user-agent" not in named:
         headers["User-Agent"] = USER_AGENT
     if "accept-encoding" not in named:
         headers["Accept-Encoding"] = "gzip, deflate"  # what read_body decodes with a bound
     return headers
+
+
+def _check_header(name: str, value: str, where: str = "") -> None:
+    """:class:`Fatal` for a header that cannot be sent as it is, naming the header and never
+    showing its value (it may be a secret)."""
+    if not _HEADER_NAME.fullmatch(name) or any(c in value for c in "\r\n\x00"):
+        raise Fatal(f"{where}header {name!r}: names are letters, digits and -, values have no "
+                    f"line break or NUL (refused before sending)")
+    if not value.isascii():
+        raise Fatal(f"{where}header {name!r}: the value holds a non-ASCII character; HTTP "
+                    f"header values are ASCII (percent-encode or base64 it; refused before "
+                    f"sending)")
+
+
+def with_query(url: httpx.URL, items: list[tuple[str, str | int | float | bool | None]]
+               ) -> httpx.URL:
+    """``url`` with ``items`` appended to the query string it already has (kept as written:
+    order and repeated names as in the URL, then the step's ``query``)."""
+    if not items:
+        return url
+    added = str(httpx.QueryParams(items)).encode("ascii")
+    return url.copy_with(query=url.query + b"&" + added if url.query else added)
 
 
 def _query(query: Mapping[str, JsonValue]) -> list[tuple[str, str | int | float | bool | None]]:

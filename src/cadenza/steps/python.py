@@ -19,6 +19,13 @@ under ``"rows"`` also sets the rows). It must be JSON-able; anything else is a f
 that a timeout kills; ``"thread"`` runs it in the worker (cheaper, but a timeout can only
 abandon it). With thread isolation a plugin module is imported once per process: edits to
 it are seen after a restart.
+
+Processes the function starts (``subprocess``, daemons) do not outlive the attempt with
+process isolation: at its end, success included, every process it started that is still
+alive is killed and named in the run log (docs/leases.md "The processes a step starts"); the
+child also stops by itself when its run's lease is not extended in time. With thread
+isolation they are the worker's own children and are not tracked: use process isolation
+for a function that starts processes.
 """
 
 from __future__ import annotations

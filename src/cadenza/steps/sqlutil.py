@@ -36,6 +36,19 @@ _MY_TIMEOUT = {1969, 3024}
 #: SQLite primary result codes that a later attempt may get past
 _LITE_RETRY = {5, 6, 10, 13, 15}  # BUSY, LOCKED, IOERR, FULL, PROTOCOL
 _LITE_INTERRUPT = 9
+#: refused credentials or a database that is not there: no later attempt gets past them
+_PG_ACCESS = {"28000", "28P01", "3D000"}  # authorization, password, no such database
+_MY_ACCESS = {1044, 1045, 1049, 1698, 1251}  # db access, user access, no db, socket, protocol
+_LITE_ACCESS = {3, 14, 23}  # PERM, CANTOPEN, AUTH
+#: libpq's messages for a refused connection (a failed connect carries no SQLSTATE)
+_PG_ACCESS_TEXT = re.compile(
+    r'FATAL:\s+(role "[^"]*" does not exist|password authentication failed|'
+    r'no pg_hba\.conf entry|pg_hba\.conf rejects|role "[^"]*" is not permitted to log in|'
+    r'database "[^"]*" does not exist|[A-Za-z]+ authentication failed)|'
+    r'fe_sendauth: no password supplied|'
+    r'server requested [A-Za-z0-9-]+ authentication|SCRAM authentication requires')
+_ACCESS_HINT = " (access refused: check the connection's user, password and database)"
+_FILE_HINT = " (access refused: check the connection's path and the file's permissions)"
 
 #: column types by value category, per dialect (see docs/steps.md)
 CATEGORIES = ("int", "float", "decimal", "bool", "date", "timestamp", "timestamptz", "bytes",
@@ -69,7 +82,9 @@ def raw_connection(conn: sa.Connection) -> Any:
 # -- errors ---------------------------------------------------------------------------
 
 def translate(exc: BaseException, what: str) -> StepError:
-    """The SPEC §7 class of a driver or SQLAlchemy error: syntax, missing objects,
+    """The SPEC §7 class of a driver or SQLAlchemy error: refused credentials or a missing
+    database (PostgreSQL 28000/28P01/3D000, also from a failed connect that carries no
+    SQLSTATE; MariaDB 1044/1045/1049; SQLite "unable to open"), syntax, missing objects,
     permissions, bad data and constraint violations are :class:`Fatal`; deadlocks,
     serialization failures, lost connections, busy databases and server timeouts are
     :class:`Retryable`. ``what`` says what was being done; the driver's message follows."""
@@ -82,17 +97,25 @@ def translate(exc: BaseException, what: str) -> StepError:
     if module.startswith("psycopg") and isinstance(sqlstate, str):
         if sqlstate == "57014":
             return Retryable(f"step timeout: {message}")
+        if sqlstate in _PG_ACCESS:
+            return Fatal(message + _ACCESS_HINT)
         retry = sqlstate[:2] in _PG_RETRY_CLASSES or sqlstate in _PG_RETRY_CODES
         return Retryable(message) if retry else Fatal(message)
+    if module.startswith("psycopg") and _PG_ACCESS_TEXT.search(str(orig)):
+        return Fatal(message + _ACCESS_HINT)
     code = getattr(orig, "sqlite_errorcode", None)
     if isinstance(code, int):
         if code & 0xFF == _LITE_INTERRUPT:
             return Retryable(f"step timeout: {message}")
+        if code & 0xFF in _LITE_ACCESS:
+            return Fatal(message + _FILE_HINT)
         return Retryable(message) if code & 0xFF in _LITE_RETRY else Fatal(message)
     args = getattr(orig, "args", ())
     if module.startswith("pymysql") and args and isinstance(args[0], int):
         if args[0] in _MY_TIMEOUT:
             return Retryable(f"step timeout: {message}")
+        if args[0] in _MY_ACCESS:
+            return Fatal(message + _ACCESS_HINT)
         return Retryable(message) if args[0] in _MY_RETRY else Fatal(message)
     if isinstance(orig, sa.exc.TimeoutError | ConnectionError | TimeoutError):
         return Retryable(message)
@@ -179,6 +202,10 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
         yield conn, guard
         if guard.stopped:
             raise guard.error()
+        lease_passed = getattr(ctx, "lease_passed", None)  # the executor's ctx knows the lease
+        if lease_passed is not None and lease_passed():
+            raise Retryable(f"{what}: the run's lease ran out before the work could be "
+                            "committed; it was rolled back")
         conn.commit()
     except BaseException as exc:
         quietly(conn.rollback)

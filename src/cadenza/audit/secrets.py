@@ -6,7 +6,9 @@ random bytes, created on the first :meth:`SecretStore.set`, written base64-encod
 ``data/secret.key`` with mode 0600; the store refuses a key file that group or others can
 read. ``secrets.json`` holds no plaintext and is replaced atomically (temp file, fsync,
 ``os.replace``). Writers take a lock file (``data/secrets.lock``) so that two processes
-setting secrets at once do not lose one another's change.
+setting secrets at once do not lose one another's change. A write that fails (a full or
+read-only disk) raises :class:`~cadenza.domain.errors.WriteFailed` and leaves
+``secrets.json`` as it was.
 
 On Windows, POSIX modes do not exist: the files get the access rules inherited from the data
 directory, and the mode check is skipped (see ``docs/security.md``).
@@ -37,7 +39,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from cadenza.clock import Clock, SystemClock
-from cadenza.domain.errors import SecretError
+from cadenza.domain.errors import (
+    DISK_FULL,
+    NO_PERMISSION,
+    READ_ONLY,
+    SecretError,
+    file_write_failed,
+    write_failure_kind,
+)
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 KEY_BYTES = 32
@@ -91,7 +100,8 @@ class SecretStore:
         size = len(value.encode("utf-8"))
         if size > MAX_SECRET_BYTES:
             raise ValueError(_too_large(name, size))
-        with self._write_lock():
+        # The name unquoted: a redactor masks a quoted value after the word "secret".
+        with self._writing(f"secret {name} was not stored"), self._write_lock():
             entries = self._load()
             key = self._load_key(create=True, existing_entries=bool(entries))
             nonce = _random.token_bytes(NONCE_BYTES)
@@ -123,7 +133,7 @@ class SecretStore:
     def delete(self, name: str) -> bool:
         """Remove ``name``; True if it existed."""
         validate_secret_name(name)
-        with self._write_lock():
+        with self._writing(f"secret {name} was not deleted"), self._write_lock():
             entries = self._load()
             if name not in entries:
                 return False
@@ -289,6 +299,26 @@ class SecretStore:
                 f"{self.key_path} is not the key it was encrypted with"
             ) from None
         return plain.decode("utf-8")
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """A write of the secrets: an OSError (a full or read-only disk, a refused
+        permission) becomes a :class:`~cadenza.domain.errors.FileWriteFailed` (a
+        WriteFailed and still an OSError with its errno) saying ``what`` did not happen,
+        that ``secrets.json`` is as it was, and what to do."""
+        try:
+            yield
+        except OSError as exc:
+            kind = write_failure_kind(exc)
+            detail = exc.strerror or str(exc)
+            place = f" ({exc.filename})" if exc.filename else ""
+            todo = {DISK_FULL: "free space on that disk", READ_ONLY: "make it writable",
+                    NO_PERMISSION: "give this user write access to it"}.get(
+                        kind or "", "check that disk")
+            raise file_write_failed(
+                kind, f"{what}: {kind or 'write failed'}: {detail}{place}; {self.path} is "
+                      f"as it was (the secrets stored before are kept); {todo} "
+                      f"({self.data_dir}) and try again", detail, exc.errno) from None
 
     @contextlib.contextmanager
     def _write_lock(self) -> Iterator[None]:

@@ -12,13 +12,15 @@ import typer
 
 from cadenza.cli.output import err, fail, shown, use_redactor
 from cadenza.clock import clock_from_env
-from cadenza.domain.errors import CadenzaError, ConfigError
+from cadenza.domain.errors import CadenzaError, ConfigError, WriteFailed, write_failure_kind
 from cadenza.services import Actor, InvalidRequest, Services
 
 if TYPE_CHECKING:
     from cadenza.services.terminal import Redactor
 
 EXIT_USAGE = 2
+EXIT_NOT_WRITTEN = 3
+"""A write to the store or to a file failed (a full disk, a read-only file system...)."""
 
 
 class CliState:
@@ -82,17 +84,28 @@ def state(ctx: typer.Context) -> CliState:
 def handled(usage: tuple[type[Exception], ...] = (InvalidRequest,),
             code: int = 1) -> Iterator[None]:
     """Errors of the services as exits: a ConfigError prints its located problems (exit
-    1); a ``usage`` error exits 2; any other Cadenza error exits ``code``; all with the
-    message on stderr."""
+    1); a write that failed (WriteFailed: a full disk, a read-only store...) exits 3; a
+    ``usage`` error exits 2; any other Cadenza error exits ``code``; all with the message
+    on stderr, never a traceback. An OSError of a full or read-only disk that a service
+    let through is told the same way (exit 3)."""
     try:
         yield
     except ConfigError as exc:
         print_problems(exc.problems)
         raise typer.Exit(1) from None
+    except WriteFailed as exc:
+        fail(str(exc), EXIT_NOT_WRITTEN)
     except usage as exc:
         fail(str(exc), EXIT_USAGE)
     except CadenzaError as exc:
         fail(str(exc), code)
+    except OSError as exc:
+        kind = write_failure_kind(exc)
+        if kind is None:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        fail(f"{kind}: {exc.strerror or exc}{where}; the operation stopped at that write; "
+             "make room (or make it writable) and try again", EXIT_NOT_WRITTEN)
 
 
 def print_problems(problems: list[object]) -> None:

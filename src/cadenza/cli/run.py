@@ -7,7 +7,9 @@ records the run QUEUED and prints its id: a running ``cadenza serve`` on the sam
 picks it up (its admission rules apply).
 Exit codes: 0 SUCCEEDED (or queued, with ``--no-wait``), 1 FAILED, 2 usage error (unknown
 job, preset, step or parameter, a malformed ``k=v``, an unknown log level, ``--no-wait``
-with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease was lost).
+with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease was lost),
+or a write to the store that failed (a full disk, a read-only store: one message says what
+was not recorded and what is kept; a step is shown done only once its end is recorded).
 """
 
 from __future__ import annotations

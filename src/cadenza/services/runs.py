@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from cadenza.domain.errors import InvalidTransition, StoreError
+from cadenza.domain.errors import InvalidTransition, StoreError, WriteFailed
 from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.services.errors import Interrupted, InvalidRequest, NotFound, Refused
@@ -141,25 +141,61 @@ class ReviewOutcome:
 
 
 class _Observer(Observer):
-    """The executor's callbacks, passed on to a :class:`RunProgress`."""
+    """The executor's callbacks, passed on to a :class:`RunProgress` once recorded.
 
-    def __init__(self, progress: RunProgress) -> None:
+    The executor tells the run's start, a step's end and the steps it skips before it
+    writes the boundary that holds them; a shell must not show a step done that the store
+    never recorded. So they are held here and passed on at the next callback that comes
+    after a write: the next step's start, or the run's end (a lost run's step ends are
+    dropped: the store refused them). When the write fails instead, ``unrecorded`` names
+    the step whose end is lost."""
+
+    def __init__(self, progress: RunProgress,
+                 failing: Callable[[], object] = lambda: None) -> None:
         self.progress = progress
+        self.failing = failing
+        """The store's current write failure, if any (a lost run may be lost to it)."""
+        self.lost_to_writes = False
+        """The run was lost while the store could not write (its lease went unrenewed)."""
+        self._start: Callable[[], None] | None = None
+        self._ends: list[Callable[[], None]] = []
+        self.unrecorded: tuple[str, StepState] | None = None
+        """The step whose end was told but not yet recorded, and how it ended."""
+        self.started = False
+        """Whether the run's claim was recorded (a step started or the run ended)."""
+
+    def _release(self, *, ends: bool = True) -> None:
+        start, self._start = self._start, None
+        held, self._ends = self._ends, []
+        self.unrecorded = None
+        if start is not None:
+            start()
+        for call in held if ends else ():
+            call()
 
     def run_started(self, run: RunRecord, steps: list[tuple[str, str]]) -> None:
-        self.progress.run_started(run.id, run.job_id, steps)
+        run_id, job_id = run.id, run.job_id
+        self._start = lambda: self.progress.run_started(run_id, job_id, steps)
 
     def step_started(self, name: str) -> None:
+        self.started = True
+        self._release()
         self.progress.step_started(name)
 
     def step_skipped(self, name: str, reason: str) -> None:
-        self.progress.step_skipped(name, reason)
+        self._ends.append(lambda: self.progress.step_skipped(name, reason))
 
     def step_finished(self, name: str, outcome: StepOutcome) -> None:
-        self.progress.step_finished(name, StepResult(outcome.state, outcome.seconds,
-                                                     outcome.rows, outcome.error))
+        result = StepResult(outcome.state, outcome.seconds, outcome.rows, outcome.error)
+        self.unrecorded = (name, outcome.state)
+        self._ends.append(lambda: self.progress.step_finished(name, result))
 
     def run_finished(self, outcome: RunOutcome) -> None:
+        self.started = True
+        self._release(ends=outcome.state is not None)
+        if outcome.state is None and outcome.claimed and self.failing() is not None:
+            self.lost_to_writes = True  # not "another holder took it over": told by the caller
+            return
         self.progress.run_finished(_result(outcome))
 
 
@@ -208,11 +244,16 @@ class RunService:
             raise InvalidRequest(str(exc)) from None
 
     def enqueue(self, request: RunRequestInput) -> str:
-        """Record a QUEUED run of the request's job (checked first); returns its id."""
+        """Record a QUEUED run of the request's job (checked first); returns its id. A
+        store that cannot write raises :class:`~cadenza.domain.errors.WriteFailed` (nothing
+        was recorded)."""
         self.check(request)
         actor = self.services.actor
-        return self._executor_for().enqueue(request.job_id, self._run_request(request),
-                                            trigger=actor.trigger, actor=actor.id)
+        try:
+            return self._executor_for().enqueue(request.job_id, self._run_request(request),
+                                                trigger=actor.trigger, actor=actor.id)
+        except WriteFailed as exc:
+            raise _again(exc, f"no run of {request.job_id!r} was recorded: {exc}") from None
 
     @staticmethod
     def _run_request(request: RunRequestInput) -> RunRequest:
@@ -252,8 +293,17 @@ class RunService:
         while True:
             try:
                 watcher = progress()
-                with watcher.drawing():
-                    outcome = executor.execute(run_id, _Observer(watcher))
+                observer = _Observer(watcher, store.failing_writes)
+                try:
+                    with watcher.drawing():
+                        outcome = executor.execute(run_id, observer)
+                except WriteFailed as exc:
+                    raise _not_recorded(exc, run_id, observer) from None
+                failure = store.failing_writes() if observer.lost_to_writes else None
+                if failure is not None:
+                    kept = _KEPT_RUNNING.format(run_id=run_id)
+                    raise _again(failure.error, f"run {run_id} stopped: its lease could not be "
+                                                f"renewed: {failure.error}. {kept}") from None
                 record = store.get_run(run_id)
                 if outcome.state is not RunState.QUEUED or record is None \
                         or record.state is not RunState.QUEUED:
@@ -373,6 +423,31 @@ class RunService:
             step_args=dict(overrides.get("step_args") or {}),
             disabled_steps=tuple(overrides.get("disabled_steps") or ()),
             log_level=overrides.get("log_level"), replayed=True))
+
+
+def _again(exc: WriteFailed, message: str) -> WriteFailed:
+    """``exc`` told again with ``message`` (same class, kind and detail)."""
+    return type(exc)(message, kind=exc.kind, detail=exc.detail)
+
+
+def _not_recorded(exc: WriteFailed, run_id: str, observer: _Observer) -> WriteFailed:
+    """The error of a run whose execution here stopped on a write that failed: what was
+    not recorded, what the store keeps, what to do next (its recovery is the usual one)."""
+    if not observer.started:
+        return _again(exc, f"run {run_id} was not started: {exc}. Kept: the run, QUEUED; "
+                           f"`cadenza run` or `cadenza serve` runs it once the store can "
+                           f"write, `cadenza runs cancel {run_id}` drops it")
+    lost = "a write about it"
+    if observer.unrecorded is not None:
+        name, state = observer.unrecorded
+        lost = f"the end of step {name!r} ({state.value})"
+    return _again(exc, f"run {run_id} stopped: {lost} was not recorded: {exc}. "
+                       + _KEPT_RUNNING.format(run_id=run_id))
+
+
+_KEPT_RUNNING = ("Kept: what was recorded before; the run stays RUNNING until its lease "
+                 "expires, then a `cadenza serve` on this home re-queues it and it resumes "
+                 "from its last checkpoint (`cadenza runs show {run_id}`)")
 
 
 def leader_is_running(store: Store) -> bool:

@@ -170,16 +170,19 @@ def _why(exc: OSError) -> str:
 def open_server(services: Services, options: ServeOptions) -> Server:
     """Build the node and HTTP server for ``services`` (the whole configuration must be
     valid: ConfigError with located problems otherwise). Log lines of ``cadenza`` go to
-    stderr through the home's redactor, without control characters."""
+    stderr through the home's redactor, without control characters; store write failures
+    (a full disk) at most once a minute (:mod:`cadenza.node.throttle`)."""
     import uvicorn
 
     from cadenza.node import Node
+    from cadenza.node.throttle import WriteFailureThrottle
     from cadenza.web.app import create_app
 
     config = services.config()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter(services.home.redactor,
                                             "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(WriteFailureThrottle(services.clock))  # a full disk: a line a minute
     root = logging.getLogger("cadenza")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

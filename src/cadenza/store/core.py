@@ -16,23 +16,83 @@ lines through ``redact_text``, payloads and step outputs through ``redact_value`
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from cadenza.clock import Clock
-from cadenza.domain.errors import StoreError
+from cadenza.domain.errors import (
+    DISK_FULL,
+    IO_ERROR,
+    NO_PERMISSION,
+    StoreError,
+    StoreWriteFailed,
+    store_write_failed,
+    write_failure_kind,
+)
+from cadenza.domain.errors import READ_ONLY as READ_ONLY_STORAGE
 from cadenza.domain.events import EventType, Level
 from cadenza.store.codec import dumps, require_aware
 from cadenza.store.engine import READ_ONLY
 from cadenza.store.tables import event_log
 
 _INSERT_EVENT = event_log.insert()
+
+SQLITE_CANTOPEN = 14
+WRITE_FAILURE_WINDOW = 60.0
+"""Seconds a write failure counts as current after a later write succeeded."""
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """The store's last failed write: the error, when (None: the clock failed too), and
+    how many writes had succeeded before it (a later success moves the count on)."""
+
+    error: StoreWriteFailed
+    at: datetime | None
+    writes_before: int
+
+
+def _cannot_open_kind(driver: BaseException, where: str) -> str | None:
+    """Why SQLite could not open its database for writing (``SQLITE_CANTOPEN``: a WAL
+    database needs to create its ``-wal`` and ``-shm`` files): read-only when the
+    directory is on a read-only file system, permission denied when this user may not
+    write there; None for any other error."""
+    code = getattr(driver, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF != SQLITE_CANTOPEN:
+        return None
+    directory = str(PurePath(where).parent)
+    statvfs = getattr(os, "statvfs", None)  # not on Windows
+    try:
+        if statvfs is not None and statvfs(directory).f_flag & os.ST_RDONLY:
+            return READ_ONLY_STORAGE
+        return None if os.access(directory, os.W_OK) else NO_PERMISSION
+    except OSError:
+        return None
+
+
+def _advice(kind: str, dialect: str, where: str) -> str:
+    """What a person can do about a write failure of ``kind``."""
+    if dialect != "sqlite":
+        return {DISK_FULL: "free space on the database server",
+                READ_ONLY_STORAGE: "point [store].url at the primary, not a read-only replica",
+                NO_PERMISSION: "grant the store's user write access to Cadenza's tables",
+                }.get(kind, "check the database server's log")
+    place = str(PurePath(where).parent)
+    return {DISK_FULL: f"free space on the disk of {place}",
+            READ_ONLY_STORAGE: f"make {place} writable again (remount its file system read-write)",
+            NO_PERMISSION: f"give this user write access to {place} and its files",
+            IO_ERROR: f"check the disk of {place}",
+            }.get(kind, "check the store")
 
 
 @runtime_checkable
@@ -83,6 +143,10 @@ class StoreCore:
         # small transaction itself. Used only under the lock, by one thread at a time.
         self._writer: sa.Connection | None = None
         self._writer_busy = False
+        self.writes_ok = 0
+        """Write transactions committed (counted to tell when writes work again)."""
+        self.write_failure: WriteFailure | None = None
+        """The last write that failed for lack of space, permission or a working disk."""
 
     def close(self) -> None:
         """Close every pooled connection (on SQLite the last close checkpoints the WAL)."""
@@ -100,7 +164,10 @@ class StoreCore:
 
         On SQLite it starts with ``BEGIN IMMEDIATE``: the write lock is taken first (waiting up
         to ``busy_timeout``), so a read-then-write inside the block never fails with "database
-        is locked". Database errors that mean "unavailable" become :class:`StoreError`.
+        is locked". Database errors that mean "unavailable" become :class:`StoreError`; a
+        full disk, a read-only store, a refused permission or an I/O error become
+        :class:`~cadenza.domain.errors.StoreWriteFailed` (:class:`StoreFull`,
+        :class:`StoreReadOnly`), remembered for :meth:`failing_writes`.
         Threads of one process take turns on an in-process lock first (SQLite only), so they
         queue without polling; other processes still wait under ``busy_timeout``.
 
@@ -118,16 +185,24 @@ class StoreCore:
                 else:
                     with self.engine.connect() as conn, conn.begin():
                         yield conn
-            except sa.exc.OperationalError as exc:
-                raise StoreError(f"store write failed: {exc.orig}") from exc
+            except Exception as exc:  # a driver's error: see _write_error
+                failed = self._write_error(exc)
+                if failed is None:
+                    raise
+                raise failed from exc
+            self.writes_ok += 1
             return
         with lock:
             if self._writer_busy:  # nested in this thread: a connection of its own, as before
                 try:
                     with self.engine.connect() as conn, conn.begin():
                         yield conn
-                except sa.exc.OperationalError as exc:
-                    raise StoreError(f"store write failed: {exc.orig}") from exc
+                except Exception as exc:  # a driver's error: see _write_error
+                    failed = self._write_error(exc)
+                    if failed is None:
+                        raise
+                    raise failed from exc
+                self.writes_ok += 1
                 return
             self._writer_busy = True
             try:
@@ -135,10 +210,68 @@ class StoreCore:
                     self._writer = self.engine.connect()
                 with self._writer.begin():
                     yield self._writer
-            except sa.exc.OperationalError as exc:
-                raise StoreError(f"store write failed: {exc.orig}") from exc
+            except Exception as exc:  # a driver's error: see _write_error
+                failed = self._write_error(exc)
+                if failed is None:
+                    raise
+                raise failed from exc
             finally:
                 self._writer_busy = False
+            self.writes_ok += 1
+
+    def _write_error(self, exc: Exception) -> StoreError | None:
+        """The store's error for a failed write transaction: a driver's error, wrapped by
+        SQLAlchemy or raw (the hot paths write through the DBAPI cursor). None when it is
+        another error, or neither unavailability nor a write failure (a constraint, a
+        bug): it is raised as is."""
+        driver: BaseException
+        if isinstance(exc, sa.exc.DBAPIError):
+            driver = exc.orig if exc.orig is not None else exc
+        elif isinstance(exc, sqlite3.Error) or type(exc).__module__.startswith("psycopg"):
+            driver = exc
+        else:
+            return None
+        kind = write_failure_kind(driver)
+        detail = str(driver)
+        if kind is None and self.dialect == "sqlite":
+            kind = _cannot_open_kind(driver, self.where)
+            if kind is not None:
+                detail = f"{driver}: its directory is {kind}"
+        if kind is None:
+            if isinstance(exc, sa.exc.OperationalError):
+                return StoreError(f"store write failed: {exc.orig}")
+            return None
+        failed = store_write_failed(
+            kind, f"the store could not record a change: {kind} ({detail}; {self.where}); "
+                  f"{_advice(kind, self.dialect, self.where)}", detail)
+        try:
+            at = self._now()
+        except Exception:  # a broken clock must not hide the write failure
+            at = None
+        self.write_failure = WriteFailure(failed, at, self.writes_ok)
+        return failed
+
+    def failing_writes(self, window: float = WRITE_FAILURE_WINDOW) -> WriteFailure | None:
+        """The last write failure while writes fail: no write succeeded since it, or it
+        happened less than ``window`` seconds ago (a disk just full may still take a
+        small write now and then). None when writes work."""
+        failure = self.write_failure
+        if failure is None:
+            return None
+        if self.writes_ok == failure.writes_before:
+            return failure
+        if failure.at is not None and \
+                (self.clock.now() - failure.at).total_seconds() < window:
+            return failure
+        return None
+
+    @property
+    def where(self) -> str:
+        """The store's place for messages: the SQLite file, or the URL without password."""
+        url = self.engine.url
+        if self.dialect == "sqlite" and url.database:
+            return str(url.database)
+        return url.render_as_string(hide_password=True)
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:

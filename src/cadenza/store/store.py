@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from cadenza.clock import Clock, SystemClock
-from cadenza.domain.errors import StoreError
+from cadenza.domain.errors import StoreError, StoreWriteFailed
 from cadenza.store import migrate as migrations
 from cadenza.store import protocols
 from cadenza.store.admission import AdmissionRepository
@@ -96,7 +96,8 @@ class Store(
                     migrations.require_head(conn)
         except StoreError as exc:
             engine.dispose()
-            if isinstance(exc.__cause__, sa.exc.OperationalError):
+            if isinstance(exc.__cause__, sa.exc.OperationalError) \
+                    and not isinstance(exc, StoreWriteFailed):  # keep "disk full" a StoreFull
                 raise StoreError(
                     f"cannot open the store at {describe_url(engine.url)}: {exc.__cause__.orig}"
                 ) from exc.__cause__

@@ -26,7 +26,9 @@ def create_app(store: Store) -> FastAPI:
 
     @app.get("/api/health")
     def health() -> JSONResponse:
-        """Liveness and store reachability; needs no login."""
+        """Liveness, store reachability and whether the store's writes work; needs no
+        login. HTTP 503 with ``"status": "degraded"`` and a ``reason`` when not
+        (docs/serve.md)."""
         health = check_health(store)
         return JSONResponse(health.as_json(), status_code=200 if health.ok else 503)
 

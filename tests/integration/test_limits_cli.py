@@ -53,7 +53,7 @@ def test_secrets_set_refuses_a_value_over_64_kib(tmp_path: Path) -> None:
     code, out, err = cli(home, "secrets", "set", "blob", "--value-stdin",
                          input="v" * (MAX_SECRET_BYTES + 1) + "\n")
     assert code == 2
-    assert "secret 'blob' is 65,537 bytes; a secret holds at most 65,536 bytes (64 KiB)" in err
+    assert "secret blob is 65,537 bytes; a secret holds at most 65,536 bytes (64 KiB)" in err
     assert "Traceback" not in out + err and "vvvv" not in out + err
     code, out, _ = cli(home, "secrets", "list", "--json")
     assert out.strip() == "[]"
@@ -74,5 +74,5 @@ def test_a_config_using_a_stored_secret_over_the_limit_says_why(
                  'headers = { Authorization = "Bearer ${secret.huge}" }\n')
     code, out, err = cli(home, "validate")
     assert code != 0
-    assert "secret 'huge' cannot be read: secret 'huge' is 1,048,576 bytes" in out + err
+    assert "secret huge cannot be read: secret huge is 1,048,576 bytes" in out + err
     assert "cadenza secrets set huge" in out + err

@@ -343,7 +343,8 @@ def _sealed_size(entry: dict[str, str]) -> int:
 
 
 def _too_large(name: str, size: int) -> str:
-    return (f"secret {name!r} is {size:,} bytes; a secret holds at most {MAX_SECRET_BYTES:,} "
+    # The name unquoted: a redactor masks a quoted value after the word "secret".
+    return (f"secret {name} is {size:,} bytes; a secret holds at most {MAX_SECRET_BYTES:,} "
             "bytes (64 KiB), since everything a run writes is searched for every secret; "
             f"store a smaller value with `cadenza secrets set {name}`")
 

@@ -14,6 +14,7 @@ from cadenza.cli.output import err, fail, shown, use_redactor
 from cadenza.clock import clock_from_env
 from cadenza.domain.errors import CadenzaError, ConfigError, WriteFailed, write_failure_kind
 from cadenza.services import Actor, InvalidRequest, Services
+from cadenza.services.terminal import printable
 
 if TYPE_CHECKING:
     from cadenza.services.terminal import Redactor
@@ -111,4 +112,19 @@ def handled(usage: tuple[type[Exception], ...] = (InvalidRequest,),
 def print_problems(problems: list[object]) -> None:
     """Located problems on stderr, one per line (file:line:col: severity: message)."""
     for problem in problems:
-        err.print(shown(problem), markup=False)
+        err.print(_problem_line(problem), markup=False)
+
+
+def _problem_line(problem: object) -> str:
+    """A located problem as a line: its place and field path are ours and shown as they
+    are (without control characters); its message is redacted. Redacting the whole line
+    would take a field path ending in a secret-looking key (``headers.Authorization: ...``)
+    for a key and value, and mask the message that says what is wrong."""
+    message = getattr(problem, "message", None)
+    path = getattr(problem, "path", None)
+    if not isinstance(message, str) or not isinstance(path, str) or not path:
+        return shown(problem)
+    where = str(problem)[: -len(message)] if str(problem).endswith(message) else None
+    if where is None:
+        return shown(problem)
+    return printable(where) + shown(message)

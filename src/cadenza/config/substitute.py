@@ -76,7 +76,8 @@ class Substitution:
         try:
             value = self.resolve_secret(name)
         except CadenzaError as exc:
-            self.report.error(path, f"secret {name!r} cannot be read: {exc}")
+            # The name unquoted: a redactor masks a quoted value after the word "secret".
+            self.report.error(path, f"secret {name} cannot be read: {exc}")
             return ""
         if value is None:
             self.report.error(path, f"secret {name!r} is not set: set it with "

@@ -94,17 +94,8 @@ class RunLog:
 
     def add_step_line(self, level: str, message: str, step: str | None) -> None:
         """Buffer one line of step code (``ctx.log``): :meth:`add` within the cap."""
-        if _RANK.get(level, 0) < self.threshold:
-            return
-        line = LogLine(self._now(), level, step, message)
-        with self._lock:
-            if step is not None and step in self.closed_steps:
-                return
-            if self._room <= 0:
-                self.dropped += 1
-                return
-            self._room -= 1
-            self._lines.append(line)
+        if _RANK.get(level, 0) >= self.threshold:
+            self.add_line(LogLine(self._now(), level, step, message))
 
     def add_line(self, line: LogLine) -> None:
         """Buffer a line made elsewhere (a child process's), keeping its time; within the

@@ -177,47 +177,34 @@ class StoreCore:
         writes already share one connection.
         """
         lock = self._write_lock
-        if lock is None:
-            try:
+        try:
+            if lock is None:
                 if connection is not None:
                     with connection.begin():
                         yield connection
                 else:
                     with self.engine.connect() as conn, conn.begin():
                         yield conn
-            except Exception as exc:  # a driver's error: see _write_error
-                failed = self._write_error(exc)
-                if failed is None:
-                    raise
-                raise failed from exc
-            self.writes_ok += 1
-            return
-        with lock:
-            if self._writer_busy:  # nested in this thread: a connection of its own, as before
-                try:
-                    with self.engine.connect() as conn, conn.begin():
-                        yield conn
-                except Exception as exc:  # a driver's error: see _write_error
-                    failed = self._write_error(exc)
-                    if failed is None:
-                        raise
-                    raise failed from exc
-                self.writes_ok += 1
-                return
-            self._writer_busy = True
-            try:
-                if self._writer is None or self._writer.closed:
-                    self._writer = self.engine.connect()
-                with self._writer.begin():
-                    yield self._writer
-            except Exception as exc:  # a driver's error: see _write_error
-                failed = self._write_error(exc)
-                if failed is None:
-                    raise
-                raise failed from exc
-            finally:
-                self._writer_busy = False
-            self.writes_ok += 1
+            else:
+                with lock:
+                    if self._writer_busy:  # nested in this thread: a connection of its own
+                        with self.engine.connect() as conn, conn.begin():
+                            yield conn
+                    else:
+                        self._writer_busy = True
+                        try:
+                            if self._writer is None or self._writer.closed:
+                                self._writer = self.engine.connect()
+                            with self._writer.begin():
+                                yield self._writer
+                        finally:
+                            self._writer_busy = False
+        except Exception as exc:  # a driver's error: see _write_error
+            failed = self._write_error(exc)
+            if failed is None:
+                raise
+            raise failed from exc
+        self.writes_ok += 1
 
     def _write_error(self, exc: Exception) -> StoreError | None:
         """The store's error for a failed write transaction: a driver's error, wrapped by

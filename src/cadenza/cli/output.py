@@ -108,7 +108,7 @@ def _default(value: Any) -> Any:
 
 
 #: Control characters JSON leaves raw with ``ensure_ascii=False`` (DEL, C1, bidi controls);
-#: written as ``\\uXXXX`` escapes, which is still the same JSON string.
+#: written as JSON ``\\u`` escapes of four hex digits, which is still the same JSON string.
 _JSON_RAW_CONTROLS = {c: f"\\u{c:04x}" for c in (*range(0x7F, 0xA0), *range(0x202A, 0x202F),
                                                   *range(0x2066, 0x206A))}
 

@@ -170,12 +170,25 @@ class Bench:
 
 
 @contextmanager
-def loaded(root: Path, jobs: str, *, store_url: str | None = None) -> Iterator[Bench]:
-    """A home with ``jobs``, loaded, with its store and an executor; closed afterwards."""
+def loaded(root: Path, jobs: str, *, store_url: str | None = None, settings: str = "",
+           stuck_lease: bool = False) -> Iterator[Bench]:
+    """A home with ``jobs`` (and ``settings`` appended to cadenza.toml), loaded, with its
+    store and an executor; closed afterwards. ``stuck_lease``: the executor's lease keeper
+    never renews (its thread is stopped: the claim's lease is the last one), as a worker
+    whose heartbeat hangs or cannot reach the store."""
     home = Home(make_home(root, jobs, store_url=store_url).resolve())
+    if settings:
+        with home.config_file.open("a", encoding="utf-8") as fh:
+            fh.write(settings)
     config = home.load_config()
     store = home.open_store(config)
-    executor = Executor(store, config)
+    keeper = None
+    if stuck_lease:
+        from cadenza.executor.lease import LeaseKeeper
+
+        keeper = LeaseKeeper(store, config.settings.workers.lease)
+        keeper.stop()
+    executor = Executor(store, config, keeper=keeper)
     try:
         yield Bench(home.path, config, store, executor)
     finally:

@@ -20,12 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
-from executor_home import Bench, make_home
+from executor_home import Bench, loaded
 
 from cadenza.domain.states import StepState
-from cadenza.executor.lease import LeaseKeeper
-from cadenza.executor.runner import Executor
-from cadenza.home import Home
 
 LATE = '''
 """A thread step that writes, then takes longer than the lease."""
@@ -44,21 +41,9 @@ def write_then_wait(ctx, seconds=4):
 @contextmanager
 def _stuck_worker(root: Path, jobs: str) -> Iterator[Bench]:
     """A home with a 3 s lease and an executor whose lease keeper never renews."""
-    make_home(root, jobs)
-    with (root / "cadenza.toml").open("a", encoding="utf-8") as fh:
-        fh.write('\n[workers]\nlease = "3s"\n')
-    (root / "plugins" / "cz_lease_late.py").write_text(LATE, encoding="utf-8")
-    home = Home(root.resolve())
-    config = home.load_config()
-    store = home.open_store(config)
-    keeper = LeaseKeeper(store, config.settings.workers.lease)
-    keeper.stop()  # its heartbeat never beats: the claim's lease is the last one
-    executor = Executor(store, config, keeper=keeper)
-    try:
-        yield Bench(home.path, config, store, executor)
-    finally:
-        executor.close()
-        store.close()
+    with loaded(root, jobs, settings='\n[workers]\nlease = "3s"\n', stuck_lease=True) as bench:
+        (root / "plugins" / "cz_lease_late.py").write_text(LATE, encoding="utf-8")
+        yield bench
 
 
 def _gone(pid: int) -> bool:

@@ -14,17 +14,14 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
 import sqlalchemy as sa
-from executor_home import Bench, loaded, make_home
+from executor_home import loaded
 
 from cadenza.domain.states import RunState, StepState
-from cadenza.executor.runner import Executor
-from cadenza.home import Home
 
 LEASE = 'lease = "3s"\n'
 
@@ -159,23 +156,6 @@ def _sql_job(url: str, query: str, *, timeout: str = "2s") -> tuple[str, str]:
     return settings, jobs
 
 
-@contextmanager
-def _loaded_with(root: Path, jobs: str, settings: str) -> Iterator[Bench]:
-    """:func:`executor_home.loaded` with ``settings`` appended to cadenza.toml."""
-    make_home(root, jobs)
-    with (root / "cadenza.toml").open("a", encoding="utf-8") as fh:
-        fh.write(settings)
-    home = Home(root.resolve())
-    config = home.load_config()
-    store = home.open_store(config)
-    executor = Executor(store, config)
-    try:
-        yield Bench(home.path, config, store, executor)
-    finally:
-        executor.close()
-        store.close()
-
-
 PG_ACTIVE = ("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
              "AND query LIKE :q AND pid <> pg_backend_pid()")
 MY_ACTIVE = ("SELECT count(*) FROM information_schema.processlist WHERE info LIKE :q "
@@ -206,7 +186,7 @@ def _eventually(probe: object, seconds: float = 5.0) -> bool:
 def test_a_pg_sleep_past_its_timeout_is_canceled_on_the_server(tmp_path: Path,
                                                                pg_url: str) -> None:
     settings, jobs = _sql_job(pg_url, "SELECT pg_sleep(600) AS t_timeout")
-    with _loaded_with(tmp_path / "home", jobs, settings) as bench:
+    with loaded(tmp_path / "home", jobs, settings=settings) as bench:
         started = time.monotonic()
         run_id, _outcome = bench.run("q")
         assert time.monotonic() - started < 4.0
@@ -218,7 +198,7 @@ def test_a_pg_sleep_past_its_timeout_is_canceled_on_the_server(tmp_path: Path,
 @pytest.mark.postgres
 def test_a_cancel_stops_a_pg_sleep_on_the_server(tmp_path: Path, pg_url: str) -> None:
     settings, jobs = _sql_job(pg_url, "SELECT pg_sleep(600) AS t_cancel", timeout="10m")
-    with _loaded_with(tmp_path / "home", jobs, settings) as bench:
+    with loaded(tmp_path / "home", jobs, settings=settings) as bench:
         from cadenza.executor.request import RunRequest
 
         run_id = bench.executor.enqueue("q", RunRequest(), trigger="manual:test")
@@ -239,7 +219,7 @@ def test_a_cancel_stops_a_pg_sleep_on_the_server(tmp_path: Path, pg_url: str) ->
 def test_a_mariadb_sleep_past_its_timeout_is_killed_on_the_server(tmp_path: Path,
                                                                   mariadb_url: str) -> None:
     settings, jobs = _sql_job(mariadb_url, "SELECT SLEEP(600) AS t_my_timeout")
-    with _loaded_with(tmp_path / "home", jobs, settings) as bench:
+    with loaded(tmp_path / "home", jobs, settings=settings) as bench:
         started = time.monotonic()
         run_id, _outcome = bench.run("q")
         assert time.monotonic() - started < 5.0
@@ -298,7 +278,7 @@ def _http_job(port: int, timeout: str) -> tuple[str, str]:
 def test_an_http_request_that_gets_no_answer_is_aborted_at_the_timeout(
         tmp_path: Path, silent_server: int) -> None:
     settings, jobs = _http_job(silent_server, "2s")
-    with _loaded_with(tmp_path / "home", jobs, settings) as bench:
+    with loaded(tmp_path / "home", jobs, settings=settings) as bench:
         started = time.monotonic()
         run_id, _outcome = bench.run("h")
         assert time.monotonic() - started < 4.0
@@ -309,7 +289,7 @@ def test_an_http_request_that_gets_no_answer_is_aborted_at_the_timeout(
 def test_a_cancel_aborts_an_http_request_that_gets_no_answer(
         tmp_path: Path, silent_server: int) -> None:
     settings, jobs = _http_job(silent_server, "10m")
-    with _loaded_with(tmp_path / "home", jobs, settings) as bench:
+    with loaded(tmp_path / "home", jobs, settings=settings) as bench:
         from cadenza.executor.request import RunRequest
 
         run_id = bench.executor.enqueue("h", RunRequest(), trigger="manual:test")

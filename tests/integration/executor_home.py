@@ -194,3 +194,13 @@ def loaded(root: Path, jobs: str, *, store_url: str | None = None, settings: str
     finally:
         executor.close()
         store.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (or is a zombie waiting to be reaped)."""
+    import psutil
+
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 import sqlalchemy as sa
-from executor_home import Bench, loaded
+from executor_home import Bench, gone, loaded
 
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.request import RunRequest
@@ -244,13 +244,6 @@ def _sleeper(tmp_path: Path, isolation: str) -> str:
     """
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_a_process_step_past_its_timeout_is_killed_with_its_children(tmp_path: Path) -> None:
     with loaded(tmp_path / "home", _sleeper(tmp_path, "process")) as bench:
         started = time.monotonic()
@@ -260,7 +253,7 @@ def test_a_process_step_past_its_timeout_is_killed_with_its_children(tmp_path: P
         assert elapsed < 4.0, f"the run took {elapsed:.1f}s"
         pids = json.loads((tmp_path / "pids.json").read_text())
         assert len(pids) == 2
-        assert all(_gone(pid) for pid in pids), [psutil.Process(p).status() for p in pids]
+        assert all(gone(pid) for pid in pids), [psutil.Process(p).status() for p in pids]
         nap, *after = bench.store.list_step_runs(run_id)
         assert nap.state is StepState.FAILED and nap.error_class == "retryable"
         assert nap.error is not None and "timed out after 2s" in nap.error

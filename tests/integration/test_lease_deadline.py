@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
-from executor_home import Bench, loaded
+from executor_home import Bench, gone, loaded
 
 from cadenza.domain.states import StepState
 
@@ -46,13 +45,6 @@ def _stuck_worker(root: Path, jobs: str) -> Iterator[Bench]:
         yield bench
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 def test_a_process_step_stops_itself_when_its_lease_is_not_extended(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids.json"
     jobs = f"""
@@ -71,7 +63,7 @@ def test_a_process_step_stops_itself_when_its_lease_is_not_extended(tmp_path: Pa
         run_id, _ = bench.run("slow")
         elapsed = time.monotonic() - started
         pids = json.loads(pid_file.read_text())
-        assert all(_gone(pid) for pid in pids)
+        assert all(gone(pid) for pid in pids)
         nap = bench.store.list_step_runs(run_id)[0]
         assert nap.state is StepState.FAILED
         assert "stopped itself because the run's lease was not extended in time" in (

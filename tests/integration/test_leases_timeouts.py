@@ -16,21 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import sqlalchemy as sa
-from executor_home import loaded
+from executor_home import gone, loaded
 
 from cadenza.domain.states import RunState, StepState
 
 LEASE = 'lease = "3s"\n'
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def _sleeper(tmp_path: Path, *, step_timeout: str = "10m", job_timeout: str = "1h") -> str:
@@ -82,7 +74,7 @@ def test_a_step_timeout_kills_the_process_tree_within_4s(tmp_path: Path) -> None
         elapsed = time.monotonic() - started
         assert elapsed < 4.0, f"the run took {elapsed:.1f}s"
         pids = _pids(tmp_path)
-        assert len(pids) == 2 and all(_gone(p) for p in pids)
+        assert len(pids) == 2 and all(gone(p) for p in pids)
         nap = bench.store.list_step_runs(run_id)[0]
         assert nap.state is StepState.FAILED and "timed out after 2s" in (nap.error or "")
         assert outcome.state is not RunState.SUCCEEDED
@@ -93,7 +85,7 @@ def test_the_run_timeout_kills_the_step_and_fails_the_run(tmp_path: Path) -> Non
         started = time.monotonic()
         run_id, outcome = bench.run("slow")
         assert time.monotonic() - started < 4.0
-        assert all(_gone(p) for p in _pids(tmp_path))
+        assert all(gone(p) for p in _pids(tmp_path))
         assert outcome.state is RunState.FAILED
         assert "run's timeout" in (outcome.error or "")
         run = bench.store.get_run(run_id)
@@ -120,7 +112,7 @@ def _cancel_while_sleeping(tmp_path: Path, how: str) -> None:
         latency = time.monotonic() - cancel.at  # type: ignore[attr-defined]
         assert outcome.state is RunState.CANCELED, outcome
         assert latency < (2.0 if how == "store" else 1.0), f"stopped after {latency:.2f}s"
-        assert all(_gone(p) for p in _pids(tmp_path))
+        assert all(gone(p) for p in _pids(tmp_path))
         run = bench.store.get_run(run_id)
         assert run is not None and run.state is RunState.CANCELED
         assert "erin" in (run.reason or "")

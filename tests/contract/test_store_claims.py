@@ -139,7 +139,7 @@ def test_the_run_end_hook_sees_the_ends_in_their_transaction(store: Store,
         if any(e.job_id == "b" for e in ended):
             raise RuntimeError("outbox full")
 
-    store.run_end_hook = hook
+    store.add_run_end_hook(hook)
     store.record_boundaries([Boundary(a, 1, run_end=RunEnd(RunState.SUCCEEDED, rows=3))])
     assert seen == [[EndedRun(a, "a", RunState.SUCCEEDED, 1)]]
     with pytest.raises(RuntimeError):

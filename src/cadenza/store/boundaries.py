@@ -14,7 +14,7 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
 2. step ends (:data:`END_STEP`), step starts as INSERTs, the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
-3. the run end hook (:attr:`BoundaryWriter.run_end_hook`), when one is set, with the runs
+3. the run end hooks (:meth:`BoundaryWriter.add_run_end_hook`), in the order added, with the runs
    that ended, in the same transaction;
 4. run log lines and audit events, redacted, as multi-row INSERTs;
 5. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
@@ -186,8 +186,13 @@ class BoundaryWriter(StoreCore):
     """:meth:`record_boundaries` (see the module docstring)."""
 
     _hot: Dialect | None = None
-    run_end_hook: RunEndHook | None = None
-    """What else a run end writes in its transaction (see the module docstring)."""
+    run_end_hooks: tuple[RunEndHook, ...] = ()
+    """What else a run end writes in its transaction (see the module docstring), in order:
+    the resource pools release, the notifications write their outbox rows."""
+
+    def add_run_end_hook(self, hook: RunEndHook) -> None:
+        """Call ``hook`` (after those added before) in the transaction of every run end."""
+        self.run_end_hooks = (*self.run_end_hooks, hook)
 
     def _sql(self) -> Dialect:
         if self._hot is None:
@@ -206,7 +211,7 @@ class BoundaryWriter(StoreCore):
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
         sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
         not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
-        then :attr:`run_end_hook` is called with the runs that ended. Events, in this order
+        then :attr:`run_end_hooks` are called with the runs that ended. Events, in this order
         per boundary: the step's own events, STEP_SUCCEEDED / STEP_FAILED /
         STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per start,
         RUN_STATE_CHANGED and RUN_FINISHED for the run end.
@@ -256,10 +261,11 @@ class BoundaryWriter(StoreCore):
         ending = [b for b in live if b.run_end is not None]
         update_rows(cursor, d, END_RUN, [self._run_end_row(b, d, stamp) for b in ending],
                     stamp, "run end")
-        hook = self.run_end_hook
-        if hook is not None and ending:
-            hook(c, [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
-                     for b in ending if b.run_end is not None], now)
+        if self.run_end_hooks and ending:
+            ended = [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
+                     for b in ending if b.run_end is not None]
+            for hook in self.run_end_hooks:
+                hook(c, ended, now)
         self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  redact.redact_text(line.message)) for b in live for line in b.logs]

@@ -259,4 +259,11 @@ class Fatal(StepError):
 
 
 class ResourceFault(StepError):
-    """The leased resource is at fault: it is marked FAULT and the run tries another one."""
+    """The leased resource is at fault: it is marked FAULT and the run tries another one.
+
+    ``resource_id`` names the member at fault (a route whose proxy refused); without it,
+    every route the step used is taken to be at fault."""
+
+    def __init__(self, message: str | None = None, *, resource_id: str | None = None) -> None:
+        self.resource_id = resource_id
+        super().__init__(message)

@@ -352,10 +352,11 @@ class _Sync:
             name, raw = found
             binary = self.directory.binary(name)
             texts = sorted(text_of(v, binary) for v in raw)
-            if column == self.columns[self.key_index] and len(texts) > 1:
+            is_key = column == self.columns[self.key_index]
+            if is_key and len(texts) > 1:
                 raise Fatal(f"{entry.dn}: the key attribute {name!r} has {len(texts)} values "
                             f"({', '.join(texts[:3])}); a key must have one")
-            if self.config.multi_valued == "json" and not self._single(name):
+            if self.config.multi_valued == "json" and not is_key and not self._single(name):
                 out.append(json.dumps(texts, ensure_ascii=False))
             else:
                 out.append(";".join(texts))

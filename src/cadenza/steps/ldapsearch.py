@@ -133,7 +133,7 @@ class Directory:
         self.host = parts.hostname or "127.0.0.1"
         self.ldaps = parts.scheme.lower() == "ldaps"
         self.port = parts.port or (636 if self.ldaps else 389)
-        self.timeout = max(1.0, timeout)
+        self.timeout = max(1, int(timeout))
         self.conn: Any = None
         self.schema: Any = None
 
@@ -194,7 +194,7 @@ class Directory:
                                  [ldap3.ALL_ATTRIBUTES], paged_size=page_size,
                                  paged_cookie=cookie)
             except Exception as exc:
-                error = self._translate(exc, f"search of {base!r} with {filter_!r}")
+                error = self._translate(exc, f"search of base {base} with filter {filter_}")
                 if pages and isinstance(error, Fatal) and not isinstance(
                         exc, lx.LDAPInvalidFilterError):
                     # a continued page refused: the server lost the paging state (a

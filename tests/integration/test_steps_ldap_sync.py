@@ -1,0 +1,360 @@
+"""ldap_sync against a real slapd (tests/support/slapd.py: 5,000 people per unit, with
+unicode, multi-valued and binary attributes) into SQLite, PostgreSQL and MariaDB tables."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
+from sql_ctx import Db, SqlTestContext, database, rows, run_step
+
+from cadenza.config.schema_settings import Settings
+from cadenza.domain.errors import Fatal
+from cadenza.executor.connections import Connections
+from cadenza.steps.ldap_sync import LdapSyncStep
+from cadenza.steps.ldapsearch import ldap3
+from cadenza.steps.runtime import StepResult
+from tests.support.slapd import READER_DN, READER_PW, SUFFIX, Slapd, dn_of, person, slapd
+
+__all__ = ["slapd"]  # the session fixture, used by name
+
+MAPPING = {"uid": "uid", "cn": "name", "mail": "mail", "telephoneNumber": "phones",
+           "jpegPhoto": "photo", "dn": "dn"}
+
+
+class LdapTestContext(SqlTestContext):
+    """The SQL test context with ldap connections in its settings, and checkpoints kept
+    the way the executor keeps them (the last one is read back by the next attempt)."""
+
+    def __init__(self, home: Path, sql: Mapping[str, str], ldap: Mapping[str, dict[str, Any]],
+                 **kwargs: Any) -> None:
+        super().__init__(home, sql, step_type="ldap_sync", **kwargs)
+        self._connections.close()
+        self.settings = Settings.model_validate({
+            "connections": {**{n: {"type": "sql", "url": u} for n, u in sql.items()},
+                            **{n: {"type": "ldap", **d} for n, d in ldap.items()}}})
+        self._connections = Connections(home, self.settings)
+        self.checkpoints: list[Any] = []
+        self.last_checkpoint: Any = None
+
+    def checkpoint(self, state: Any) -> None:
+        self.checkpoints.append(state)
+
+
+def reader(server: Slapd, **extra: Any) -> dict[str, Any]:
+    return {"url": server.url, "bind_dn": READER_DN, "password": READER_PW, **extra}
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres),
+                        pytest.param("mariadb", marks=pytest.mark.mariadb)])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    else:
+        url = str(request.getfixturevalue("pg_url" if request.param == "postgresql"
+                                          else "mariadb_url"))
+    yield from database(request.param, url)
+
+
+def sync(ctx: LdapTestContext, base: str, table: str, **fields: Any) -> StepResult:
+    values = {"connection": "dir", "base": base,
+              "target": {"connection": "w", "table": table, "key": "uid"},
+              "mapping": MAPPING, "filter": "(objectClass=inetOrgPerson)", **fields}
+    return run_step(LdapSyncStep, ctx, **values)
+
+
+def expected(people: Mapping[str, dict[str, list[str]]], ou: str) -> dict[str, tuple[Any, ...]]:
+    """uid → (name, mail, phones, photo) as the table should hold them."""
+    out = {}
+    suffix = f",ou={ou},{SUFFIX}"
+    for dn, attrs in people.items():
+        if dn.endswith(suffix):
+            out[attrs["uid"][0]] = (attrs["cn"][0], ";".join(sorted(attrs["mail"])),
+                                    ";".join(sorted(attrs["telephoneNumber"])),
+                                    attrs["jpegPhoto"][0])
+    return out
+
+
+def table_rows(url: str, table: str, soft: bool = False) -> dict[str, tuple[Any, ...]]:
+    extra = ", deleted_at" if soft else ""
+    return {r[0]: tuple(r[1:]) for r in rows(
+        url, f"SELECT uid, name, mail, phones, photo{extra} FROM {table}")}
+
+
+@pytest.fixture
+def sync_ou(slapd: Slapd) -> Iterator[dict[str, dict[str, list[str]]]]:
+    """The people of ou=sync as the directory holds them; a test may change them through
+    :func:`change`, and they are put back afterwards."""
+    people = {dn: {k: list(v) for k, v in attrs.items()} for dn, attrs in slapd.people.items()
+              if dn.endswith(f",ou=sync,{SUFFIX}")}
+    current = {dn: {k: list(v) for k, v in a.items()} for dn, a in people.items()}
+    yield current
+    admin = slapd.admin()
+    try:
+        for dn, attrs in people.items():
+            if dn not in current:
+                admin.add(dn, ["inetOrgPerson"], _ldap_values(attrs))
+            elif current[dn] != attrs:
+                admin.modify(dn, {k: [(ldap3.MODIFY_REPLACE, v)]
+                                  for k, v in _ldap_values(attrs).items() if k != "uid"})
+    finally:
+        admin.unbind()
+
+
+def _ldap_values(attrs: Mapping[str, list[str]]) -> dict[str, list[Any]]:
+    return {k: [base64.b64decode(x) for x in v] if k == "jpegPhoto" else list(v)
+            for k, v in attrs.items()}
+
+
+def test_the_table_equals_the_directory_and_a_second_sync_applies_exactly_the_changes(
+        tmp_path: Path, slapd: Slapd, db: Db,
+        sync_ou: dict[str, dict[str, list[str]]]) -> None:
+    for mode in ("hard", "soft"):
+        _sync_twice(tmp_path / mode, slapd, db, sync_ou, mode)
+
+
+def _sync_twice(tmp_path: Path, slapd: Slapd, db: Db,
+                people: dict[str, dict[str, list[str]]], mode: str) -> None:
+    tmp_path.mkdir()
+    table = db.table("ldap_people")
+    ctx = LdapTestContext(tmp_path, {"w": db.url}, {"dir": reader(slapd)})
+    soft = mode == "soft"
+    try:
+        first = sync(ctx, slapd.base("sync"), table, delete=mode, page_size=400,
+                     batch_size=1000)
+        assert first.output["fetched"] == len(people) == 5000
+        assert first.output["pages"] == 13  # 400 per page: paged past the server's 500 limit
+        assert (first.output["inserted"], first.output["updated"],
+                first.output["deleted"]) == (5000, 0, 0)
+        assert len(ctx.checkpoints) == 5  # one per committed batch of 1000
+        want = expected(people, "sync")
+        got = table_rows(db.url, table, soft)
+        assert {k: v[:4] for k, v in got.items()} == want
+        photo = base64.b64decode(got["sync-00042"][3])
+        assert photo[:4] == b"\xff\xd8\xff\xe0" and photo[-1] == 255  # binary, intact
+        assert got["sync-00077"][1] == "sync.77@alias.example.org;sync.77@example.org"
+        assert "名前" in got["sync-04999"][0]
+        for special in ("#lead, sync-00000", "a+b sync-00001", "back\\slash sync-00002"):
+            [(dn,)] = rows(db.url, f"SELECT dn FROM {table} WHERE uid = :u", u=special)
+            assert _uid_at(slapd, dn) == special  # the DN in the table finds its entry
+
+        # 10 entries changed, 5 removed
+        admin = slapd.admin()
+        try:
+            changed = [f"sync-{n:05d}" for n in range(100, 110)]
+            for n, uid in enumerate(changed):
+                dn = dn_of("sync", uid)
+                if n < 5:
+                    people[dn]["cn"] = [f"Renamed Ünïcødé {n}"]
+                    admin.modify(dn, {"cn": [(ldap3.MODIFY_REPLACE, people[dn]["cn"])]})
+                elif n < 8:
+                    people[dn]["mail"] = [*people[dn]["mail"], f"extra{n}@example.org"]
+                    admin.modify(dn, {"mail": [(ldap3.MODIFY_ADD, [f"extra{n}@example.org"])]})
+                else:
+                    photo = base64.b64encode(bytes(range(256))).decode()
+                    people[dn]["jpegPhoto"] = [photo]
+                    admin.modify(dn, {"jpegPhoto": [(ldap3.MODIFY_REPLACE,
+                                                     [base64.b64decode(photo)])]})
+            removed = [f"sync-{n:05d}" for n in range(200, 205)]
+            for uid in removed:
+                admin.delete(dn_of("sync", uid))
+                del people[dn_of("sync", uid)]
+        finally:
+            admin.unbind()
+        second = sync(ctx, slapd.base("sync"), table, delete=mode, page_size=400)
+        assert {k: second.output[k] for k in ("fetched", "inserted", "updated", "deleted",
+                                              "unchanged", "missing")} == {
+            "fetched": 4995, "inserted": 0, "updated": 10, "deleted": 5, "unchanged": 4985,
+            "missing": 5}
+        assert second.rows == 15
+        after = table_rows(db.url, table, soft)
+        want = expected(people, "sync")
+        if soft:
+            assert {k for k, v in after.items() if v[4] is not None} == set(removed)
+            assert {k: v[:4] for k, v in after.items() if k not in removed} == want
+        else:
+            assert {k: v[:4] for k, v in after.items()} == want
+            assert not set(removed) & after.keys()
+        third = sync(ctx, slapd.base("sync"), table, delete=mode, page_size=400)
+        assert (third.output["updated"], third.output["deleted"]) == (0, 0)
+    finally:
+        ctx.close()
+    # put the directory back for the other mode
+    admin = slapd.admin()
+    try:
+        for dn, attrs in slapd.people.items():
+            if dn.endswith(f",ou=sync,{SUFFIX}") and people.get(dn) != attrs:
+                if dn not in people:
+                    admin.add(dn, ["inetOrgPerson"], _ldap_values(attrs))
+                else:
+                    admin.modify(dn, {k: [(ldap3.MODIFY_REPLACE, v)]
+                                      for k, v in _ldap_values(attrs).items() if k != "uid"})
+                people[dn] = {k: list(v) for k, v in attrs.items()}
+    finally:
+        admin.unbind()
+
+
+def _uid_at(server: Slapd, dn: str) -> str:
+    admin = server.admin()
+    try:
+        admin.search(dn, "(objectClass=*)", ldap3.BASE, attributes=["uid"])
+        return str(admin.response[0]["attributes"]["uid"][0])
+    finally:
+        admin.unbind()
+
+
+def test_a_directory_answering_60_percent_fewer_entries_fails_and_deletes_nothing(
+        tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)})
+    base = slapd.base("shrink")
+    try:
+        for mode in ("hard", "soft"):
+            assert sync(ctx, base, f"people_{mode}", delete=mode).output["inserted"] == 5000
+        admin = slapd.admin()
+        try:
+            for n in range(2000, 5000):
+                admin.delete(dn_of("shrink", person("shrink", n)["uid"][0]))
+        finally:
+            admin.unbind()
+        for mode in ("hard", "soft"):
+            with pytest.raises(Fatal) as info:
+                sync(ctx, base, f"people_{mode}", delete=mode)
+            message = str(info.value)
+            assert "3000 of the table's 5000 rows (60.0%)" in message
+            assert "max_delete_ratio = 0.2" in message and "nothing was deleted" in message
+            assert rows(url, f"SELECT COUNT(*) FROM people_{mode}") == [(5000,)]
+        assert rows(url, "SELECT COUNT(*) FROM people_soft WHERE deleted_at IS NOT NULL") == [
+            (0,)]
+        assert [e[0] for e in ctx.events] == ["LDAP_SYNC_ABORTED"] * 2
+        # a ratio the user raised lets the same sync through
+        done = sync(ctx, base, "people_hard", delete="hard", max_delete_ratio=0.6)
+        assert done.output["deleted"] == 3000
+        assert rows(url, "SELECT COUNT(*) FROM people_hard") == [(2000,)]
+    finally:
+        ctx.close()
+
+
+def small(ctx: LdapTestContext, slapd: Slapd, table: str, **fields: Any) -> StepResult:
+    return sync(ctx, slapd.base("small"), table, **fields)
+
+
+def test_a_filter_parameter_is_escaped(tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    template = "(&(objectClass=inetOrgPerson)(uid=${params.who}))"
+
+    def run(who: str, table: str) -> list[tuple[Any, ...]]:
+        ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)},
+                              params={"who": who})
+        try:
+            result = small(ctx, slapd, table, filter=template)
+        finally:
+            ctx.close()
+        assert result.output["fetched"] == result.output["inserted"]
+        return rows(url, f"SELECT uid FROM {table} ORDER BY uid")
+
+    assert run("*)(uid=*", "injected") == []  # not 30 rows: the value is one literal uid
+    assert run("small-0000*", "star") == []  # a * from a parameter is no wildcard
+    assert run("small-00004", "one") == [("small-00004",)]
+    assert run("back\\slash small-00002", "backslash") == [("back\\slash small-00002",)]
+    assert run("#lead, small-00000", "comma") == [("#lead, small-00000",)]
+
+
+def test_a_base_parameter_is_one_escaped_rdn_value(tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    for ou, outcome in (("small", 30), ("small,dc=example", "noSuchObject")):
+        ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)}, params={"ou": ou})
+        try:
+            if outcome == 30:
+                assert sync(ctx, f"ou=${{params.ou}},{SUFFIX}", "by_ou").output["fetched"] == 30
+            else:
+                with pytest.raises(Fatal, match=r"base ou=small\\,dc\\=example,dc=example,"
+                                                r"dc=org .*noSuchObject \(32\)"):
+                    sync(ctx, f"ou=${{params.ou}},{SUFFIX}", "by_ou")
+        finally:
+            ctx.close()
+
+
+def test_a_wrong_password_is_fatal_at_once_and_never_shown(tmp_path: Path,
+                                                          slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    secret = "Wr0ng-pw;ldap+§"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd, password=secret)})
+    try:
+        with pytest.raises(Fatal) as info:
+            small(ctx, slapd, "people")
+    finally:
+        ctx.close()
+    message = str(info.value)
+    assert "invalidCredentials (49)" in message and READER_DN in message
+    assert "check the connection's bind_dn and password" in message
+    assert secret not in message + ctx.log_record.text() + repr(ctx.events)
+
+
+def test_starttls_and_ldaps_check_the_servers_certificate(tmp_path: Path,
+                                                          slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ca = str(slapd.ca_file)
+    starttls = reader(slapd, url=f"ldap://localhost:{slapd.port}", start_tls=True, ca_file=ca)
+    ldaps = reader(slapd, url=slapd.ldaps_url, ca_file=ca)
+    untrusted = reader(slapd, url=f"ldap://localhost:{slapd.port}", start_tls=True)
+    unchecked = {**untrusted, "verify_tls": False}
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"tls": starttls, "ldaps": ldaps,
+                                                 "untrusted": untrusted,
+                                                 "unchecked": unchecked})
+    try:
+        for name in ("tls", "ldaps", "unchecked"):
+            result = small(ctx, slapd, f"via_{name}", connection=name)
+            assert result.output["fetched"] == 30, name
+        with pytest.raises(Fatal, match=r"TLS failed: .*certificate verify failed"):
+            small(ctx, slapd, "via_untrusted", connection="untrusted")
+    finally:
+        ctx.close()
+
+
+def test_batches_commit_with_a_checkpoint_and_a_resumed_attempt_adds_up(
+        tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)})
+    ctx.cancel = lambda: len(ctx.checkpoints) >= 2
+    try:
+        with pytest.raises(Fatal, match="step canceled"):
+            small(ctx, slapd, "people", page_size=10, batch_size=10, delete="hard")
+        assert rows(url, "SELECT COUNT(*) FROM people") == [(20,)]  # two batches committed
+        assert ctx.checkpoints[-1]["inserted"] == 20
+        ctx.cancel = False
+        ctx.last_checkpoint = ctx.checkpoints[-1]
+        result = small(ctx, slapd, "people", page_size=10, batch_size=10, delete="hard")
+    finally:
+        ctx.close()
+    assert (result.output["fetched"], result.output["inserted"]) == (30, 30)
+    assert result.output["unchanged"] == 20  # the committed rows were not written again
+    assert rows(url, "SELECT COUNT(*) FROM people") == [(30,)]
+
+
+def test_an_existing_table_chooses_the_attributes_and_json_keeps_lists(
+        tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)})
+    try:
+        conn = ctx.connection("w")
+        conn.exec_driver_sql("CREATE TABLE people (uid TEXT PRIMARY KEY, mail TEXT, sn TEXT)")
+        ctx.close()
+        result = run_step(LdapSyncStep, ctx, connection="dir", base=slapd.base("small"),
+                          target={"connection": "w", "table": "people", "key": "uid"},
+                          multi_valued="json")  # every attribute, default filter: the ou too
+        assert (result.output["fetched"], result.output["skipped"]) == (31, 1)
+        assert result.output["inserted"] == 30
+        got = dict((u, (m, s)) for u, m, s in rows(url, "SELECT uid, mail, sn FROM people"))
+        assert got["small-00007"] == (
+            '["small.7@alias.example.org", "small.7@example.org"]', '["Ñúñez 7"]')
+        with pytest.raises(Fatal, match="has no column 'phones'"):
+            small(ctx, slapd, "people")
+    finally:
+        ctx.close()

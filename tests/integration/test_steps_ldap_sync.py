@@ -12,10 +12,15 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
+from executor_home import make_home
 from sql_ctx import Db, SqlTestContext, database, rows, run_step
 
 from cadenza.config.schema_settings import Settings
-from cadenza.domain.errors import Fatal
+from cadenza.domain.errors import Fatal, Retryable
+from cadenza.domain.states import RunState
+from cadenza.executor.request import RunRequest
+from cadenza.executor.runner import Executor
+from cadenza.home import Home
 from cadenza.executor.connections import Connections
 from cadenza.steps.ldap_sync import LdapSyncStep
 from cadenza.steps.ldapsearch import ldap3
@@ -356,5 +361,99 @@ def test_an_existing_table_chooses_the_attributes_and_json_keeps_lists(
             '["small.7@alias.example.org", "small.7@example.org"]', '["Ñúñez 7"]')
         with pytest.raises(Fatal, match="has no column 'name'"):
             small(ctx, slapd, "people")
+    finally:
+        ctx.close()
+
+
+JOBS = f"""
+[jobs.directory]
+retry = {{ attempts = 3 }}
+[[jobs.directory.steps]]
+name = "people"
+type = "ldap_sync"
+connection = "dir"
+base = "ou=small,{SUFFIX}"
+filter = "(objectClass=inetOrgPerson)"
+mapping = {{ uid = "uid", cn = "name" }}
+target = {{ connection = "wh", table = "people", key = "uid" }}
+delete = "soft"
+"""
+
+
+def _executor_run(root: Path, slapd: Slapd, password: str) -> tuple[Any, list[Any], str]:
+    """Run the job once through the executor with ``password`` as the secret; the outcome,
+    its step runs, and every text the run left (events, log, outputs, errors, store file)."""
+    home = Home(root.resolve())
+    home.secrets.set("ldap_reader", password)
+    config = home.load_config()
+    store = home.open_store(config)
+    executor = Executor(store, config)
+    try:
+        run_id = executor.enqueue("directory", RunRequest(), trigger="manual:test")
+        outcome = executor.execute(run_id)
+        steps = store.list_step_runs(run_id)
+        events = store.list_events(run_id=run_id)
+        logs = store.list_logs(run_id)
+    finally:
+        executor.close()
+        store.close()
+    texts = [repr(e.message) + repr(e.payload) for e in events]
+    texts += [line.message for line in logs]
+    texts += [repr(s.output) + repr(s.error) for s in steps]
+    raw = b"".join(f.read_bytes() for f in (root / "data").glob("cadenza.db*"))
+    return outcome, steps, "\n".join(texts) + raw.decode("utf-8", "replace")
+
+
+def test_through_the_executor_a_wrong_secret_fails_at_once_and_appears_nowhere(
+        tmp_path: Path, slapd: Slapd) -> None:
+    root = make_home(tmp_path / "home", JOBS)
+    with (root / "cadenza.toml").open("a", encoding="utf-8") as fh:
+        fh.write(f'\n[connections.dir]\ntype = "ldap"\nurl = "{slapd.url}"\n'
+                 f'bind_dn = "{READER_DN}"\npassword = "${{secret.ldap_reader}}"\n')
+    wrong = "Not-the-Reader-pw+9"
+    outcome, steps, left = _executor_run(root, slapd, wrong)
+    assert outcome.state is RunState.FAILED  # not QUEUED again: no retry
+    [step] = steps
+    assert (step.attempt, step.error_class) == (1, "fatal")
+    assert "bind: invalidCredentials (49)" in (step.error or "")
+    assert "invalidCredentials" in left
+    assert wrong not in left and READER_PW not in left
+
+    outcome, steps, left = _executor_run(root, slapd, READER_PW)
+    assert outcome.state is RunState.SUCCEEDED
+    [step] = steps
+    assert (step.output["fetched"], step.output["inserted"], step.rows) == (30, 30, 30)
+    assert READER_PW not in left
+    assert rows(f"sqlite:///{(root / 'data' / 'wh.db').as_posix()}",
+                "SELECT COUNT(*) FROM people WHERE deleted_at IS NULL") == [(30,)]
+
+
+def test_a_server_lost_mid_search_is_retryable_and_deletes_nothing(tmp_path: Path,
+                                                                   slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)})
+    fields = {"page_size": 10, "batch_size": 10, "delete": "hard"}
+    try:
+        assert small(ctx, slapd, "people", **fields).output["inserted"] == 30
+        ctx.close()
+        conn = ctx.connection("w")
+        conn.exec_driver_sql("UPDATE people SET name = 'stale'")
+        ctx.close()
+
+        def stop_the_server(state: Any) -> None:  # after the first batch's commit
+            ctx.checkpoints.append(state)
+            slapd.stop()
+
+        ctx.checkpoint = stop_the_server  # type: ignore[method-assign]
+        try:
+            with pytest.raises(Retryable, match=r"LDAP connection 'dir'.*search"):
+                small(ctx, slapd, "people", **fields)
+        finally:
+            slapd.launch()
+        assert rows(url, "SELECT COUNT(*) FROM people") == [(30,)]  # nothing deleted
+        assert rows(url, "SELECT COUNT(*) FROM people WHERE name = 'stale'") == [(20,)]
+        ctx.checkpoint = ctx.checkpoints.append  # type: ignore[method-assign]
+        again = small(ctx, slapd, "people", **fields)
+        assert (again.output["updated"], again.output["deleted"]) == (20, 0)
     finally:
         ctx.close()

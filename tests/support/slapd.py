@@ -107,6 +107,20 @@ class Slapd:
         return ldap3.Connection(server, ADMIN_DN, ADMIN_PW, auto_bind=True,
                                 raise_exceptions=True)
 
+    def launch(self) -> None:
+        """Start slapd on the server's ports (again, after :meth:`stop`)."""
+        log = (self.directory / "slapd.log").open("ab")
+        self.process = subprocess.Popen(
+            [SLAPD, "-d", "0", "-f", str(self.directory / "slapd.conf"), "-h",
+             f"ldap://127.0.0.1:{self.port}/ ldaps://127.0.0.1:{self.tls_port}/"],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        try:
+            _wait_listening(self)
+        except BaseException:
+            self.stop()
+            raise
+
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
@@ -233,17 +247,7 @@ def start(directory: Path) -> Slapd:
     ldif.write_text(_ldif(server.people), encoding="utf-8")
     subprocess.run([SLAPADD, "-q", "-f", str(conf), "-l", str(ldif)], check=True,
                    capture_output=True)
-    log = (directory / "slapd.log").open("wb")
-    server.process = subprocess.Popen(
-        [SLAPD, "-d", "0", "-f", str(conf), "-h",
-         f"ldap://127.0.0.1:{server.port}/ ldaps://127.0.0.1:{server.tls_port}/"],
-        stdout=log, stderr=subprocess.STDOUT)
-    log.close()
-    try:
-        _wait_listening(server)
-    except BaseException:
-        server.stop()
-        raise
+    server.launch()
     return server
 
 

@@ -215,6 +215,7 @@ class _Sync:
         self.key_index = 0
         self.table: Any = None
         self.pending: list[tuple[str, dict[str, Any], bool]] = []
+        self.binary: dict[str, bool] = {}  # by attribute name, from the schema
 
     # -- the table --------------------------------------------------------------------
 
@@ -285,6 +286,10 @@ class _Sync:
         attributes = [a for a, _ in self.plan if a.lower() != DN]
         if self.plan and not attributes:
             attributes = ["1.1"]  # only the DN (RFC 4511: no attributes)
+        unknown = self.directory.unknown(attributes)
+        if unknown:
+            raise Fatal(f"attribute {unknown[0]!r} is not in the directory's schema (check "
+                        "'attributes' and 'mapping'; names are case-insensitive)")
         seen: dict[str, str] = {}
         for page in self.directory.search(base, config.scope, filter_, attributes,
                                           config.page_size):
@@ -350,7 +355,9 @@ class _Sync:
                 out.append(None)
                 continue
             name, raw = found
-            binary = self.directory.binary(name)
+            binary = self.binary.get(name)
+            if binary is None:
+                binary = self.binary[name] = self.directory.binary(name)
             texts = sorted(text_of(v, binary) for v in raw)
             is_key = column == self.columns[self.key_index]
             if is_key and len(texts) > 1:

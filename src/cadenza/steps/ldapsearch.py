@@ -20,6 +20,7 @@ the start). The bind password never enters a message.
 from __future__ import annotations
 
 import base64
+import contextlib
 import ssl
 import warnings
 from collections.abc import Iterator, Mapping
@@ -153,7 +154,7 @@ class Directory:
             server, user=d.bind_dn, password=d.password,
             authentication=ldap3.SIMPLE if d.bind_dn else ldap3.ANONYMOUS,
             raise_exceptions=True, read_only=True, receive_timeout=self.timeout,
-            auto_referrals=False)
+            auto_referrals=False, check_names=False)  # raw values only: no formatting cost
         try:
             self.conn.open()
             if d.start_tls and not self.ldaps:
@@ -167,13 +168,14 @@ class Directory:
     def close(self) -> None:
         """Unbind and close the socket (quietly: the connection may be gone already)."""
         conn, self.conn = self.conn, None
-        if conn is not None:
-            try:
-                conn.unbind()
-            except Exception:  # closing a broken connection: nothing left to do
-                socket = getattr(conn, "socket", None)
-                if socket is not None:
-                    socket.close()
+        if conn is None:
+            return
+        with contextlib.suppress(Exception):  # a broken connection: nothing left to say
+            conn.unbind()
+        socket = getattr(conn, "socket", None)
+        if socket is not None:  # ldap3 leaves the socket of a failed connect open
+            with contextlib.suppress(OSError):
+                socket.close()
 
     def __enter__(self) -> Directory:
         self.open()
@@ -209,6 +211,14 @@ class Directory:
             cookie = ((controls.get(PAGED_RESULTS) or {}).get("value") or {}).get("cookie")
             if not cookie:
                 return
+
+    def unknown(self, attributes: list[str]) -> list[str]:
+        """Those of ``attributes`` the server's schema does not define (none when the
+        server publishes no schema)."""
+        types = getattr(self.schema, "attribute_types", None)
+        if not types:
+            return []
+        return [a for a in attributes if a.split(";", 1)[0] not in types and a != "1.1"]
 
     def binary(self, attribute: str) -> bool:
         """Whether the schema gives ``attribute`` a binary syntax (following SUP)."""

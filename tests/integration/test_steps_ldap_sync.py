@@ -14,18 +14,18 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from executor_home import make_home
 from sql_ctx import Db, SqlTestContext, database, rows, run_step
+from tests.support.slapd import READER_DN, READER_PW, SUFFIX, Slapd, dn_of, person, slapd
 
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.states import RunState
+from cadenza.executor.connections import Connections
 from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
-from cadenza.executor.connections import Connections
 from cadenza.steps.ldap_sync import LdapSyncStep
 from cadenza.steps.ldapsearch import ldap3
 from cadenza.steps.runtime import StepResult
-from tests.support.slapd import READER_DN, READER_PW, SUFFIX, Slapd, dn_of, person, slapd
 
 __all__ = ["slapd"]  # the session fixture, used by name
 

@@ -117,6 +117,7 @@ def _ldap_values(attrs: Mapping[str, list[str]]) -> dict[str, list[Any]]:
             for k, v in attrs.items()}
 
 
+@pytest.mark.slow
 def test_the_table_equals_the_directory_and_a_second_sync_applies_exactly_the_changes(
         tmp_path: Path, slapd: Slapd, db: Db,
         sync_ou: dict[str, dict[str, list[str]]]) -> None:
@@ -186,8 +187,22 @@ def _sync_twice(tmp_path: Path, slapd: Slapd, db: Db,
         else:
             assert {k: v[:4] for k, v in after.items()} == want
             assert not set(removed) & after.keys()
-        third = sync(ctx, slapd.base("sync"), table, delete=mode, page_size=400)
-        assert (third.output["updated"], third.output["deleted"]) == (0, 0)
+        # an entry that comes back: inserted again (hard), or its deleted_at cleared (soft)
+        back = dn_of("sync", removed[0])
+        people[back] = {k: list(v) for k, v in slapd.people[back].items()}
+        admin = slapd.admin()
+        try:
+            admin.add(back, ["inetOrgPerson"], _ldap_values(people[back]))
+        finally:
+            admin.unbind()
+        again = sync(ctx, slapd.base("sync"), table, delete=mode, page_size=400)
+        assert {k: again.output[k] for k in ("inserted", "updated", "deleted", "unchanged")} == (
+            {"inserted": 0, "updated": 1, "deleted": 0, "unchanged": 4995} if soft else
+            {"inserted": 1, "updated": 0, "deleted": 0, "unchanged": 4995})
+        assert table_rows(db.url, table, soft)[removed[0]][:4] == expected(
+            people, "sync")[removed[0]]
+        if soft:
+            assert table_rows(db.url, table, soft)[removed[0]][4] is None
     finally:
         ctx.close()
     # put the directory back for the other mode
@@ -214,6 +229,7 @@ def _uid_at(server: Slapd, dn: str) -> str:
         admin.unbind()
 
 
+@pytest.mark.slow
 def test_a_directory_answering_60_percent_fewer_entries_fails_and_deletes_nothing(
         tmp_path: Path, slapd: Slapd) -> None:
     url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
@@ -455,5 +471,21 @@ def test_a_server_lost_mid_search_is_retryable_and_deletes_nothing(tmp_path: Pat
         ctx.checkpoint = ctx.checkpoints.append  # type: ignore[method-assign]
         again = small(ctx, slapd, "people", **fields)
         assert (again.output["updated"], again.output["deleted"]) == (20, 0)
+    finally:
+        ctx.close()
+
+
+def test_a_key_with_several_values_fails_before_any_delete(tmp_path: Path,
+                                                           slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd)})
+    try:
+        with pytest.raises(Fatal, match=r"the key attribute 'mail' has 2 values"):
+            run_step(LdapSyncStep, ctx, connection="dir", base=slapd.base("small"),
+                     filter="(objectClass=inetOrgPerson)", attributes=["mail", "cn"],
+                     target={"connection": "w", "table": "by_mail", "key": "mail"},
+                     delete="hard")
+        with pytest.raises(Fatal, match=r"attribute 'mial' is not in the directory's schema"):
+            small(ctx, slapd, "typo", attributes=["mial"])
     finally:
         ctx.close()

@@ -147,7 +147,12 @@ class Directory:
         d = self.definition
         tls = None
         if self.ldaps or d.start_tls:
-            tls = _Tls(_context(d), self.host)
+            try:
+                context = _context(d)
+            except (OSError, ssl.SSLError) as exc:
+                raise Fatal(f"{self.where()}: ca_file {d.ca_file} cannot be used: "
+                            f"{_detail(exc)}") from None
+            tls = _Tls(context, self.host)
         server = ldap3.Server(self.host, port=self.port, use_ssl=self.ldaps, tls=tls,
                               get_info=ldap3.SCHEMA, connect_timeout=self.timeout)
         self.conn = ldap3.Connection(

@@ -6,6 +6,7 @@ tests/integration/test_steps_ldap_sync.py."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,12 @@ def test_a_server_that_is_not_there_is_retryable() -> None:
         port = s.getsockname()[1]
     with pytest.raises(Retryable, match=f"127.0.0.1:{port}"):
         directory(f"ldap://127.0.0.1:{port}").open()
+
+
+def test_a_ca_file_that_cannot_be_read_is_fatal(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.pem"
+    with pytest.raises(Fatal, match=f"ca_file {missing} cannot be used: .*No such file"):
+        directory(start_tls=True, ca_file=str(missing)).open()
+    (tmp_path / "bad.pem").write_text("not a certificate", encoding="utf-8")
+    with pytest.raises(Fatal, match="cannot be used"):
+        directory(start_tls=True, ca_file=str(tmp_path / "bad.pem")).open()

@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from executor_home import make_home
-from sql_ctx import Db, SqlTestContext, database, rows, run_step
+from sql_ctx import Db, SqlTestContext, database, execute, rows, run_step
 from tests.support.slapd import READER_DN, READER_PW, SUFFIX, Slapd, dn_of, person, slapd
 
 from cadenza.config.schema_settings import Settings
@@ -489,3 +489,22 @@ def test_a_key_with_several_values_fails_before_any_delete(tmp_path: Path,
             small(ctx, slapd, "typo", attributes=["mial"])
     finally:
         ctx.close()
+
+
+def test_through_the_executor_too_few_entries_fail_the_run_and_mark_nothing(
+        tmp_path: Path, slapd: Slapd) -> None:
+    root = make_home(tmp_path / "home", JOBS)
+    with (root / "cadenza.toml").open("a", encoding="utf-8") as fh:
+        fh.write(f'\n[connections.dir]\ntype = "ldap"\nurl = "{slapd.url}"\n'
+                 f'bind_dn = "{READER_DN}"\npassword = "${{secret.ldap_reader}}"\n')
+    wh = f"sqlite:///{(root / 'data' / 'wh.db').as_posix()}"
+    ghosts = ", ".join(f"('ghost-{n}', 'Ghost {n}', NULL)" for n in range(100))
+    execute(wh, "CREATE TABLE people (uid TEXT PRIMARY KEY, name TEXT, deleted_at TIMESTAMP)",
+            f"INSERT INTO people VALUES {ghosts}")
+    outcome, steps, left = _executor_run(root, slapd, READER_PW)
+    assert outcome.state is RunState.FAILED
+    [step] = steps
+    assert step.error_class == "fatal"
+    assert "100 of the table's 100 rows (100.0%) have no entry" in (step.error or "")
+    assert "LDAP_SYNC_ABORTED" in left
+    assert rows(wh, "SELECT COUNT(*) FROM people WHERE deleted_at IS NULL") == [(130,)]

@@ -60,6 +60,9 @@ BINARY_SYNTAXES = frozenset({
 #: result codes a later attempt may get past: timeLimitExceeded, busy, unavailable,
 #: unwillingToPerform (often overload), other, serverDown
 _RETRY_CODES = {3, 51, 52, 53, 80, 81}
+#: a continued page refused with these (operationsError, protocolError: OpenLDAP's "paged
+#: results cookie is invalid", Active Directory's lost paging state): the search may start over
+_LOST_PAGING = {1, 2}
 _HINTS = {
     49: "check the connection's bind_dn and password (the password is not shown)",
     48: "the server refuses this kind of bind (an anonymous bind, or a bind without TLS?)",
@@ -202,8 +205,7 @@ class Directory:
                                  paged_cookie=cookie)
             except Exception as exc:
                 error = self._translate(exc, f"search of base {base} with filter {filter_}")
-                if pages and isinstance(error, Fatal) and not isinstance(
-                        exc, lx.LDAPInvalidFilterError):
+                if pages and int(getattr(exc, "result", 0) or 0) in _LOST_PAGING:
                     # a continued page refused: the server lost the paging state (a
                     # restart, an expired cookie); a new search from the start may succeed
                     raise Retryable(f"{error} (page {pages + 1}: the paged search was "

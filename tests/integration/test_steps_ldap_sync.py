@@ -508,3 +508,19 @@ def test_through_the_executor_too_few_entries_fail_the_run_and_mark_nothing(
     assert "100 of the table's 100 rows (100.0%) have no entry" in (step.error or "")
     assert "LDAP_SYNC_ABORTED" in left
     assert rows(wh, "SELECT COUNT(*) FROM people WHERE deleted_at IS NULL") == [(130,)]
+
+
+def test_a_bind_that_may_read_nothing_fails_and_deletes_nothing(
+        tmp_path: Path, slapd: Slapd) -> None:
+    url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
+    ctx = LdapTestContext(tmp_path, {"w": url}, {"dir": reader(slapd),
+                                                 "anonymous": {"url": slapd.url}})
+    try:
+        assert small(ctx, slapd, "people", delete="hard").output["inserted"] == 30
+        # slapd hides the base from a bind without read rights (it may instead answer with
+        # no entries: then the ratio stops the deletes, see the 60 % test)
+        with pytest.raises(Fatal, match=r"bind as anonymous.*noSuchObject \(32\)"):
+            small(ctx, slapd, "people", delete="hard", connection="anonymous")
+    finally:
+        ctx.close()
+    assert rows(url, "SELECT COUNT(*) FROM people") == [(30,)]

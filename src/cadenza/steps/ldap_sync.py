@@ -297,10 +297,9 @@ class _Sync:
             for entry in page:
                 counts.fetched += 1
                 self._entry(entry, old, seen)
-            if len(self.pending) >= config.batch_size:
-                self._flush()
-            else:
-                self.guard.check(self.ctx)
+                if len(self.pending) >= config.batch_size:
+                    self._flush()
+            self.guard.check(self.ctx)  # canceled or out of time: stop between pages
         self._flush()
         # the search is complete: only now may rows be deleted
         gone = [k for k, o in old.items() if k not in seen and not o.deleted]
@@ -309,11 +308,11 @@ class _Sync:
         elif gone:
             self.ctx.log.info("%s rows have no entry any more; kept (delete = 'none')",
                               len(gone))
-        output: dict[str, Any] = {"fetched": counts.fetched, "inserted": counts.total("inserted"),
-                  "updated": counts.total("updated"), "deleted": counts.total("deleted"),
-                  "unchanged": counts.unchanged, "missing": len(gone),
-                  "skipped": counts.skipped, "pages": counts.pages,
-                  "table": config.target.table, "delete": config.delete}
+        output: dict[str, Any] = {
+            "fetched": counts.fetched, "inserted": counts.total("inserted"),
+            "updated": counts.total("updated"), "deleted": counts.total("deleted"),
+            "unchanged": counts.unchanged, "missing": len(gone), "skipped": counts.skipped,
+            "pages": counts.pages, "table": config.target.table, "delete": config.delete}
         self.ctx.log.info("ldap_sync: %s entries fetched in %s pages; %s inserted, %s updated, "
                           "%s deleted (%s), %s unchanged", counts.fetched, counts.pages,
                           output["inserted"], output["updated"], output["deleted"],

@@ -322,19 +322,23 @@ def test_starttls_and_ldaps_check_the_servers_certificate(tmp_path: Path,
                                                           slapd: Slapd) -> None:
     url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
     ca = str(slapd.ca_file)
-    starttls = reader(slapd, url=f"ldap://localhost:{slapd.port}", start_tls=True, ca_file=ca)
+    starttls = reader(slapd, url=f"ldap://127.0.0.1:{slapd.port}", start_tls=True, ca_file=ca)
     ldaps = reader(slapd, url=slapd.ldaps_url, ca_file=ca)
-    untrusted = reader(slapd, url=f"ldap://localhost:{slapd.port}", start_tls=True)
+    untrusted = reader(slapd, url=f"ldap://127.0.0.1:{slapd.port}", start_tls=True)
     unchecked = {**untrusted, "verify_tls": False}
+    other_name = {**starttls, "url": f"ldap://127.0.0.2:{slapd.port}"}
     ctx = LdapTestContext(tmp_path, {"w": url}, {"tls": starttls, "ldaps": ldaps,
                                                  "untrusted": untrusted,
-                                                 "unchecked": unchecked})
+                                                 "unchecked": unchecked,
+                                                 "other_name": other_name})
     try:
         for name in ("tls", "ldaps", "unchecked"):
             result = small(ctx, slapd, f"via_{name}", connection=name)
             assert result.output["fetched"] == 30, name
         with pytest.raises(Fatal, match=r"TLS failed: .*certificate verify failed"):
             small(ctx, slapd, "via_untrusted", connection="untrusted")
+        with pytest.raises(Fatal, match=r"TLS failed: .*IP address mismatch"):
+            small(ctx, slapd, "via_other_name", connection="other_name")
     finally:
         ctx.close()
 

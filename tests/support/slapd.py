@@ -92,7 +92,7 @@ class Slapd:
 
     @property
     def ldaps_url(self) -> str:
-        return f"ldaps://localhost:{self.tls_port}"
+        return f"ldaps://127.0.0.1:{self.tls_port}"
 
     @property
     def ca_file(self) -> Path:
@@ -112,7 +112,8 @@ class Slapd:
         log = (self.directory / "slapd.log").open("ab")
         self.process = subprocess.Popen(
             [SLAPD, "-d", "0", "-f", str(self.directory / "slapd.conf"), "-h",
-             f"ldap://127.0.0.1:{self.port}/ ldaps://127.0.0.1:{self.tls_port}/"],
+             f"ldap://127.0.0.1:{self.port}/ ldaps://127.0.0.1:{self.tls_port}/ "
+             f"ldap://127.0.0.2:{self.port}/"],  # an address the certificate does not name
             stdout=log, stderr=subprocess.STDOUT)
         log.close()
         try:

@@ -170,7 +170,9 @@ class HttpConnection(StrictModel):
 
 
 class LdapConnection(StrictModel):
-    """An LDAP directory; no ``bind_dn`` means an anonymous bind."""
+    """An LDAP directory; no ``bind_dn`` means an anonymous bind. TLS (``ldaps://`` or
+    ``start_tls``) checks the server's certificate against the system's CAs, or those of
+    ``ca_file`` (a PEM file; relative to the home), unless ``verify_tls = false``."""
 
     type: Literal["ldap"]
     url: LdapUrl
@@ -178,6 +180,8 @@ class LdapConnection(StrictModel):
     password: str | None = None
     start_tls: bool = False
     timeout: Duration = _SECONDS_30
+    verify_tls: bool = True
+    ca_file: NonEmptyStr | None = None
 
 
 Connection = Annotated[SqlConnection | HttpConnection | LdapConnection,

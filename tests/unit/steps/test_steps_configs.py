@@ -25,7 +25,8 @@ FIELDS = {
     "http": (set(), {"url", "connection", "path", "method", "headers", "query", "json", "body",
                      "expect", "via", "idempotency_key"}),
     "ldap_sync": ({"connection", "base", "target"},
-                  {"scope", "filter", "attributes", "mapping", "delete", "max_delete_ratio"}),
+                  {"scope", "filter", "attributes", "mapping", "delete", "max_delete_ratio",
+                   "multi_valued", "page_size", "batch_size"}),  # docs/ldap_sync.md
     "call_job": ({"job"}, {"params", "preset", "wait"}),
     "report": ({"sections", "path"}, {"format", "title", "template"}),
     "notify": ({"to", "subject"}, {"channel", "body", "attach"}),

@@ -137,15 +137,20 @@ class Outbox:
                 for r in rows]
 
     def settle(self, claimed: Claimed, owner: str, *, done: bool, error: str | None,
-               retry_at: datetime | None) -> None:
+               retry_at: datetime | None, settled: Sequence[str] = ()) -> None:
         """After one attempt of ``claimed``: DONE, or PENDING again at ``retry_at`` with
-        attempts + 1 and the error; releases the claim (only if still ``owner``'s)."""
+        attempts + 1 and the error; ``settled`` (the deliveries that failed for good) is kept
+        in the context so a retry skips them. Releases the claim (only if still
+        ``owner``'s)."""
         t = notification_outbox
         now = self.store.clock.now()
         values: dict[str, Any] = {"attempts": claimed.attempts + 1, "updated_at": now,
                                   "claimed_by": None, "claimed_until": None,
                                   "last_error": self.store.redactor.redact_text(error)
                                   if error else None}
+        if settled:
+            values["context_json"] = json.dumps(
+                {**claimed.intent.context, "settled": list(settled)}, default=str)
         if done:
             values["state"] = DONE
         elif retry_at is not None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from notify_home import channels, notify_bench
+from tests.support.mailhooks import free_port, smtp_server, webhook_receiver
 
 from cadenza.notify.sender import backoff
-from tests.support.mailhooks import free_port, smtp_server, webhook_receiver
 
 FAILING = """
 [jobs.nightly]

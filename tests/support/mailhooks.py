@@ -30,6 +30,20 @@ class Inbox:
     drop_data: bool = False
     """Close the connection in the middle of DATA (a server that dies mid-message)."""
 
+    refuse_once: set[str] = field(default_factory=set)
+    """Recipients answered "451 try again later" the first time they are named."""
+    on_message: Any = None
+    """Called with (recipients, message) before a message is kept; returning an SMTP
+    answer (e.g. "451 ...") refuses it instead."""
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: list[str]) -> str:
+        if address in self.refuse_once:
+            self.refuse_once.discard(address)
+            return "451 4.3.0 try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
     def to(self, address: str) -> list[EmailMessage]:
         return [m for rcpt, m in self.mails if address in rcpt]
 
@@ -41,6 +55,10 @@ class Inbox:
         raw = envelope.original_content or envelope.content
         message = email.message_from_bytes(raw, policy=email.policy.default)
         assert isinstance(message, EmailMessage)
+        if self.on_message is not None:
+            answer = self.on_message(list(envelope.rcpt_tos), message)
+            if answer:
+                return str(answer)
         self.mails.append((list(envelope.rcpt_tos), message))
         return "250 OK"
 
@@ -92,7 +110,7 @@ def webhook_receiver() -> Iterator[Hook]:
     hook = Hook(0)
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = self.rfile.read(length)
             hook.posts.append((dict(self.headers.items()), json.loads(body or b"null")))

@@ -16,7 +16,7 @@ and ``notification_log``, migration 0009).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -135,6 +135,28 @@ class Outbox:
                                            for x in json.loads(r.targets_json)),
                                      json.loads(r.context_json or "{}")), r.attempts)
                 for r in rows]
+
+    def release_dead_claims(self, host: str, alive: Callable[[int], bool]) -> int:
+        """Release the claims of senders of ``host`` (owners ``host:pid:...``) whose process
+        is gone (``alive(pid)`` false): a ``kill -9`` during a delivery leaves its intents to
+        the next start at once, not after the claim's end. Returns how many."""
+        t = notification_outbox
+        now = self.store.clock.now()
+        with self.store.read() as c:
+            held = c.execute(sa.select(t.c.id, t.c.claimed_by).where(
+                t.c.state == PENDING, t.c.claimed_by.like(f"{host}:%"),
+                t.c.claimed_until >= now)).all()
+        dead: list[int] = []
+        for row_id, owner in held:
+            pid = owner[len(host) + 1:].split(":", 1)[0]
+            if pid.isdigit() and not alive(int(pid)):
+                dead.append(row_id)
+        if not dead:
+            return 0
+        with self.store.write() as c:
+            c.execute(t.update().where(t.c.id.in_(dead)).values(
+                claimed_by=None, claimed_until=None, updated_at=now))
+        return len(dead)
 
     def settle(self, claimed: Claimed, owner: str, *, done: bool, error: str | None,
                retry_at: datetime | None, settled: Sequence[str] = ()) -> None:

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timedelta
 
+import psutil  # type: ignore[import-untyped]
+
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_settings import EmailChannel, WebhookChannel
 from cadenza.lifecycle import Lifecycle
@@ -94,8 +96,17 @@ class Sender:
         self.notifier.install()
 
     def start(self, stack: ExitStack) -> None:
-        """Start the delivery loop on its own thread."""
+        """Take back what a killed sender of this host held, then start the delivery loop
+        on its own thread."""
         self.started_at = self.store.clock.now()
+        host = self.owner.split(":", 1)[0]
+        try:
+            freed = self.outbox.release_dead_claims(host, psutil.pid_exists)
+        except Exception:  # the store may be down at start: the claims then simply expire
+            log.exception("could not release the notification claims of stopped senders")
+        else:
+            if freed:
+                log.warning("took back %d notification(s) a stopped process was sending", freed)
         self.life.spawn(stack, self._loop, "cadenza-notify")
 
     def _loop(self) -> None:

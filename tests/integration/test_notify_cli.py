@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support.mailhooks import smtp_server, webhook_receiver
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
-from tests.support.mailhooks import smtp_server, webhook_receiver
 
 runner = CliRunner()
 

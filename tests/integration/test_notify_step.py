@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from notify_home import channels, notify_bench
+from tests.support.mailhooks import smtp_server, webhook_receiver
 
 from cadenza.domain.states import RunState, StepState
-from tests.support.mailhooks import smtp_server, webhook_receiver
 
 JOBS = """
 [jobs.report]
@@ -45,7 +45,7 @@ def test_the_attachment_is_delivered_to_each_recipient(tmp_path: Path) -> None:
         (attachment,) = list(mail.iter_attachments())
         assert attachment.get_filename() == "sales-2027-01.csv"
         assert attachment.get_content() == "period,total\n2027-01,42\n"
-        tell = [s for s in bench.store.list_step_runs(run_id) if s.step == "tell"][0]
+        tell = next(s for s in bench.store.list_step_runs(run_id) if s.step == "tell")
         assert tell.output["recipients"] == ["alice@example.org", "bob@example.org",
                                              "finance@example.org"]
         assert len(tell.output["message_ids"]) == 3

@@ -88,3 +88,34 @@ def test_bad_requests_are_clear_errors(tmp_path: Path) -> None:
         code, _, stderr = cz(home, "notifications", "list", "--state", "LOST")
         assert code == 2 and "expected SENT or FAILED" in stderr
         assert smtp.inbox.mails == []
+
+
+def test_a_failure_of_run_local_is_delivered_by_a_later_sender(tmp_path: Path) -> None:
+    from cadenza.clock import SystemClock
+    from cadenza.home import Home
+    from cadenza.lifecycle import Lifecycle
+    from cadenza.notify.outbox import Outbox
+    from cadenza.notify.sender import Sender
+
+    with smtp_server() as smtp, webhook_receiver() as hook:
+        home = make_home(tmp_path, smtp.port, hook.url)
+        (home / "plugins" / "cz_notify_cli.py").write_text(
+            "import cadenza\n\ndef broken():\n    raise cadenza.Fatal('no file')\n")
+        (home / "jobs.toml").write_text(
+            '[jobs.broken]\n[jobs.broken.alerts]\nrecipients = ["ops@example.org"]\n'
+            '[[jobs.broken.steps]]\nname = "s"\ntype = "python"\n'
+            'callable = "cz_notify_cli:broken"\nisolation = "thread"\n')
+        code, _, stderr = cz(home, "run", "broken", "--local")
+        assert code != 0, stderr
+        assert smtp.inbox.mails == []  # nothing sends without a serve...
+        loaded = Home(home.resolve())
+        config = loaded.load_config()
+        store = loaded.open_store(config)
+        try:
+            assert Outbox(store).pending() == 1  # ...but the intent is kept
+            sender = Sender(store, lambda: config, Lifecycle(SystemClock()), owner="t:1:1")
+            sender.round()
+        finally:
+            store.close()
+        (mail,) = smtp.inbox.to("ops@example.org")
+        assert mail["Subject"].startswith("[cadenza] broken failed")

@@ -46,6 +46,8 @@ STALL_MARGIN = timedelta(seconds=60)
 """Slack beyond a job's ``missed_grace`` before a silent schedule counts as stalled."""
 STALL_LOOKBACK = timedelta(hours=24)
 """How far back the stalled check looks for a fire without a run."""
+_SLOT = "_cadenza_notifier"
+"""The attribute of a store holding its current :class:`Notifier`."""
 _EVENTS = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed",
            RunState.NEEDS_REVIEW: "needs_review", RunState.CANCELED: "canceled",
            RunState.MISSED: "missed"}
@@ -86,9 +88,21 @@ class Notifier:
         """Called after intents were written (the sender sets it to wake its loop)."""
 
     def install(self) -> None:
-        """Register the hooks on the store (once per store)."""
-        self.store.add_run_end_hook(self.run_end_hook)
-        self.store.add_missed_hook(self.missed_hook)
+        """Make this notifier the one of its store: the store's hooks (registered once per
+        store) call the notifier installed last, so the node's sender, whose configuration
+        follows reloads, takes over from the services' one of the same store."""
+        store = self.store
+        first = getattr(store, _SLOT, None) is None
+        setattr(store, _SLOT, self)
+        if first:
+            def run_end(conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+                getattr(store, _SLOT).run_end_hook(conn, ended, now)
+
+            def missed(conn: sa.Connection, rows: list[tuple[str, str]], now: datetime) -> None:
+                getattr(store, _SLOT).missed_hook(conn, rows, now)
+
+            store.add_run_end_hook(run_end)
+            store.add_missed_hook(missed)
 
     def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
                      now: datetime) -> None:

@@ -44,8 +44,9 @@ log = logging.getLogger(__name__)
 
 STALL_MARGIN = timedelta(seconds=60)
 """Slack beyond a job's ``missed_grace`` before a silent schedule counts as stalled."""
-STALL_LOOKBACK = timedelta(hours=24)
-"""How far back the stalled check looks for a fire without a run."""
+STALL_LOOKBACK = timedelta(hours=1)
+"""How far back (beyond the grace) the stalled check looks: it runs every minute, so a
+silent fire older than this was seen by an earlier check."""
 _SLOT = "_cadenza_notifier"
 """The attribute of a store holding its current :class:`Notifier`."""
 _EVENTS = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed",
@@ -174,8 +175,8 @@ class Notifier:
             return self.outbox.add(c, intents, now)
 
     def check_stalled(self, now: datetime, since: datetime) -> int:
-        """An intent per enabled schedule whose fire in ``(since, now - grace]`` has no run
-        row (``grace``: the job's ``missed_grace`` + :data:`STALL_MARGIN`). Keyed by the
+        """An intent per enabled schedule whose newest fire in ``(since, now - grace]`` has
+        no run row (``grace``: the job's ``missed_grace`` + :data:`STALL_MARGIN`). Keyed by the
         schedule's last recorded fire, so a scheduler down for hours alerts once until the
         schedule fires again. Returns how many were new."""
         from cadenza.scheduler.fires import FireStream
@@ -191,16 +192,17 @@ class Notifier:
                 if not spec.enabled or not job.enabled:
                     continue
                 grace = job.missed_grace + STALL_MARGIN
-                start = max(since, now - STALL_LOOKBACK)
-                fires = FireStream(spec, start).between(start, now - grace)
+                start = max(since, now - grace - STALL_LOOKBACK)
+                # The newest fire past its grace tells whether the schedule fires now.
+                fires = FireStream(spec, start).between(start, now - grace)[-1:]
                 if not fires:
                     continue
-                recorded = set(c.execute(sa.select(runs.c.scheduled_for).where(
+                recorded = c.execute(sa.select(runs.c.id).where(
                     runs.c.job_id == job_id, runs.c.schedule == name,
-                    runs.c.scheduled_for.in_(fires))).scalars())
-                silent = [f for f in fires if f not in recorded]
-                if not silent:
+                    runs.c.scheduled_for == fires[0]).limit(1)).first()
+                if recorded is not None:
                     continue
+                silent = fires
                 last = c.execute(sa.select(sa.func.max(runs.c.scheduled_for)).where(
                     runs.c.job_id == job_id, runs.c.schedule == name)).scalar()
                 targets = targets_for("stalled", job_id, config)

@@ -49,6 +49,8 @@ from cadenza.store import Store
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 2.0
+STALL_CHECK_SECONDS = 60.0
+"""How often the sender looks for schedules that did not fire."""
 MAX_ATTEMPTS = 10
 CLAIM_FOR = timedelta(minutes=5)
 """How long a sender holds an intent it is delivering (a dead sender's intents are taken by
@@ -90,6 +92,7 @@ class Sender:
         self._wake = life.wake_on_stop(threading.Event())
         self.notifier.wake = self._wake.set
         self.started_at: datetime = store.clock.now()
+        self._stall_checked: float | None = None
 
     def install(self) -> None:
         """Register the outbox hooks on the store (before any run ends)."""
@@ -122,7 +125,10 @@ class Sender:
         """One round (see the module docstring); returns the deliveries attempted."""
         now = self.store.clock.now()
         self.notifier.check_long_runs(now)
-        self.notifier.check_stalled(now, self.started_at)
+        tick = self.life.clock.monotonic()
+        if self._stall_checked is None or tick - self._stall_checked >= STALL_CHECK_SECONDS:
+            self._stall_checked = tick
+            self.notifier.check_stalled(now, self.started_at)
         attempted = 0
         while not self.life.stopping.is_set():
             claimed = self.outbox.claim(self.owner, BATCH, CLAIM_FOR)

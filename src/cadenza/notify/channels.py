@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from cadenza.config.schema_settings import EmailChannel, WebhookChannel
-from cadenza.steps.netguard import EgressPolicy, EgressRefused, guarded_client, redacted_url
+from cadenza.steps.netguard import EgressPolicy, EgressRefused, guarded_client
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,15 @@ def _permanent_code(recipients: dict[str, tuple[int, bytes]]) -> bool:
     return all(500 <= code < 600 for code, _ in recipients.values())
 
 
+def shown_url(url: str) -> str:
+    """How a webhook's URL appears in errors and logs: scheme, host and port only. The path
+    of an incoming-webhook URL is its credential (Slack's ``/services/T…/B…/secret``), so it
+    is never shown, whether or not it came from a secret."""
+    parsed = httpx.URL(url)
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{parsed.scheme}://{parsed.host}{port}/…"
+
+
 def webhook_body(channel: WebhookChannel, message: Message) -> dict[str, Any]:
     """The JSON body for ``channel.format``: Cadenza's fields, Slack's or Teams' shape."""
     if channel.format == "slack":
@@ -178,7 +187,7 @@ def post_webhook(channel: WebhookChannel, message: Message, *,
     :class:`DeliveryFailed`: refused target or a 4xx answer (permanent, except 408 and
     429), connection problems and 5xx (retried)."""
     guard = policy or EgressPolicy(allow_private=channel.allow_private)
-    shown = redacted_url(httpx.URL(channel.url))
+    shown = shown_url(channel.url)
     try:
         with guarded_client(guard, timeout=channel.timeout.total_seconds(),
                             follow_redirects=False) as client:

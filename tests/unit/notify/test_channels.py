@@ -67,3 +67,11 @@ def test_webhook_bodies() -> None:
 def test_backoff_doubles_up_to_ten_minutes() -> None:
     assert [backoff(n) for n in (1, 2, 3)] == [timedelta(seconds=s) for s in (10, 20, 40)]
     assert backoff(20) == timedelta(minutes=10)
+
+
+def test_a_webhook_url_is_shown_without_its_path() -> None:
+    from cadenza.notify.channels import shown_url
+
+    assert shown_url("https://hooks.slack.com/services/T0/B0/s3cr3tPath?token=x") == \
+        "https://hooks.slack.com/…"
+    assert shown_url("http://127.0.0.1:9/hook") == "http://127.0.0.1:9/…"

@@ -138,6 +138,9 @@ def send_email(channel: EmailChannel, to: str, message: Message,
     except smtplib.SMTPServerDisconnected as exc:
         raise DeliveryFailed(f"{where} dropped the connection before the message was "
                              f"accepted: {exc or 'connection closed'}", permanent=False) from None
+    except smtplib.SMTPNotSupportedError as exc:  # no STARTTLS / AUTH: the settings
+        raise DeliveryFailed(f"{where}: {exc} (check starttls, ssl and username of "
+                             f"the channel)", permanent=True) from None
     except smtplib.SMTPException as exc:
         raise DeliveryFailed(f"{where}: {exc}", permanent=False) from None
     except ssl.SSLError as exc:

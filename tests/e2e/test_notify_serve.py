@@ -8,6 +8,8 @@ loopback) and a real webhook receiver (SPEC §11, §13).
 * `kill -9` of the serve while it is sending: after restart the message is sent, once to
   each recipient.
 * `long_run = "2s"` on a step sleeping 5 s: one warning while the run is RUNNING.
+* A `notify` step with an attachment, its serve killed between two recipients: resumed by
+  the next serve, it sends to the second only (operation keys).
 """
 
 from __future__ import annotations
@@ -74,13 +76,13 @@ channel = "chat"
         # 01:55 in Paris (CET, UTC+1) on 2027-01-05: up, then stopped before 02:00.
         first = Served(home, fake_now="2027-01-05T00:55:00+00:00")
         try:
-            first.wait_ready()
+            first.wait_ready(120)  # a loaded machine boots slowly
         finally:
             first.stop()
         # Back at 02:10 Paris: the 02:00 fire is owed and past its grace: MISSED.
         second = Served(home, fake_now="2027-01-05T01:10:00+00:00")
         try:
-            second.wait_ready()
+            second.wait_ready(120)  # a loaded machine boots slowly
 
             def both_mailed() -> list[tuple[list[str], EmailMessage]] | None:
                 mails = smtp.inbox.mails
@@ -183,7 +185,7 @@ isolation = "thread"
 
         smtp.inbox.on_message = kill_the_sender
         try:
-            first.wait_ready()
+            first.wait_ready(120)  # a loaded machine boots slowly
             run = run_job(home, "broken")
             assert run["state"] == "FAILED"
             eventually(lambda: first.proc.poll() is not None, 30, "the serve killed")
@@ -193,7 +195,7 @@ isolation = "thread"
         assert all(r["state"] != "SENT" for r in log_rows(home))
         second = Served(home)
         try:
-            second.wait_ready()
+            second.wait_ready(120)  # a loaded machine boots slowly
             eventually(lambda: len(smtp.inbox.mails) >= 2, 30, "the alerts after restart")
             time.sleep(3)  # real time: a duplicate, if any, would arrive now
         finally:
@@ -223,7 +225,7 @@ op_kwargs = { seconds = 5 }
         home = alert_home(tmp_path, smtp.port, jobs)
         served = Served(home)
         try:
-            served.wait_ready()
+            served.wait_ready(120)  # a loaded machine boots slowly
             run = run_job(home, "slow")
             time.sleep(3)  # real time: a second warning, if any, would arrive now
         finally:
@@ -236,3 +238,82 @@ op_kwargs = { seconds = 5 }
         body = mail.get_body(("plain",)).get_content()
         assert "State:      RUNNING" in body  # rendered while the run was running
         assert "running longer than 2s" in body
+
+
+STEP_PLUGIN = '''
+from pathlib import Path
+
+
+def write_report(ctx):
+    root = Path(ctx.settings.file_roots(ctx.home)[0])
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "sales.csv").write_text("period,total\\\\n2027-01,42\\\\n")
+    return {"path": "sales.csv"}
+'''
+
+
+def test_a_notify_step_killed_mid_sending_resumes_without_sending_twice(
+        tmp_path: Path) -> None:
+    jobs = """
+[jobs.report]
+[[jobs.report.steps]]
+name = "write"
+type = "python"
+callable = "cz_notify_step_e2e:write_report"
+isolation = "thread"
+[[jobs.report.steps]]
+name = "tell"
+type = "notify"
+to = ["role:ops"]
+subject = "Sales report"
+body = "Attached."
+attach = ["sales.csv"]
+"""
+    with smtp_server() as smtp:
+        home = alert_home(tmp_path, smtp.port, jobs)
+        (home / "plugins" / "cz_notify_step_e2e.py").write_text(STEP_PLUGIN)
+        first = Served(home)
+        killed: list[str] = []
+
+        def kill_on_the_second(rcpt: list[str], message: EmailMessage) -> str | None:
+            if rcpt == ["bob@example.org"] and not killed:
+                killed.extend(rcpt)  # alice's delivery is recorded; the serve dies now
+                first.proc.kill()
+                return "451 4.3.0 the server went away"
+            return None
+
+        smtp.inbox.on_message = kill_on_the_second
+        try:
+            first.wait_ready(120)  # a loaded machine boots slowly
+            queued = subprocess.run(
+                [sys.executable, "-m", "cadenza", "--home", str(home), "run", "report",
+                 "--no-wait", "--json"], capture_output=True, text=True, timeout=120)
+            assert queued.returncode == 0, queued.stderr
+            eventually(lambda: first.proc.poll() is not None, 60, "the serve killed")
+        finally:
+            first.stop()
+        assert killed == ["bob@example.org"]
+        assert [rcpt for rcpt, _ in smtp.inbox.mails] == [["alice@example.org"]]
+        second = Served(home)
+        try:
+            second.wait_ready(120)  # a loaded machine boots slowly
+
+            def finished() -> object:
+                store = Home(home.resolve()).open_store()
+                try:
+                    runs = store.list_runs(job="report", limit=5)
+                finally:
+                    store.close()
+                return runs and runs[0].state is RunState.SUCCEEDED and runs[0]
+
+            run = eventually(finished, 90, "the resumed run to succeed")
+        finally:
+            second.stop()
+    assert sorted(a for rcpt, _ in smtp.inbox.mails for a in rcpt) == [
+        "alice@example.org", "bob@example.org"]
+    for _, mail in smtp.inbox.mails:
+        (attachment,) = list(mail.iter_attachments())
+        assert attachment.get_filename() == "sales.csv"
+    sent = [r for r in log_rows(home) if r["run_id"] == getattr(run, "id", None)]
+    assert sorted((r["recipient"], r["state"]) for r in sent) == [
+        ("alice@example.org", "SENT"), ("bob@example.org", "SENT")]

@@ -113,3 +113,19 @@ def test_the_claims_of_a_dead_sender_of_this_host_are_taken_back(store: Store,
     assert again.id == first.id  # the dead one's; the live sender keeps its own
     assert outbox.release_dead_claims("elsewhere", lambda pid: False) == 0
     assert second.id != first.id
+
+
+def test_a_configuration_that_cannot_load_never_fails_the_change(
+        store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    from cadenza.domain.errors import ConfigError
+    from cadenza.notify.rules import Notifier
+
+    def broken() -> object:
+        raise ConfigError([])
+
+    Notifier(store, broken).install()  # type: ignore[arg-type]
+    (run_id,) = store.create_fires([NewFire("nightly", "job", clock.now(),
+                                            state=RunState.MISSED)])
+    assert run_id is not None and store.get_run(run_id) is not None
+    assert outbox_keys(store) == []
+    assert f"no notification queued for the MISSED fire of run(s) {run_id}" in caplog.text

@@ -108,7 +108,9 @@ class Notifier:
     def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
                      now: datetime) -> None:
         """In the run end's transaction: an intent per final run end that notifies."""
-        config = self.config()
+        config = self._config("run end", [r.run_id for r in ended])
+        if config is None:
+            return
         intents: list[Intent] = []
         for run in ended:
             event = _EVENTS.get(RunState(run.state))
@@ -126,11 +128,23 @@ class Notifier:
     def missed_hook(self, conn: sa.Connection, missed: Sequence[tuple[str, str]],
                     now: datetime) -> None:
         """In the scheduler's transaction: an intent per MISSED fire (run id, job id)."""
-        config = self.config()
+        config = self._config("MISSED fire", [run_id for run_id, _ in missed])
+        if config is None:
+            return
         intents = [i for run_id, job_id in missed
                    for i in self._intents("missed", run_id, job_id, config)]
         if intents and self.outbox.add(conn, intents, now):
             self.wake()
+
+    def _config(self, what: str, run_ids: Sequence[str]) -> LoadedConfig | None:
+        """The configuration, or None when it cannot be loaded (a command that ends a run
+        while jobs.toml is broken, e.g. a cancel): the change itself must not fail for it."""
+        try:
+            return self.config()
+        except Exception as exc:
+            log.warning("no notification queued for the %s of run(s) %s: the configuration "
+                        "cannot be loaded (%s)", what, ", ".join(run_ids), exc)
+            return None
 
     def _intents(self, event: str, run_id: str, job_id: str,
                  config: LoadedConfig) -> list[Intent]:

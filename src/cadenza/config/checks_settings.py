@@ -106,6 +106,13 @@ def _check_rules(rules: object, channels: list[str], report: Reporter) -> None:
                 report.error(("rules", k, "name"), f"rule name {name!r} is already used by "
                              f"rules[{names[name]}]")
             names.setdefault(name, k)
+        notify = rule.get("notify")
+        for n, item in enumerate(notify if isinstance(notify, list) else []):
+            if isinstance(item, str) and item.startswith("channel:") \
+                    and item[len("channel:"):] not in channels:
+                known = ", ".join(channels) or "none are defined"
+                report.error(("rules", k, "notify", n), f"unknown channel {item[8:]!r}: "
+                             f"expected one of the [channels] of cadenza.toml ({known})")
         channel = rule.get("channel")
         if isinstance(channel, str) and channel not in channels:
             known = ", ".join(channels) or "none are defined"

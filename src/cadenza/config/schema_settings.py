@@ -36,7 +36,7 @@ ProxyUrl = Annotated[str, url_check(("http", "https", "socks5", "socks5h", "sock
                                     "http://user:${secret.NAME}@10.1.2.3:3128")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 RuleEvent = Literal["failed", "needs_review", "succeeded", "canceled", "missed", "long_run",
-                    "recovered"]
+                    "recovered", "stalled"]
 _SECONDS_30 = timedelta(seconds=30)
 _APP_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 

@@ -37,7 +37,7 @@ from cadenza.domain.params import TOKEN_RE
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ID_EXPECTED = "expected 1 to 64 characters from A-Z a-z 0-9 _ -"
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
-_RECIPIENT = re.compile(r"(role|user):[A-Za-z0-9_.@-]{1,128}")
+_RECIPIENT = re.compile(r"(role|user|channel):[A-Za-z0-9_.@-]{1,128}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
@@ -134,7 +134,7 @@ def _recipient(value: str) -> str:
     if TOKEN_RE.search(value):
         return value  # resolved at run time
     if not (_EMAIL.fullmatch(value) or _RECIPIENT.fullmatch(value)):
-        fail(f"expected an e-mail address, role:NAME or user:NAME, got {value!r}")
+        fail(f"expected an e-mail address, role:NAME, user:NAME or channel:NAME, got {value!r}")
     return value
 
 

@@ -154,6 +154,13 @@ class Node:
             self.retention = sweeper
             services.append(Loop("retention", self.life,
                                  lambda: sweeper.run_forever(self.life.stopping)))
+        # The notification sender: its hooks write the outbox rows in the run ends' and the
+        # MISSED fires' transactions; its loop delivers them (cadenza.notify.sender).
+        from cadenza.notify.sender import Sender
+
+        self.sender = Sender(self.store, lambda: self.config, self.life, owner=self.owner)
+        self.sender.install()
+        services.append(self.sender)
         services += [self.holder, self.dispatcher]
         return services
 

@@ -89,6 +89,7 @@ class Services:
         from cadenza.services.config import ConfigService
         from cadenza.services.history import HistoryService
         from cadenza.services.jobs import JobService
+        from cadenza.services.notifications import NotificationService
         from cadenza.services.runs import RunService
         from cadenza.services.secrets import SecretService
         from cadenza.services.simulate import SimulateService
@@ -102,6 +103,7 @@ class Services:
         self.secrets = SecretService(self.home)
         self.backup = BackupService(self)
         self.simulation = SimulateService(self)
+        self.notifications = NotificationService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:
@@ -138,6 +140,11 @@ class Services:
             loaded = self._config if self._config is not None else self.settings()
             self._store = self.home.open_store(loaded, clock=self.clock,
                                                lease_time="database")
+            # A run that `cadenza run --local` ends writes its notification intents too; a
+            # serve's sender delivers them (cadenza.notify.rules).
+            from cadenza.notify.rules import Notifier
+
+            Notifier(self._store, self.config).install()
         return self._store
 
     def on_close(self, closer: Callable[[], None]) -> None:

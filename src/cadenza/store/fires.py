@@ -196,10 +196,21 @@ class _Redactions:
         return "{" + ",".join(parts) + "}"
 
 
+MissedHook = Callable[[sa.Connection, list[tuple[str, str]], datetime], None]
+"""``hook(conn, missed, now)``: called in the transaction of :meth:`create_fires` with the
+(run id, job id) of each MISSED run it inserted (the notifications' outbox)."""
+
+
 class FiresRepository(StoreCore):
     """:meth:`create_fires` (see the module docstring)."""
 
     _fire_statements: _Statements | None = None
+    missed_hooks: tuple[MissedHook, ...] = ()
+
+    def add_missed_hook(self, hook: MissedHook) -> None:
+        """Call ``hook`` (after those added before) in the transaction that records MISSED
+        fires, with the runs it inserted MISSED."""
+        self.missed_hooks = (*self.missed_hooks, hook)
 
     def create_fires(
         self,
@@ -279,6 +290,10 @@ class FiresRepository(StoreCore):
                                    self.redactor.redact_text(message),
                                    redact.payload_json(payload), stamp, actor))
                 sql.insert(cursor, "event_log", events)
+                missed = [(ids[k], fire.job_id) for k, fire in enumerate(fires)
+                          if ids[k] in inserted and checked[k][0] is RunState.MISSED]
+                for hook in self.missed_hooks if missed else ():
+                    hook(c, missed, now)
             finally:
                 cursor.close()
         return [run_id if run_id in inserted else None for run_id in ids]

@@ -320,4 +320,31 @@ notification_log = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# The notifications' outbox (migration 0009): one row per message intent, written in the
+# transaction of the state change that causes it; ``event_key`` (e.g. "failed:<run id>")
+# makes a second write of one intent a no-op. The sender claims rows (claimed_by/_until).
+OUTBOX_STATES = ("PENDING", "DONE")
+notification_outbox = sa.Table(
+    "notification_outbox",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("event_key", sa.String(512), nullable=False, unique=True),
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("run_id", sa.String(26), nullable=True),
+    sa.Column("job_id", sa.String(64), nullable=True),
+    sa.Column("targets_json", sa.Text(), nullable=False),
+    sa.Column("context_json", sa.Text(), nullable=False, server_default="{}"),
+    sa.Column("state", sa.String(8), nullable=False),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    _ts("not_before", nullable=False),
+    sa.Column("claimed_by", sa.String(128), nullable=True),
+    _ts("claimed_until"),
+    sa.Column("last_error", sa.Text(), nullable=True),
+    _ts("created_at", nullable=False),
+    _ts("updated_at", nullable=False),
+    sa.CheckConstraint(in_list("state", OUTBOX_STATES), name="state"),
+    sa.Index("ix_notification_outbox_due", "state", "not_before"),
+    sqlite_autoincrement=True,
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

@@ -140,3 +140,14 @@ def test_nan_is_not_a_number_we_accept() -> None:
     with pytest.raises(ValueError, match="finite"):
         Settings.model_validate({"pools": {"p": {"kind": "route", "health": {
             "threshold": math.nan}}}})
+
+
+def test_rules_naming_unknown_channels_are_located_errors(make_home: MakeHome) -> None:
+    settings = MINIMAL_SETTINGS + '[[rules]]\nname = "r"\non = ["missed", "stalled"]\n' \
+        'jobs = ["*"]\nnotify = ["role:ops", "channel:sms"]\nchannel = "pager"\n'
+    problems = validate_home(make_home(settings=settings))
+    got = {p.path: p.message for p in problems if p.severity == "error"}
+    assert got["rules[0].notify[1]"].startswith("unknown channel 'sms': expected one of the "
+                                                "[channels] of cadenza.toml (mail")
+    assert got["rules[0].channel"].startswith("unknown channel 'pager'")
+    assert all(p.line > 0 for p in problems)

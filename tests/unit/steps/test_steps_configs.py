@@ -124,7 +124,7 @@ def test_defaults_of_the_spec_table() -> None:
         ("report", {"sections": []}, "at least 1 item"),
         ("report", {"sections": [{"title": "T", "connection": "w", "query": "q",
                                   "chart": "bar"}]}, "expects 'x'"),
-        ("notify", {"to": ["somebody"]}, "e-mail address, role:NAME or user:NAME"),
+        ("notify", {"to": ["somebody"]}, "e-mail address, role:NAME, user:NAME or channel:NAME"),
         ("notify", {"to": []}, "at least 1 item"),
         ("call_job", {"job": "has space"}, "1 to 64 characters"),
     ],

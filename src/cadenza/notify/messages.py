@@ -1,0 +1,125 @@
+"""Messages: what a notification says, rendered from Jinja2 templates (SPEC §11).
+
+A message names the job, the run, the event and the run's state, its trigger, its scheduled
+time in the job's zone (``2027-01-05 02:00 CET (Europe/Paris)``), the failing step and its
+error, the reason, and a link to the run page (``[server].base_url`` + ``/runs/{id}``).
+
+Templates are files: ``subject.txt``, ``body.txt`` and ``body.html`` in
+``cadenza/notify/templates/``. A home overrides any of them with a file of the same name in
+``HOME/templates/notify/`` (read at each message, so an edit applies without a restart).
+Every rendered text then goes through the home's redactor: a secret that reached a run's
+error (or a user's template) never leaves in a subject, a body or a webhook's JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import jinja2
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.domain.states import StepState
+from cadenza.notify.channels import Message
+from cadenza.store.core import Redactor
+from cadenza.store.records import RunRecord, StepRunRecord
+
+TEMPLATE_DIR = Path(__file__).parent / "templates"
+OVERRIDE_DIR = Path("templates") / "notify"
+"""Where a home's own templates live, relative to the home."""
+TEMPLATES = ("subject.txt", "body.txt", "body.html")
+
+TITLES = {
+    "failed": "failed", "needs_review": "needs review", "succeeded": "succeeded",
+    "canceled": "was canceled", "missed": "missed its scheduled run",
+    "long_run": "is still running", "recovered": "recovered", "stalled": "did not fire",
+    "test": "test message",
+}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What a message is about, before rendering."""
+
+    event: str
+    job: str | None
+    run: RunRecord | None = None
+    steps: tuple[StepRunRecord, ...] = ()
+    scheduled_for: datetime | None = None
+    extra: dict[str, Any] | None = None
+
+
+class Renderer:
+    """Renders :class:`Facts` into a :class:`~cadenza.notify.channels.Message` with the
+    home's templates (falling back to the built-in ones) and redacts the result."""
+
+    def __init__(self, home: Path, redactor: Redactor) -> None:
+        self.redactor = redactor
+        loader = jinja2.ChoiceLoader([
+            jinja2.FileSystemLoader(str(home / OVERRIDE_DIR)),
+            jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
+        ])
+        self._text = jinja2.Environment(loader=loader, autoescape=False,
+                                        keep_trailing_newline=True, auto_reload=True)
+        self._html = jinja2.Environment(loader=loader, autoescape=True, auto_reload=True)
+
+    def render(self, facts: Facts, config: LoadedConfig) -> Message:
+        """The message for ``facts``; raises ``jinja2.TemplateError`` for a broken
+        template (the sender records it as the delivery's error)."""
+        context = self.context(facts, config)
+        subject = " ".join(self._text.get_template("subject.txt").render(context).split())
+        text = self._text.get_template("body.txt").render(context)
+        html = self._html.get_template("body.html").render(context)
+        redact = self.redactor.redact_text
+        fields = {k: context[k] for k in ("event", "job", "run_id", "state", "trigger",
+                                          "scheduled", "failing_step", "error", "reason",
+                                          "link")}
+        return Message(redact(subject), redact(text), redact(html),
+                       fields=self.redactor.redact_value(fields))
+
+    def context(self, facts: Facts, config: LoadedConfig) -> dict[str, Any]:
+        """The template variables (listed in docs/notifications.md)."""
+        run = facts.run
+        job = config.jobs.get(facts.job or "")
+        zone = _zone(job.timezone if job is not None else None)
+        when = facts.scheduled_for or (run.scheduled_for if run is not None else None)
+        failing = next((s for s in reversed(facts.steps) if s.state is StepState.FAILED), None)
+        base = config.settings.server.base_url
+        link = f"{base.rstrip('/')}/runs/{run.id}" if base and run is not None else None
+        return {
+            "event": facts.event,
+            "title": TITLES.get(facts.event, facts.event),
+            "job": facts.job,
+            "run_id": run.id if run is not None else None,
+            "state": str(run.state) if run is not None else None,
+            "trigger": run.trigger if run is not None else None,
+            "scheduled": _shown(when, zone),
+            "started": _shown(run.started_at, zone) if run is not None else None,
+            "finished": _shown(run.finished_at, zone) if run is not None else None,
+            "zone": zone.key,
+            "failing_step": failing.step if failing is not None else None,
+            "error": (failing.error if failing is not None and failing.error
+                      else run.error if run is not None else None),
+            "reason": run.reason if run is not None else None,
+            "attempt": run.attempt if run is not None else None,
+            "link": link,
+            **(facts.extra or {}),
+        }
+
+
+def _zone(name: str | None) -> ZoneInfo:
+    if name:
+        return ZoneInfo(name)
+    from cadenza.scheduler.schedules import server_zone
+
+    return server_zone()
+
+
+def _shown(when: datetime | None, zone: ZoneInfo) -> str | None:
+    if when is None:
+        return None
+    local = when.astimezone(zone)
+    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({zone.key})"

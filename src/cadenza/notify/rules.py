@@ -1,0 +1,250 @@
+"""Which events notify whom (SPEC §11), and the hooks that write the intents.
+
+An event of a job notifies:
+
+* the job's ``[jobs.X.alerts]`` recipients, through the default channel, on ``failed`` and
+  ``needs_review`` (``on_failure = true``, the default) and on ``long_run`` (when
+  ``long_run`` is set);
+* every ``[[rules]]`` whose ``on`` holds the event and whose ``jobs`` globs or ``tags``
+  select the job, through the rule's ``channel`` (else the default channel).
+
+Run ends become events only when final: SUCCEEDED (``succeeded``, and ``recovered`` when
+the job's previous finished run FAILED), FAILED, NEEDS_REVIEW, CANCELED. A retry's re-queue
+(QUEUED) is no event: a job with ``attempts = 3`` that fails three times sends one alert.
+MISSED fires are ``missed``; a run RUNNING past its job's ``alerts.long_run`` is
+``long_run`` (once per run); a schedule that should have fired and has no run row after its
+``missed_grace`` plus :data:`STALL_MARGIN` is ``stalled`` (once until it fires again).
+
+:class:`Notifier` holds the current configuration and writes the intents: its
+:meth:`~Notifier.run_end_hook` runs in the transaction of every run end
+(``Store.add_run_end_hook``), :meth:`~Notifier.missed_hook` in the scheduler's transaction
+that records MISSED fires (``Store.add_missed_hook``); :meth:`~Notifier.check_long_runs`
+and :meth:`~Notifier.check_stalled` are rounds of the sender service.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.config.schema_jobs import JobConfig
+from cadenza.domain.states import RunState
+from cadenza.notify.outbox import Intent, Outbox, Target
+from cadenza.store import Store
+from cadenza.store.boundaries import EndedRun
+from cadenza.store.tables import runs
+
+log = logging.getLogger(__name__)
+
+STALL_MARGIN = timedelta(seconds=60)
+"""Slack beyond a job's ``missed_grace`` before a silent schedule counts as stalled."""
+STALL_LOOKBACK = timedelta(hours=1)
+"""How far back (beyond the grace) the stalled check looks: it runs every minute, so a
+silent fire older than this was seen by an earlier check."""
+_SLOT = "_cadenza_notifier"
+"""The attribute of a store holding its current :class:`Notifier`."""
+_EVENTS = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed",
+           RunState.NEEDS_REVIEW: "needs_review", RunState.CANCELED: "canceled",
+           RunState.MISSED: "missed"}
+
+
+def selects(patterns: Sequence[str], tags: Sequence[str], job: JobConfig | None,
+            job_id: str) -> bool:
+    """Whether a rule with these ``jobs`` globs and ``tags`` selects the job."""
+    if any(fnmatch.fnmatchcase(job_id, p) for p in patterns):
+        return True
+    return job is not None and bool(set(tags) & set(job.tags))
+
+
+def targets_for(event: str, job_id: str | None, config: LoadedConfig) -> list[Target]:
+    """Who ``event`` of ``job_id`` notifies (see the module docstring), in order: the job's
+    alerts, then the rules in file order."""
+    job = config.jobs.get(job_id or "")
+    out: list[Target] = []
+    if job is not None and job.alerts.recipients:
+        alerts = job.alerts
+        if (event in ("failed", "needs_review") and alerts.on_failure) or (
+                event == "long_run" and alerts.long_run is not None):
+            out.append(Target("alerts", None, tuple(alerts.recipients)))
+    for rule in config.settings.rules:
+        if event in rule.on and (job_id is None or selects(rule.jobs, rule.tags, job, job_id)):
+            out.append(Target(f"rule:{rule.name}", rule.channel, tuple(rule.notify)))
+    return out
+
+
+class Notifier:
+    """Writes message intents into the outbox, from the configuration of ``config()``."""
+
+    def __init__(self, store: Store, config: Callable[[], LoadedConfig]) -> None:
+        self.store = store
+        self.config = config
+        self.outbox = Outbox(store)
+        self.wake: Callable[[], None] = lambda: None
+        """Called after intents were written (the sender sets it to wake its loop)."""
+
+    def install(self) -> None:
+        """Make this notifier the one of its store: the store's hooks (registered once per
+        store) call the notifier installed last, so the node's sender, whose configuration
+        follows reloads, takes over from the services' one of the same store."""
+        store = self.store
+        first = getattr(store, _SLOT, None) is None
+        setattr(store, _SLOT, self)
+        if first:
+            def run_end(conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+                getattr(store, _SLOT).run_end_hook(conn, ended, now)
+
+            def missed(conn: sa.Connection, rows: list[tuple[str, str]], now: datetime) -> None:
+                getattr(store, _SLOT).missed_hook(conn, rows, now)
+
+            store.add_run_end_hook(run_end)
+            store.add_missed_hook(missed)
+
+    def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
+                     now: datetime) -> None:
+        """In the run end's transaction: an intent per final run end that notifies."""
+        config = self._config("run end", [r.run_id for r in ended])
+        if config is None:
+            return
+        intents: list[Intent] = []
+        for run in ended:
+            event = _EVENTS.get(RunState(run.state))
+            if event is None:
+                continue  # QUEUED again (a retry, a deferral): not final, no message
+            intents += self._intents(event, run.run_id, run.job_id, config)
+            if event == "succeeded":
+                recovered = targets_for("recovered", run.job_id, config)
+                if recovered and self._previous_failed(conn, run.run_id, run.job_id):
+                    intents.append(Intent(f"recovered:{run.run_id}", "recovered", run.run_id,
+                                          run.job_id, tuple(recovered), {}))
+        if intents and self.outbox.add(conn, intents, now):
+            self.wake()
+
+    def missed_hook(self, conn: sa.Connection, missed: Sequence[tuple[str, str]],
+                    now: datetime) -> None:
+        """In the scheduler's transaction: an intent per MISSED fire (run id, job id)."""
+        config = self._config("MISSED fire", [run_id for run_id, _ in missed])
+        if config is None:
+            return
+        intents = [i for run_id, job_id in missed
+                   for i in self._intents("missed", run_id, job_id, config)]
+        if intents and self.outbox.add(conn, intents, now):
+            self.wake()
+
+    def _config(self, what: str, run_ids: Sequence[str]) -> LoadedConfig | None:
+        """The configuration, or None when it cannot be loaded (a command that ends a run
+        while jobs.toml is broken, e.g. a cancel): the change itself must not fail for it."""
+        try:
+            return self.config()
+        except Exception as exc:
+            log.warning("no notification queued for the %s of run(s) %s: the configuration "
+                        "cannot be loaded (%s)", what, ", ".join(run_ids), exc)
+            return None
+
+    def _intents(self, event: str, run_id: str, job_id: str,
+                 config: LoadedConfig) -> list[Intent]:
+        targets = targets_for(event, job_id, config)
+        return [Intent(f"{event}:{run_id}", event, run_id, job_id, tuple(targets), {})] \
+            if targets else []
+
+    @staticmethod
+    def _previous_failed(conn: sa.Connection, run_id: str, job_id: str) -> bool:
+        row = conn.execute(
+            sa.select(runs.c.state).where(
+                runs.c.job_id == job_id, runs.c.id != run_id,
+                runs.c.finished_at.is_not(None),
+                runs.c.state.in_([RunState.SUCCEEDED.value, RunState.FAILED.value]))
+            .order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(1)).first()
+        return row is not None and row[0] == RunState.FAILED.value
+
+    def check_long_runs(self, now: datetime) -> int:
+        """An intent per RUNNING run past its job's ``alerts.long_run`` (once per run: the
+        key is ``long_run:RUN``). Returns how many were new."""
+        config = self.config()
+        limits = {job_id: job.alerts.long_run for job_id, job in config.jobs.items()
+                  if job.alerts.long_run is not None}
+        if not limits:
+            return 0
+        with self.store.read() as c:
+            rows = c.execute(sa.select(runs.c.id, runs.c.job_id, runs.c.started_at).where(
+                runs.c.state == RunState.RUNNING.value,
+                runs.c.job_id.in_(list(limits)))).all()
+        intents: list[Intent] = []
+        for run_id, job_id, started in rows:
+            limit = limits[job_id]
+            if started is None or limit is None or started + limit > now:
+                continue
+            targets = targets_for("long_run", job_id, config)
+            if targets:
+                intents.append(Intent(f"long_run:{run_id}", "long_run", run_id, job_id,
+                                      tuple(targets), {"long_run": _duration(limit)}))
+        if not intents:
+            return 0
+        with self.store.write() as c:
+            return self.outbox.add(c, intents, now)
+
+    def check_stalled(self, now: datetime, since: datetime) -> int:
+        """An intent per enabled schedule whose newest fire in ``(since, now - grace]`` has
+        no run row (``grace``: the job's ``missed_grace`` + :data:`STALL_MARGIN`). Keyed by the
+        schedule's last recorded fire, so a scheduler down for hours alerts once until the
+        schedule fires again. Returns how many were new."""
+        from cadenza.scheduler.fires import FireStream
+        from cadenza.scheduler.schedules import all_schedules
+
+        config = self.config()
+        if not any("stalled" in rule.on for rule in config.settings.rules):
+            return 0
+        intents: list[Intent] = []
+        with self.store.read() as c:
+            for (job_id, name), spec in all_schedules(config.jobs).items():
+                job = config.jobs[job_id]
+                if not spec.enabled or not job.enabled:
+                    continue
+                grace = job.missed_grace + STALL_MARGIN
+                start = max(since, now - grace - STALL_LOOKBACK)
+                # The newest fire past its grace tells whether the schedule fires now.
+                fires = FireStream(spec, start).between(start, now - grace)[-1:]
+                if not fires:
+                    continue
+                recorded = c.execute(sa.select(runs.c.id).where(
+                    runs.c.job_id == job_id, runs.c.schedule == name,
+                    runs.c.scheduled_for == fires[0]).limit(1)).first()
+                if recorded is not None:
+                    continue
+                silent = fires
+                last = c.execute(sa.select(sa.func.max(runs.c.scheduled_for)).where(
+                    runs.c.job_id == job_id, runs.c.schedule == name)).scalar()
+                targets = targets_for("stalled", job_id, config)
+                if targets:
+                    anchor = last.isoformat() if last is not None else "never"
+                    intents.append(Intent(
+                        f"stalled:{job_id}:{name}:{anchor}", "stalled", None, job_id,
+                        tuple(targets), {"schedule": name, "scheduled_for":
+                                         silent[0].isoformat(), "grace": _duration(grace)}))
+        if not intents:
+            return 0
+        with self.store.write() as c:
+            added = self.outbox.add(c, intents, now)
+        if added:
+            log.warning("%d schedule(s) did not fire on time: the scheduler may be down or "
+                        "wedged (stalled alert queued)", added)
+        return added
+
+
+def _duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    if seconds % 3600 == 0 and seconds:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0 and seconds:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def intent_context(intent: Intent) -> dict[str, Any]:
+    """The template variables an intent adds to its run's (see messages.Facts.extra)."""
+    return dict(intent.context)

@@ -1,0 +1,231 @@
+"""The sender: one more service of a node, delivering the outbox (SPEC §11).
+
+Each round (every :data:`POLL_SECONDS` of the node's clock, or at once when a hook wrote an
+intent in this process) the sender
+
+1. queues the long-run warnings and the stalled-schedule alerts that are due
+   (:meth:`~cadenza.notify.rules.Notifier.check_long_runs`, ``check_stalled``);
+2. claims due intents (:meth:`~cadenza.notify.outbox.Outbox.claim`: ``FOR UPDATE SKIP
+   LOCKED`` on PostgreSQL, so two nodes never take one intent);
+3. for each, resolves the recipients (roles and users read now), renders the message once,
+   and delivers it to each recipient not yet delivered: the dedup key is
+   ``event:run:recipient`` in ``notification_log``, so a retry, a restart after ``kill -9``
+   or a second rule naming the same person never sends twice;
+4. records each outcome (SENT, or FAILED with the error and the attempts) and a
+   NOTIFICATION_SENT event; an intent with a delivery that may succeed later is tried again
+   after a backoff (:func:`backoff`: 10 s, 20 s, 40 s ... at most 10 min, :data:`MAX_ATTEMPTS`
+   tries), the others are done.
+
+A delivery that cannot succeed (unknown channel, a role with no users, an invalid address,
+a refused webhook target, a permanent SMTP refusal) is FAILED at once with its reason and
+not retried. Nothing here raises out of the loop: a failed round is logged and the next one
+runs.
+
+Exactly-once, precisely: an intent is written with its cause (so it is never lost) and a
+delivery is recorded right after the channel accepted it; a crash in the instant between the
+two sends that one message again after restart (at least once, never lost).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from contextlib import ExitStack
+from datetime import datetime, timedelta
+
+import psutil  # type: ignore[import-untyped]
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.config.schema_settings import EmailChannel, WebhookChannel
+from cadenza.lifecycle import Lifecycle
+from cadenza.notify.channels import DeliveryFailed, Message, post_webhook, send_email
+from cadenza.notify.messages import Facts, Renderer
+from cadenza.notify.outbox import FAILED, SENT, Claimed, Outbox
+from cadenza.notify.recipients import Delivery, resolve
+from cadenza.notify.rules import Notifier
+from cadenza.store import Store
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 2.0
+STALL_CHECK_SECONDS = 60.0
+"""How often the sender looks for schedules that did not fire."""
+MAX_ATTEMPTS = 10
+CLAIM_FOR = timedelta(minutes=5)
+"""How long a sender holds an intent it is delivering (a dead sender's intents are taken by
+another after this)."""
+BATCH = 20
+
+
+def backoff(attempt: int) -> timedelta:
+    """The wait after the ``attempt``-th failed try (1-based): 10 s doubling, at most 10 min."""
+    return timedelta(seconds=min(600.0, 10.0 * 2 ** max(0, attempt - 1)))
+
+
+Deliver = Callable[[EmailChannel | WebhookChannel, str, Message], str]
+
+
+def deliver(channel: EmailChannel | WebhookChannel, recipient: str, message: Message) -> str:
+    """Send through the channel; returns what identifies the delivery (Message-ID or the
+    HTTP status). Raises :class:`DeliveryFailed`."""
+    if isinstance(channel, EmailChannel):
+        return send_email(channel, recipient, message)
+    return f"HTTP {post_webhook(channel, message)}"
+
+
+class Sender:
+    """The notification sender service (``name = "notify"``)."""
+
+    name = "notify"
+
+    def __init__(self, store: Store, config: Callable[[], LoadedConfig], life: Lifecycle, *,
+                 owner: str, deliver_with: Deliver = deliver) -> None:
+        self.store = store
+        self.config = config
+        self.life = life
+        self.owner = owner
+        self.notifier = Notifier(store, config)
+        self.outbox = Outbox(store)
+        self.renderer = Renderer(config().home, store.redactor)
+        self.deliver = deliver_with
+        self._wake = life.wake_on_stop(threading.Event())
+        self.notifier.wake = self._wake.set
+        self.started_at: datetime = store.clock.now()
+        self._stall_checked: float | None = None
+
+    def install(self) -> None:
+        """Register the outbox hooks on the store (before any run ends)."""
+        self.notifier.install()
+
+    def start(self, stack: ExitStack) -> None:
+        """Take back what a killed sender of this host held, then start the delivery loop
+        on its own thread."""
+        self.started_at = self.store.clock.now()
+        host = self.owner.split(":", 1)[0]
+        try:
+            freed = self.outbox.release_dead_claims(host, psutil.pid_exists)
+        except Exception:  # the store may be down at start: the claims then simply expire
+            log.exception("could not release the notification claims of stopped senders")
+        else:
+            if freed:
+                log.warning("took back %d notification(s) a stopped process was sending", freed)
+        self.life.spawn(stack, self._loop, "cadenza-notify")
+
+    def _loop(self) -> None:
+        while not self.life.stopping.is_set():
+            try:
+                self.round()
+            except Exception:  # a round's failure (store down) must not end the service
+                log.exception("notification round failed; trying again")
+            self.life.clock.wait(self._wake, POLL_SECONDS)
+            self._wake.clear()
+
+    def round(self) -> int:
+        """One round (see the module docstring); returns the deliveries attempted."""
+        now = self.store.clock.now()
+        self.notifier.check_long_runs(now)
+        tick = self.life.clock.monotonic()
+        if self._stall_checked is None or tick - self._stall_checked >= STALL_CHECK_SECONDS:
+            self._stall_checked = tick
+            self.notifier.check_stalled(now, self.started_at)
+        attempted = 0
+        while not self.life.stopping.is_set():
+            claimed = self.outbox.claim(self.owner, BATCH, CLAIM_FOR)
+            if not claimed:
+                break
+            for item in claimed:
+                attempted += self._send(item)
+        return attempted
+
+    def _send(self, item: Claimed) -> int:
+        config = self.config()
+        intent = item.intent
+        attempt = item.attempts + 1
+        retry: list[str] = []
+        settled = set(intent.context.get("settled", ()))
+        tried = 0
+        message: Message | None = None
+        render_error: str | None = None
+        try:
+            message = self._message(item, config)
+        except Exception as exc:  # a broken template or unreadable run: retried, then FAILED
+            render_error = f"message not built: {type(exc).__name__}: {exc}"
+        for delivery in self._deliveries(item, config):
+            key = f"{intent.event}:{intent.run_id or intent.job_id}:{delivery.recipient}"
+            if intent.event in ("test", "stalled"):
+                key = f"{intent.key}:{delivery.recipient}"
+            if key in settled:
+                continue  # failed for good in an earlier attempt of this intent
+            done = self.outbox.delivered(key)
+            if done is not None and done.state == SENT:
+                continue  # delivered before (a retry, a restart, another rule)
+            problem = delivery.problem or render_error
+            permanent = delivery.problem is not None
+            if problem is None and message is not None:
+                channel = config.settings.channels.get(delivery.channel)
+                tried += 1
+                try:
+                    if channel is None:
+                        raise DeliveryFailed(
+                            f"unknown channel {delivery.channel!r} (channels: "
+                            f"{', '.join(config.settings.channels) or 'none'})", permanent=True)
+                    target = delivery.recipient
+                    if target.startswith("channel:"):
+                        if isinstance(channel, EmailChannel):
+                            raise DeliveryFailed(
+                                f"{target} is an e-mail channel: name addresses, users or "
+                                f"roles to send through it", permanent=True)
+                    self.deliver(channel, target, message)
+                except DeliveryFailed as exc:
+                    problem, permanent = str(exc), exc.permanent
+            final = problem is None or permanent or attempt >= MAX_ATTEMPTS
+            self.outbox.record(key, run_id=intent.run_id, channel=delivery.channel,
+                               recipient=delivery.recipient,
+                               state=SENT if problem is None else FAILED, error=problem,
+                               attempts=attempt, event=intent.event, job_id=intent.job_id,
+                               final=final)
+            if problem is not None and final:
+                settled.add(key)
+            if problem is not None:
+                log.warning("notification %s to %s through %s failed (attempt %d%s): %s",
+                            intent.event, delivery.recipient, delivery.channel, attempt,
+                            "" if final else ", will retry", problem)
+                if not final:
+                    retry.append(problem)
+        retry_at = (self.store.clock.now() + backoff(attempt)) if retry else None
+        self.outbox.settle(item, self.owner, done=not retry, error="; ".join(retry) or None,
+                           retry_at=retry_at, settled=sorted(settled))
+        return tried
+
+    def _deliveries(self, item: Claimed, config: LoadedConfig) -> list[Delivery]:
+        default = config.settings.default_channel()
+        out: list[Delivery] = []
+        for target in item.intent.targets:
+            name = target.channel or default
+            channel = config.settings.channels.get(name or "")
+            if channel is None:
+                problem = (f"unknown channel {name!r}" if name else
+                           "no channel: cadenza.toml defines no [channels.NAME]")
+                out += [Delivery(name or "-", to, problem) for to in target.to]
+                continue
+            out += resolve(target.to, name or "", channel.type, self.store)
+        seen: set[tuple[str, str]] = set()
+        unique = []
+        for d in out:
+            if (d.channel, d.recipient) not in seen:
+                seen.add((d.channel, d.recipient))
+                unique.append(d)
+        return unique
+
+    def _message(self, item: Claimed, config: LoadedConfig) -> Message:
+        intent = item.intent
+        run = self.store.get_run(intent.run_id) if intent.run_id else None
+        steps = tuple(self.store.list_step_runs(intent.run_id)) if intent.run_id else ()
+        scheduled = intent.context.get("scheduled_for")
+        when = datetime.fromisoformat(scheduled) if isinstance(scheduled, str) else None
+        if intent.event == "step":
+            return Message(str(intent.context.get("subject", "")),
+                           str(intent.context.get("body", "")))
+        return self.renderer.render(Facts(intent.event, intent.job_id, run, steps, when,
+                                          dict(intent.context)), config)

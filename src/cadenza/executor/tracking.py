@@ -392,6 +392,8 @@ class RunTracker:
 
     def _wait_text(self, outcome: StepOutcome, decision: Decision, attempts: int) -> str:
         assert decision.not_before is not None
+        if outcome.wait_reason is not None:  # exact: what wakes a call_job parent matches it
+            return outcome.wait_reason
         zone = ZoneInfo(self.plan.timezone) if self.plan else None
         local = decision.not_before.astimezone(zone)
         now = self.store.clock.now().astimezone(zone)

@@ -30,6 +30,7 @@ from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.services.errors import Interrupted, InvalidRequest, NotFound, Refused
 from cadenza.services.history import RunDetail, StepView
+from cadenza.store.children import ChildRuns
 
 if TYPE_CHECKING:
     from cadenza.config import JobConfig
@@ -353,6 +354,8 @@ class RunService:
             result = store.request_cancel(run_id, by)
         except StoreError as exc:
             raise NotFound(str(exc)) from None
+        if result.canceled:  # ended here, not by a step boundary: its call_job family
+            ChildRuns(store).after_cancel(run_id, by)
         final = store.get_run(run_id)
         accepted = result.canceled or result.requested
         if wait and accepted:

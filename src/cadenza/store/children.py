@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
+from cadenza.store.admission import WAITING_FOR_CHILD
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.tables import runs
 
@@ -45,8 +46,9 @@ if TYPE_CHECKING:
     from cadenza.store.boundary import NewRun
     from cadenza.store.store import Store
 
-WAITING = "waiting for child run "
-"""How the ``wait_reason`` of a parent waiting for its child begins."""
+WAITING = WAITING_FOR_CHILD
+"""How the ``wait_reason`` of a parent waiting for its child begins (admission keeps it:
+:meth:`~cadenza.store.admission.AdmissionRepository.set_wait_reasons`)."""
 ENDED_STATES = frozenset({*TERMINAL_RUN_STATES, RunState.NEEDS_REVIEW})
 """The child states that end a parent's wait."""
 MAX_DEPTH = 64
@@ -234,7 +236,7 @@ class ChildRuns:
             runs.c.id == parent_id, runs.c.state == RunState.QUEUED.value,
             runs.c.wait_reason == reason,
             sa.or_(runs.c.not_before.is_(None), runs.c.not_before > now),
-        ).values(not_before=now, updated_at=now))
+        ).values(not_before=now, wait_reason=None, updated_at=now))
         return int(done.rowcount or 0)
 
     def after_cancel(self, run_id: str, by: str) -> None:

@@ -8,13 +8,16 @@ next execution finds the child ended and finishes. No clock is waited for.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from tests.integration.executor_home import Bench, loaded
+from typer.testing import CliRunner
 
+from cadenza.cli.main import app
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor.request import RunRequest
 from cadenza.services import Actor, Services
@@ -208,3 +211,23 @@ def test_a_child_that_ended_before_its_parent_deferred_still_wakes_it(bench: Ben
     parent = store.get_run(parent_id)
     assert parent is not None and parent.wait_reason == reason
     assert parent.not_before is not None and parent.not_before <= store.clock.now()
+
+
+def test_runs_show_names_the_parent_and_the_children(bench: Bench) -> None:
+    parent_id, _ = bench.run("parent")
+    child = only_child(bench, parent_id)
+    bench.executor.execute(child.id)
+    bench.executor.execute(parent_id)
+    runner = CliRunner()
+    shown = runner.invoke(app, ["--home", str(bench.home), "runs", "show", parent_id])
+    assert shown.exit_code == 0, shown.output
+    assert "children:" in shown.output and child.id in shown.output
+    document = json.loads(runner.invoke(
+        app, ["--home", str(bench.home), "runs", "show", parent_id, "--json"]).output)
+    assert [(c["id"], c["job"], c["step"], c["state"], c["rows"])
+            for c in document["children"]] == [(child.id, "child", "call", "SUCCEEDED", 7)]
+    assert document["parent"] is None
+    kid = runner.invoke(app, ["--home", str(bench.home), "runs", "show", child.id])
+    assert kid.exit_code == 0, kid.output
+    assert f"parent: run {parent_id} (job parent, step call, SUCCEEDED)" in kid.output
+    assert f"trigger: call_job:parent@{parent_id}" in kid.output

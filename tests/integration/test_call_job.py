@@ -9,6 +9,7 @@ next execution finds the child ended and finishes. No clock is waited for.
 from __future__ import annotations
 
 import json
+import textwrap
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -231,3 +232,37 @@ def test_runs_show_names_the_parent_and_the_children(bench: Bench) -> None:
     assert kid.exit_code == 0, kid.output
     assert f"parent: run {parent_id} (job parent, step call, SUCCEEDED)" in kid.output
     assert f"trigger: call_job:parent@{parent_id}" in kid.output
+
+
+def test_cadenza_validate_refuses_a_cycle_through_a_preset(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    runner = CliRunner()
+    assert runner.invoke(app, ["init", str(home)]).exit_code == 0
+    (home / "jobs.toml").write_text(textwrap.dedent("""\
+        [jobs.nightly]
+        [[jobs.nightly.steps]]
+        name = "call"
+        type = "call_job"
+        job = "export"
+        preset = "back"
+
+        [jobs.export]
+        [[jobs.export.steps]]
+        name = "next"
+        type = "call_job"
+        job = "leaf"
+
+        [jobs.export.presets.back]
+        step_args = { next = { job = "nightly" } }
+
+        [jobs.leaf]
+        [[jobs.leaf.steps]]
+        name = "x"
+        type = "python"
+        callable = "json:dumps"
+        """), encoding="utf-8")
+    result = runner.invoke(app, ["--home", str(home), "validate"])
+    assert result.exit_code == 1, result.output
+    assert ("jobs.toml:15:30: error: jobs.export.presets.back.step_args.next.job: call_job "
+            "cycle: nightly → export (preset back) → nightly; cycles are refused"
+            ) in result.output

@@ -349,7 +349,9 @@ def _calls(job_id: str, job: Mapping[str, Any], preset: str | None,
             path = ("jobs", job_id, "presets", str(preset), "step_args", str(name), "preset")
         else:
             path = ("jobs", job_id, "steps", k, "job")
-        yield (target, target_preset if isinstance(target_preset, str) else None), path
+        known = raw_table(raw_table(jobs[target]).get("presets"))
+        # An unknown preset is reported where it is named; the call is followed without it.
+        yield (target, target_preset if target_preset in known else None), path
 
 
 def _node(node: tuple[str, str | None]) -> str:

@@ -266,3 +266,14 @@ def test_cadenza_validate_refuses_a_cycle_through_a_preset(tmp_path: Path) -> No
     assert ("jobs.toml:15:30: error: jobs.export.presets.back.step_args.next.job: call_job "
             "cycle: nightly → export (preset back) → nightly; cycles are refused"
             ) in result.output
+
+
+def test_cadenza_run_local_runs_the_child_in_the_foreground(bench: Bench) -> None:
+    result = CliRunner().invoke(app, ["--home", str(bench.home), "run", "parent", "--local",
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    parents = bench.store.list_runs(job="parent")
+    assert [r.state for r in parents] == [RunState.SUCCEEDED]
+    child = only_child(bench, parents[0].id)
+    assert (child.state, child.rows) == (RunState.SUCCEEDED, 7)
+    assert parents[0].rows == 7

@@ -62,6 +62,14 @@ def waiting_reason(child_id: str, job_id: str) -> str:
     return f"{WAITING}{child_id} ({job_id})"
 
 
+def waited_child(wait_reason: str | None) -> str | None:
+    """The id of the child a run waits for, read from its ``wait_reason`` (None: it does
+    not wait for a child)."""
+    if wait_reason is None or not wait_reason.startswith(WAITING):
+        return None
+    return wait_reason[len(WAITING):].split(" ", 1)[0] or None
+
+
 @dataclass(frozen=True)
 class ChildRecord:
     """A child run as its parent sees it."""

@@ -96,6 +96,7 @@ def test_a_parent_waits_without_a_worker_and_succeeds_with_its_child(bench: Benc
     parent = bench.store.get_run(parent_id)
     assert parent is not None
     assert parent.wait_reason == f"waiting for child run {child.id} (child)"
+    assert parent.error is None  # a wait, not a failure
     assert parent.not_before is not None and parent.not_before > bench.store.clock.now()
     record = bench.store.get_run(child.id)
     assert record is not None and record.state is RunState.QUEUED

@@ -387,7 +387,9 @@ class RunTracker:
                 "delay_s": round(decision.delay, 3),
                 "next_try": decision.not_before.isoformat()}))
         return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
-            RunState.QUEUED, self.rows, error, wait, not_before=decision.not_before,
+            # A call_job parent waiting for its child has no error to show, only its wait.
+            RunState.QUEUED, self.rows, None if outcome.wait_reason else error, wait,
+            not_before=decision.not_before,
             wait_reason=wait, attempt=decision.spent))
 
     def _wait_text(self, outcome: StepOutcome, decision: Decision, attempts: int) -> str:

@@ -33,7 +33,13 @@ from cadenza.executor.context import FencedOut, bound_progress
 from cadenza.executor.request import RequestError, RunRequest, new_run
 from cadenza.steps.call_job import CallJobConfig
 from cadenza.steps.runtime import StepContext, StepResult
-from cadenza.store.children import ChildRecord, ChildRuns, install, waiting_reason
+from cadenza.store.children import (
+    MAX_DEPTH,
+    ChildRecord,
+    ChildRuns,
+    install,
+    waiting_reason,
+)
 
 if TYPE_CHECKING:
     from cadenza.config.loader import LoadedConfig
@@ -101,7 +107,7 @@ class ChildCalls:
     def _start(self, ctx: StepContext, config: CallJobConfig) -> ChildRecord:
         run, step = ctx.run, ctx.step.name
         chain = self.children.ancestors(run.id)
-        if len(chain) > 64 or config.job in {job for _, job in chain}:
+        if len(chain) > MAX_DEPTH or config.job in {job for _, job in chain}:
             raise Fatal(f"call_job cycle: {cycle_text(chain, config.job)}; cycles are "
                         "refused")
         job = self.config().jobs.get(config.job)

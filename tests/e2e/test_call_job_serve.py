@@ -8,7 +8,7 @@
 (c) 50 parents calling 50 children with 4 workers all complete: a waiting parent holds no
     worker, so the children always find one.
 
-The lease is 3 s. Real sleeps are real processes booting or working; no schedule is waited
+The lease is 10 s. Real sleeps are real processes booting or working; no schedule is waited
 for.
 """
 
@@ -55,7 +55,22 @@ def hold(pid_file, flag="", seconds=600):
 def home_with(tmp_path: Path, jobs: str) -> Path:
     home = make_home(tmp_path, textwrap.dedent(jobs))
     (home / "plugins" / "cz_kids.py").write_text(KIDS, encoding="utf-8")
+    # 10 s, not make_home's 3 s: on a loaded machine a 3 s lease lapses under a step's
+    # process (it stops itself and is retried), which these tests are not about.
+    settings = home / "cadenza.toml"
+    text = settings.read_text()
+    assert 'lease = "3s"' in text
+    settings.write_text(text.replace('lease = "3s"', 'lease = "10s"', 1))
     return home
+
+
+def alive_pid(pid_file: Path) -> int | None:
+    """The pid the child's step wrote, once that process runs."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return pid if psutil.pid_exists(pid) and not gone(pid) else None
 
 
 def waiting(home: Path, parent_id: str) -> str | None:
@@ -95,8 +110,8 @@ def test_canceling_a_parent_cancels_its_running_child_and_its_process(tmp_path: 
     try:
         child_id = eventually(lambda: waiting(home, parent_id) if pid_file.exists() else None,
                               seconds=60, what="the parent waiting for its running child")
-        pid = int(pid_file.read_text())
-        assert psutil.pid_exists(pid)
+        pid = eventually(lambda: alive_pid(pid_file), seconds=30,
+                         what="the child's step process")
         result = CliRunner().invoke(app, ["--home", str(home), "runs", "cancel", parent_id])
         assert result.exit_code == 0, result.output
         eventually(lambda: state_of(home, child_id) == "CANCELED", seconds=60,
@@ -122,7 +137,7 @@ def test_kill_9_while_the_parent_waits_resumes_with_the_same_child(tmp_path: Pat
     finally:
         kill_tree(server.proc)
         server.output()
-    assert state_of(home, child_id) == "RUNNING"  # its server died under it
+    assert state_of(home, child_id) in ("RUNNING", "QUEUED")  # its server died under it
     flag.write_text("go")
     state, out = finish(home, parent_id)
     assert state == "SUCCEEDED", out

@@ -73,7 +73,8 @@ def test_json_output_is_the_runs_show_document(home: Path) -> None:
     document = json.loads(out)  # progress went to stderr, stdout is JSON only
     assert "step first: RUNNING" in err
     assert list(document) == ["id", "job", "state", "trigger", "scheduled_for", "started_at",
-                              "finished_at", "rows", "params", "steps"]
+                              "finished_at", "rows", "params", "steps", "parent",
+                              "children"]
     assert document["job"] == "three" and document["state"] == "FAILED"
     assert document["trigger"] == f"manual:{getpass.getuser()}"
     assert document["params"] == {"period": "2026-01", "region": "north"}

@@ -75,11 +75,21 @@ def show_run(
     out.print(f"  params: {shown(params)}", markup=False)
     if run.error:
         out.print(f"  error: {shown(run.error)}", markup=False)
+    if detail.parent is not None:
+        parent = detail.parent
+        facts = ", ".join(f for f in (f"job {parent.job}" if parent.job else "pruned",
+                                      f"step {parent.step}",
+                                      parent.state.value if parent.state else "") if f)
+        out.print(f"  parent: run {shown(parent.run_id)} ({shown(facts)})", markup=False)
     print_table(
         [{**s, "error": short(s["error"]), "output": short(_compact(s["output"]))}
          for s in document["steps"]],
         ["name", "type", "state", "attempt", "rows", "reason", "error", "output"],
     )
+    if detail.children:
+        out.print("children:", markup=False)
+        print_table(document["children"], ["id", "job", "step", "state", "rows",
+                                           "created_at", "finished_at"])
 
 
 def _compact(value: Any) -> str | None:

@@ -291,29 +291,72 @@ def _no_step(name: str, names: list[str]) -> str:
 
 
 def check_call_cycles(jobs: Mapping[str, Any], report: Reporter) -> None:
-    """Report each ``call_job`` cycle between jobs (A calls B calls A) once."""
-    edges: dict[str, list[tuple[str, KeyPath]]] = {}
+    """Report each ``call_job`` cycle between jobs once: A calls B calls A, also when a
+    preset makes the call (a preset's ``step_args`` setting a call_job step's ``job`` or
+    ``preset``, a call_job step's ``preset`` selecting such a preset). The message shows
+    the chain, e.g. ``a → b (preset back) → a``. A job appearing twice in a chain is a
+    cycle, whatever the presets: the run-time check refuses the same chains
+    (:mod:`cadenza.executor.calls`)."""
+    edges: dict[tuple[str, str | None], list[tuple[tuple[str, str | None], KeyPath]]] = {}
     for job_id, raw in jobs.items():
-        steps = raw_table(raw).get("steps")
-        for k, step in enumerate(steps if isinstance(steps, list) else []):
-            step = raw_table(step)
-            target = step.get("job")
-            if step.get("type") == "call_job" and isinstance(target, str) and target != job_id:
-                edges.setdefault(job_id, []).append((target, ("jobs", job_id, "steps", k, "job")))
+        job = raw_table(raw)
+        presets = raw_table(job.get("presets"))
+        for preset in [None, *(p for p in presets if isinstance(p, str))]:
+            edges[(job_id, preset)] = list(_calls(job_id, job, preset, jobs))
     reported: set[frozenset[str]] = set()
     for start in edges:
-        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        stack: list[list[tuple[str, str | None]]] = [[start]]
         while stack:
-            node, trail = stack.pop()
-            for target, path in edges.get(node, []):
-                if target == start:
-                    cycle = frozenset(trail)
-                    if cycle not in reported:
-                        reported.add(cycle)
-                        report.error(path, "call_job cycle: " + " → ".join([*trail, start])
-                                     + "; cycles are refused")
-                elif target not in trail and len(trail) < 64:
-                    stack.append((target, [*trail, target]))
+            trail = stack.pop()
+            seen = [job for job, _ in trail]
+            for target, path in edges.get(trail[-1], []):
+                if target[0] in seen:
+                    loop = trail[seen.index(target[0]):]
+                    members = frozenset(job for job, _ in loop)
+                    if members not in reported:
+                        reported.add(members)
+                        report.error(path, "call_job cycle: " + " → ".join(
+                            [*(_node(n) for n in loop), target[0]]) + "; cycles are refused")
+                elif len(trail) < 64:
+                    stack.append([*trail, target])
+
+
+def _calls(job_id: str, job: Mapping[str, Any], preset: str | None,
+           jobs: Mapping[str, Any]) -> Iterator[tuple[tuple[str, str | None], KeyPath]]:
+    """The calls a run of ``job_id`` with ``preset`` (None: without) makes: the target
+    (job, preset) and where the target's name is written."""
+    chosen = raw_table(raw_table(job.get("presets")).get(preset)) if preset else {}
+    disabled = chosen.get("disabled_steps")
+    off = set(disabled) if isinstance(disabled, list) else set()
+    steps = job.get("steps")
+    for k, raw_step in enumerate(steps if isinstance(steps, list) else []):
+        step = raw_table(raw_step)
+        name = step.get("name")
+        if step.get("type") != "call_job" or name in off:
+            continue
+        args = raw_table(raw_table(chosen.get("step_args")).get(name)) \
+            if isinstance(name, str) else {}
+        target = args.get("job", step.get("job"))
+        target_preset = args.get("preset", step.get("preset"))
+        if not isinstance(target, str) or target not in jobs:
+            continue
+        if "job" in args:
+            path: KeyPath = ("jobs", job_id, "presets", str(preset), "step_args", str(name),
+                             "job")
+        elif target == job_id:
+            continue  # the step calling its own job is reported where its job is written
+        elif "preset" in args:
+            path = ("jobs", job_id, "presets", str(preset), "step_args", str(name), "preset")
+        else:
+            path = ("jobs", job_id, "steps", k, "job")
+        known = raw_table(raw_table(jobs[target]).get("presets"))
+        # An unknown preset is reported where it is named; the call is followed without it.
+        yield (target, target_preset if target_preset in known else None), path
+
+
+def _node(node: tuple[str, str | None]) -> str:
+    job, preset = node
+    return job if preset is None else f"{job} (preset {preset})"
 
 
 def check_rule_targets(settings: Mapping[str, Any], jobs: Mapping[str, Any],

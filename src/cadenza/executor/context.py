@@ -223,8 +223,11 @@ class ExecutionContext:
         progress: Progress | None = None,
         clock: Clock | None = None,
         lease: Callable[[], float | None] | None = None,
+        calls: Any = None,
     ) -> None:
         self.params: Mapping[str, Any] = _ReadOnly(params)
+        # The executor's ChildCalls (executor/calls.py): what a call_job step runs through.
+        self.calls = calls
         # Seconds until the run's lease surely held ends, minus a margin (RunControl.lease_left):
         # a thread step stops acting and commits nothing once it has passed.
         self._lease = lease

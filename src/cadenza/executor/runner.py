@@ -46,6 +46,7 @@ import sqlalchemy as sa
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState
+from cadenza.executor.calls import ChildCalls
 from cadenza.executor.connections import Connections
 from cadenza.executor.control import RunControl
 from cadenza.executor.group_commit import DirectRecorder, Recorder
@@ -191,6 +192,7 @@ class Executor:
         self.zone = default_zone or server_zone()
         self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
                                 settings=config.settings, home=config.home, clock=store.clock)
+        self.steps.calls = ChildCalls(store, lambda: self.config, self.keeper)
 
     def enqueue(self, job_id: str, request: RunRequest, *, trigger: str,
                 actor: str = "system") -> str:

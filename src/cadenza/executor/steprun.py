@@ -63,6 +63,8 @@ class StepOutcome:
     """The exception's class name (the child's, for a step run in a child process)."""
     until: datetime | None = None
     """A deferral's time (:class:`cadenza.Deferred`'s ``until``, HTTP 429 Retry-After)."""
+    wait_reason: str | None = None
+    """The run's ``wait_reason`` a deferral asks for (a call_job waiting for its child)."""
 
     @property
     def failed(self) -> bool:
@@ -91,6 +93,8 @@ class StepRunner:
         self.settings = settings
         self.home = home
         self.cache = ConfigCache()
+        self.calls: Any = None
+        """What ``call_job`` steps run through (the executor's ChildCalls; None: no store)."""
 
     def attempt(
         self,
@@ -224,6 +228,7 @@ class StepRunner:
             outputs=records,
             clock=self.clock,
             lease=None if control is None else control.lease_left,
+            calls=self.calls,
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above
@@ -234,14 +239,18 @@ class StepRunner:
                 log: RunLog) -> StepOutcome:
         error = describe(exc)
         error_class = classify(exc)
-        message = f"failed ({error_class}): {error}"
-        if not is_expected(exc):
-            message += "\n" + traceback_text(exc).rstrip()
-        log.add("ERROR", message, step.name)
+        wait_reason = getattr(exc, "wait_reason", None) if isinstance(exc, Deferred) else None
+        if wait_reason is not None:  # a wait, not a failure (call_job): said as such
+            log.add("INFO", str(wait_reason), step.name)
+        else:
+            message = f"failed ({error_class}): {error}"
+            if not is_expected(exc):
+                message += "\n" + traceback_text(exc).rstrip()
+            log.add("ERROR", message, step.name)
         until = exc.until if isinstance(exc, Deferred) else None
         return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
                            seconds=self.clock.monotonic() - started, error_type=class_name(exc),
-                           until=until)
+                           until=until, wait_reason=wait_reason)
 
 
 class Attempt:

@@ -387,11 +387,15 @@ class RunTracker:
                 "delay_s": round(decision.delay, 3),
                 "next_try": decision.not_before.isoformat()}))
         return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
-            RunState.QUEUED, self.rows, error, wait, not_before=decision.not_before,
+            # A call_job parent waiting for its child has no error to show, only its wait.
+            RunState.QUEUED, self.rows, None if outcome.wait_reason else error, wait,
+            not_before=decision.not_before,
             wait_reason=wait, attempt=decision.spent))
 
     def _wait_text(self, outcome: StepOutcome, decision: Decision, attempts: int) -> str:
         assert decision.not_before is not None
+        if outcome.wait_reason is not None:  # exact: what wakes a call_job parent matches it
+            return outcome.wait_reason
         zone = ZoneInfo(self.plan.timezone) if self.plan else None
         local = decision.not_before.astimezone(zone)
         now = self.store.clock.now().astimezone(zone)

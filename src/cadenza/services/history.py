@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
 from cadenza.services.errors import InvalidRequest, NotFound
+from cadenza.store.children import ChildRuns
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
@@ -91,10 +92,14 @@ class RunView:
 
 @dataclass(frozen=True)
 class RunDetail:
-    """One run with every step attempt, in order."""
+    """One run with every step attempt, in order; the call_job run that started it
+    (``parent``: its run, job and step) and the runs its call_job steps started
+    (``children``, oldest first)."""
 
     run: RunView
     steps: tuple[StepView, ...]
+    parent: ParentView | None = None
+    children: tuple[ChildView, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The ``runs show --json`` document."""
@@ -103,7 +108,41 @@ class RunDetail:
                 "trigger": run.trigger, "scheduled_for": run.scheduled_for,
                 "started_at": run.started_at, "finished_at": run.finished_at,
                 "rows": run.rows, "params": run.params,
-                "steps": [step.as_json() for step in self.steps]}
+                "steps": [step.as_json() for step in self.steps],
+                "parent": None if self.parent is None else self.parent.as_json(),
+                "children": [child.as_json() for child in self.children]}
+
+
+@dataclass(frozen=True)
+class ParentView:
+    """The run whose call_job step started a run."""
+
+    run_id: str
+    job: str | None
+    step: str
+    state: RunState | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.run_id, "job": self.job, "step": self.step,
+                "state": None if self.state is None else self.state.value}
+
+
+@dataclass(frozen=True)
+class ChildView:
+    """A run started by one of a run's call_job steps."""
+
+    id: str
+    job: str
+    step: str
+    state: RunState
+    rows: int | None
+    created_at: datetime
+    finished_at: datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "job": self.job, "step": self.step, "state": self.state.value,
+                "rows": self.rows, "created_at": self.created_at,
+                "finished_at": self.finished_at}
 
 
 @dataclass(frozen=True)
@@ -202,8 +241,19 @@ class HistoryService:
         run = store.get_run(run_id)
         if run is None:
             raise NotFound(f"no run {run_id!r}")
+        family = ChildRuns(store)
+        parent = None
+        called = family.parent(run_id)
+        if called is not None:
+            above = store.get_run(called[0])  # None once retention pruned it
+            parent = ParentView(called[0], above.job_id if above else None, called[1],
+                                above.state if above else None)
+        children = tuple(ChildView(c.id, c.job_id, c.parent_step, c.state, c.rows,
+                                   c.created_at, c.finished_at)
+                         for c in family.children(run_id))
         return RunDetail(RunView.of(run),
-                         tuple(StepView.of(step) for step in store.list_step_runs(run_id)))
+                         tuple(StepView.of(step) for step in store.list_step_runs(run_id)),
+                         parent, children)
 
     def logs(self, run_id: str, min_level: str | None = None) -> list[LogLine]:
         """The run's log lines so far (at ``min_level`` or above)."""

@@ -30,6 +30,7 @@ from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.services.errors import Interrupted, InvalidRequest, NotFound, Refused
 from cadenza.services.history import RunDetail, StepView
+from cadenza.store.children import ChildRuns, waited_child
 
 if TYPE_CHECKING:
     from cadenza.config import JobConfig
@@ -284,7 +285,9 @@ class RunService:
 
         When a try ends in a retry or a deferral (the run is QUEUED again with
         ``not_before``), ``on_retry(seconds, reason)`` is told, the clock sleeps until then
-        and the next try starts, as a server would. A KeyboardInterrupt while the run waits
+        and the next try starts, as a server would. A run waiting for its call_job child
+        runs the child here first (the same way, with its own ``progress()``), or, when a
+        server already runs it, waits for its end. A KeyboardInterrupt while the run waits
         cancels it (it must not wait in the queue for a server that would run it later)
         and raises :class:`Interrupted`; one during a try raises it too."""
         store = self._store
@@ -308,21 +311,41 @@ class RunService:
                 if outcome.state is not RunState.QUEUED or record is None \
                         or record.state is not RunState.QUEUED:
                     return _result(outcome)
+                child_id = waited_child(record.wait_reason)
+                if child_id is not None:
+                    if on_retry is not None:
+                        on_retry(0.0, record.wait_reason)
+                    self._run_child(child_id, progress, on_retry)
+                    continue
                 wait = 0.0
                 if record.not_before is not None:
                     wait = max((record.not_before - clock.now()).total_seconds(), 0.0)
                 if on_retry is not None:
                     on_retry(wait, record.wait_reason)
                 clock.sleep(wait)
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, Interrupted):
                 record = store.get_run(run_id)
                 if record is not None and record.state is RunState.QUEUED:
                     store.transition_run(run_id, RunState.CANCELED,
                                          actor=self.services.actor.id,
                                          reason="interrupted (Ctrl-C) while it waited")
+                    ChildRuns(store).after_cancel(run_id, self.services.actor.name)
                     raise Interrupted(f"interrupted while run {run_id} waited; it is "
                                       "CANCELED") from None
                 raise Interrupted(f"interrupted during run {run_id}") from None
+
+    def _run_child(self, child_id: str, progress: Callable[[], RunProgress],
+                   on_retry: Callable[[float, str | None], None] | None) -> None:
+        """The call_job child a run executed here waits for: run it here when it is
+        QUEUED, else (a server runs it) wait until it ended."""
+        store = self._store
+        child = store.get_run(child_id)
+        if child is not None and child.state is RunState.QUEUED:
+            self.execute_here(child_id, progress, on_retry)
+            return
+        while child is not None and child.state is RunState.RUNNING:
+            self.services.clock.sleep(FOLLOW_POLL_SECONDS)
+            child = store.get_run(child_id)
 
     def follow(self, run_id: str, on_step: Callable[[StepView], None],
                poll: float = FOLLOW_POLL_SECONDS) -> RunResult:
@@ -353,6 +376,8 @@ class RunService:
             result = store.request_cancel(run_id, by)
         except StoreError as exc:
             raise NotFound(str(exc)) from None
+        if result.canceled:  # ended here, not by a step boundary: its call_job family
+            ChildRuns(store).after_cancel(run_id, by)
         final = store.get_run(run_id)
         accepted = result.canceled or result.requested
         if wait and accepted:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
 from cadenza.config.types import Identifier, JsonMap, Ref
+from cadenza.domain.errors import Fatal
 from cadenza.steps.base import StepConfig
 from cadenza.steps.registry import StepType
+from cadenza.steps.runtime import StepContext, StepResult
 
 
 class CallJobConfig(StepConfig):
@@ -21,8 +23,27 @@ class CallJobConfig(StepConfig):
     wait: bool = True
 
 
+class ChildCalls(Protocol):
+    """What runs a ``call_job`` step: the executor's
+    :class:`~cadenza.executor.calls.ChildCalls`, given to the step as ``ctx.calls`` (steps
+    never import the executor)."""
+
+    def call(self, ctx: StepContext, config: CallJobConfig) -> StepResult:
+        """One attempt: start the child once, then succeed, fail, cancel or wait."""
+        ...
+
+
 class CallJobStep(StepType):
-    """Run another job (SPEC §4)."""
+    """Run another job as a child run and, with ``wait``, wait for it (SPEC §4,
+    docs/call_job.md). Output: ``child_run_id``, ``job``, ``state`` and ``rows`` of the
+    child; the step's rows are the child's."""
 
     name = "call_job"
     Config = CallJobConfig
+
+    def run(self, ctx: StepContext, config: CallJobConfig) -> StepResult:
+        calls: ChildCalls | None = getattr(ctx, "calls", None)
+        if calls is None:
+            raise Fatal(f"step {ctx.step.name!r}: call_job needs a run executed by a "
+                        "Cadenza executor with a store (`cadenza serve`, `cadenza run`)")
+        return calls.call(ctx, config)

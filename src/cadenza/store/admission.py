@@ -188,7 +188,10 @@ class AdmissionRepository(StoreCore):
                         .with_for_update(skip_locked=True)
                     )
                 )
-            changed = [row for row in current if row.wait_reason != wanted[row.id]]
+            # A call_job parent waiting for its child keeps that reason (it says what the
+            # run waits for, and the child's end looks for it: store/children.py).
+            changed = [row for row in current if row.wait_reason != wanted[row.id]
+                       and not (row.wait_reason or "").startswith(WAITING_FOR_CHILD)]
             if not changed:
                 return 0
             now = self._now()
@@ -210,6 +213,11 @@ class AdmissionRepository(StoreCore):
                         now=now,
                     )
         return len(changed)
+
+
+WAITING_FOR_CHILD = "waiting for child run "
+"""How the wait reason of a call_job parent waiting for its child begins
+(:mod:`cadenza.store.children`); admission does not overwrite it."""
 
 
 def _chunks(items: list[str]) -> list[list[str]]:

@@ -80,6 +80,9 @@ runs = sa.Table(
     # A cancel request (``runs cancel`` from any process); the lease holder acts on it.
     sa.Column("cancel_requested_by", sa.String(128), nullable=True),
     _ts("cancel_requested_at"),
+    # The run and step of the call_job that created this run (migration 0010); NULL otherwise.
+    sa.Column("parent_run_id", sa.String(26), nullable=True),
+    sa.Column("parent_step", sa.String(128), nullable=True),
     # A fire is recorded once. Scheduled runs always carry both schedule and scheduled_for
     # (the CHECK below), so no NULL can slip past the constraint on either dialect.
     sa.UniqueConstraint("job_id", "schedule", "scheduled_for"),
@@ -102,6 +105,8 @@ sa.Index("ix_runs_claim_order", runs.c.state, runs.c.priority.desc(), QUEUED_AT,
 _STARTED = sa.text("started_at IS NOT NULL")
 sa.Index("ix_runs_job_started", runs.c.job_id, runs.c.started_at,
          sqlite_where=_STARTED, postgresql_where=_STARTED)
+# A call_job's child, once per parent run and step (migration 0010): its operation key.
+sa.Index("ix_runs_parent", runs.c.parent_run_id, runs.c.parent_step, unique=True)
 
 step_runs = sa.Table(
     "step_runs",

@@ -208,3 +208,66 @@ def test_loaded_jobs_keep_file_order_and_merge_step_retry(make_home: MakeHome) -
     assert (retry.attempts, retry.base_seconds, retry.max_seconds) == (5, 120, 120)
     alpha = loaded.jobs["alpha"]
     assert alpha.retry_for(alpha.steps[0]) == alpha.retry
+
+
+def test_a_call_job_cycle_through_a_preset_is_refused_with_its_chain(
+        make_home: MakeHome) -> None:
+    jobs = """\
+[jobs.nightly]
+[[jobs.nightly.steps]]
+name = "call"
+type = "call_job"
+job = "export"
+preset = "back"
+
+[jobs.export]
+[[jobs.export.steps]]
+name = "next"
+type = "call_job"
+job = "leaf"
+
+[jobs.export.presets.back]
+step_args = { next = { job = "nightly" } }
+
+[jobs.export.presets.plain]
+description = "no call back: no cycle"
+
+[jobs.leaf]
+[[jobs.leaf.steps]]
+name = "x"
+type = "python"
+callable = "json:dumps"
+"""
+    error = _single_error(_job_problems(make_home, jobs))
+    assert error.message == ("call_job cycle: nightly → export (preset back) → nightly; "
+                             "cycles are refused")
+    assert error.path == "jobs.export.presets.back.step_args.next.job"
+    assert error.line == line_of(jobs, 'step_args = { next = { job = "nightly" } }')
+
+
+def test_a_preset_that_disables_the_call_back_makes_no_cycle(make_home: MakeHome) -> None:
+    jobs = """\
+[jobs.a]
+[[jobs.a.steps]]
+name = "call"
+type = "call_job"
+job = "b"
+preset = "quiet"
+
+[jobs.b]
+[[jobs.b.steps]]
+name = "back"
+type = "call_job"
+job = "c"
+
+[jobs.b.presets.quiet]
+step_args = { back = { job = "a" } }
+disabled_steps = ["back"]
+
+[jobs.c]
+[[jobs.c.steps]]
+name = "x"
+type = "python"
+callable = "json:dumps"
+"""
+    assert [p for p in _job_problems(make_home, jobs) if p.is_error] == []

@@ -193,6 +193,14 @@ class PoolHealth(StrictModel):
     probe_url: HttpUrl | None = None
     ip_echo_url: HttpUrl | None = None
     threshold: float = Field(50, ge=0, le=100)
+    disable_after: int = Field(5, ge=1, le=1000)
+    """Consecutive failed probes after which the route goes DISABLED."""
+    ip_key: NonEmptyStr = "ip"
+    """The key of the egress address in the ``ip_echo_url`` JSON answer."""
+    country_key: NonEmptyStr = "country"
+    """The key of the egress region (ISO country code) in the ``ip_echo_url`` answer."""
+    concurrency: int = Field(16, ge=1, le=256)
+    """How many routes of the pool are probed at once."""
 
 
 class PoolMember(StrictModel):

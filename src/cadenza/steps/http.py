@@ -6,6 +6,11 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
   connection's ``base_url`` joined with ``path`` (staying on that origin, no ``..``),
   under the connection's policy (``allow_private``) or to its in-process ``app``; the
   step's ``query`` is appended to the query string the URL or the path already has;
+* route (SPEC §8): when the run holds a route (``ctx.route(via)``; ``via = POOL`` asks for
+  one of that pool, and without one the step refuses to go direct), the request goes
+  through its HTTP or SOCKS5 proxy (:mod:`cadenza.resources.egress`); the egress policy
+  still judges the target; the proxy's failures (refused, 407, tunnel, died mid-request)
+  raise :class:`ResourceFault` naming the route; its credentials appear nowhere;
 * headers: the connection's, then the step's; POST, PUT, PATCH and DELETE carry an
   ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break,
   NUL or non-ASCII character in a header value refuses the step before anything is sent;
@@ -51,6 +56,8 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
+from cadenza.resources.egress import clean, routed_client, routed_errors
+from cadenza.resources.leased import LeasedResource
 from cadenza.steps.base import StepConfig
 from cadenza.steps.netguard import (
     ALLOWED_SCHEMES,
@@ -125,6 +132,7 @@ class _Target:
     budget: float
     route: str | None
     base_headers: Mapping[str, str]
+    leased: LeasedResource | None = None  # the route sent through, if any
 
 
 class HttpStep(StepType):
@@ -144,9 +152,6 @@ class HttpStep(StepType):
     def run(self, ctx: StepContext, config: HttpConfig) -> StepResult:
         """Send the request, follow redirects, read the answer; raise the SPEC §7 class of
         any failure."""
-        if config.via is not None:
-            raise Fatal(f"'via' ({config.via!r}): sending through a route pool needs route "
-                        f"leasing, which this build does not have; refusing to go direct")
         once = getattr(ctx, "once", None)
         if config.method in UNSAFE_METHODS and callable(once):
             key = _operation_key(ctx, config)
@@ -159,13 +164,14 @@ class HttpStep(StepType):
 
     def _call(self, ctx: StepContext, config: HttpConfig) -> dict[str, Any]:
         """One request (with its redirects): the step's output, or the error's class."""
-        target = self._target(ctx, config)
+        target = self._target(ctx, config, route_of(ctx, config.via))
         clock = self._clock_of(ctx)
         started = clock.monotonic()
         deadline = started + target.budget
         try:
             headers = _request_headers(ctx, config, target.base_headers)
-            with _translated(target.url):
+            with _translated(target.url), routed_errors(
+                    target.leased, f"{config.method} {redacted_url(target.url)}"):
                 request = target.client.build_request(
                     config.method, with_query(target.url, _query(config.query)),
                     headers=headers, json=config.json_, content=None if config.body is None
@@ -189,7 +195,7 @@ class HttpStep(StepType):
         finally:
             if target.owned:
                 target.client.close()
-        self._check_status(response, body, config.expect, clock)
+        self._check_status(response, body, config.expect, clock, target.leased)
         elapsed_ms = round((clock.monotonic() - started) * 1000)
         decoded = _decode_json(body, ctx) if is_json and not raw and not truncated else None
         if is_json and truncated:
@@ -203,9 +209,15 @@ class HttpStep(StepType):
             "json": decoded, "truncated": truncated or len(body) > PREVIEW_CAP,
         }
 
-    def _target(self, ctx: StepContext, config: HttpConfig) -> _Target:
+    def _target(self, ctx: StepContext, config: HttpConfig,
+                route: LeasedResource | None = None) -> _Target:
+        """Where the request goes and the client that sends it: through ``route``'s proxy
+        when there is one (an in-process ``app`` connection never leaves the process)."""
         remaining = ctx.remaining()
         if config.url is not None:
+            if route is not None:
+                return _Target(_parse_url(config.url), routed_client(self._policy, route),
+                               True, remaining, route.resource_id, {}, route)
             return _Target(_parse_url(config.url), guarded_client(self._policy), True,
                            remaining, None, {})
         name = config.connection or ""
@@ -215,6 +227,14 @@ class HttpStep(StepType):
         url = _join(definition.base_url, config.path)
         for header, value in definition.headers.items():
             _check_header(header, value, f"connection {name!r}: ")
+        if route is not None and definition.app is None:
+            policy = EgressPolicy(definition.allow_private, self._policy.resolver,
+                                  self._policy.is_public)
+            budget = min(remaining, definition.timeout.total_seconds())
+            routed = routed_client(policy, route, verify=definition.verify_tls,
+                                   headers=dict(definition.headers), timeout=budget)
+            return _Target(url, routed, True, budget, route.resource_id, definition.headers,
+                           route)
         client = ctx.connection(name)
         if not isinstance(client, httpx.Client):
             raise Fatal(f"connection {name!r} did not give an HTTP client")
@@ -265,14 +285,18 @@ class HttpStep(StepType):
         finally:
             latency_ms = round((clock.monotonic() - started) * 1000)
             host = request.url.host
+            if problem is not None and target.leased is not None:
+                problem = clean(problem, target.leased.proxy)
             ctx.event("HTTP_REQUEST", f"{request.method} {host}: {status or problem}", {
                 "method": request.method, "host": host, "port": request.url.port,
                 "status": status, "latency_ms": latency_ms, "route": target.route,
+                "pool": None if target.leased is None else target.leased.pool,
                 "url": redacted_url(request.url), "hop": hop, "error": problem,
             }, level="INFO" if problem is None else "WARNING")
 
     def _check_status(self, response: httpx.Response, body: bytes, expect: list[str],
-                      clock: Clock | None = None) -> None:
+                      clock: Clock | None = None, route: LeasedResource | None = None
+                      ) -> None:
         status = response.status_code
         if _matches(status, expect):
             return
@@ -285,11 +309,26 @@ class HttpStep(StepType):
         if status in RETRYABLE_STATUSES:
             raise Retryable(where)
         if status == 407:
-            raise ResourceFault(f"{where} (the proxy refused its credentials)")
+            raise ResourceFault(f"{where} (the proxy refused its credentials)", resource_id=(
+                None if route is None else route.resource_id))
         text = " ".join(_text(body[:PREVIEW_CAP], response, cut=True).split())
         excerpt = Redactor().redact_text(text[:_EXCERPT])
         raise Fatal(f"{where}, expected {' or '.join(expect)}" + (f": {excerpt}" if excerpt
                                                                  else ""))
+
+
+def route_of(ctx: StepContext, via: str | None) -> LeasedResource | None:
+    """The route this step sends through: ``ctx.route(via)`` (a route of pool ``via``, or
+    without ``via`` any route the run holds). :class:`Fatal` when ``via`` names a pool and
+    no route of it is held: the step never goes direct instead."""
+    getter = getattr(ctx, "route", None)
+    route = getter(via) if callable(getter) else None
+    if route is not None and not isinstance(route, LeasedResource):
+        raise Fatal(f"the run's route is not a leased resource: {type(route).__name__}")
+    if via is not None and route is None:
+        raise Fatal(f"'via' ({via!r}): the run holds no route of pool {via!r}; refusing to "
+                    f"go direct")
+    return route
 
 
 def _abortable(ctx: StepContext, fn: Any, abort: Any, what: str) -> Any:

@@ -163,6 +163,7 @@ class FaultProxy:
         self.credentials = credentials
         self.delay = 0.0
         self.requests = 0
+        self.errors: list[str] = []
         self.port = free_port()
         self._listener: socket.socket | None = None
         self._open: set[socket.socket] = set()
@@ -268,9 +269,19 @@ class FaultProxy:
                 upstream.sendall("\r\n".join([f"{method} {path} HTTP/1.1", *kept,
                                               "Connection: close", "", ""]).encode("latin-1")
                                  + rest)
+                # The answer says it closes (it does): the client must not reuse this
+                # connection for a next request.
+                answer = _read_head(upstream)
+                if answer is None:
+                    return
+                status, answer_headers, body = answer
+                answer_headers = [h for h in answer_headers
+                                  if not h.lower().startswith(("connection:", "keep-alive:"))]
+                client.sendall("\r\n".join([status, *answer_headers, "Connection: close",
+                                            "", ""]).encode("latin-1") + body)
             _pipe(client, upstream)
-        except OSError:
-            pass
+        except Exception as exc:  # a broken peer; kept for a test that wants to know
+            self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._open.discard(client)

@@ -1,0 +1,205 @@
+"""The health-check service against real proxies on loopback, driven by a FakeClock.
+
+The checker (cadenza.resources.health) runs its loop on a Lifecycle whose clock is a
+FakeClock: the test moves time with ``advance_idle`` and the loop probes what is due. The
+probes are real: TCP connections and HTTP requests through a fault-injecting proxy and
+tinyproxy to a real IP-echo server, with the pool's timeout (1 s) as the only real wait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadenza.clock import FakeClock, SystemClock
+from cadenza.config.schema_settings import Settings
+from cadenza.domain.states import ResourceState
+from cadenza.lifecycle import Lifecycle
+from cadenza.resources.health import HealthChecker
+from cadenza.store import Store
+from tests.support.proxies import FR, EchoServer, FaultProxy, tinyproxy
+from tests.support.proxies import echo, fault_proxy  # noqa: F401  (fixtures)
+
+X = ResourceState
+INTERVAL, COOLDOWN = 60, 30
+
+
+def pool_settings(echo: EchoServer, members: list[dict[str, Any]], **health: Any
+                  ) -> Settings:
+    table = {"interval": f"{INTERVAL}s", "timeout": "1s",
+             "probe_url": echo.url("/generate_204"), "ip_echo_url": echo.url("/ip"),
+             "threshold": 50, **health}
+    return Settings.model_validate({"pools": {"egress": {
+        "kind": "route", "cooldown": f"{COOLDOWN}s", "health": table, "members": members}}})
+
+
+def register(store: Store, settings: Settings) -> None:
+    """What the pools sync does at start: one AVAILABLE resource per member."""
+    for name, pool in settings.pools.items():
+        for member in pool.members:
+            store.upsert_resource(member.id, name, pool.kind)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock("2027-03-01T10:00:00+00:00")
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: FakeClock) -> Iterator[Store]:
+    opened = Store.open(f"sqlite:///{tmp_path / 'cadenza.db'}", clock=clock)
+    yield opened
+    opened.close()
+
+
+class Running:
+    """A started checker on a FakeClock; ``step(seconds)`` moves time and waits for it."""
+
+    def __init__(self, checker: HealthChecker, clock: FakeClock) -> None:
+        self.checker, self.clock = checker, clock
+        self.stack = ExitStack()
+        checker.start(self.stack)
+        assert clock.wait_until_idle(1, timeout=20), "the first round did not end"
+
+    def step(self, seconds: float) -> None:
+        self.clock.advance_idle(seconds, 1, timeout=20)
+
+    def close(self) -> None:
+        self.checker.life.stop(10)
+        self.stack.close()
+
+
+def state(store: Store, rid: str = "fr-1") -> tuple[X, Any]:
+    record = store.get_resource(rid)
+    assert record is not None
+    return record.state, record.health
+
+
+def test_timeouts_cool_down_recover_then_disable(store: Store, clock: FakeClock,
+                                                 echo: EchoServer,
+                                                 fault_proxy: FaultProxy) -> None:
+    settings = pool_settings(echo, [{"id": "fr-1", "proxy": fault_proxy.url,
+                                     "region": "FR"}])
+    register(store, settings)
+    life = Lifecycle(clock)
+    run = Running(HealthChecker(store, life, lambda: settings), clock)
+    try:
+        # First round at start: all three phases pass, egress seen as FR from 127.0.0.2.
+        now_state, health = state(store)
+        assert now_state is X.AVAILABLE
+        assert (health.egress_ip, health.egress_region) == (FR, "FR")
+        assert health.score == 100.0 and health.consecutive_successes == 1
+        first_check = health.last_checked_at
+
+        # The proxy starts timing out: within one interval the route is COOLDOWN.
+        fault_proxy.delay = 3.0
+        run.step(INTERVAL)
+        now_state, health = state(store)
+        assert now_state is X.COOLDOWN
+        assert health.last_checked_at == first_check + timedelta(seconds=INTERVAL)
+        assert health.last_error_type == "timeout" and health.recent_timeouts == 1
+        assert health.score == 100 - 1000 / 20 - 15 - 10
+        assert health.cooldown_until == clock.now() + timedelta(seconds=COOLDOWN)
+        cooled_at = clock.now()
+
+        # Not probed again before the cooldown ends; probed once it does (still failing).
+        run.step(COOLDOWN - 1)
+        assert state(store)[1].last_checked_at == cooled_at
+        run.step(1)
+        now_state, health = state(store)
+        assert health.last_checked_at == cooled_at + timedelta(seconds=COOLDOWN)
+        assert now_state is X.COOLDOWN and health.consecutive_failures == 2
+
+        # It answers again: re-probed after the cooldown, AVAILABLE.
+        fault_proxy.delay = 0.0
+        run.step(COOLDOWN)
+        now_state, health = state(store)
+        assert now_state is X.AVAILABLE
+        assert health.consecutive_failures == 0 and health.recent_timeouts == 2
+        assert health.score == 100 - 2 * 10
+
+        # Timing out for good: DISABLED after disable_after (5) consecutive failures.
+        fault_proxy.delay = 3.0
+        run.step(INTERVAL)
+        assert state(store)[0] is X.COOLDOWN
+        for _ in range(4):
+            run.step(COOLDOWN)
+        now_state, health = state(store)
+        assert now_state is X.DISABLED
+        assert health.consecutive_failures == 5
+        disabled_at = health.last_checked_at
+        run.step(INTERVAL * 3)  # a DISABLED route is not probed any more
+        assert state(store)[1].last_checked_at == disabled_at
+    finally:
+        run.close()
+
+    changes = store.list_events(resource_id="fr-1", event_type="RESOURCE_STATE_CHANGED")
+    moves = [(e.payload["from"], e.payload["to"]) for e in changes]
+    assert moves == [(None, "AVAILABLE"), ("AVAILABLE", "COOLDOWN"), ("COOLDOWN", "AVAILABLE"),
+                     ("AVAILABLE", "COOLDOWN"), ("COOLDOWN", "DISABLED")]
+    assert "5 consecutive failed health checks" in changes[-1].message
+    assert "timeout" in changes[-1].message
+    checks = store.list_events(resource_id="fr-1", event_type="HEALTH_CHECKED")
+    # at start, 2 failing, 1 passing, 5 failing; none once DISABLED
+    assert [c.payload["ok"] for c in checks] == [True, False, False, True] + [False] * 5
+    requests = store.list_events(resource_id="fr-1", event_type="HTTP_REQUEST")
+    assert {r.payload["purpose"] for r in requests} == {"health check"}
+    assert {r.payload["route"] for r in requests} == {"fr-1"}
+
+
+def test_region_mismatch_and_credentials_never_shown(tmp_path: Path, store: Store,
+                                                     clock: FakeClock,
+                                                     echo: EchoServer) -> None:
+    # tinyproxy with basic auth sending from 127.0.0.2 ("FR"), declared DE.
+    with tinyproxy(tmp_path / "tp", source=FR, credentials=("cz", "S3cretProxyPw")) as tp:
+        settings = pool_settings(echo, [{"id": "de-1", "proxy": tp.url, "region": "DE"},
+                                        {"id": "fr-2", "proxy": tp.url, "region": "FR"}])
+        register(store, settings)
+        checker = HealthChecker(store, Lifecycle(clock), lambda: settings)
+        checker.round()
+    de, fr = store.get_resource("de-1"), store.get_resource("fr-2")
+    assert de is not None and fr is not None and de.health and fr.health
+    assert de.health.last_error_type == "region_mismatch"
+    assert (fr.health.last_error_type, fr.health.egress_region) == (None, "FR")
+    [check] = store.list_events(resource_id="de-1", event_type="HEALTH_CHECKED")
+    assert "egress region FR, expected DE" in check.message
+    assert check.payload["phase"] == 3
+    everything = " ".join(f"{e.message} {e.payload}" for e in store.list_events(limit=10_000))
+    everything += " ".join(str(r) for r in store.list_resources())
+    assert "S3cretProxyPw" not in everything
+    assert "cz:" not in everything
+
+
+def test_two_hundred_routes_within_one_interval(tmp_path: Path, echo: EchoServer) -> None:
+    """200 routes, each through its own proxy that takes 0.2 s per request: one by one,
+    two requests each, that is 80 s; the checker's bound of 32 at a time does it in a
+    few seconds, within the 30 s interval."""
+    proxies = [FaultProxy(source=FR) for _ in range(200)]
+    for proxy in proxies:
+        proxy.delay = 0.2
+    store = Store.open(f"sqlite:///{tmp_path / 'many.db'}", clock=SystemClock())
+    try:
+        settings = pool_settings(echo, [{"id": f"r{i:03}", "proxy": p.url, "region": "FR"}
+                                        for i, p in enumerate(proxies)],
+                                 interval="30s", timeout="5s", concurrency=32)
+        register(store, settings)
+        checker = HealthChecker(store, Lifecycle(SystemClock()), lambda: settings)
+        began = time.monotonic()
+        checker.round()
+        took = time.monotonic() - began
+        records = store.list_resources("egress")
+        assert len(records) == 200
+        assert all(r.health is not None and r.health.consecutive_successes == 1
+                   for r in records), [r.health for r in records if r.health is None][:3]
+        assert took < 30, f"200 routes took {took:.1f}s"
+        assert took < 200 * 2 * 0.2 / 4  # at least 4 times faster than one by one
+    finally:
+        store.close()
+        for proxy in proxies:
+            proxy.close()

@@ -109,6 +109,7 @@ class _EchoHandler(BaseHTTPRequestHandler):
 
 class _EchoHttp(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 512  # many probes at once (the default backlog of 5 drops some)
     seen: list[tuple[str, str]]
     held: threading.Event
     release: threading.Event
@@ -185,6 +186,8 @@ class FaultProxy:
         with self._lock:
             listener, self._listener = self._listener, None
         if listener is not None:
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
             listener.close()
 
     def resume(self) -> None:
@@ -192,8 +195,7 @@ class FaultProxy:
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        listener.settimeout(0.05)
+        listener.listen(128)
         with self._lock:
             self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
@@ -221,8 +223,6 @@ class FaultProxy:
                     return
             try:
                 client, _ = listener.accept()
-            except TimeoutError:
-                continue
             except OSError:
                 return
             client.settimeout(None)
@@ -469,3 +469,60 @@ def dante(tmp_path: Path) -> Iterator[ProxyProcess]:
     """danted (SOCKS5) egressing from 127.0.0.3 ("DE")."""
     with danted(tmp_path / "danted", source=DE) as proxy:
         yield proxy
+
+
+# --- many proxies in another process ---------------------------------------------------------
+
+@dataclass
+class Fleet:
+    """An IP-echo server and ``count`` fault proxies served by a separate process (so that
+    hundreds of proxies do not compete with the code under test for this process's GIL)."""
+
+    echo_port: int
+    proxy_ports: list[int]
+    proc: subprocess.Popen[str]
+
+    def echo_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.echo_port}{path}"
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@contextlib.contextmanager
+def fleet(count: int, delay: float) -> Iterator[Fleet]:
+    """A :class:`Fleet` of ``count`` proxies egressing as "FR", each waiting ``delay``
+    seconds before it serves a request."""
+    root = Path(__file__).parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.proxies", str(count),
+                             str(delay)], cwd=root, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ports = json.loads(proc.stdout.readline())
+    running = Fleet(ports["echo"], ports["proxies"], proc)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _serve_fleet(count: int, delay: float) -> None:
+    server = EchoServer()
+    proxies = [FaultProxy(source=FR) for _ in range(count)]
+    for proxy in proxies:
+        proxy.delay = delay
+    print(json.dumps({"echo": server.port, "proxies": [p.port for p in proxies]}), flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+    for proxy in proxies:
+        proxy.close()
+    server.close()
+
+
+if __name__ == "__main__":
+    _serve_fleet(int(sys.argv[1]), float(sys.argv[2]))

@@ -87,8 +87,11 @@ def check_scheme(route: LeasedResource) -> str:
 
 
 def proxy_transport(proxy: str, *, verify: bool = True) -> httpx.HTTPTransport:
-    """An httpx transport that sends every request through ``proxy``."""
-    return httpx.HTTPTransport(proxy=httpx.Proxy(proxy), verify=verify, retries=0)
+    """An httpx transport that sends every request through ``proxy``, on a new connection
+    each time: proxies (tinyproxy among them) close a forwarded exchange's connection
+    without saying so, and a reused one then fails as if the route were broken."""
+    return httpx.HTTPTransport(proxy=httpx.Proxy(proxy), verify=verify, retries=0,
+                               limits=httpx.Limits(max_keepalive_connections=0))
 
 
 class RoutedTransport(GuardedTransport):

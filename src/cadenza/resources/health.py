@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime
@@ -196,10 +196,15 @@ class HealthChecker:
             with gates[target.record.pool]:
                 return target, self._probe(target.route, target.health, self.clock)
 
+        self._seed_all(todo)
         done: list[Checked] = []
         with ThreadPoolExecutor(width, thread_name_prefix="cadenza-probe") as pool:
-            for target, probe in pool.map(run, todo):
-                done.append(self.record(target, probe))
+            pending = {pool.submit(run, target) for target in todo}
+            while pending:
+                # Whatever ended meanwhile is written in one transaction (each probe's
+                # events with its health row), so the writes keep up with the probes.
+                ended, pending = wait(pending, return_when=FIRST_COMPLETED)
+                done += self.record_many([future.result() for future in ended])
         return done
 
     # -- recording ------------------------------------------------------------------------
@@ -208,6 +213,17 @@ class HealthChecker:
                transitions: bool = True) -> Checked:
         """Write one probe: health row, transitions (unless ``transitions`` is False),
         HTTP_REQUEST and HEALTH_CHECKED events, in one transaction."""
+        return self.record_many([(target, probe)], actor=actor, transitions=transitions)[0]
+
+    def record_many(self, probes: list[tuple[Target, Probe]], *, actor: str = "system",
+                    transitions: bool = True) -> list[Checked]:
+        """:meth:`record` for several probes, in one transaction."""
+        with self.store.write() as conn:
+            return [self._write(target, probe, actor, transitions, conn)
+                    for target, probe in probes]
+
+    def _write(self, target: Target, probe: Probe, actor: str, transitions: bool, conn: Any
+               ) -> Checked:
         record, route, health = target.record, target.route, target.health
         outcome = probe.outcome
         now = self.clock.now()
@@ -220,24 +236,23 @@ class HealthChecker:
                         timeout=health.timeout, threshold=health.threshold,
                         cooldown=target.pool.cooldown, disable_after=health.disable_after)
         state = record.state
-        with self.store.write() as conn:
-            self.store.update_resource_health(record.resource_id, verdict.fields, conn=conn)
-            if transitions:
-                state = self._move(record, verdict, actor, conn)
-            for request in probe.requests:
-                self.store.append_event(
-                    EventType.HTTP_REQUEST,
-                    f"{request.method} {request.host}: {request.status or request.error} "
-                    f"(health check of {record.resource_id})",
-                    resource_id=record.resource_id, payload=request.payload(route),
-                    level=Level.INFO if request.error is None else Level.WARNING,
-                    actor=actor, conn=conn)
+        self.store.update_resource_health(record.resource_id, verdict.fields, conn=conn)
+        if transitions:
+            state = self._move(record, verdict, actor, conn)
+        for request in probe.requests:
             self.store.append_event(
-                EventType.HEALTH_CHECKED, _message(record, route, verdict, outcome.ok, state,
-                                                   outcome.error_type, outcome.error),
-                resource_id=record.resource_id,
-                payload=_payload(record, route, verdict, outcome, state),
-                level=Level.INFO if outcome.ok else Level.WARNING, actor=actor, conn=conn)
+                EventType.HTTP_REQUEST,
+                f"{request.method} {request.host}: {request.status or request.error} "
+                f"(health check of {record.resource_id})",
+                resource_id=record.resource_id, payload=request.payload(route),
+                level=Level.INFO if request.error is None else Level.WARNING,
+                actor=actor, conn=conn)
+        self.store.append_event(
+            EventType.HEALTH_CHECKED, _message(record, route, verdict, outcome.ok, state,
+                                               outcome.error_type, outcome.error),
+            resource_id=record.resource_id,
+            payload=_payload(record, route, verdict, outcome, state),
+            level=Level.INFO if outcome.ok else Level.WARNING, actor=actor, conn=conn)
         return Checked(record.resource_id, record.state, state, outcome.ok,
                        float(verdict.fields["score"]),  # type: ignore[arg-type]
                        outcome.error_type)
@@ -253,6 +268,23 @@ class HealthChecker:
                 break  # leased or changed by an operator meanwhile: theirs wins
             state = to
         return state
+
+    def _seed_all(self, targets: list[Target]) -> None:
+        """Read the last hour's timeouts of the routes not seen yet, in one query."""
+        with self._lock:
+            new = {t.record.resource_id for t in targets} - set(self._timeouts)
+        if not new:
+            return
+        since = self.clock.now() - RECENT
+        seen: dict[str, list[datetime]] = {rid: [] for rid in new}
+        for event in self.store.list_events(event_type=EventType.HEALTH_CHECKED, since=since,
+                                            limit=1_000_000):
+            if event.resource_id in seen and isinstance(event.payload, dict) \
+                    and event.payload.get("error_type") == TIMEOUT:
+                seen[event.resource_id].append(event.created_at)
+        with self._lock:
+            for rid, times in seen.items():
+                self._timeouts.setdefault(rid, times)
 
     def _recent_timeouts(self, resource_id: str, now: datetime, timed_out: bool) -> int:
         with self._lock:

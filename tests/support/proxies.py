@@ -493,6 +493,8 @@ class Fleet:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
 
 @contextlib.contextmanager

@@ -16,6 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.proxies import (  # noqa: F401
+    FR,
+    EchoServer,
+    FaultProxy,
+    echo_fixture,
+    fault_proxy_fixture,
+    fleet,
+    tinyproxy,
+)
 
 from cadenza.clock import FakeClock, SystemClock
 from cadenza.config.schema_settings import Settings
@@ -23,8 +32,6 @@ from cadenza.domain.states import ResourceState
 from cadenza.lifecycle import Lifecycle
 from cadenza.resources.health import HealthChecker
 from cadenza.store import Store
-from tests.support.proxies import FR, EchoServer, FaultProxy, fleet, tinyproxy
-from tests.support.proxies import echo, fault_proxy  # noqa: F401  (fixtures)
 
 X = ResourceState
 INTERVAL, COOLDOWN = 60, 30

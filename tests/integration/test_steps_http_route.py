@@ -17,13 +17,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.support.proxies import (  # noqa: F401
+    DE,
+    FR,
+    EchoServer,
+    FaultProxy,
+    danted,
+    echo_fixture,
+    fault_proxy_fixture,
+    pproxy_socks,
+    tinyproxy,
+)
 
 from cadenza.domain.errors import Fatal, ResourceFault, Retryable
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.http import HttpConfig, HttpStep
 from cadenza.steps.netguard import Address, EgressRefused, default_is_public
-from tests.support.proxies import DE, FR, EchoServer, FaultProxy, danted, pproxy_socks, tinyproxy
-from tests.support.proxies import echo, fault_proxy  # noqa: F401  (fixtures)
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import HttpTestContext, settings_with

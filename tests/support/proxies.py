@@ -439,33 +439,33 @@ def pproxy_socks(tmp: Path, *, credentials: tuple[str, str] | None = None
         yield p
 
 
-# --- fixtures ---------------------------------------------------------------------------------
+# --- fixtures (import ``*_fixture`` into a test module; the fixture's name drops the suffix) --
 
-@pytest.fixture
-def echo() -> Iterator[EchoServer]:
+@pytest.fixture(name="echo")
+def echo_fixture() -> Iterator[EchoServer]:
     """The IP-echo and probe server."""
     server = EchoServer()
     yield server
     server.close()
 
 
-@pytest.fixture
-def fault_proxy() -> Iterator[FaultProxy]:
+@pytest.fixture(name="fault_proxy")
+def fault_proxy_fixture() -> Iterator[FaultProxy]:
     """A fault-injecting HTTP proxy egressing from 127.0.0.2 ("FR")."""
     proxy = FaultProxy(source=FR)
     yield proxy
     proxy.close()
 
 
-@pytest.fixture
-def tiny(tmp_path: Path) -> Iterator[ProxyProcess]:
+@pytest.fixture(name="tiny")
+def tiny_fixture(tmp_path: Path) -> Iterator[ProxyProcess]:
     """tinyproxy egressing from 127.0.0.2 ("FR")."""
     with tinyproxy(tmp_path / "tinyproxy", source=FR) as proxy:
         yield proxy
 
 
-@pytest.fixture
-def dante(tmp_path: Path) -> Iterator[ProxyProcess]:
+@pytest.fixture(name="dante")
+def dante_fixture(tmp_path: Path) -> Iterator[ProxyProcess]:
     """danted (SOCKS5) egressing from 127.0.0.3 ("DE")."""
     with danted(tmp_path / "danted", source=DE) as proxy:
         yield proxy

@@ -67,7 +67,7 @@ def _judge(state: ResourceState, outcome: ProbeOutcome, *, failures: int = 0,
 ])
 def test_transitions_of_a_probe(state: X, outcome: ProbeOutcome, failures: int,
                                 timeouts: int, moves: list[X]) -> None:
-    fields, got = _judge(state, outcome, failures=failures, timeouts=timeouts)
+    _, got = _judge(state, outcome, failures=failures, timeouts=timeouts)
     assert got == moves
     current = state
     for to in got:  # every move is one the resource machine allows

@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.support.proxies import (  # noqa: F401
+    FR,
+    EchoServer,
+    FaultProxy,
+    echo_fixture,
+    fault_proxy_fixture,
+    tinyproxy,
+)
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
 from cadenza.home import Home
-from tests.support.proxies import FR, EchoServer, FaultProxy, tinyproxy
-from tests.support.proxies import echo_fixture, fault_proxy_fixture  # noqa: F401
 
 PASSWORD = "Tiny-Proxy-Pw-77"
 

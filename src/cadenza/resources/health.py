@@ -1,6 +1,7 @@
 """Route health checks: one service of the node (SPEC §8, docs/health-checks.md).
 
-Every round, for each pool with a ``[pools.NAME.health]`` table, the checker probes the
+Every round, for each route pool (its ``[pools.NAME.health]`` table, or the defaults: a
+TCP connect every 60 s), the checker probes the
 routes that are due (:func:`cadenza.domain.health.due_at`: AVAILABLE and FAULT routes an
 ``interval`` after their last check, COOLDOWN routes once their cooldown ends; never a
 LEASED, RUNNING or DISABLED one), at most ``concurrency`` at a time on a thread pool, each
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IDLE_WAIT = 60.0
-"""Seconds between two looks when no pool has health checks (or this node does not lead)."""
+"""Seconds between two looks when there is no route pool (or this node does not lead)."""
 MIN_WAIT = 1.0
 """The shortest wait between two rounds (a route due in the past is probed at once)."""
 
@@ -83,6 +84,12 @@ class Checked:
     ok: bool
     score: float
     error_type: str | None
+
+
+def health_of(pool: Pool) -> PoolHealth:
+    """The pool's health settings; the defaults for a route pool without a health table
+    (a TCP connect to the proxy every 60 s)."""
+    return pool.health if pool.health is not None else PoolHealth()
 
 
 def route_of(record: ResourceRecord, pool: Pool) -> LeasedResource | None:
@@ -144,8 +151,7 @@ class HealthChecker:
     def round(self) -> float:
         """Probe every route due now; returns the seconds until the next one is due."""
         settings = self.settings()
-        pools = {name: pool for name, pool in settings.pools.items()
-                 if pool.kind == "route" and pool.health is not None}
+        pools = {name: pool for name, pool in settings.pools.items() if pool.kind == "route"}
         if not pools or not self.leads():
             self.rounds += 1
             return IDLE_WAIT
@@ -160,12 +166,11 @@ class HealthChecker:
         out: list[Target] = []
         for record in self.store.list_resources():
             pool = pools.get(record.pool)
-            if pool is None or pool.health is None or record.kind != "route" \
-                    or record.state not in PROBED_STATES:
+            if pool is None or record.kind != "route" or record.state not in PROBED_STATES:
                 continue
             route = route_of(record, pool)
             if route is not None:
-                out.append(Target(record, route, pool, pool.health))
+                out.append(Target(record, route, pool, health_of(pool)))
         return out
 
     def _due(self, target: Target, now: datetime) -> datetime:
@@ -176,7 +181,7 @@ class HealthChecker:
 
     def _next_wait(self, pools: dict[str, Pool]) -> float:
         now = self.clock.now()
-        shortest = min(p.health.interval for p in pools.values() if p.health is not None)
+        shortest = min(health_of(p).interval for p in pools.values())
         nearest = now + shortest
         for target in self.targets(pools):
             nearest = min(nearest, self._due(target, now))

@@ -7,7 +7,7 @@ route's state moves as a scheduled probe would move it when it is in a probed st
 (AVAILABLE, COOLDOWN even before its cooldown ends, FAULT); a LEASED or RUNNING route (a run
 uses it) and a DISABLED one (only ``resources enable`` brings it back) keep their state and
 get their health recorded. A route of a pool without ``[pools.NAME.health]`` is probed with
-the defaults: TCP connect only, 5 s timeout.
+the defaults (:func:`~cadenza.resources.health.health_of`): TCP connect only, 5 s timeout.
 """
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from cadenza.config.schema_settings import PoolHealth
 from cadenza.domain.health import PROBED_STATES
 from cadenza.domain.states import ResourceState
 from cadenza.lifecycle import Lifecycle
-from cadenza.resources.health import HealthChecker, Target, route_of
+from cadenza.resources.health import HealthChecker, Target, health_of, route_of
 from cadenza.resources.probe import probe_route
 from cadenza.services.errors import InvalidRequest, NotFound
 
@@ -80,7 +79,7 @@ class ProbeService:
         if pool is None or route is None:
             raise NotFound(f"resource {resource_id!r} (pool {record.pool!r}) is no longer in "
                            f"cadenza.toml")
-        health = pool.health or PoolHealth()
+        health = health_of(pool)
         checker = HealthChecker(store, Lifecycle(services.clock), lambda: settings)
         probe = probe_route(route, health, services.clock)
         checked = checker.record(Target(record, route, pool, health), probe,

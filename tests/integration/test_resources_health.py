@@ -8,6 +8,7 @@ tinyproxy to a real IP-echo server, with the pool's timeout (1 s) as the only re
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -31,6 +32,7 @@ from cadenza.config.schema_settings import Settings
 from cadenza.domain.states import ResourceState
 from cadenza.lifecycle import Lifecycle
 from cadenza.resources.health import HealthChecker
+from cadenza.scheduler.leader import PostgresLeadership
 from cadenza.store import Store
 
 X = ResourceState
@@ -215,3 +217,29 @@ def test_two_hundred_routes_within_one_interval(tmp_path: Path) -> None:
             assert took < 60, f"200 routes took {took:.1f}s"
         finally:
             store.close()
+
+
+def test_on_postgresql_only_the_leader_probes(pg_url: str, echo: EchoServer,
+                                              fault_proxy: FaultProxy) -> None:
+    key = secrets.randbelow(2**31)  # advisory locks are server-wide: a key of this test's own
+    leader, follower = PostgresLeadership(pg_url, key), PostgresLeadership(pg_url, key)
+    store = Store.open(pg_url, clock=SystemClock())
+    try:
+        assert leader.acquire() and not follower.acquire()
+        settings = pool_settings(echo, [{"id": "fr-1", "proxy": fault_proxy.url,
+                                         "region": "FR"}])
+        register(store, settings)
+        HealthChecker(store, Lifecycle(SystemClock()), lambda: settings,
+                      leader=follower).round()
+        HealthChecker(store, Lifecycle(SystemClock()), lambda: settings, leader=None).round()
+        assert store.get_resource("fr-1").health is None  # type: ignore[union-attr]
+        HealthChecker(store, Lifecycle(SystemClock()), lambda: settings,
+                      leader=leader).round()
+        record = store.get_resource("fr-1")
+        assert record is not None and record.health is not None
+        assert record.health.egress_region == "FR"
+        assert len(store.list_events(resource_id="fr-1", event_type="HEALTH_CHECKED")) == 1
+    finally:
+        store.close()
+        leader.close()
+        follower.close()

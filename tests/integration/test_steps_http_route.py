@@ -29,6 +29,7 @@ from tests.support.proxies import (  # noqa: F401
     tinyproxy,
 )
 
+from cadenza.config.schema_settings import Settings
 from cadenza.domain.errors import Fatal, ResourceFault, Retryable
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.http import HttpConfig, HttpStep
@@ -206,3 +207,24 @@ def test_a_connection_target_goes_through_the_route(tmp_path: Path, step: HttpSt
     assert out["json"] == {"ip": FR, "country": "FR"}
     assert fault_proxy.requests == 1
 
+
+
+@pytest.mark.parametrize(("declared", "passes"), [("FR", True), ("DE", False)])
+def test_check_egress_refuses_a_route_in_another_region(
+        tmp_path: Path, step: HttpStep, echo: EchoServer, fault_proxy: FaultProxy,
+        declared: str, passes: bool) -> None:
+    settings = Settings.model_validate({"pools": {"egress": {
+        "kind": "route", "members": [{"id": "fr-1", "proxy": fault_proxy.url,
+                                      "region": declared}],
+        "health": {"ip_echo_url": echo.url("/ip"), "check_egress": True}}}})
+    ctx = RoutedContext(tmp_path, route(fault_proxy.url, declared), settings=settings)
+    if passes:
+        out = call(step, ctx, url=echo.url("/hello"))
+        assert out["preview"] == "hello"
+        assert [p.get("purpose") for p in ctx.http_events()] == ["egress check", None]
+    else:
+        with pytest.raises(ResourceFault) as caught:
+            call(step, ctx, url=echo.url("/hello"))
+        assert caught.value.resource_id == "fr-1"
+        assert "egress region FR, expected DE" in str(caught.value)
+        assert [path for _, path in echo.seen] == ["/ip"]  # nothing sent to the target

@@ -201,6 +201,9 @@ class PoolHealth(StrictModel):
     """The key of the egress region (ISO country code) in the ``ip_echo_url`` answer."""
     concurrency: int = Field(16, ge=1, le=256)
     """How many routes of the pool are probed at once."""
+    check_egress: bool = False
+    """Before each ``http`` step through a route of the pool, ask ``ip_echo_url`` through it
+    and refuse the route (a resource fault) when its egress region is not its ``region``."""
 
 
 class PoolMember(StrictModel):

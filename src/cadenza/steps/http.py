@@ -10,7 +10,9 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
   one of that pool, and without one the step refuses to go direct), the request goes
   through its HTTP or SOCKS5 proxy (:mod:`cadenza.resources.egress`); the egress policy
   still judges the target; the proxy's failures (refused, 407, tunnel, died mid-request)
-  raise :class:`ResourceFault` naming the route; its credentials appear nowhere;
+  raise :class:`ResourceFault` naming the route; its credentials appear nowhere; with
+  ``check_egress`` on the pool's health table, the route's egress region is asked of the
+  pool's ``ip_echo_url`` first and a mismatch is a :class:`ResourceFault` too;
 * headers: the connection's, then the step's; POST, PUT, PATCH and DELETE carry an
   ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break,
   NUL or non-ASCII character in a header value refuses the step before anything is sent;
@@ -56,7 +58,16 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
-from cadenza.resources.egress import clean, routed_client, routed_errors
+from cadenza.resources.egress import (
+    EchoError,
+    check_scheme,
+    clean,
+    egress_of,
+    proxy_transport,
+    region_mismatch,
+    routed_client,
+    routed_errors,
+)
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.base import StepConfig
 from cadenza.steps.netguard import (
@@ -164,11 +175,13 @@ class HttpStep(StepType):
 
     def _call(self, ctx: StepContext, config: HttpConfig) -> dict[str, Any]:
         """One request (with its redirects): the step's output, or the error's class."""
-        target = self._target(ctx, config, route_of(ctx, config.via))
+        target = self._target(ctx, config)
         clock = self._clock_of(ctx)
         started = clock.monotonic()
         deadline = started + target.budget
         try:
+            if target.leased is not None:
+                self._check_egress(ctx, target.leased, deadline, clock)
             headers = _request_headers(ctx, config, target.base_headers)
             with _translated(target.url), routed_errors(
                     target.leased, f"{config.method} {redacted_url(target.url)}"):
@@ -209,10 +222,11 @@ class HttpStep(StepType):
             "json": decoded, "truncated": truncated or len(body) > PREVIEW_CAP,
         }
 
-    def _target(self, ctx: StepContext, config: HttpConfig,
-                route: LeasedResource | None = None) -> _Target:
-        """Where the request goes and the client that sends it: through ``route``'s proxy
-        when there is one (an in-process ``app`` connection never leaves the process)."""
+    def _target(self, ctx: StepContext, config: HttpConfig) -> _Target:
+        """Where the request goes and the client that sends it: through the run's route
+        (:func:`route_of`) when there is one (an in-process ``app`` connection never leaves
+        the process)."""
+        route = route_of(ctx, config.via)
         remaining = ctx.remaining()
         if config.url is not None:
             if route is not None:
@@ -240,6 +254,48 @@ class HttpStep(StepType):
             raise Fatal(f"connection {name!r} did not give an HTTP client")
         return _Target(url, client, False, min(remaining, definition.timeout.total_seconds()),
                        IN_PROCESS if definition.app else None, definition.headers)
+
+    def _check_egress(self, ctx: StepContext, route: LeasedResource, deadline: float,
+                      clock: Clock) -> None:
+        """With ``check_egress`` on the route's pool: the egress region, asked of the pool's
+        ``ip_echo_url`` through the route, must be the route's ``region``
+        (:class:`ResourceFault` otherwise). The echo URL is the operator's: not judged by
+        the egress policy, and sent none of the step's headers."""
+        pool = ctx.settings.pools.get(route.pool)
+        health = None if pool is None else pool.health
+        if health is None or not health.check_egress or health.ip_echo_url is None \
+                or route.region is None:
+            return
+        url = httpx.URL(str(health.ip_echo_url))
+        budget = min(deadline - clock.monotonic(), health.timeout.total_seconds())
+        began = clock.monotonic()
+        status: int | None = None
+        problem: str | None = None
+        seen: tuple[str, str | None] | None = None
+        try:
+            with _translated(url), routed_errors(route, f"egress check {redacted_url(url)}"), \
+                    httpx.Client(transport=proxy_transport(check_scheme(route)),
+                                 trust_env=False, timeout=max(budget, 0.1)) as client:
+                seen = egress_of(client, str(url), ip_key=health.ip_key,
+                                 country_key=health.country_key)
+                status = 200
+        except EchoError as exc:
+            problem = str(exc)
+            raise Retryable(f"egress check of route {route.resource_id}: {exc}") from None
+        except StepError as exc:
+            problem = clean(str(exc), route.proxy)
+            raise
+        finally:
+            ctx.event("HTTP_REQUEST", f"GET {url.host}: {status or problem} (egress check)", {
+                "method": "GET", "host": url.host, "port": url.port, "status": status,
+                "latency_ms": round((clock.monotonic() - began) * 1000),
+                "route": route.resource_id, "pool": route.pool, "url": redacted_url(url),
+                "hop": 0, "error": problem, "purpose": "egress check",
+            }, level="INFO" if problem is None else "WARNING")
+        mismatch = region_mismatch(route, seen[1])
+        if mismatch is not None:
+            raise ResourceFault(f"route {route.resource_id}: {mismatch} (egress {seen[0]}); "
+                                f"refusing to send through it", resource_id=route.resource_id)
 
     def _exchange(self, ctx: StepContext, target: _Target, request: httpx.Request,
                   expect: list[str], deadline: float, clock: Clock) -> httpx.Response:

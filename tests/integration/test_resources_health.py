@@ -26,17 +26,24 @@ from tests.support.proxies import (  # noqa: F401
     fleet,
     tinyproxy,
 )
+from typer.testing import CliRunner
 
+from cadenza.cli.main import app
 from cadenza.clock import FakeClock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.states import ResourceState
+from cadenza.home import Home
 from cadenza.lifecycle import Lifecycle
+from cadenza.node import Node
 from cadenza.resources.health import HealthChecker
 from cadenza.scheduler.leader import PostgresLeadership
 from cadenza.store import Store
 
 X = ResourceState
 INTERVAL, COOLDOWN = 60, 30
+NODE_LOOPS = 7
+"""Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, config
+watch, dispatcher, health."""
 
 
 def pool_settings(echo: EchoServer, members: list[dict[str, Any]], **health: Any
@@ -243,3 +250,45 @@ def test_on_postgresql_only_the_leader_probes(pg_url: str, echo: EchoServer,
         store.close()
         leader.close()
         follower.close()
+
+
+def test_a_node_probes_its_routes_on_its_clock(tmp_path: Path, echo: EchoServer,
+                                               fault_proxy: FaultProxy) -> None:
+    """The checker as a service of a whole node (SQLite, FakeClock): it probes at start,
+    and a proxy that starts timing out is COOLDOWN one interval later."""
+    path = tmp_path / "home"
+    assert CliRunner().invoke(app, ["init", str(path)]).exit_code == 0
+    config = path / "cadenza.toml"
+    config.write_text(config.read_text() + f'''
+[pools.egress]
+kind = "route"
+cooldown = "{COOLDOWN}s"
+[pools.egress.health]
+interval = "{INTERVAL}s"
+timeout = "1s"
+probe_url = "{echo.url('/generate_204')}"
+[[pools.egress.members]]
+id = "fr-1"
+proxy = "{fault_proxy.url}"
+region = "FR"
+''')
+    home = Home(path.resolve())
+    loaded = home.load_config()
+    clock = FakeClock("2027-03-01T10:00:00+00:00")
+    store = home.open_store(loaded, clock=clock)
+    register(store, loaded.settings)
+    node = Node(home, loaded, store, clock=clock, workers=1)
+    try:
+        assert "health" in [s.name for s in node.services]
+        node.start()
+        assert clock.wait_until_idle(NODE_LOOPS, timeout=30)
+        now_state, health = state(store)
+        assert now_state is X.AVAILABLE and health is not None
+        assert health.last_checked_at == clock.now()
+        fault_proxy.delay = 3.0
+        clock.advance_idle(INTERVAL, NODE_LOOPS, timeout=30)
+        now_state, health = state(store)
+        assert now_state is X.COOLDOWN and health.last_error_type == "timeout"
+    finally:
+        node.stop(timeout=10)
+        store.close()

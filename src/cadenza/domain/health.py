@@ -27,11 +27,12 @@ from cadenza.domain.states import ResourceState
 TIMEOUT = "timeout"
 """The ``error_type`` of a probe that ran out of time (counted in ``recent_timeouts``)."""
 ERROR_TYPES = ("connect", TIMEOUT, "proxy_auth", "tunnel", "status", "echo",
-               "region_mismatch")
+               "region_mismatch", "error")
 """Why a probe fails: the proxy refused the TCP connection; a phase ran out of time; the
 proxy wants (other) credentials (407); the proxy could not reach the target (CONNECT or
 SOCKS refused, 5xx of the proxy); the probe URL answered outside 2xx; the IP-echo answer is
-not JSON with the expected keys; the egress region differs from the member's."""
+not JSON with the expected keys; the egress region differs from the member's; anything
+else (an unreadable URL...), named by its exception."""
 RECENT = timedelta(hours=1)
 """The window of ``recent_timeouts``."""
 PROBED_STATES = frozenset({ResourceState.AVAILABLE, ResourceState.COOLDOWN,

@@ -93,7 +93,9 @@ def probe_route(route: LeasedResource, health: PoolHealth, clock: Clock) -> Prob
                                          requests)
                 if health.ip_echo_url is not None:
                     egress = _echo(client, route, health, clock, requests)
-    except _Failed as failure:
+    except Exception as exc:  # anything else is this route's failure too, named
+        failure = exc if isinstance(exc, _Failed) else _Failed(
+            2 if latency is not None else 1, "error", f"{type(exc).__name__}: {exc}")
         elapsed = (clock.monotonic() - started) * 1000
         return Probe(ProbeOutcome(False, round(elapsed, 1), failure.phase, failure.error_type,
                                   clean(failure.message, proxy), *egress), requests)

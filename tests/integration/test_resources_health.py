@@ -40,7 +40,7 @@ from cadenza.scheduler.leader import PostgresLeadership
 from cadenza.store import Store
 
 X = ResourceState
-INTERVAL, COOLDOWN = 60, 30
+INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2
 NODE_LOOPS = 7
 """Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, config
 watch, dispatcher, health."""
@@ -48,7 +48,7 @@ watch, dispatcher, health."""
 
 def pool_settings(echo: EchoServer, members: list[dict[str, Any]], **health: Any
                   ) -> Settings:
-    table = {"interval": f"{INTERVAL}s", "timeout": "1s",
+    table = {"interval": f"{INTERVAL}s", "timeout": f"{TIMEOUT}s",
              "probe_url": echo.url("/generate_204"), "ip_echo_url": echo.url("/ip"),
              "threshold": 50, **health}
     return Settings.model_validate({"pools": {"egress": {
@@ -114,13 +114,13 @@ def test_timeouts_cool_down_recover_then_disable(store: Store, clock: FakeClock,
         first_check = health.last_checked_at
 
         # The proxy starts timing out: within one interval the route is COOLDOWN.
-        fault_proxy.delay = 3.0
+        fault_proxy.delay = 5.0
         run.step(INTERVAL)
         now_state, health = state(store)
         assert now_state is X.COOLDOWN
         assert health.last_checked_at == first_check + timedelta(seconds=INTERVAL)
         assert health.last_error_type == "timeout" and health.recent_timeouts == 1
-        assert health.score == 100 - 1000 / 20 - 15 - 10
+        assert health.score == max(0, 100 - TIMEOUT * 1000 / 20 - 15 - 10)
         assert health.cooldown_until == clock.now() + timedelta(seconds=COOLDOWN)
         cooled_at = clock.now()
 
@@ -141,7 +141,7 @@ def test_timeouts_cool_down_recover_then_disable(store: Store, clock: FakeClock,
         assert health.score == 100 - 2 * 10
 
         # Timing out for good: DISABLED after disable_after (5) consecutive failures.
-        fault_proxy.delay = 3.0
+        fault_proxy.delay = 5.0
         run.step(INTERVAL)
         assert state(store)[0] is X.COOLDOWN
         for _ in range(4):
@@ -194,16 +194,16 @@ def test_region_mismatch_and_credentials_never_shown(tmp_path: Path, store: Stor
 
 def test_two_hundred_routes_within_one_interval(tmp_path: Path) -> None:
     """200 routes, each through its own proxy (served by another process) that waits
-    0.2 s before each request: one by one, two requests each, that is 80 s; the checker,
-    32 at a time, does it within the 60 s interval (a few seconds on an idle machine)."""
-    with fleet(200, 0.2) as proxies:
+    0.5 s before each request: one by one, two requests each, that is 200 s; the checker,
+    50 at a time, does it within the 120 s interval (about 5 s on an idle machine)."""
+    with fleet(200, 0.5) as proxies:
         store = Store.open(f"sqlite:///{tmp_path / 'many.db'}", clock=SystemClock())
         try:
             members = [{"id": f"r{i:03}", "proxy": f"http://127.0.0.1:{port}",
                         "region": "FR"} for i, port in enumerate(proxies.proxy_ports)]
             settings = Settings.model_validate({"pools": {"egress": {
                 "kind": "route", "members": members, "health": {
-                    "interval": "60s", "timeout": "10s", "concurrency": 32,
+                    "interval": "120s", "timeout": "20s", "concurrency": 50,
                     "probe_url": proxies.echo_url("/generate_204"),
                     "ip_echo_url": proxies.echo_url("/ip")}}}})
             register(store, settings)
@@ -219,9 +219,10 @@ def test_two_hundred_routes_within_one_interval(tmp_path: Path) -> None:
             assert failed == [], failed[:3]
             # every route probed once and passed (a slow machine may score some low)
             assert all(r.health is not None and r.health.consecutive_successes == 1
-                       and r.health.latency_ms is not None and r.health.latency_ms >= 200
+                       and r.health.latency_ms is not None and r.health.latency_ms >= 500
                        for r in records)
-            assert took < 60, f"200 routes took {took:.1f}s"
+            assert took < 120, f"200 routes took {took:.1f}s"
+            assert took < 200 * 2 * 0.5 / 4  # at least 4 times faster than one by one
         finally:
             store.close()
 
@@ -265,7 +266,7 @@ kind = "route"
 cooldown = "{COOLDOWN}s"
 [pools.egress.health]
 interval = "{INTERVAL}s"
-timeout = "1s"
+timeout = "{TIMEOUT}s"
 probe_url = "{echo.url('/generate_204')}"
 [[pools.egress.members]]
 id = "fr-1"
@@ -285,7 +286,7 @@ region = "FR"
         now_state, health = state(store)
         assert now_state is X.AVAILABLE and health is not None
         assert health.last_checked_at == clock.now()
-        fault_proxy.delay = 3.0
+        fault_proxy.delay = 5.0
         clock.advance_idle(INTERVAL, NODE_LOOPS, timeout=30)
         now_state, health = state(store)
         assert now_state is X.COOLDOWN and health.last_error_type == "timeout"

@@ -27,8 +27,10 @@ and messages of httpx's errors are cleaned of it (:func:`clean`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
+import ssl
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -89,9 +91,17 @@ def check_scheme(route: LeasedResource) -> str:
 def proxy_transport(proxy: str, *, verify: bool = True) -> httpx.HTTPTransport:
     """An httpx transport that sends every request through ``proxy``, on a new connection
     each time: proxies (tinyproxy among them) close a forwarded exchange's connection
-    without saying so, and a reused one then fails as if the route were broken."""
-    return httpx.HTTPTransport(proxy=httpx.Proxy(proxy), verify=verify, retries=0,
+    without saying so, and a reused one then fails as if the route were broken. Verifying
+    transports share one TLS context (loading the CA bundle per probe costs more CPU than
+    the probe)."""
+    return httpx.HTTPTransport(proxy=httpx.Proxy(proxy),
+                               verify=_verifying_context() if verify else False, retries=0,
                                limits=httpx.Limits(max_keepalive_connections=0))
+
+
+@functools.cache
+def _verifying_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context()
 
 
 class RoutedTransport(GuardedTransport):

@@ -27,7 +27,7 @@ SECRET = "SocksPw-0451"
 
 
 def health(echo: EchoServer, **extra: object) -> PoolHealth:
-    return PoolHealth.model_validate({"timeout": "1s", "probe_url": echo.url("/generate_204"),
+    return PoolHealth.model_validate({"timeout": "3s", "probe_url": echo.url("/generate_204"),
                                       "ip_echo_url": echo.url("/ip"), **extra})
 
 
@@ -70,7 +70,7 @@ def test_each_fault_is_named(echo: EchoServer, fault_proxy: FaultProxy, fault: s
     if fault == "refuse":
         fault_proxy.refuse()
     elif fault == "delay":
-        fault_proxy.delay = 3.0
+        fault_proxy.delay = 5.0
     elif fault == "auth":
         fault_proxy.credentials = ("cz", "right-one")
     else:

@@ -32,7 +32,8 @@ def health(echo: EchoServer, **extra: object) -> PoolHealth:
 
 
 def route(proxy: str, region: str | None = "FR") -> LeasedResource:
-    return LeasedResource("r-1", "egress", "route", proxy, region)
+    return LeasedResource(resource_id="r-1", pool="egress", kind="route", proxy=proxy,
+                          region=region, fields={}, route=None)
 
 
 def test_all_phases_through_danted(tmp_path: Path, echo: EchoServer) -> None:

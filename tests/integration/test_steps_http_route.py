@@ -61,7 +61,8 @@ class RoutedContext(HttpTestContext):
 
 
 def route(proxy: str, region: str | None = "FR", rid: str = "fr-1") -> LeasedResource:
-    return LeasedResource(rid, "egress", "route", proxy, region)
+    return LeasedResource(resource_id=rid, pool="egress", kind="route", proxy=proxy,
+                          region=region, fields={}, route=None)
 
 
 @pytest.fixture

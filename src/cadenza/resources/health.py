@@ -96,8 +96,9 @@ def route_of(record: ResourceRecord, pool: Pool) -> LeasedResource | None:
     """The pool member of ``record`` as a route (None when the config no longer has it)."""
     for member in pool.members:
         if member.id == record.resource_id:
-            return LeasedResource(record.resource_id, record.pool, record.kind,
-                                  member.proxy, member.region, dict(member.fields))
+            return LeasedResource(resource_id=record.resource_id, pool=record.pool,
+                                  kind=record.kind, proxy=member.proxy, region=member.region,
+                                  fields=dict(member.fields), route=None)
     return None
 
 

@@ -10,6 +10,7 @@ as public and judges every other address by the real rule.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 from ipaddress import IPv4Address
@@ -22,6 +23,7 @@ from tests.support.proxies import (  # noqa: F401
     FR,
     EchoServer,
     FaultProxy,
+    FaultSocks,
     danted,
     echo_fixture,
     fault_proxy_fixture,
@@ -229,3 +231,26 @@ def test_check_egress_refuses_a_route_in_another_region(
         assert caught.value.resource_id == "fr-1"
         assert "egress region FR, expected DE" in str(caught.value)
         assert [path for _, path in echo.seen] == ["/ip"]  # nothing sent to the target
+
+
+# httpcore 1.0.9 does not close the socket of a SOCKS5 handshake the proxy refused (it is
+# closed when collected, with a ResourceWarning): collected here, inside this test.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_socks_authentication_failure_is_the_route_at_fault(tmp_path: Path, step: HttpStep,
+                                                            echo: EchoServer) -> None:
+    socks = FaultSocks(source=FR, credentials=("cz", "right-one"))
+    try:
+        good = RoutedContext(tmp_path, route(socks.url_with("cz", "right-one")))
+        assert call(step, good, url=echo.url("/ip"))["json"] == {"ip": FR, "country": "FR"}
+        bad = RoutedContext(tmp_path, route(socks.url_with("cz", SECRET)))
+        with pytest.raises(ResourceFault) as caught:
+            call(step, bad, url=echo.url("/hello"))
+    finally:
+        socks.close()
+    rid, message = caught.value.resource_id, str(caught.value)
+    del caught  # the error's context holds httpcore's socket: collected now
+    gc.collect()
+    assert rid == "fr-1"
+    assert "refused the tunnel" in message
+    assert SECRET not in everything(bad, message)
+    assert [path for _, path in echo.seen] == ["/ip"]

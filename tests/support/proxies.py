@@ -16,6 +16,8 @@ and stopped by its fixture:
   are refused) and ``resume()``, ``credentials`` (407 without the right
   ``Proxy-Authorization``), ``source`` (the loopback address it sends from: the egress
   region) and ``kill()`` (drop every open connection and stop listening).
+* :class:`FaultSocks`: the same as a SOCKS5 proxy (RFC 1928), with username/password
+  authentication (RFC 1929) when it has ``credentials``: wrong ones are refused.
 * :func:`tinyproxy` (Debian's ``tinyproxy``: HTTP forwarding and CONNECT, optional basic
   auth, ``Bind`` for its outgoing address) and :func:`danted` (Debian's ``dante-server``,
   SOCKS5 with its ``external`` address) and :func:`pproxy_socks` (pproxy from PyPI: SOCKS5
@@ -304,6 +306,70 @@ class FaultProxy:
         self._track(upstream)
         return upstream
 
+
+
+class FaultSocks(FaultProxy):
+    """A SOCKS5 proxy (RFC 1928, CONNECT only) with the same faults; with ``credentials``
+    it requires the username/password method (RFC 1929) and refuses wrong ones."""
+
+    @property
+    def url(self) -> str:
+        return f"socks5://127.0.0.1:{self.port}"
+
+    def url_with(self, user: str, password: str) -> str:
+        return f"socks5://{user}:{password}@127.0.0.1:{self.port}"
+
+    def _serve(self, client: socket.socket) -> None:
+        try:
+            head = _recv_exact(client, 2)
+            methods = _recv_exact(client, head[1])
+            self.requests += 1
+            if self.delay:
+                time.sleep(self.delay)
+            if self.credentials is None:
+                client.sendall(b"\x05\x00")
+            elif 2 not in methods:
+                client.sendall(b"\x05\xff")
+                return
+            else:
+                client.sendall(b"\x05\x02")
+                _, size = _recv_exact(client, 2)
+                user = _recv_exact(client, size).decode()
+                password = _recv_exact(client, _recv_exact(client, 1)[0]).decode()
+                if (user, password) != self.credentials:
+                    client.sendall(b"\x01\x01")
+                    return
+                client.sendall(b"\x01\x00")
+            _, command, _, kind = _recv_exact(client, 4)
+            if kind == 1:
+                host = socket.inet_ntoa(_recv_exact(client, 4))
+            elif kind == 3:
+                host = _recv_exact(client, _recv_exact(client, 1)[0]).decode()
+            else:
+                host = socket.inet_ntop(socket.AF_INET6, _recv_exact(client, 16))
+            port = int.from_bytes(_recv_exact(client, 2), "big")
+            upstream = self._connect(host, port) if command == 1 else None
+            if upstream is None:
+                client.sendall(b"\x05\x05\x00\x01" + bytes(6))
+                return
+            client.sendall(b"\x05\x00\x00\x01" + bytes(6))
+            _pipe(client, upstream)
+        except Exception as exc:
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._open.discard(client)
+            client.close()
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the client closed the connection")
+        data += chunk
+    return data
 
 def _read_head(sock: socket.socket) -> tuple[str, list[str], bytes] | None:
     data = b""

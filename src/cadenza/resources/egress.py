@@ -149,24 +149,27 @@ def routed_errors(route: LeasedResource | None, what: str,
         return
     proxy = route.proxy
     where = f"{what} via route {route.resource_id} ({shown_proxy(proxy)})"
+    failure: ResourceFault | None = None
     try:
         yield
     except StepError:
         raise
     except httpx.ProxyError as exc:
-        raise fault(route, f"{where}: the proxy refused the tunnel: {clean(str(exc), proxy)}"
-                    ) from None
+        failure = fault(route, f"{where}: the proxy refused the tunnel: "
+                               f"{clean(str(exc), proxy)}")
     except httpx.ConnectTimeout:
-        raise fault(route, f"{where}: the proxy did not accept a connection in time"
-                    ) from None
+        failure = fault(route, f"{where}: the proxy did not accept a connection in time")
     except httpx.ConnectError as exc:
-        raise fault(route, f"{where}: cannot connect to the proxy: {clean(str(exc), proxy)}"
-                    ) from None
+        failure = fault(route, f"{where}: cannot connect to the proxy: {clean(str(exc), proxy)}")
     except _BROKEN as exc:
         if alive(proxy):
             raise
-        raise fault(route, f"{where}: the proxy stopped answering during the request "
-                    f"({type(exc).__name__}) and no longer accepts connections") from None
+        failure = fault(route, f"{where}: the proxy stopped answering during the request "
+                               f"({type(exc).__name__}) and no longer accepts connections")
+    if failure is not None:
+        # Raised outside the handler: the fault does not keep httpx's exception (its
+        # traceback holds the proxy's connection, its text may hold the proxy URL).
+        raise failure
 
 
 def fault(route: LeasedResource, message: str) -> ResourceFault:

@@ -175,7 +175,7 @@ def _translate(exc: httpx.HTTPError, phase: int, proxy: str) -> _Failed:
         return _Failed(phase, TIMEOUT, f"no answer in time through the proxy "
                                        f"({type(exc).__name__})")
     if isinstance(exc, httpx.ProxyError):
-        if "407" in text:
+        if "407" in text or "username/password" in text.lower():  # HTTP, SOCKS5 auth
             return _Failed(phase, "proxy_auth", f"the proxy refused its credentials: {text}")
         return _Failed(phase, "tunnel", f"the proxy refused the tunnel: {text}")
     if isinstance(exc, httpx.ConnectError):

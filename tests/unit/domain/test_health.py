@@ -108,3 +108,33 @@ def test_when_a_route_is_due() -> None:
     assert due_at(X.COOLDOWN, NOW, NOW + COOL, minute, NOW) == NOW + COOL
     for state in (X.LEASED, X.RUNNING, X.DISABLED):
         assert due_at(state, NOW, None, minute, NOW) is None
+
+
+def test_a_flapping_route_stays_out_until_its_timeouts_age() -> None:
+    """Hysteresis (RELIABILITY 30): a proxy that times out on every other probe comes back
+    a few times, then stays in COOLDOWN even when it answers, until its timeouts are more
+    than an hour old."""
+    state, before, now = X.AVAILABLE, Previous(), NOW
+    timeouts: list[datetime] = []
+    returns = 0
+    for probe in range(40):  # one probe every cooldown (30 s): 20 minutes
+        outcome = TIMED_OUT if probe % 2 == 0 else OK
+        if outcome is TIMED_OUT:
+            timeouts.append(now)
+        recent = sum(1 for t in timeouts if t > now - timedelta(hours=1))
+        verdict = judge(state, before, outcome, recent_timeouts=recent, now=now,
+                        timeout=timedelta(seconds=5), threshold=50, cooldown=COOL,
+                        disable_after=5)
+        for to, _ in verdict.transitions:
+            returns += to is X.AVAILABLE
+            state = to
+        before = Previous(**{k: verdict.fields[k] for k in (  # type: ignore[arg-type]
+            "consecutive_successes", "consecutive_failures", "cooldown_until")})
+        now += COOL
+    assert state is X.COOLDOWN
+    assert returns == 4  # passes with 1..4 recent timeouts; from the 5th on it stays out
+    # An hour after the last timeout, one passing probe brings it back.
+    verdict = judge(state, before, OK, recent_timeouts=0, now=now + timedelta(hours=1),
+                    timeout=timedelta(seconds=5), threshold=50, cooldown=COOL,
+                    disable_after=5)
+    assert [to for to, _ in verdict.transitions] == [X.AVAILABLE]

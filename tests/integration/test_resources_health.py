@@ -293,3 +293,34 @@ region = "FR"
     finally:
         node.stop(timeout=10)
         store.close()
+
+
+def test_health_row_and_events_commit_together(store: Store, clock: FakeClock,
+                                               echo: EchoServer, fault_proxy: FaultProxy,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A HEALTH_CHECKED event that cannot be written takes the health row and the
+    transition with it (one transaction); the next round writes all three."""
+    settings = pool_settings(echo, [{"id": "fr-1", "proxy": fault_proxy.url,
+                                     "region": "DE"}],  # egress is FR: fails
+                             disable_after=1)
+    register(store, settings)
+    checker = HealthChecker(store, Lifecycle(clock), lambda: settings)
+    real = store.append_event
+
+    def failing(event_type: Any, *args: Any, **kwargs: Any) -> int:
+        if event_type == "HEALTH_CHECKED":
+            raise RuntimeError("injected: the event cannot be written")
+        return real(event_type, *args, **kwargs)
+
+    monkeypatch.setattr(store, "append_event", failing)
+    with pytest.raises(RuntimeError, match="injected"):
+        checker.round()
+    assert state(store) == (X.AVAILABLE, None)
+    assert store.list_events(resource_id="fr-1", event_type="HTTP_REQUEST") == []
+    monkeypatch.setattr(store, "append_event", real)
+    checker.round()
+    now_state, health = state(store)
+    assert now_state is X.DISABLED and health.last_error_type == "region_mismatch"
+    assert len(store.list_events(resource_id="fr-1", event_type="HEALTH_CHECKED")) == 1
+    assert store.list_events(resource_id="fr-1", event_type="RESOURCE_STATE_CHANGED")[
+        -1].payload["to"] == "DISABLED"

@@ -14,6 +14,8 @@ from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
 from cadenza.cli import notify as notify_cmd
+from cadenza.cli import resources as resources_cmd
+from cadenza.cli import resources_probe as resources_probe_cmd
 from cadenza.cli import run as run_cmd
 from cadenza.cli import runs as runs_cmd
 from cadenza.cli import secrets as secrets_cmd
@@ -59,6 +61,8 @@ app.add_typer(users_cmd.app, name="users")
 app.add_typer(secrets_cmd.app, name="secrets")
 app.add_typer(notify_cmd.app, name="notify")
 app.add_typer(notify_cmd.log_app, name="notifications")
+resources_probe_cmd.register(resources_cmd.app)
+app.add_typer(resources_cmd.app, name="resources")
 
 
 def main() -> None:

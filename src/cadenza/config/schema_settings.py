@@ -197,6 +197,17 @@ class PoolHealth(StrictModel):
     probe_url: HttpUrl | None = None
     ip_echo_url: HttpUrl | None = None
     threshold: float = Field(50, ge=0, le=100)
+    disable_after: int = Field(5, ge=1, le=1000)
+    """Consecutive failed probes after which the route goes DISABLED."""
+    ip_key: NonEmptyStr = "ip"
+    """The key of the egress address in the ``ip_echo_url`` JSON answer."""
+    country_key: NonEmptyStr = "country"
+    """The key of the egress region (ISO country code) in the ``ip_echo_url`` answer."""
+    concurrency: int = Field(16, ge=1, le=256)
+    """How many routes of the pool are probed at once."""
+    check_egress: bool = False
+    """Before each ``http`` step through a route of the pool, ask ``ip_echo_url`` through it
+    and refuse the route (a resource fault) when its egress region is not its ``region``."""
 
 
 class PoolMember(StrictModel):

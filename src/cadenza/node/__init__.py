@@ -21,6 +21,8 @@ reaper        :class:`~cadenza.node.leases.Reaper`: at start takes back what a c
 scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fires a
               stopped server recorded ahead, then records fires (leader only)
 retention     :class:`~cadenza.retention.RetentionSweeper`: the daily prune (leader only)
+health        :class:`~cadenza.resources.health.HealthChecker`: route health checks (every
+              node on SQLite, the leader on PostgreSQL)
 config        :class:`~cadenza.node.config.ConfigHolder`: the current configuration, its
               reload, the watch of ``cadenza.toml`` and ``jobs.toml``
 dispatcher    :class:`~cadenza.node.dispatcher.Dispatcher`: admission, claims, staged due
@@ -78,6 +80,7 @@ from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher, _claimer_for
 from cadenza.node.leases import Reaper
 from cadenza.node.scheduling import SchedulerService
+from cadenza.resources.health import HealthChecker
 from cadenza.retention import RetentionSweeper
 from cadenza.scheduler.leader import Leadership, leadership_for
 from cadenza.scheduler.service import LOOKAHEAD, Scheduler
@@ -161,6 +164,10 @@ class Node:
         self.sender = Sender(self.store, lambda: self.config, self.life, owner=self.owner)
         self.sender.install()
         services.append(self.sender)
+        # Route health checks (SPEC §8): the leader only on PostgreSQL, see its leads().
+        self.health = HealthChecker(self.store, self.life, lambda: self.config.settings,
+                                    leader=self.leader)
+        services.append(self.health)
         services += [self.holder, self.dispatcher]
         return services
 

@@ -6,6 +6,13 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
   connection's ``base_url`` joined with ``path`` (staying on that origin, no ``..``),
   under the connection's policy (``allow_private``) or to its in-process ``app``; the
   step's ``query`` is appended to the query string the URL or the path already has;
+* route (SPEC §8): when the run holds a route (``ctx.route(via)``; ``via = POOL`` asks for
+  one of that pool, and without one the step refuses to go direct), the request goes
+  through its HTTP or SOCKS5 proxy (:mod:`cadenza.resources.egress`); the egress policy
+  still judges the target; the proxy's failures (refused, 407, tunnel, died mid-request)
+  raise :class:`ResourceFault` naming the route; its credentials appear nowhere; with
+  ``check_egress`` on the pool's health table, the route's egress region is asked of the
+  pool's ``ip_echo_url`` first and a mismatch is a :class:`ResourceFault` too;
 * headers: the connection's, then the step's; POST, PUT, PATCH and DELETE carry an
   ``Idempotency-Key`` (``idempotency_key``, else ``${run.id}:${step}``); a line break,
   NUL or non-ASCII character in a header value refuses the step before anything is sent;
@@ -51,6 +58,17 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
+from cadenza.resources.egress import (
+    EchoError,
+    check_scheme,
+    clean,
+    egress_of,
+    proxy_transport,
+    region_mismatch,
+    routed_client,
+    routed_errors,
+)
+from cadenza.resources.leased import LeasedResource
 from cadenza.steps.base import StepConfig
 from cadenza.steps.netguard import (
     ALLOWED_SCHEMES,
@@ -125,6 +143,7 @@ class _Target:
     budget: float
     route: str | None
     base_headers: Mapping[str, str]
+    leased: LeasedResource | None = None  # the route sent through, if any
 
 
 class HttpStep(StepType):
@@ -144,9 +163,6 @@ class HttpStep(StepType):
     def run(self, ctx: StepContext, config: HttpConfig) -> StepResult:
         """Send the request, follow redirects, read the answer; raise the SPEC §7 class of
         any failure."""
-        if config.via is not None:
-            raise Fatal(f"'via' ({config.via!r}): sending through a route pool needs route "
-                        f"leasing, which this build does not have; refusing to go direct")
         once = getattr(ctx, "once", None)
         if config.method in UNSAFE_METHODS and callable(once):
             key = _operation_key(ctx, config)
@@ -164,8 +180,11 @@ class HttpStep(StepType):
         started = clock.monotonic()
         deadline = started + target.budget
         try:
+            if target.leased is not None:
+                self._check_egress(ctx, target.leased, deadline, clock)
             headers = _request_headers(ctx, config, target.base_headers)
-            with _translated(target.url):
+            with _translated(target.url), routed_errors(
+                    target.leased, f"{config.method} {redacted_url(target.url)}"):
                 request = target.client.build_request(
                     config.method, with_query(target.url, _query(config.query)),
                     headers=headers, json=config.json_, content=None if config.body is None
@@ -189,7 +208,7 @@ class HttpStep(StepType):
         finally:
             if target.owned:
                 target.client.close()
-        self._check_status(response, body, config.expect, clock)
+        self._check_status(response, body, config.expect, clock, target.leased)
         elapsed_ms = round((clock.monotonic() - started) * 1000)
         decoded = _decode_json(body, ctx) if is_json and not raw and not truncated else None
         if is_json and truncated:
@@ -204,8 +223,15 @@ class HttpStep(StepType):
         }
 
     def _target(self, ctx: StepContext, config: HttpConfig) -> _Target:
+        """Where the request goes and the client that sends it: through the run's route
+        (:func:`route_of`) when there is one (an in-process ``app`` connection never leaves
+        the process)."""
+        route = route_of(ctx, config.via)
         remaining = ctx.remaining()
         if config.url is not None:
+            if route is not None:
+                return _Target(_parse_url(config.url), routed_client(self._policy, route),
+                               True, remaining, route.resource_id, {}, route)
             return _Target(_parse_url(config.url), guarded_client(self._policy), True,
                            remaining, None, {})
         name = config.connection or ""
@@ -215,11 +241,61 @@ class HttpStep(StepType):
         url = _join(definition.base_url, config.path)
         for header, value in definition.headers.items():
             _check_header(header, value, f"connection {name!r}: ")
+        if route is not None and definition.app is None:
+            policy = EgressPolicy(definition.allow_private, self._policy.resolver,
+                                  self._policy.is_public)
+            budget = min(remaining, definition.timeout.total_seconds())
+            routed = routed_client(policy, route, verify=definition.verify_tls,
+                                   headers=dict(definition.headers), timeout=budget)
+            return _Target(url, routed, True, budget, route.resource_id, definition.headers,
+                           route)
         client = ctx.connection(name)
         if not isinstance(client, httpx.Client):
             raise Fatal(f"connection {name!r} did not give an HTTP client")
         return _Target(url, client, False, min(remaining, definition.timeout.total_seconds()),
                        IN_PROCESS if definition.app else None, definition.headers)
+
+    def _check_egress(self, ctx: StepContext, route: LeasedResource, deadline: float,
+                      clock: Clock) -> None:
+        """With ``check_egress`` on the route's pool: the egress region, asked of the pool's
+        ``ip_echo_url`` through the route, must be the route's ``region``
+        (:class:`ResourceFault` otherwise). The echo URL is the operator's: not judged by
+        the egress policy, and sent none of the step's headers."""
+        pool = ctx.settings.pools.get(route.pool)
+        health = None if pool is None else pool.health
+        if health is None or not health.check_egress or health.ip_echo_url is None \
+                or route.region is None:
+            return
+        url = httpx.URL(str(health.ip_echo_url))
+        budget = min(deadline - clock.monotonic(), health.timeout.total_seconds())
+        began = clock.monotonic()
+        status: int | None = None
+        problem: str | None = None
+        seen: tuple[str, str | None] | None = None
+        try:
+            with _translated(url), routed_errors(route, f"egress check {redacted_url(url)}"), \
+                    httpx.Client(transport=proxy_transport(check_scheme(route)),
+                                 trust_env=False, timeout=max(budget, 0.1)) as client:
+                seen = egress_of(client, str(url), ip_key=health.ip_key,
+                                 country_key=health.country_key)
+                status = 200
+        except EchoError as exc:
+            problem = str(exc)
+            raise Retryable(f"egress check of route {route.resource_id}: {exc}") from None
+        except StepError as exc:
+            problem = clean(str(exc), route.proxy)
+            raise
+        finally:
+            ctx.event("HTTP_REQUEST", f"GET {url.host}: {status or problem} (egress check)", {
+                "method": "GET", "host": url.host, "port": url.port, "status": status,
+                "latency_ms": round((clock.monotonic() - began) * 1000),
+                "route": route.resource_id, "pool": route.pool, "url": redacted_url(url),
+                "hop": 0, "error": problem, "purpose": "egress check",
+            }, level="INFO" if problem is None else "WARNING")
+        mismatch = region_mismatch(route, seen[1])
+        if mismatch is not None:
+            raise ResourceFault(f"route {route.resource_id}: {mismatch} (egress {seen[0]}); "
+                                f"refusing to send through it", resource_id=route.resource_id)
 
     def _exchange(self, ctx: StepContext, target: _Target, request: httpx.Request,
                   expect: list[str], deadline: float, clock: Clock) -> httpx.Response:
@@ -265,14 +341,18 @@ class HttpStep(StepType):
         finally:
             latency_ms = round((clock.monotonic() - started) * 1000)
             host = request.url.host
+            if problem is not None and target.leased is not None:
+                problem = clean(problem, target.leased.proxy)
             ctx.event("HTTP_REQUEST", f"{request.method} {host}: {status or problem}", {
                 "method": request.method, "host": host, "port": request.url.port,
                 "status": status, "latency_ms": latency_ms, "route": target.route,
+                "pool": None if target.leased is None else target.leased.pool,
                 "url": redacted_url(request.url), "hop": hop, "error": problem,
             }, level="INFO" if problem is None else "WARNING")
 
     def _check_status(self, response: httpx.Response, body: bytes, expect: list[str],
-                      clock: Clock | None = None) -> None:
+                      clock: Clock | None = None, route: LeasedResource | None = None
+                      ) -> None:
         status = response.status_code
         if _matches(status, expect):
             return
@@ -285,11 +365,26 @@ class HttpStep(StepType):
         if status in RETRYABLE_STATUSES:
             raise Retryable(where)
         if status == 407:
-            raise ResourceFault(f"{where} (the proxy refused its credentials)")
+            raise ResourceFault(f"{where} (the proxy refused its credentials)", resource_id=(
+                None if route is None else route.resource_id))
         text = " ".join(_text(body[:PREVIEW_CAP], response, cut=True).split())
         excerpt = Redactor().redact_text(text[:_EXCERPT])
         raise Fatal(f"{where}, expected {' or '.join(expect)}" + (f": {excerpt}" if excerpt
                                                                  else ""))
+
+
+def route_of(ctx: StepContext, via: str | None) -> LeasedResource | None:
+    """The route this step sends through: ``ctx.route(via)`` (a route of pool ``via``, or
+    without ``via`` any route the run holds). :class:`Fatal` when ``via`` names a pool and
+    no route of it is held: the step never goes direct instead."""
+    getter = getattr(ctx, "route", None)
+    route = getter(via) if callable(getter) else None
+    if route is not None and not isinstance(route, LeasedResource):
+        raise Fatal(f"the run's route is not a leased resource: {type(route).__name__}")
+    if via is not None and route is None:
+        raise Fatal(f"'via' ({via!r}): the run holds no route of pool {via!r}; refusing to "
+                    f"go direct")
+    return route
 
 
 def _abortable(ctx: StepContext, fn: Any, abort: Any, what: str) -> Any:

@@ -78,7 +78,7 @@ def config(**fields: Any) -> HttpConfig:
 
 
 def test_refusals_before_sending(ctx: HttpTestContext) -> None:
-    with pytest.raises(Fatal, match="route pool"):
+    with pytest.raises(Fatal, match="no route of pool 'egress'; refusing to go direct"):
         HttpStep().run(ctx, config(url="https://example.org/", via="egress"))
     with pytest.raises(Fatal, match="not an http connection"):
         HttpStep().run(ctx, config(connection="db", path="/x"))

@@ -80,10 +80,10 @@ _SQLITE_DECL = [
     (re.compile(r"DATE", re.I), "date"),
     (re.compile(r"TIME", re.I), "time"),
     (re.compile(r"INT", re.I), "int"),
+    (re.compile(r"DEC|NUM", re.I), "decimal"),  # DECIMAL_TEXT too: what sql_copy makes
     (re.compile(r"CHAR|CLOB|TEXT", re.I), "text"),
     (re.compile(r"BLOB|BINARY", re.I), "bytes"),
     (re.compile(r"REAL|FLOA|DOUB", re.I), "float"),
-    (re.compile(r"DEC|NUM", re.I), "decimal"),
 ]
 _PRECISION = re.compile(r"\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 
@@ -218,7 +218,7 @@ def julian(value: Any, column: str) -> date | None:
     year, day = 1900 + number // 1000, number % 1000
     start = date(year, 1, 1)
     if number < 0 or not 1 <= day <= (date(year + 1, 1, 1) - start).days:
-        raise Fatal(f"column {column!r}: {value!r} is not a JDE Julian date (CYYDDD: "
+        raise Fatal(f"column {column!r}: {value} is not a JDE Julian date (CYYDDD: "
                     f"day {day:03d} of {year} does not exist)")
     return start + timedelta(days=day - 1)
 
@@ -383,6 +383,10 @@ def ddl(dialect: str, col: Col, key: bool = False) -> str:
             if not p or p > MYSQL_MAX_PRECISION or (s or 0) > MYSQL_MAX_SCALE:
                 return f"DECIMAL({MYSQL_MAX_PRECISION},{MYSQL_MAX_SCALE})"
             return f"DECIMAL({p},{s or 0})"
+        if dialect == "sqlite":
+            # TEXT affinity (the name holds "TEXT"): NUMERIC affinity would store
+            # 18-digit decimals as 8-byte floats, losing digits
+            return f"DECIMAL_TEXT({p},{s or 0})" if p else "DECIMAL_TEXT"
         return f"NUMERIC({p},{s or 0})" if p else "NUMERIC"
     if kind == "text":
         n = col.length

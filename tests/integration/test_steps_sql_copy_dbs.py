@@ -6,7 +6,6 @@ the modes (append, upsert, create = false)."""
 from __future__ import annotations
 
 import sys
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -17,7 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
-from sql_ctx import Db, SqlTestContext, database, execute, rows, run_step, scalar
+sys.path.insert(0, str(Path(__file__).parent))
+from sql_copy_dbs import endpoint, pg_url2  # noqa: F401 (a fixture)
+from sql_ctx import Db, SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.domain.errors import Fatal
 from cadenza.steps.sql_copy import SqlCopyStep
@@ -114,32 +115,6 @@ def normal(row: tuple[Any, ...]) -> tuple[Any, ...]:
         tz = tz.replace(tzinfo=UTC)  # MariaDB: the UTC wall time
     return (int(id_), None if i is None else int(i), None if n is None else Decimal(str(n)),
             t, d, ts, tz, None if b is None else bool(b))
-
-
-@pytest.fixture
-def pg_url2(_pg_admin: Any) -> Iterator[str]:
-    """A second fresh PostgreSQL database (the other end of a copy)."""
-    name = f"cadenza_t_{uuid.uuid4().hex[:12]}"
-    with _pg_admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    yield _pg_admin.url.set(database=name).render_as_string(hide_password=False)
-    with _pg_admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def endpoint(request: pytest.FixtureRequest, kind: str, tmp_path: Path,
-             which: str) -> Iterator[Db]:
-    if kind == "sqlite":
-        url = f"sqlite:///{(tmp_path / f'{which}.db').as_posix()}"
-    elif kind == "postgresql":
-        url = str(request.getfixturevalue("pg_url" if which == "src" else "pg_url2"))
-    else:
-        url = str(request.getfixturevalue("mariadb_url"))
-    made = database(kind, url)
-    yield next(made)
-    if kind == "mariadb":
-        execute(url, "DROP TABLE IF EXISTS cadenza_load_progress")
-    next(made, None)
 
 
 PAIRS = [
@@ -250,7 +225,8 @@ def test_a_jde_table_is_coerced(lite_pg: tuple[Db, Db], tmp_path: Path, mode: st
                                "WHERE table_name = :t", t=t))
     scaled = "bigint" if mode == "truncate" else "numeric"
     assert types == {"sddoco": "bigint", "sdlnid": scaled, "sdtrdj": "date", "sdupmj": "date",
-                     "sduorg": "bigint", "sduprc": scaled, "sddsc1": "character varying", "sdmcu": "character varying"}
+                     "sduorg": "bigint", "sduprc": scaled, "sddsc1": "character varying",
+                     "sdmcu": "character varying"}
     got = rows(dst.url, f"SELECT * FROM {t} ORDER BY sddoco")
     if mode == "truncate":
         lnid, uprc = [1, 2, 10], [12, -3, 0]  # the fraction dropped toward zero

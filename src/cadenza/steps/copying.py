@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import select
 import sqlite3
 import uuid
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from cadenza.steps.runtime import StepContext, clock_of
 KEEP_PROGRESS = timedelta(days=30)
 """Progress rows of copies older than this are pruned (by the next copy that ends)."""
 MIN_FETCH = 1_000
+PIECE = 1_000
+"""PostgreSQL to PostgreSQL: COPY text is handed to the target every this many rows."""
 
 
 class Stream:
@@ -46,8 +49,7 @@ class Stream:
                     self.cursor.execute(f"SELECT * FROM ({s.sql}) AS cadenza_q LIMIT 0",
                                         s.params)
                     table_cols = sqltypes.query_columns(self.cursor, s.dialect, [])
-                self.manager = self.cursor.copy(f"COPY ({s.sql}) TO STDOUT", s.params)
-                self.copy = self.manager.__enter__()
+                self.copy = _CopyOut(raw, f"COPY ({s.sql}) TO STDOUT", s.params)
                 return table_cols
             self.cursor = raw.cursor(name=f"cadenza_copy_{uuid.uuid4().hex[:12]}")
             self.cursor.itersize = s.batch
@@ -95,50 +97,94 @@ class Stream:
                 rows = out
             yield len(rows), rows
 
-    def raw_batches(self, skip: int) -> Iterator[tuple[int, bytes]]:
-        """``(rows, COPY text)`` per batch (PostgreSQL to PostgreSQL), after ``skip`` rows.
-        A row of COPY text ends with its only raw newline (newlines in values are escaped)."""
+    def raw_batches(self, skip: int) -> Iterator[tuple[int, bytes, bool]]:
+        """``(rows, COPY text, whether a batch ends there)`` (PostgreSQL to PostgreSQL),
+        after ``skip`` rows, in pieces of at most :data:`PIECE` rows, so that the target
+        takes a piece while the next one is read. The server sends each row of a COPY as
+        one message (protocol: "always one per row"): rows are counted without looking
+        into them."""
         size, parts, n = self.source.batch, [], 0
-        for chunk in self.copy:
-            data = bytes(chunk)
-            k = data.count(b"\n")
-            if skip:
-                if k <= skip:
-                    skip -= k
-                    continue
-                data = data[_nth_newline(data, skip) + 1:]
-                k -= skip
-                skip = 0
-            while n + k >= size:
-                cut = _nth_newline(data, size - n) + 1
-                parts.append(data[:cut])
-                yield size, b"".join(parts)
-                parts, n, data, k = [], 0, data[cut:], k - (size - n)
-            if data:
-                parts.append(data)
-                n += k
-        if n:
-            yield n, b"".join(parts)
+        rows = self.copy.rows()
+        for _ in range(skip):
+            if next(rows, None) is None:
+                return
+        for data in rows:
+            parts.append(bytes(data))
+            n += 1
+            if n == size or len(parts) == PIECE:
+                yield len(parts), b"".join(parts), n == size
+                parts = []
+                n %= size
+        if parts:
+            yield len(parts), b"".join(parts), True
 
     def close(self, failed: bool) -> None:
         """End the read; a failed one drops the connection (an unread MariaDB result
         would be read to its end first)."""
-        if self.copy is not None:
-            if failed:
-                sqlutil.quietly(lambda: self.conn.invalidate())
-                return
-            sqlutil.quietly(lambda: self.manager.__exit__(None, None, None))
         if failed and self.source.dialect != "sqlite":
             sqlutil.quietly(lambda: self.conn.invalidate())
             return
         sqlutil.quietly(self.cursor.close)
 
 
-def _nth_newline(data: bytes, n: int) -> int:
-    at = -1
-    for _ in range(n):
-        at = data.index(b"\n", at + 1)
-    return at
+class _CopyOut:
+    """``COPY (...) TO STDOUT`` read message by message straight from libpq (psycopg's
+    ``Copy.read`` costs a generator and a wait per row: most of the time of a large copy).
+    libpq is asked without blocking; when it has no row yet, the socket is waited for with
+    ``select`` (so the GIL is free and the step's other threads run)."""
+
+    def __init__(self, raw: Any, sql: str, params: Any) -> None:
+        import psycopg
+
+        self.pgconn = raw.pgconn
+        self.encoding = raw.info.encoding
+        query = psycopg.ClientCursor(raw).mogrify(sql, params)
+        self.pgconn.send_query(query.encode(self.encoding))  # raises when it cannot send
+        self._result(psycopg.pq.ExecStatus.COPY_OUT)
+
+    def _message(self) -> str:
+        return bytes(self.pgconn.error_message or b"").decode(self.encoding, "replace")
+
+    def _wait(self) -> None:
+        while not select.select([self.pgconn.socket], [], [], 1.0)[0]:
+            continue
+        self.pgconn.consume_input()
+
+    def _result(self, expected: Any) -> None:
+        """The statement's result, which must have status ``expected``; then, after a
+        finished COPY, the end of the results."""
+        import psycopg
+
+        while self.pgconn.is_busy():
+            self._wait()
+        result = self.pgconn.get_result()
+        if result is None or result.status != expected:
+            if result is not None and result.status == psycopg.pq.ExecStatus.FATAL_ERROR:
+                raise psycopg.errors.error_from_result(result, encoding=self.encoding)
+            raise psycopg.OperationalError(self._message() or "COPY did not start")
+        if expected != psycopg.pq.ExecStatus.COPY_OUT:
+            while True:
+                while self.pgconn.is_busy():
+                    self._wait()
+                if self.pgconn.get_result() is None:
+                    break
+
+    def rows(self) -> Iterator[Any]:
+        """Each row of COPY text (with its newline), then the check of the COPY's end."""
+        import psycopg
+
+        get = self.pgconn.get_copy_data
+        while True:
+            nbytes, data = get(1)
+            if nbytes > 0:
+                yield data
+            elif nbytes == 0:
+                self._wait()
+            else:
+                break
+        if nbytes == -2:
+            raise psycopg.OperationalError(self._message())
+        self._result(psycopg.pq.ExecStatus.COMMAND_OK)
 
 
 class Source:
@@ -195,8 +241,10 @@ class Writer:
     ``ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``."""
 
     def __init__(self, conn: sa.Connection, table: str, names: list[str],
-                 cols: list[sqltypes.Col], key: list[str] | None) -> None:
+                 cols: list[sqltypes.Col], key: list[str] | None,
+                 queued: bool = False) -> None:
         self.conn, self.names, self.width = conn, names, len(names)
+        self.queued = queued
         self.dialect, self.raw = sqlutil.kind(conn), sqlutil.raw_connection(conn)
         self.upsert = key is not None
         self.adapt = [(i, fn) for i, c in enumerate(cols)
@@ -247,7 +295,12 @@ class Writer:
     def _copy(self) -> Any:
         if self._open is None:
             cursor = self.raw.cursor()
-            manager = cursor.copy(self.copy_sql)
+            writer = None
+            if self.queued:  # a thread sends the data while the next rows are read
+                from psycopg.copy import QueuedLibpqWriter
+
+                writer = QueuedLibpqWriter(cursor)
+            manager = cursor.copy(self.copy_sql, writer=writer)
             self._open = (cursor, manager, manager.__enter__())
         return self._open[2]
 

@@ -201,7 +201,7 @@ class _Copy:
                 after, skip = self._prepare(dest, live, cols, skip)
                 names = self._targets(dest, cols)
                 writer = copying.Writer(conn, dest, names, cols, config.key
-                                        if config.mode == "upsert" else None)
+                                        if config.mode == "upsert" else None, passthrough)
                 rows = self._stream(stream, writer, cols, skip, passthrough)
             if overwrite:
                 self.ctx.log.info("swapping %s into %s (%d rows)", dest, self.table, rows)
@@ -212,7 +212,8 @@ class _Copy:
                 # DDL is not transactional (a resumable copy keeps __new for its next attempt)
                 sqlutil.quietly(lambda: sqlutil.drop_table(conn, dest))
             raise
-        target_rows = int(conn.exec_driver_sql(
+        # an overwritten table holds exactly the rows copied: no count of a big table
+        target_rows = rows if overwrite else int(conn.exec_driver_sql(
             f"SELECT count(*) FROM {sqlutil.qualified(conn, self.table)}").scalar() or 0)
         output: dict[str, Any] = {
             "source_rows": rows, "target_rows": target_rows,
@@ -284,9 +285,10 @@ class _Copy:
             convert = [sqltypes.reader(self.source.dialect, s, d, config.trim_strings,
                                        config.type_coercion == "jde")
                        for s, d in zip(stream.columns, cols, strict=True)]
-            batches = stream.batches(skip, convert)
+            batches = ((n, rows, True) for n, rows in stream.batches(skip, convert))
+        since = 0
         with writer:
-            for n, data in batches:
+            for n, data, ends in batches:
                 self.guard.check(self.ctx)
                 try:
                     if passthrough:
@@ -298,13 +300,17 @@ class _Copy:
                         exc, f"writing rows {total + 1}..{total + n} into {self.table}"
                     ) from exc
                 total += n
+                since += n
+                if not ends:
+                    continue
                 number += 1
                 if progress is not None:
                     writer.pause()
                     progress.advance(total)
                     progress.commit()
-                self.ctx.log.info("batch %d: %d rows (%d in all) into %s", number, n, total,
-                                  self.table)
+                self.ctx.log.info("batch %d: %d rows (%d in all) into %s", number, since,
+                                  total, self.table)
+                since = 0
         return total
 
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import select
 import sqlite3
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from queue import Full, Queue
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +28,44 @@ KEEP_PROGRESS = timedelta(days=30)
 MIN_FETCH = 1_000
 PIECE = 1_000
 """PostgreSQL to PostgreSQL: COPY text is handed to the target every this many rows."""
+
+
+def pipeline(items: Iterator[Any], take: Callable[[Any], None], depth: int) -> None:
+    """``take(item)`` for each item, in a thread of its own, while this thread produces
+    the next items (at most ``depth`` wait in between: memory stays bounded). The first
+    error of either side stops both and is raised here; ``take`` ran for a prefix of
+    the items only."""
+    queue: Queue[Any] = Queue(maxsize=depth)
+    failed: list[BaseException] = []
+    done = object()
+
+    def work() -> None:
+        try:
+            while (item := queue.get()) is not done:
+                take(item)
+        except BaseException as exc:  # handed to the producing thread
+            failed.append(exc)
+
+    def put(item: Any) -> bool:
+        while worker.is_alive():
+            try:
+                queue.put(item, timeout=0.2)
+                return True
+            except Full:
+                continue
+        return False
+
+    worker = threading.Thread(target=work, name="cadenza-copy-writer", daemon=True)
+    worker.start()
+    try:
+        for item in items:
+            if failed or not put(item):
+                break
+    finally:
+        put(done)
+        worker.join()
+    if failed:
+        raise failed[0]
 
 
 class Stream:
@@ -49,7 +89,11 @@ class Stream:
                     self.cursor.execute(f"SELECT * FROM ({s.sql}) AS cadenza_q LIMIT 0",
                                         s.params)
                     table_cols = sqltypes.query_columns(self.cursor, s.dialect, [])
-                self.copy = _CopyOut(raw, f"COPY ({s.sql}) TO STDOUT", s.params)
+                # a table is copied as a table: the server skips the query executor
+                what = (sqlutil.qualified(self.conn, s.table).replace("%%", "%")
+                        if s.table is not None else f"({s.sql})")
+                self.copy = _CopyOut(raw, f"COPY {what} TO STDOUT",
+                                     s.params if s.table is None else None)
                 return table_cols
             self.cursor = raw.cursor(name=f"cadenza_copy_{uuid.uuid4().hex[:12]}")
             self.cursor.itersize = s.batch
@@ -97,24 +141,29 @@ class Stream:
                 rows = out
             yield len(rows), rows
 
-    def raw_batches(self, skip: int) -> Iterator[tuple[int, bytes, bool]]:
+    def raw_batches(self, skip: int) -> Iterator[tuple[int, Any, bool]]:
         """``(rows, COPY text, whether a batch ends there)`` (PostgreSQL to PostgreSQL),
         after ``skip`` rows, in pieces of at most :data:`PIECE` rows, so that the target
         takes a piece while the next one is read. The server sends each row of a COPY as
         one message (protocol: "always one per row"): rows are counted without looking
         into them."""
-        size, parts, n = self.source.batch, [], 0
+        size = self.source.batch
         rows = self.copy.rows()
         for _ in range(skip):
             if next(rows, None) is None:
                 return
+        left = size  # rows until the batch ends
+        parts: list[Any] = []
+        limit = min(PIECE, left)
         for data in rows:
-            parts.append(bytes(data))
-            n += 1
-            if n == size or len(parts) == PIECE:
-                yield len(parts), b"".join(parts), n == size
+            parts.append(data)  # a buffer of its own (libpq's copy, freed with it)
+            if len(parts) == limit:
+                left -= limit
+                yield limit, b"".join(parts), left == 0
                 parts = []
-                n %= size
+                if left == 0:
+                    left = size
+                limit = min(PIECE, left)
         if parts:
             yield len(parts), b"".join(parts), True
 
@@ -241,10 +290,8 @@ class Writer:
     ``ON CONFLICT`` / ``ON DUPLICATE KEY UPDATE``."""
 
     def __init__(self, conn: sa.Connection, table: str, names: list[str],
-                 cols: list[sqltypes.Col], key: list[str] | None,
-                 queued: bool = False) -> None:
+                 cols: list[sqltypes.Col], key: list[str] | None) -> None:
         self.conn, self.names, self.width = conn, names, len(names)
-        self.queued = queued
         self.dialect, self.raw = sqlutil.kind(conn), sqlutil.raw_connection(conn)
         self.upsert = key is not None
         self.adapt = [(i, fn) for i, c in enumerate(cols)
@@ -295,12 +342,7 @@ class Writer:
     def _copy(self) -> Any:
         if self._open is None:
             cursor = self.raw.cursor()
-            writer = None
-            if self.queued:  # a thread sends the data while the next rows are read
-                from psycopg.copy import QueuedLibpqWriter
-
-                writer = QueuedLibpqWriter(cursor)
-            manager = cursor.copy(self.copy_sql, writer=writer)
+            manager = cursor.copy(self.copy_sql)
             self._open = (cursor, manager, manager.__enter__())
         return self._open[2]
 

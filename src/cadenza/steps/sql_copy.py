@@ -201,7 +201,7 @@ class _Copy:
                 after, skip = self._prepare(dest, live, cols, skip)
                 names = self._targets(dest, cols)
                 writer = copying.Writer(conn, dest, names, cols, config.key
-                                        if config.mode == "upsert" else None, passthrough)
+                                        if config.mode == "upsert" else None)
                 rows = self._stream(stream, writer, cols, skip, passthrough)
             if overwrite:
                 self.ctx.log.info("swapping %s into %s (%d rows)", dest, self.table, rows)
@@ -277,41 +277,56 @@ class _Copy:
                 cols: list[sqltypes.Col], skip: int, passthrough: bool) -> int:
         """Write every batch after the first ``skip`` rows; each commits with its progress
         (resumable copy). Returns the rows copied (``skip`` included)."""
-        config, progress = self.config, self.progress
-        total, number = skip, skip // config.batch_size
-        if passthrough:
-            batches: Any = stream.raw_batches(skip)
-        else:
-            convert = [sqltypes.reader(self.source.dialect, s, d, config.trim_strings,
-                                       config.type_coercion == "jde")
-                       for s, d in zip(stream.columns, cols, strict=True)]
-            batches = ((n, rows, True) for n, rows in stream.batches(skip, convert))
-        since = 0
+        config = self.config
+        sink = _Sink(self, writer, skip, passthrough)
+        if passthrough:  # the target writes (and commits) while the source is read
+            with writer:
+                copying.pipeline(stream.raw_batches(skip), sink.take,
+                                 2 * (config.batch_size // copying.PIECE + 1))
+            return sink.total
+        convert = [sqltypes.reader(self.source.dialect, s, d, config.trim_strings,
+                                   config.type_coercion == "jde")
+                   for s, d in zip(stream.columns, cols, strict=True)]
         with writer:
-            for n, data, ends in batches:
-                self.guard.check(self.ctx)
-                try:
-                    if passthrough:
-                        writer.write_raw(data)
-                    else:
-                        writer.write(data)
-                except Exception as exc:
-                    raise sqlutil.translate(
-                        exc, f"writing rows {total + 1}..{total + n} into {self.table}"
-                    ) from exc
-                total += n
-                since += n
-                if not ends:
-                    continue
-                number += 1
-                if progress is not None:
-                    writer.pause()
-                    progress.advance(total)
-                    progress.commit()
-                self.ctx.log.info("batch %d: %d rows (%d in all) into %s", number, since,
-                                  total, self.table)
-                since = 0
-        return total
+            for n, rows in stream.batches(skip, convert):
+                sink.take((n, rows, True))
+        return sink.total
+
+
+class _Sink:
+    """What the target does with each piece of rows: write it; at a batch's end, commit
+    it with the copy's progress (resumable copy) and log it."""
+
+    def __init__(self, copy: _Copy, writer: copying.Writer, skip: int,
+                 passthrough: bool) -> None:
+        self.copy, self.writer, self.passthrough = copy, writer, passthrough
+        self.total, self.number, self.since = skip, skip // copy.config.batch_size, 0
+
+    def take(self, item: tuple[int, Any, bool]) -> None:
+        n, data, ends = item
+        copy, writer = self.copy, self.writer
+        copy.guard.check(copy.ctx)
+        try:
+            if self.passthrough:
+                writer.write_raw(data)
+            else:
+                writer.write(data)
+        except Exception as exc:
+            raise sqlutil.translate(
+                exc, f"writing rows {self.total + 1}..{self.total + n} into {copy.table}"
+            ) from exc
+        self.total += n
+        self.since += n
+        if not ends:
+            return
+        self.number += 1
+        if copy.progress is not None:
+            writer.pause()
+            copy.progress.advance(self.total)
+            copy.progress.commit()
+        copy.ctx.log.info("batch %d: %d rows (%d in all) into %s", self.number, self.since,
+                          self.total, copy.table)
+        self.since = 0
 
 
 def _check_names(cols: list[sqltypes.Col]) -> None:

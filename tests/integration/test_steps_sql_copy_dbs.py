@@ -6,6 +6,7 @@ the modes (append, upsert, create = false)."""
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -280,3 +281,33 @@ def test_upsert_and_create_false(lite_pg: tuple[Db, Db], tmp_path: Path) -> None
         ctx.close()
     assert rows(dst.url, f"SELECT * FROM {t} ORDER BY k") == [(1, "one"), (2, "two"),
                                                                (3, "three")]
+
+
+@pytest.fixture
+def pg_pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Db, Db]]:
+    src = endpoint(request, "postgresql", tmp_path, "src")
+    dst = endpoint(request, "postgresql", tmp_path, "dst")
+    yield next(src), next(dst)
+
+
+@pytest.mark.postgres
+def test_a_refused_value_fails_the_copy_with_the_database_message(
+        pg_pg: tuple[Db, Db], tmp_path: Path) -> None:
+    """PostgreSQL → PostgreSQL passes rows as COPY text (the target parses them): a value
+    the target's column refuses, in the third batch, fails the step; nothing stays (one
+    transaction) and the writer thread is gone."""
+    src, dst = pg_pg
+    s, t = src.table("bad"), dst.table("bad")
+    execute(src.url, f"CREATE TABLE {s} (id BIGINT, v TEXT)",
+            f"INSERT INTO {s} SELECT g, g::text FROM generate_series(1, 5000) g",
+            f"UPDATE {s} SET v = 'twelve' WHERE id = 2500")
+    execute(dst.url, f"CREATE TABLE {t} (id BIGINT, v INTEGER)")
+    ctx = ctx_for(tmp_path, src, dst)
+    try:
+        with pytest.raises(Fatal, match='invalid input syntax for type integer: "twelve"'):
+            copy(ctx, source={"connection": "src", "table": s},
+                 target={"connection": "dst", "table": t}, mode="append", batch_size=1_000)
+    finally:
+        ctx.close()
+    assert scalar(dst.url, f"SELECT count(*) FROM {t}") == 0
+    assert not [th for th in threading.enumerate() if th.name == "cadenza-copy-writer"]

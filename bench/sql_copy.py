@@ -4,6 +4,8 @@ A source database holds table ``src`` (``-n`` rows, 7 columns: bigint, text, num
 integer, date, timestamptz, text; made by ``generate_series``, the same every time). One
 repetition copies it twice into a fresh target database:
 
+Each repetition runs both, sql_copy first in odd repetitions and psql first in even ones.
+
 - **psql**: ``psql -c "\\copy src TO STDOUT" | psql -c "\\copy dst FROM STDIN"`` into a
   table of the same shape made beforehand (two processes, text format, one transaction).
 - **sql_copy**: the real step (``SqlCopyStep.run``) in a child process, ``mode =
@@ -183,11 +185,14 @@ def main() -> None:
             conn.exec_driver_sql("ANALYZE src")
             size = conn.exec_driver_sql("SELECT pg_total_relation_size('src')").scalar()
         engine.dispose()
-        for _ in range(args.reps):
-            with scratch_pg_database(args.pg_url) as dst:
-                pipe_s = psql_pipe(src, dst)
-            with scratch_pg_database(args.pg_url) as dst:
-                copied = sql_copy(src, dst, args.batch_size, args.trim_strings)
+        for rep in range(args.reps):
+            # the machine's load drifts: each repetition runs the two in the other order
+            for which in (("sql_copy", "psql") if rep % 2 == 0 else ("psql", "sql_copy")):
+                with scratch_pg_database(args.pg_url) as dst:
+                    if which == "psql":
+                        pipe_s = psql_pipe(src, dst)
+                    else:
+                        copied = sql_copy(src, dst, args.batch_size, args.trim_strings)
             assert copied["rows"] == args.n, copied
             reps.append({"psql_s": round(pipe_s, 3), "sql_copy_s": round(copied["seconds"], 3),
                          "speed_vs_psql": round(pipe_s / copied["seconds"], 3),

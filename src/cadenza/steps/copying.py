@@ -342,7 +342,11 @@ class Writer:
     def _copy(self) -> Any:
         if self._open is None:
             cursor = self.raw.cursor()
-            manager = cursor.copy(self.copy_sql)
+            from psycopg.copy import LibpqWriter
+
+            # each piece goes to the server at once (psycopg waits for 1 MiB by default):
+            # the server parses rows while the next piece comes, instead of in bursts
+            manager = cursor.copy(self.copy_sql, writer=LibpqWriter(cursor, flush_threshold=0))
             self._open = (cursor, manager, manager.__enter__())
         return self._open[2]
 

@@ -108,7 +108,32 @@ class Stream:
             return table_cols
         if s.dialect == "sqlite":
             self.pending = self.cursor.fetchmany(s.batch)
+            if s.describe is not None:
+                return self._sqlite_declared(s.describe)
         return sqltypes.query_columns(self.cursor, s.dialect, self.pending or [])
+
+    def _sqlite_declared(self, describe: str) -> list[sqltypes.Col]:
+        """A SQLite query's columns: the declared type of each column taken straight from
+        a table (a temporary view of the query shows them); the others (expressions)
+        from the values of the first rows."""
+        inferred = sqltypes.query_columns(self.cursor, "sqlite", self.pending or [])
+        view = f"cadenza_describe_{uuid.uuid4().hex[:12]}"
+        cur = self.raw.cursor()
+        try:
+            cur.execute(f'CREATE TEMP VIEW "{view}" AS {describe}')
+            try:
+                declared = [str(r[2] or "") for r in
+                            cur.execute(f'PRAGMA temp.table_info("{view}")').fetchall()]
+            finally:
+                cur.execute(f'DROP VIEW temp."{view}"')
+        except sqlite3.Error:
+            return inferred  # a query no view can hold: the values decide
+        finally:
+            cur.close()
+        if len(declared) != len(inferred):
+            return inferred
+        return [sqltypes.of_sqlite_declared(col.name, decl) if decl else col
+                for col, decl in zip(inferred, declared, strict=True)]
 
     def _fetch(self, n: int) -> list[Any]:
         if self.pending is not None:
@@ -240,9 +265,11 @@ class Source:
     """The source of a copy: its SELECT on one connection, read ``batch`` rows at a time."""
 
     def __init__(self, engine: sa.Engine, dialect: str, sql: str, params: Any,
-                 table: str | None, batch: int, name: str) -> None:
+                 table: str | None, batch: int, name: str,
+                 describe: str | None = None) -> None:
         self.engine, self.dialect, self.sql, self.params = engine, dialect, sql, params
         self.table, self.batch, self.name = table, batch, name
+        self.describe = describe
 
     @contextmanager
     def open(self, passthrough: bool) -> Iterator[Stream]:

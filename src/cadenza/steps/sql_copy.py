@@ -109,7 +109,7 @@ class SqlCopyStep(StepType):
             raise Fatal(f"source.connection: {exc}") from None
         src_engine = ctx.sql_engine(src_name)
         src_dialect = sqlutil.kind(src_engine)
-        sql, params = _source_sql(ctx, config.source, src_engine, src_dialect)
+        sql, params, describe = _source_sql(ctx, config.source, src_engine, src_dialect)
         engine = ctx.sql_engine(config.target.connection)
         copy_id = _copy_id(ctx, config)
         table = config.target.table
@@ -118,7 +118,8 @@ class SqlCopyStep(StepType):
                 progress = None if copy_id is None else copying.Progress(
                     ctx, conn, guard, copy_id, table)
                 source = copying.Source(src_engine, src_dialect, sql, params,
-                                        config.source.table, config.batch_size, src_name)
+                                        config.source.table, config.batch_size, src_name,
+                                        describe)
                 return _Copy(ctx, config, conn, guard, progress, source).run()
         except Fatal:
             if copy_id is not None:  # failed for good: no attempt will resume this copy
@@ -127,12 +128,13 @@ class SqlCopyStep(StepType):
 
 
 def _source_sql(ctx: StepContext, source: CopySource, engine: sa.Engine,
-                dialect: str) -> tuple[str, dict[str, Any] | tuple[Any, ...]]:
-    """The source's SELECT for the driver and its bind parameters."""
+                dialect: str) -> tuple[str, dict[str, Any] | tuple[Any, ...], str | None]:
+    """The source's SELECT for the driver, its bind parameters, and (a SQLite query) the
+    SELECT with NULL for each parameter, whose columns' declared types a view shows."""
     if source.table is not None:
         with engine.connect() as conn:
             return f"SELECT * FROM {sqlutil.qualified(conn, source.table)}", (
-                () if dialect == "sqlite" else {})
+                () if dialect == "sqlite" else {}), None
     try:
         rendered, values = render_sql(source.query or "", ctx.scope)
     except ParamError as exc:
@@ -143,9 +145,8 @@ def _source_sql(ctx: StepContext, source: CopySource, engine: sa.Engine,
             raise Fatal("source.query: a ${...} token is inside a quoted string; write it "
                         "without quotes: it is passed as a bind parameter")
     sql, params, _ = to_driver(pieces, engine.dialect.paramstyle or "named", values)
-    if dialect == "postgresql" and isinstance(params, tuple):
-        params = dict(enumerate(params))  # pragma: no cover - psycopg is pyformat
-    return sql, params
+    describe = "".join(text if kind == "text" else "NULL" for kind, text in pieces)
+    return sql, params, describe if dialect == "sqlite" else None
 
 
 def _copy_id(ctx: StepContext, config: SqlCopyConfig) -> str | None:

@@ -203,3 +203,23 @@ def test_julian_dates(value: Any, expected: date | None) -> None:
 def test_bad_julian_dates(value: Any) -> None:
     with pytest.raises(Fatal, match="column 'x'"):
         sqltypes.julian(value, "x")
+
+
+def test_a_sqlite_query_keeps_the_declared_types(tmp_path: Path,
+                                                 urls: tuple[str, str]) -> None:
+    """SQLite declares no types for a query's columns; a column taken straight from a
+    table keeps its table's declared type (read through a temporary view), an expression
+    is typed by its values."""
+    execute(urls[0], "CREATE TABLE m (id INTEGER, amount NUMERIC(15,4), at TIMESTAMP)",
+            "INSERT INTO m VALUES (1, 12.5, '2026-01-02 03:04:05')")
+    ctx = SqlTestContext(tmp_path, {"src": urls[0], "dst": urls[1]}, step_type="sql_copy",
+                         params={"one": 1})
+    try:
+        copy(ctx, "q", source={"connection": "src", "query":
+                               "SELECT id, amount, at, id * 2 AS twice, 'x' || id AS label "
+                               "FROM m WHERE id = ${params.one}"})
+    finally:
+        ctx.close()
+    declared = rows(urls[1], "SELECT name, type FROM pragma_table_info('q')")
+    assert declared == [("id", "INTEGER"), ("amount", "DECIMAL_TEXT(15,4)"),
+                        ("at", "TIMESTAMP"), ("twice", "INTEGER"), ("label", "TEXT")]

@@ -21,6 +21,8 @@ from sql_ctx import Db, execute, rows, run_step, scalar
 
 from cadenza.steps.sql_copy import SqlCopyStep
 
+pytestmark = pytest.mark.slow  # a worker process per test, up to 300,000 rows
+
 WORKER = Path(__file__).parent / "sql_copy_worker.py"
 SRC = Path(__file__).parents[2] / "src"
 

@@ -16,7 +16,8 @@ COMMON = {"name", "type", "enabled", "timeout", "retry", "op_kwargs", "requires"
 #: SPEC §4's table: (required keys, optional keys) of each type
 FIELDS = {
     "sql_query": ({"connection"}, {"query", "file", "params", "fetch", "max_rows"}),
-    "sql_copy": ({"source", "target"}, {"mode", "key", "batch_size", "create"}),
+    "sql_copy": ({"source", "target"}, {"mode", "key", "batch_size", "create",
+                                        "type_coercion", "decimal_mode", "trim_strings"}),
     "file_load": ({"path", "connection", "table"},
                   {"format", "mode", "key", "constants", "columns", "csv", "on_missing",
                    "skip_if_loaded"}),
@@ -107,6 +108,10 @@ def test_defaults_of_the_spec_table() -> None:
         ("sql_query", {"max_rows": True}, "valid integer"),
         ("sql_copy", {"mode": "upsert"}, "expects 'key'"),
         ("sql_copy", {"target": {"connection": "b", "table": "t; drop table x"}}, "table name"),
+        ("sql_copy", {"type_coercion": "oracle"}, "Input should be 'none' or 'jde'"),
+        ("sql_copy", {"type_coercion": "jde", "decimal_mode": "round"},
+         "Input should be 'truncate' or 'preserve'"),
+        ("sql_copy", {"decimal_mode": "preserve"}, "only with type_coercion = 'jde'"),
         ("file_load", {"path": "in/data.txt"}, "cannot tell the format"),
         ("file_load", {"path": "../etc/passwd.csv"}, "without '..'"),
         ("file_load", {"csv": {"delimiter": ";;"}}, "at most 1 character"),

@@ -38,6 +38,7 @@ from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.run_leases import RunLeasesRepository
 from cadenza.store.runs import RunsRepository
+from cadenza.store.sessions import SessionsRepository
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.users import UsersRepository
 
@@ -56,6 +57,7 @@ class Store(
     RunLeasesRepository,
     CheckpointsRepository,
     MaintenanceRepository,
+    SessionsRepository,
 ):
     """Runs, step runs, resources, logs, events and users in one database."""
 

@@ -195,6 +195,7 @@ def open_server(services: Services, options: ServeOptions) -> Server:
                 scheduler=options.scheduler)
     web = None
     if options.web:
-        web = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port,
+        app = create_app(store, home=services.home, reload=node.request_reload)
+        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
                                             log_level="warning"))
     return Server(services, node, host, port, web, sock)

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 import cadenza
 from cadenza.services.health import check_health
 from cadenza.store import Store
+from cadenza.web.auth import AsViewer, WebContext
 
 if TYPE_CHECKING:
     from cadenza.home import Home
@@ -29,14 +30,13 @@ def create_app(store: Store, *, home: Home | None = None,
     the configuration the API acts on (without one, only reads of the store work);
     ``reload`` applies a changed jobs.toml (a running node's reload)."""
     from cadenza.web import api
-    from cadenza.web.auth import WebContext
 
     app = FastAPI(
         title="Cadenza",
         version=cadenza.__version__,
         docs_url=None,
         redoc_url=None,
-        openapi_url="/api/openapi.json",
+        openapi_url=None,  # served below, behind a login like every route
     )
 
     @app.get("/api/health")
@@ -46,6 +46,11 @@ def create_app(store: Store, *, home: Home | None = None,
         (docs/serve.md)."""
         health = check_health(store)
         return JSONResponse(health.as_json(), status_code=200 if health.ok else 503)
+
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi(principal: AsViewer) -> JSONResponse:
+        """The OpenAPI document of this API (needs a login or token, like every route)."""
+        return JSONResponse(app.openapi())
 
     app.state.cadenza = WebContext(store, home, store.clock, reload)
     api.install(app)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi.testclient import TestClient
+with warnings.catch_warnings():
+    # Starlette 1.x announces a move of its TestClient to httpx2; httpx is what we have.
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 from cadenza.clock import Clock, FakeClock
 from cadenza.security import hash_password

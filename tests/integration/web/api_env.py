@@ -54,11 +54,17 @@ class ApiEnv:
 
 
 @contextmanager
-def api_env(root: Path, clock: Clock | None = None) -> Iterator[ApiEnv]:
+def api_env(root: Path, clock: Clock | None = None,
+            store_url: str | None = None) -> Iterator[ApiEnv]:
     """A demo home with users ``viewer``, ``operator``, ``editor`` and ``admin2`` (their
-    role) and an app over its store."""
+    role) and an app over its store (``store_url``: another store than the home's SQLite
+    file, e.g. a fresh PostgreSQL database)."""
     clock = clock or FakeClock(START)
     created = init_home(root / "home", example=True, actor=Actor("cli", "init"), clock=clock)
+    if store_url is not None:
+        settings = created.path / "cadenza.toml"
+        settings.write_text(settings.read_text(encoding="utf-8").replace(
+            'url = "sqlite:///data/cadenza.db"', f'url = "{store_url}"'), encoding="utf-8")
     services = Services.at(created.path, actor=Actor("cli", "test"), clock=clock)
     store = services.store()
     for role in ROLES:

@@ -87,7 +87,9 @@ class Store(
         if lease_time not in LEASE_TIMES:
             raise ValueError(f"lease_time must be one of {LEASE_TIMES}, got {lease_time!r}")
         engine = create_engine(url, sqlite_synchronous=sqlite_synchronous)
-        store = cls(engine, clock or SystemClock(), redactor or NoRedaction())
+        # "is not None": an empty Redactor is falsy (len 0) yet learns secrets later.
+        store = cls(engine, clock or SystemClock(),
+                    redactor if redactor is not None else NoRedaction())
         store.lease_time = lease_time
         try:
             if migrate:

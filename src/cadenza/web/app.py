@@ -15,7 +15,9 @@ from fastapi.responses import JSONResponse
 import cadenza
 from cadenza.services.health import check_health
 from cadenza.store import Store
+from cadenza.web.access import AccessLog
 from cadenza.web.auth import AsViewer, WebContext
+from cadenza.web.redacting import redacting_response
 
 if TYPE_CHECKING:
     from cadenza.home import Home
@@ -37,6 +39,7 @@ def create_app(store: Store, *, home: Home | None = None,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served below, behind a login like every route
+        default_response_class=redacting_response(home),
     )
 
     @app.get("/api/health")
@@ -54,4 +57,5 @@ def create_app(store: Store, *, home: Home | None = None,
 
     app.state.cadenza = WebContext(store, home, store.clock, reload)
     api.install(app)
+    app.add_middleware(AccessLog, clock=store.clock, home=home)
     return app

@@ -109,6 +109,7 @@ def require(role: str) -> Callable[[Request], Principal]:
     """A dependency admitting callers whose role is ``role`` or above (403 otherwise)."""
     def dependency(request: Request) -> Principal:
         principal = authenticate(request)
+        request.state.cadenza_principal = principal.name  # for the access log
         if not principal.allows(role):
             raise HTTPException(403, f"this needs the {role} role; you have "
                                      f"{principal.role or 'no built-in role'}")

@@ -81,10 +81,13 @@ def run_log(run_id: str, principal: AsViewer, request: Request, follow: bool = F
     if not follow:
         return [line.as_json() | {"id": line.id} for line in history.logs(run_id, level)]
     lines = history.follow_logs(run_id, level)  # NotFound raised here, before streaming
+    home = context(request).home
 
     def events() -> Iterator[str]:
         for line in lines:
             data = json.dumps(line.as_json() | {"id": line.id}, default=str)
+            if home is not None:
+                data = home.redactor.redact_text(data)
             yield f"id: {line.id}\ndata: {data}\n\n"
         yield "event: end\ndata: {}\n\n"
 

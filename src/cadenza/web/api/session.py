@@ -24,6 +24,7 @@ from cadenza.web.auth import (
     context,
     services_for,
 )
+from cadenza.web.redacting import OwnSecretResponse
 
 router = APIRouter(prefix="/api", tags=["auth"])
 
@@ -62,8 +63,8 @@ def _auth(request: Request) -> AuthService:
     return AuthService(web.store, web.clock)
 
 
-@router.post("/login")
-def login(body: Login, request: Request, response: Response) -> dict[str, Any]:
+@router.post("/login", response_class=OwnSecretResponse)
+def login(body: Login, request: Request) -> OwnSecretResponse:
     """Open a session: sets the HttpOnly session cookie and returns the CSRF token to send
     as ``X-CSRF-Token`` with every state-changing request (also in the ``cadenza_csrf``
     cookie, readable by the page's script)."""
@@ -71,12 +72,14 @@ def login(body: Login, request: Request, response: Response) -> dict[str, Any]:
     new = _auth(request).login(body.username, body.password, client_address(request))
     secure = request.url.scheme == "https"
     max_age = int((new.expires_at - context(request).clock.now()).total_seconds())
+    response = OwnSecretResponse({"username": new.username, "role": new.role,
+                                  "csrf_token": new.csrf_token,
+                                  "expires_at": new.expires_at.isoformat()})
     response.set_cookie(SESSION_COOKIE, new.cookie, max_age=max_age, httponly=True,
                         samesite="lax", secure=secure, path="/")
     response.set_cookie(CSRF_COOKIE, new.csrf_token, max_age=max_age, httponly=False,
                         samesite="lax", secure=secure, path="/")
-    return {"username": new.username, "role": new.role, "csrf_token": new.csrf_token,
-            "expires_at": new.expires_at}
+    return response
 
 
 @router.post("/logout", status_code=204)
@@ -127,8 +130,9 @@ def tokens(principal: AsViewer, request: Request) -> list[dict[str, Any]]:
     return [t.as_json() for t in TokenService(context(request).store).list(principal.username)]
 
 
-@router.post("/tokens", status_code=201)
-def create_token(body: NewTokenBody, principal: AsViewer, request: Request) -> dict[str, Any]:
+@router.post("/tokens", status_code=201, response_class=OwnSecretResponse)
+def create_token(body: NewTokenBody, principal: AsViewer,
+                 request: Request) -> OwnSecretResponse:
     """A token of yours with a role up to your own; the token is in this answer only."""
     from cadenza.services.auth import ROLE_LADDER
 
@@ -139,7 +143,8 @@ def create_token(body: NewTokenBody, principal: AsViewer, request: Request) -> d
         raise Forbidden(f"role {role!r} is above yours ({principal.role})")
     new = TokenService(context(request).store).create(
         body.name, role, username=principal.username, actor=f"user:{principal.username}")
-    return {"name": new.name, "role": new.role, "token": new.token}
+    return OwnSecretResponse({"name": new.name, "role": new.role, "token": new.token},
+                             status_code=201)
 
 
 @router.delete("/tokens/{name}", status_code=204)
@@ -158,16 +163,17 @@ def users(principal: AsAdmin, request: Request) -> list[dict[str, Any]]:
         return [u.as_json() for u in services.users.list()]
 
 
-@router.post("/users", status_code=201)
-def add_user(body: NewUserBody, principal: AsAdmin, request: Request) -> dict[str, Any]:
+@router.post("/users", status_code=201, response_class=OwnSecretResponse)
+def add_user(body: NewUserBody, principal: AsAdmin, request: Request) -> OwnSecretResponse:
     """Add a user; a generated password is in this answer only."""
     from cadenza.services.users import NewUser
 
     with services_for(request, principal) as services:
         added = services.users.add(NewUser(body.username, body.roles, body.email,
                                            body.display_name, body.password))
-    return {"username": added.name, "roles": list(added.roles),
-            "generated_password": added.generated_password}
+    return OwnSecretResponse({"username": added.name, "roles": list(added.roles),
+                              "generated_password": added.generated_password},
+                             status_code=201)
 
 
 @router.put("/users/{username}")

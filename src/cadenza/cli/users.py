@@ -68,11 +68,10 @@ def passwd(
 ) -> None:
     """Set a user's password (generated and shown once without --password-stdin); ends
     the user's sessions."""
-    from cadenza.security import generate_password
-    from cadenza.services.auth import AuthService
+    from cadenza.services.auth import AuthService, new_password
 
     services = state(ctx).configured()
-    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else generate_password()
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else new_password()
     with handled():
         revoked = AuthService(services.store(), services.clock).passwd(
             name, password, actor=services.actor.id)

@@ -244,6 +244,13 @@ def _dummy_hash() -> str:
     return _DUMMY[0]
 
 
+def new_password() -> str:
+    """A random password to give a user (shown once by the shell)."""
+    from cadenza.security import generate_password
+
+    return generate_password()
+
+
 def parse_role(role: str) -> str:
     """A built-in role name; InvalidRequest naming the allowed ones."""
     if role not in ROLE_LADDER:

@@ -14,11 +14,35 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException
 
 from cadenza.domain.errors import ConfigError, StaleConfigError, StoreError, WriteFailed
 from cadenza.services.auth import Forbidden, Throttled, Unauthorized
 from cadenza.services.errors import InvalidRequest, NotAHome, NotFound, Refused
+
+
+class ErrorBody(BaseModel):
+    """Every error's JSON: a message, and where it applies the field or located problems,
+    or (a stale edit) the current hash and a diff."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    problems: list[dict[str, Any]] | None = None
+    hash: str | None = None
+    diff: str | None = None
+
+
+_MEANINGS = {401: "no valid session or token", 403: "role too low, or CSRF/Origin refused",
+             404: "no such object", 409: "not in this state, or a stale edit",
+             422: "invalid input", 429: "too many failed logins",
+             503: "the store or a file could not be written"}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text} for code, text in _MEANINGS.items()}
+"""The error answers every route documents in the OpenAPI schema."""
 
 
 def _redact(request: Request, text: str) -> str:

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, Field
 
 from cadenza.domain.errors import StaleConfigError
-from cadenza.web.api.errors import StaleEdit
+from cadenza.web.api.errors import ERROR_RESPONSES, StaleEdit
 from cadenza.web.auth import AsEditor, AsOperator, AsViewer, services_for
 
-router = APIRouter(prefix="/api/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
 
 class JobBody(BaseModel):

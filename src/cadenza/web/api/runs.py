@@ -13,9 +13,10 @@ from fastapi.responses import StreamingResponse
 
 from cadenza.services.errors import InvalidRequest
 from cadenza.services.history import HistoryService, RunView, check_type, parse_since
+from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, context, services_for
 
-router = APIRouter(prefix="/api", tags=["runs"])
+router = APIRouter(prefix="/api", tags=["runs"], responses=ERROR_RESPONSES)
 MAX_PAGE = 500
 
 

@@ -6,7 +6,7 @@ credentials; it still refuses a foreign Origin (login CSRF).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from cadenza.services.auth import AuthService, Forbidden, parse_role
 from cadenza.services.errors import InvalidRequest
 from cadenza.services.tokens import TokenService
+from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import (
     CSRF_COOKIE,
     SESSION_COOKIE,
@@ -26,7 +27,7 @@ from cadenza.web.auth import (
 )
 from cadenza.web.redacting import OwnSecretResponse
 
-router = APIRouter(prefix="/api", tags=["auth"])
+router = APIRouter(prefix="/api", tags=["auth"], responses=ERROR_RESPONSES)
 
 
 class Login(BaseModel):
@@ -35,8 +36,8 @@ class Login(BaseModel):
 
 
 class NewTokenBody(BaseModel):
-    name: str = Field(max_length=64)
-    role: str = "viewer"
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    role: Literal["viewer", "operator", "editor", "admin"] = "viewer"
 
 
 class PasswordBody(BaseModel):
@@ -106,7 +107,7 @@ def change_password(body: PasswordBody, principal: AsViewer, request: Request) -
     web = context(request)
     user = web.store.get_user(principal.username) if principal.username else None
     if user is None or not verify_password(user.password_hash, body.current_password):
-        raise InvalidRequest("current_password: wrong password")
+        raise InvalidRequest("the current password does not match")
     _auth(request).passwd(user.username, body.new_password, actor=f"user:{user.username}")
 
 

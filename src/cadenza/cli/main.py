@@ -18,6 +18,7 @@ from cadenza.cli import runs as runs_cmd
 from cadenza.cli import secrets as secrets_cmd
 from cadenza.cli import serve as serve_cmd
 from cadenza.cli import simulate as simulate_cmd
+from cadenza.cli import stats as stats_cmd
 from cadenza.cli import tokens as tokens_cmd
 from cadenza.cli import users as users_cmd
 from cadenza.cli.context import CliState
@@ -58,6 +59,7 @@ app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(users_cmd.app, name="users")
 app.add_typer(secrets_cmd.app, name="secrets")
 app.add_typer(tokens_cmd.app, name="tokens")
+app.command("stats")(stats_cmd.stats_command)
 
 
 def main() -> None:

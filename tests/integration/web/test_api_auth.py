@@ -44,6 +44,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/runs/{run_id}/abandon"): "operator",
     ("POST", "/api/runs/{run_id}/replay"): "operator",
     ("GET", "/api/events"): "viewer",
+    ("GET", "/api/stats"): "viewer",
     ("POST", "/api/backup"): "admin",
     ("POST", "/api/logout"): "viewer",  # last: it ends the session the walk uses
 }

@@ -167,3 +167,16 @@ def backup(principal: AsAdmin, request: Request) -> dict[str, Any]:
         report = services.backup.backup(folder / f"cadenza-{stamp}.db")
         document = backup_document(report)
     return document | {"file": f"backups/cadenza-{stamp}.db"}
+
+
+@router.get("/stats")
+def get_stats(principal: AsViewer, request: Request, since: str | None = None) -> dict[str, Any]:
+    """Queue and execution times, retry rate, error shares, time to recovery per job, runs
+    by state, for the runs created since ``since`` (``7d`` by default)."""
+    from cadenza.services.stats import stats
+
+    web = context(request)
+    try:
+        return stats(web.store, web.clock, since).as_json()
+    except InvalidRequest as exc:
+        raise InvalidRequest(str(exc).replace("--since", "since")) from None

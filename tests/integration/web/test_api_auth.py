@@ -45,6 +45,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/runs/{run_id}/replay"): "operator",
     ("GET", "/api/events"): "viewer",
     ("GET", "/api/stats"): "viewer",
+    ("GET", "/metrics"): "viewer",
     ("POST", "/api/backup"): "admin",
     ("POST", "/api/logout"): "viewer",  # last: it ends the session the walk uses
 }

@@ -1,4 +1,5 @@
-"""`GET /api/stats` and `cadenza stats`: figures computed from the store (SPEC §17)."""
+"""`GET /api/stats`, `cadenza stats` and `/metrics`: figures computed from the store
+(SPEC §17)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from cadenza.cli.main import app
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
+from cadenza.services.tokens import TokenService
 
 
 def test_stats_from_the_store(tmp_path: Path) -> None:
@@ -40,6 +42,16 @@ def test_stats_from_the_store(tmp_path: Path) -> None:
         assert viewer.get("/api/stats", params={"since": "soon"}).status_code == 422
         later = viewer.get("/api/stats", params={"since": "1s"}).json()
         assert later["runs_by_state"] == {}
+        assert env.client.get("/metrics").status_code == 401  # never open
+        token = TokenService(store).create("prom", "viewer", actor="test").token
+        scrape = env.token_client(token).get("/metrics")
+        assert scrape.status_code == 200
+        assert scrape.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text = scrape.text
+        assert 'cadenza_runs{job="hello",state="FAILED"} 1.0' in text
+        assert "cadenza_queue_depth 0.0" in text
+        assert 'cadenza_run_duration_seconds_bucket{job="hello",le="15.0"} 1.0' in text
+        assert 'cadenza_run_duration_seconds_count{job="hello"} 2.0' in text
         home = env.services.home.path
     result = CliRunner(env={"CADENZA_FAKE_NOW": START}).invoke(
         app, ["--home", str(home), "stats", "--since", "2027-03-01T00:00:00+00:00", "--json"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from cadenza.web import metrics
 from cadenza.web.api import errors, jobs, runs, session
 
 
@@ -13,3 +14,4 @@ def install(app: FastAPI) -> None:
     app.include_router(session.router)
     app.include_router(jobs.router)
     app.include_router(runs.router)
+    app.include_router(metrics.router)

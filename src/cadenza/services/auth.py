@@ -133,6 +133,9 @@ class AuthService:
             reason = "disabled" if user is not None and ok else "bad credentials"
             self.store.record_login_failure(username, address, reason=reason)
             raise Unauthorized(_BAD_LOGIN)
+        # Failures out of every window are of no use any more: forget them here, where a
+        # login succeeded, rather than in a loop of their own.
+        self.store.forget_login_failures(now - THROTTLE_WINDOW)
         cookie = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(32)
         expires = now + SESSION_LIFETIME

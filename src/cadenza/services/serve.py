@@ -209,7 +209,11 @@ def open_server(services: Services, options: ServeOptions) -> Server:
                 scheduler=options.scheduler)
     web = None
     if options.web:
-        app = create_app(store, home=services.home, reload=node.request_reload)
+        def reload() -> bool:
+            node.request_reload()  # applied by the dispatcher at its next occasion
+            return True
+
+        app = create_app(store, home=services.home, reload=reload)
         web = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
                                             log_level="warning"))
     return Server(services, node, host, port, web, sock)

@@ -42,6 +42,8 @@ def test_tokens_sessions_and_a_run_through_serve(tmp_path: Path) -> None:
             browser.headers.update({"X-CSRF-Token": login.json()["csrf_token"],
                                     "Origin": base})
             run_id = browser.post("/api/jobs/hello/runs", json={}).json()["run_id"]
+            secrets = [token, login.json()["csrf_token"], browser.cookies["cadenza_session"],
+                       "olga's password 1"]
 
             def ended() -> dict[str, object] | None:
                 run = browser.get(f"/api/runs/{run_id}").json()
@@ -58,4 +60,8 @@ def test_tokens_sessions_and_a_run_through_serve(tmp_path: Path) -> None:
         assert httpx.get(f"{base}/api/jobs", headers=bearer).status_code == 401
     finally:
         output = served.stop()
-    assert token not in output
+    # the access log is there, and holds no token, cookie, CSRF token or password
+    assert "method=GET path=/api/jobs status=401" in output
+    assert "method=POST path=/api/jobs/hello/runs status=201" in output and "user=olga" in output
+    for secret in secrets:
+        assert secret not in output

@@ -21,6 +21,8 @@ from cadenza.cli import runs as runs_cmd
 from cadenza.cli import secrets as secrets_cmd
 from cadenza.cli import serve as serve_cmd
 from cadenza.cli import simulate as simulate_cmd
+from cadenza.cli import stats as stats_cmd
+from cadenza.cli import tokens as tokens_cmd
 from cadenza.cli import users as users_cmd
 from cadenza.cli.context import CliState
 from cadenza.cli.output import shown
@@ -63,6 +65,8 @@ app.add_typer(notify_cmd.app, name="notify")
 app.add_typer(notify_cmd.log_app, name="notifications")
 resources_probe_cmd.register(resources_cmd.app)
 app.add_typer(resources_cmd.app, name="resources")
+app.add_typer(tokens_cmd.app, name="tokens")
+app.command("stats")(stats_cmd.stats_command)
 
 
 def main() -> None:

@@ -48,8 +48,9 @@ def _serve(services: Services, options: ServeOptions) -> None:
     with handled():
         server = open_server(services, options)
     if server.exposed:
-        err.print(f"warning: listening on {server.host} exposes Cadenza to the network",
-                  markup=False)
+        err.print(f"warning: listening on {server.host} exposes Cadenza to the network "
+                  "over plain HTTP (passwords and tokens in clear); bind 127.0.0.1 behind a "
+                  "TLS-terminating proxy", markup=False)
     stop = server.stop_event
 
     def on_stop(signum: int, frame: FrameType | None) -> None:

@@ -1,4 +1,4 @@
-"""``cadenza users add | list``."""
+"""``cadenza users add | list | passwd | disable``."""
 
 from __future__ import annotations
 
@@ -56,3 +56,42 @@ def list_users(
         print_json(rows)
         return
     print_table(rows, ["username", "display_name", "email", "roles", "disabled", "created_at"])
+
+
+@app.command("passwd")
+def passwd(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+    ] = False,
+) -> None:
+    """Set a user's password (generated and shown once without --password-stdin); ends
+    the user's sessions."""
+    from cadenza.services.auth import AuthService, new_password
+
+    services = state(ctx).configured()
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else new_password()
+    with handled():
+        revoked = AuthService(services.store(), services.clock).passwd(
+            name, password, actor=services.actor.id)
+    out.print(f"Password of {name} changed; {revoked} session(s) ended", markup=False)
+    if not password_stdin:
+        out.print(f"Password (shown once): {password}", markup=False)
+
+
+@app.command("disable")
+def disable(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    enable: Annotated[bool, typer.Option("--enable", help="Enable the user again.")] = False,
+) -> None:
+    """Disable a user (their sessions end and their tokens stop working at once)."""
+    from cadenza.services.auth import AuthService
+
+    services = state(ctx).configured()
+    with handled():
+        revoked = AuthService(services.store(), services.clock).disable(
+            name, actor=services.actor.id, disabled=not enable)
+    verb = "enabled" if enable else "disabled"
+    out.print(f"User {name} {verb}; {revoked} session(s) ended", markup=False)

@@ -73,13 +73,17 @@ class Services:
     The store is opened at the first use and closed by :meth:`close` (or ``with``).
     """
 
-    def __init__(self, home: Home, *, actor: Actor, clock: Clock) -> None:
+    def __init__(self, home: Home, *, actor: Actor, clock: Clock,
+                 store: Store | None = None) -> None:
         self.home = home
         self.actor = actor
         self.clock = clock
         self._config: LoadedConfig | None = None
         self._settings: LoadedSettings | None = None
-        self._store: Store | None = None
+        # A store given here (the web app's, shared by its requests) is borrowed: close()
+        # leaves it open for its owner.
+        self._store: Store | None = store
+        self._borrowed_store = store is not None
         self._closers: list[Callable[[], None]] = []
         self._nouns()
 
@@ -157,7 +161,8 @@ class Services:
             self._closers.pop()()
         if self._store is not None:
             store, self._store = self._store, None
-            store.close()
+            if not self._borrowed_store:
+                store.close()
 
     def __enter__(self) -> Services:
         return self

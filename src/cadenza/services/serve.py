@@ -33,6 +33,20 @@ WEB_CHECK_SECONDS = 0.5
 EVERY_INTERFACE = ("0.0.0.0", "::")
 
 
+def exposed_host(host: str) -> bool:
+    """True unless ``host`` is a loopback address or ``localhost``: the server speaks plain
+    HTTP (no TLS setting yet, no trusted proxy), so any other address exposes logins and
+    tokens to the network."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return True
+
+
 @dataclass(frozen=True)
 class ServeOptions:
     """``None``: the value of cadenza.toml."""
@@ -87,8 +101,8 @@ class Server:
 
     @property
     def exposed(self) -> bool:
-        """Whether its address is every interface (a warning for people)."""
-        return self.host in EVERY_INTERFACE
+        """Whether its address is reachable from other machines (a warning for people)."""
+        return exposed_host(self.host)
 
     def reload(self) -> None:
         """Ask the node to load the configuration again (applied when valid)."""
@@ -195,6 +209,11 @@ def open_server(services: Services, options: ServeOptions) -> Server:
                 scheduler=options.scheduler)
     web = None
     if options.web:
-        web = uvicorn.Server(uvicorn.Config(create_app(store), host=host, port=port,
+        def reload() -> bool:
+            node.request_reload()  # applied by the dispatcher at its next occasion
+            return True
+
+        app = create_app(store, home=services.home, reload=reload)
+        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
                                             log_level="warning"))
     return Server(services, node, host, port, web, sock)

@@ -38,6 +38,7 @@ from cadenza.store.maintenance import MaintenanceRepository
 from cadenza.store.resources import ResourcesRepository
 from cadenza.store.run_leases import RunLeasesRepository
 from cadenza.store.runs import RunsRepository
+from cadenza.store.sessions import SessionsRepository
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.users import UsersRepository
 
@@ -56,6 +57,7 @@ class Store(
     RunLeasesRepository,
     CheckpointsRepository,
     MaintenanceRepository,
+    SessionsRepository,
 ):
     """Runs, step runs, resources, logs, events and users in one database."""
 
@@ -85,7 +87,9 @@ class Store(
         if lease_time not in LEASE_TIMES:
             raise ValueError(f"lease_time must be one of {LEASE_TIMES}, got {lease_time!r}")
         engine = create_engine(url, sqlite_synchronous=sqlite_synchronous)
-        store = cls(engine, clock or SystemClock(), redactor or NoRedaction())
+        # "is not None": an empty Redactor is falsy (len 0) yet learns secrets later.
+        store = cls(engine, clock or SystemClock(),
+                    redactor if redactor is not None else NoRedaction())
         store.lease_time = lease_time
         try:
             if migrate:

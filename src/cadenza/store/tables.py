@@ -352,4 +352,30 @@ notification_outbox = sa.Table(
     sqlite_autoincrement=True,
 )
 
+# Failed logins, for throttling per user and per address (store/sessions.py); pruned as
+# they age out of the throttling window.
+login_failures = sa.Table(
+    "login_failures",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("username", sa.String(64), nullable=False),
+    sa.Column("address", sa.String(64), nullable=False),
+    _ts("failed_at", nullable=False),
+    sa.Index(None, "username", "failed_at"),
+    sa.Index(None, "address", "failed_at"),
+)
+
+# Idempotency-Key of POST /api/jobs/{id}/runs: one row per (principal, key), inserted
+# before the run exists, so that concurrent requests with one key agree on one run.
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    sa.Column("principal", sa.String(140), primary_key=True),
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("job_id", sa.String(64), nullable=False),
+    sa.Column("body_hash", sa.String(64), nullable=False),
+    sa.Column("run_id", sa.String(26), nullable=True),
+    _ts("created_at", nullable=False),
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

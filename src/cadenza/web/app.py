@@ -1,10 +1,13 @@
-"""The HTTP application. For now: ``/api/health`` (no auth, exact path) and the demo endpoint.
-
-The REST API and the UI come next, as thin shells over :mod:`cadenza.services`; every
-route but the health check will require auth.
+"""The HTTP application: ``/api/health`` (no auth, exact path) and the REST API
+(:mod:`cadenza.web.api`, docs/api.md), a thin shell over :mod:`cadenza.services`. Every
+route but the health check and the login needs a session or a bearer token
+(:mod:`cadenza.web.auth`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -12,16 +15,32 @@ from fastapi.responses import JSONResponse
 import cadenza
 from cadenza.services.health import check_health
 from cadenza.store import Store
+from cadenza.web.access import AccessLog
+from cadenza.web.auth import AsViewer, WebContext
+from cadenza.web.limits import BodyLimit
+from cadenza.web.redacting import redacting_response
+
+if TYPE_CHECKING:
+    from cadenza.home import Home
+
+ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login")})
+"""The only (method, path) pairs that answer without a session or token (SPEC §12)."""
 
 
-def create_app(store: Store) -> FastAPI:
-    """Build the app around an open store (the caller owns and closes it)."""
+def create_app(store: Store, *, home: Home | None = None,
+               reload: Callable[[], object] | None = None) -> FastAPI:
+    """Build the app around an open store (the caller owns and closes it). ``home`` gives
+    the configuration the API acts on (without one, only reads of the store work);
+    ``reload`` applies a changed jobs.toml (a running node's reload)."""
+    from cadenza.web import api
+
     app = FastAPI(
         title="Cadenza",
         version=cadenza.__version__,
         docs_url=None,
         redoc_url=None,
-        openapi_url="/api/openapi.json",
+        openapi_url=None,  # served below, behind a login like every route
+        default_response_class=redacting_response(home),
     )
 
     @app.get("/api/health")
@@ -32,4 +51,13 @@ def create_app(store: Store) -> FastAPI:
         health = check_health(store)
         return JSONResponse(health.as_json(), status_code=200 if health.ok else 503)
 
+    @app.get("/api/openapi.json", include_in_schema=False)
+    def openapi(principal: AsViewer) -> JSONResponse:
+        """The OpenAPI document of this API (needs a login or token, like every route)."""
+        return JSONResponse(app.openapi())
+
+    app.state.cadenza = WebContext(store, home, store.clock, reload)
+    api.install(app)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(AccessLog, clock=store.clock, home=home)  # outermost: logs a 413 too
     return app

@@ -1,7 +1,7 @@
 """A run's parent: the run and step of a ``call_job`` that created it.
 
 Revision ID: 0010_call_job
-Revises: 0007_runs_version
+Revises: 0009_outbox
 Create Date: 2026-12-01
 
 A ``call_job`` step creates its child run once per parent run and step: the unique index on

@@ -1,0 +1,261 @@
+"""Logins, sessions, roles and the users' security operations (SPEC §12).
+
+Operations (on :class:`AuthService`, built on a store and a clock, no configuration)::
+
+    login(username, password, address) -> NewSession    Throttled, Unauthorized
+    session(cookie) -> Principal | None                  a live session, its user enabled
+    bearer(token) -> Principal | None                    a live API token
+    logout(principal)                                     revokes the session at once
+    sessions(principal) -> list[SessionView]              the caller's own, never another's
+    passwd(username, password, actor)                     revokes the user's sessions
+    disable(username, actor), set_roles(username, roles, actor)   same
+
+Roles form a ladder, ``viewer < operator < editor < admin``; other role names are groups for
+notifications and grant nothing. A token of a user acts with the lower of its role and the
+user's current one, and stops working when the user is disabled.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from cadenza.services.errors import InvalidRequest, NotFound, ServiceError
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.store import Store
+
+ROLE_LADDER = ("viewer", "operator", "editor", "admin")
+SESSION_LIFETIME = timedelta(hours=12)
+THROTTLE_WINDOW = timedelta(minutes=15)
+MAX_FAILURES_PER_USER = 5
+MAX_FAILURES_PER_ADDRESS = 20
+_BAD_LOGIN = "wrong user name or password"
+
+
+class Unauthorized(ServiceError):
+    """No valid session, token or password (HTTP 401)."""
+
+
+class Throttled(ServiceError):
+    """Too many failed logins for this user or address (HTTP 429)."""
+
+
+class Forbidden(ServiceError):
+    """Authenticated, but the role does not allow it (HTTP 403)."""
+
+
+def rank(roles: Sequence[str]) -> int:
+    """The highest built-in role among ``roles`` as its index in :data:`ROLE_LADDER`
+    (-1: none)."""
+    return max((ROLE_LADDER.index(r) for r in roles if r in ROLE_LADDER), default=-1)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user through a session (``session_id`` and ``csrf_token`` set), or
+    an API token (``token`` set; ``username`` None for a token of no user)."""
+
+    username: str | None
+    role: str | None
+    session_id: str | None = None
+    csrf_token: str | None = None
+    token: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The name actions are recorded under (``token:NAME`` for a token of no user)."""
+        return self.username if self.username is not None else f"token:{self.token}"
+
+    @property
+    def key(self) -> str:
+        """What owns idempotency keys: the user, or the token of no user."""
+        return f"user:{self.username}" if self.username is not None else f"token:{self.token}"
+
+    def allows(self, role: str) -> bool:
+        """True when this principal's role is ``role`` or above."""
+        return self.role is not None and ROLE_LADDER.index(self.role) >= ROLE_LADDER.index(role)
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session just opened: ``cookie`` (shown once, stored hashed) and its CSRF token."""
+
+    cookie: str
+    csrf_token: str
+    username: str
+    role: str | None
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """One of the caller's live sessions (no secret: its id is a prefix of the hash)."""
+
+    id: str
+    created_at: datetime | None
+    expires_at: datetime | None
+    current: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": self.id, "created_at": self.created_at, "expires_at": self.expires_at,
+                "current": self.current}
+
+
+class AuthService:
+    """Authentication over one store (see the module docstring)."""
+
+    def __init__(self, store: Store, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def login(self, username: str, password: str, address: str) -> NewSession:
+        """Check the password and open a session (a new random cookie each time: a login
+        never reuses a session). Throttled once a user or an address has too many recent
+        failures, before the password is even checked."""
+        from cadenza.security import hash_token, verify_password
+
+        now = self.clock.now()
+        by_user, by_address = self.store.login_failures_since(username, address,
+                                                              now - THROTTLE_WINDOW)
+        if by_user >= MAX_FAILURES_PER_USER or by_address >= MAX_FAILURES_PER_ADDRESS:
+            self.store.record_login_failure(username, address, reason="throttled")
+            raise Throttled("too many failed logins; wait 15 minutes and try again")
+        user = self.store.get_user(username) if len(username) <= 64 else None
+        # Verify against a dummy hash when there is no such user, so that the answer's
+        # timing does not tell which user names exist.
+        ok = verify_password(user.password_hash if user else _dummy_hash(), password)
+        if user is None or not ok or user.disabled:
+            reason = "disabled" if user is not None and ok else "bad credentials"
+            self.store.record_login_failure(username, address, reason=reason)
+            raise Unauthorized(_BAD_LOGIN)
+        # Failures out of every window are of no use any more: forget them here, where a
+        # login succeeded, rather than in a loop of their own.
+        self.store.forget_login_failures(now - THROTTLE_WINDOW)
+        cookie = secrets.token_urlsafe(32)
+        csrf = secrets.token_urlsafe(32)
+        expires = now + SESSION_LIFETIME
+        self.store.create_session(hash_token(cookie), username, csrf, expires,
+                                  address=address, actor=f"user:{username}")
+        role = _role(user.roles)
+        return NewSession(cookie, csrf, username, role, expires)
+
+    def session(self, cookie: str) -> Principal | None:
+        """The principal of a live session cookie whose user is still enabled."""
+        from cadenza.security import hash_token
+
+        record = self.store.get_session(hash_token(cookie))
+        if record is None:
+            return None
+        user = self.store.get_user(record.username)
+        if user is None or user.disabled:
+            return None
+        return Principal(user.username, _role(user.roles), session_id=record.id,
+                         csrf_token=record.csrf_token)
+
+    def bearer(self, token: str) -> Principal | None:
+        """The principal of a live API token (its user enabled)."""
+        from cadenza.security import hash_token
+
+        record = self.store.token_by_hash(hash_token(token))
+        if record is None:
+            return None
+        role = _role(record.roles)
+        if record.username is not None:
+            user = self.store.get_user(record.username)
+            if user is None or user.disabled:
+                return None
+            role = _lower(role, _role(user.roles))
+        return Principal(record.username, role, token=record.name)
+
+    def logout(self, principal: Principal) -> None:
+        """End the caller's session now (a token is revoked with ``tokens revoke``)."""
+        if principal.session_id is None:
+            raise InvalidRequest("only a web session can log out; revoke a token instead")
+        self.store.revoke_session(principal.session_id)
+
+    def sessions(self, principal: Principal) -> list[SessionView]:
+        """The caller's own live sessions."""
+        if principal.username is None:
+            return []
+        return [SessionView(s.id[:12], s.created_at, s.expires_at,
+                            s.id == principal.session_id)
+                for s in self.store.list_sessions(principal.username)]
+
+    def revoke_session(self, principal: Principal, short_id: str) -> None:
+        """Revoke one of the caller's own sessions by the id :meth:`sessions` shows."""
+        if principal.username is not None:
+            for s in self.store.list_sessions(principal.username):
+                if s.id[:12] == short_id:
+                    self.store.revoke_session(s.id, username=principal.username)
+                    return
+        raise NotFound(f"no session {short_id!r} of yours")
+
+    # --- user changes that end sessions ------------------------------------------------
+
+    def passwd(self, username: str, password: str, *, actor: str) -> int:
+        """Set a user's password; revokes the user's sessions (how many)."""
+        from cadenza.security import hash_password
+        from cadenza.services.users import MIN_PASSWORD_LENGTH
+
+        if len(password) < MIN_PASSWORD_LENGTH:
+            raise InvalidRequest(f"the password must have at least {MIN_PASSWORD_LENGTH} "
+                                 "characters")
+        return self._change(username, actor, password_hash=hash_password(password))
+
+    def disable(self, username: str, *, actor: str, disabled: bool = True) -> int:
+        """Disable (or enable) a user; revokes the user's sessions."""
+        return self._change(username, actor, disabled=disabled)
+
+    def set_roles(self, username: str, roles: Sequence[str], *, actor: str) -> int:
+        """Replace a user's roles; revokes the user's sessions."""
+        cleaned = sorted({r.strip() for r in roles if r.strip()})
+        if not cleaned:
+            raise InvalidRequest("give at least one role")
+        return self._change(username, actor, roles=cleaned)
+
+    def _change(self, username: str, actor: str, **fields: Any) -> int:
+        with self.store.write() as conn:
+            if not self.store.update_user(username, actor=actor, conn=conn, **fields):
+                raise NotFound(f"no user {username!r}")
+            return self.store.revoke_user_sessions(username, conn=conn)
+
+
+def _role(roles: Sequence[str]) -> str | None:
+    index = rank(roles)
+    return ROLE_LADDER[index] if index >= 0 else None
+
+
+def _lower(a: str | None, b: str | None) -> str | None:
+    if a is None or b is None:
+        return None
+    return ROLE_LADDER[min(ROLE_LADDER.index(a), ROLE_LADDER.index(b))]
+
+
+_DUMMY: list[str] = []
+
+
+def _dummy_hash() -> str:
+    from cadenza.security import hash_password
+
+    if not _DUMMY:
+        _DUMMY.append(hash_password(secrets.token_urlsafe(16)))
+    return _DUMMY[0]
+
+
+def new_password() -> str:
+    """A random password to give a user (shown once by the shell)."""
+    from cadenza.security import generate_password
+
+    return generate_password()
+
+
+def parse_role(role: str) -> str:
+    """A built-in role name; InvalidRequest naming the allowed ones."""
+    if role not in ROLE_LADDER:
+        raise InvalidRequest(f"--role {role!r}: expected one of {', '.join(ROLE_LADDER)}")
+    return role

@@ -1,0 +1,23 @@
+"""``stats(since)``: the figures of SPEC §17 over a window (``cadenza stats``,
+``GET /api/stats``); see :mod:`cadenza.store.stats` for what is counted."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from cadenza.services.history import parse_since
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.store import Store
+    from cadenza.store.stats import RunStats
+
+DEFAULT_WINDOW = "7d"
+
+
+def stats(store: Store, clock: Clock, since: str | None = None) -> RunStats:
+    """The figures of the runs created since ``since`` (an age like ``7d`` or an ISO time;
+    default 7 days); InvalidRequest for a bad ``since``."""
+    from cadenza.store.stats import run_stats
+
+    return run_stats(store, parse_since(since or DEFAULT_WINDOW, clock.now()))

@@ -1,0 +1,266 @@
+"""Web sessions, API tokens, failed logins and idempotency keys (SPEC §12, §15).
+
+Secrets are never stored: a session's id is the SHA-256 of its cookie value and a token's
+``token_hash`` the SHA-256 of the token (both 256-bit random values, so a fast hash is
+enough, :mod:`cadenza.security`). Checks read the row at each request, so a revoked session
+or token is refused at once, on every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.errors import StoreError
+from cadenza.domain.events import EventType, Level
+from cadenza.store.codec import dumps, loads
+from cadenza.store.core import StoreCore
+from cadenza.store.tables import api_tokens, idempotency_keys, login_failures, sessions
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One web session (never its cookie value)."""
+
+    id: str
+    username: str
+    csrf_token: str = ""
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_seen_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """One API token (never the token itself)."""
+
+    name: str
+    username: str | None
+    roles: tuple[str, ...]
+    created_at: datetime
+    revoked_at: datetime | None
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True)
+class IdempotentRun:
+    """The row of an Idempotency-Key: its request's job and body hash, and its run once
+    recorded (``None`` while the first request is creating it)."""
+
+    job_id: str
+    body_hash: str
+    run_id: str | None
+    created_at: datetime
+
+
+def _session(row: sa.Row[Any]) -> SessionRecord:
+    m = row._mapping
+    return SessionRecord(m["id"], m["username"], m["csrf_token"], m["created_at"],
+                         m["expires_at"], m["revoked_at"], m["last_seen_at"])
+
+
+def _token(row: sa.Row[Any]) -> TokenRecord:
+    m = row._mapping
+    return TokenRecord(m["name"], m["username"], tuple(loads(m["roles_json"]) or ()),
+                       m["created_at"], m["revoked_at"], m["last_used_at"])
+
+
+class SessionsRepository(StoreCore):
+    """Tables ``sessions``, ``api_tokens``, ``login_failures`` and ``idempotency_keys``."""
+
+    # --- sessions ----------------------------------------------------------------------
+
+    def create_session(self, session_hash: str, username: str, csrf_token: str,
+                       expires_at: datetime, *, address: str, actor: str) -> None:
+        """Record a session and a USER_LOGIN event (outcome "ok", the address)."""
+        now = self._now()
+        with self.write() as c:
+            c.execute(sa.insert(sessions).values(
+                id=session_hash, username=username, csrf_token=csrf_token, created_at=now,
+                expires_at=expires_at, last_seen_at=now))
+            self._insert_event(c, EventType.USER_LOGIN, f"user {username} logged in",
+                               payload={"username": username, "outcome": "ok",
+                                        "address": address},
+                               actor=actor, now=now)
+
+    def get_session(self, session_hash: str) -> SessionRecord | None:
+        """The live session (not revoked, not expired) with that id, else ``None``."""
+        now = self._now()
+        with self.read() as c:
+            row = c.execute(sa.select(sessions).where(
+                sessions.c.id == session_hash, sessions.c.revoked_at.is_(None),
+                sessions.c.expires_at > now)).first()
+        return None if row is None else _session(row)
+
+    def list_sessions(self, username: str) -> list[SessionRecord]:
+        """The live sessions of ``username``, newest first (ids are hashes)."""
+        now = self._now()
+        with self.read() as c:
+            rows = c.execute(sa.select(sessions).where(
+                sessions.c.username == username, sessions.c.revoked_at.is_(None),
+                sessions.c.expires_at > now).order_by(sessions.c.created_at.desc())).all()
+        return [_session(r) for r in rows]
+
+    def revoke_session(self, session_hash: str, *, username: str | None = None) -> bool:
+        """Revoke one live session (of ``username`` when given); ``True`` if it was live."""
+        query = sa.update(sessions).where(sessions.c.id == session_hash,
+                                          sessions.c.revoked_at.is_(None))
+        if username is not None:
+            query = query.where(sessions.c.username == username)
+        with self.write() as c:
+            return bool(c.execute(query.values(revoked_at=self._now())).rowcount)
+
+    def revoke_user_sessions(self, username: str, *,
+                             conn: sa.Connection | None = None) -> int:
+        """Revoke every live session of ``username`` (a password, role or disabled
+        change); how many."""
+        with self._joined(conn) as c:
+            return int(c.execute(sa.update(sessions).where(
+                sessions.c.username == username, sessions.c.revoked_at.is_(None),
+            ).values(revoked_at=self._now())).rowcount)
+
+    # --- failed logins -----------------------------------------------------------------
+
+    def record_login_failure(self, username: str, address: str, *, reason: str) -> None:
+        """Count a failed login and write USER_LOGIN (outcome "failed", never the password)."""
+        now = self._now()
+        with self.write() as c:
+            c.execute(sa.insert(login_failures).values(username=username[:64],
+                                                       address=address[:64], failed_at=now))
+            self._insert_event(c, EventType.USER_LOGIN,
+                               f"failed login for {username[:64]!r} from {address}: {reason}",
+                               level=Level.WARNING,
+                               payload={"username": username[:64], "outcome": "failed",
+                                        "address": address, "reason": reason},
+                               actor="system", now=now)
+
+    def login_failures_since(self, username: str, address: str,
+                             since: datetime) -> tuple[int, int]:
+        """Failed logins since ``since``: (for that user, from that address)."""
+        with self.read() as c:
+            by_user = c.execute(sa.select(sa.func.count()).select_from(login_failures).where(
+                login_failures.c.username == username[:64],
+                login_failures.c.failed_at >= since)).scalar_one()
+            by_address = c.execute(sa.select(sa.func.count()).select_from(login_failures)
+                                   .where(login_failures.c.address == address[:64],
+                                          login_failures.c.failed_at >= since)).scalar_one()
+        return int(by_user), int(by_address)
+
+    def forget_login_failures(self, before: datetime) -> int:
+        """Delete the failures older than ``before`` (out of every throttling window)."""
+        with self.write() as c:
+            return int(c.execute(sa.delete(login_failures).where(
+                login_failures.c.failed_at < before)).rowcount)
+
+    # --- API tokens --------------------------------------------------------------------
+
+    def add_token(self, name: str, token_hash: str, roles: list[str], *,
+                  username: str | None, actor: str) -> None:
+        """Record a token; a taken name raises :class:`StoreError`. USER_CHANGED names the
+        token and its roles, never the token."""
+        now = self._now()
+        with self.write() as c:
+            inserted = c.execute(self._insert_ignore(api_tokens, ["name"]).values(
+                name=name, token_hash=token_hash, username=username,
+                roles_json=dumps(sorted(roles)), created_at=now)).rowcount
+            if inserted != 1:
+                raise StoreError(f"a token named {name!r} already exists")
+            self._insert_event(c, EventType.USER_CHANGED,
+                               f"API token {name} created with roles {', '.join(roles)}",
+                               payload={"action": "token_created", "token": name,
+                                        "username": username, "roles": sorted(roles)},
+                               actor=actor, now=now)
+
+    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
+        """The live (not revoked) token with that hash, its ``last_used_at`` set to now."""
+        now = self._now()
+        with self.read() as c:
+            row = c.execute(sa.select(api_tokens).where(
+                api_tokens.c.token_hash == token_hash,
+                api_tokens.c.revoked_at.is_(None))).first()
+        if row is None:
+            return None
+        record = _token(row)
+        last = record.last_used_at
+        # A write per request would serialize every API call on SQLite: a minute's precision
+        # is what a person reading "last used" needs.
+        if last is None or now - last > timedelta(minutes=1):
+            with self.write() as c:
+                c.execute(sa.update(api_tokens).where(api_tokens.c.name == record.name)
+                          .values(last_used_at=now))
+        return record
+
+    def list_tokens(self, username: str | None = None, *,
+                    every: bool = False) -> list[TokenRecord]:
+        """Tokens (revoked ones too) of ``username`` (``None``: tokens of no user), or all
+        with ``every``; by name."""
+        query = sa.select(api_tokens).order_by(api_tokens.c.name)
+        if not every:
+            query = query.where(api_tokens.c.username.is_(None) if username is None
+                                else api_tokens.c.username == username)
+        with self.read() as c:
+            return [_token(r) for r in c.execute(query).all()]
+
+    def revoke_token(self, name: str, *, username: str | None = None, every: bool = False,
+                     actor: str) -> bool:
+        """Revoke the live token ``name`` (of ``username``, unless ``every``); ``True`` if
+        it was live. USER_CHANGED names it."""
+        query = sa.update(api_tokens).where(api_tokens.c.name == name,
+                                            api_tokens.c.revoked_at.is_(None))
+        if not every:
+            query = query.where(api_tokens.c.username.is_(None) if username is None
+                                else api_tokens.c.username == username)
+        now = self._now()
+        with self.write() as c:
+            if not c.execute(query.values(revoked_at=now)).rowcount:
+                return False
+            self._insert_event(c, EventType.USER_CHANGED, f"API token {name} revoked",
+                               payload={"action": "token_revoked", "token": name},
+                               actor=actor, now=now)
+        return True
+
+    # --- idempotency keys --------------------------------------------------------------
+
+    def reserve_idempotency_key(self, principal: str, key: str, job_id: str,
+                                body_hash: str) -> tuple[bool, IdempotentRun]:
+        """Insert the key's row unless it exists: ``(True, row)`` for the first request,
+        ``(False, existing row)`` for the others. The primary key decides, so this holds
+        across threads, processes and nodes."""
+        now = self._now()
+        with self.write() as c:
+            inserted = c.execute(self._insert_ignore(idempotency_keys, ["principal", "key"])
+                                 .values(principal=principal, key=key, job_id=job_id,
+                                         body_hash=body_hash, created_at=now)).rowcount
+        found = self.get_idempotency_key(principal, key)
+        if found is None:  # released by a failed first request between the two statements
+            return self.reserve_idempotency_key(principal, key, job_id, body_hash)
+        return inserted == 1, found
+
+    def get_idempotency_key(self, principal: str, key: str) -> IdempotentRun | None:
+        """The key's row, or ``None``."""
+        with self.read() as c:
+            row = c.execute(sa.select(idempotency_keys).where(
+                idempotency_keys.c.principal == principal,
+                idempotency_keys.c.key == key)).first()
+        if row is None:
+            return None
+        m = row._mapping
+        return IdempotentRun(m["job_id"], m["body_hash"], m["run_id"], m["created_at"])
+
+    def complete_idempotency_key(self, principal: str, key: str, run_id: str) -> None:
+        """Attach the created run to the key."""
+        with self.write() as c:
+            c.execute(sa.update(idempotency_keys).where(
+                idempotency_keys.c.principal == principal, idempotency_keys.c.key == key,
+            ).values(run_id=run_id))
+
+    def release_idempotency_key(self, principal: str, key: str) -> None:
+        """Forget a key whose run could not be created (the client may try again)."""
+        with self.write() as c:
+            c.execute(sa.delete(idempotency_keys).where(
+                idempotency_keys.c.principal == principal, idempotency_keys.c.key == key,
+                idempotency_keys.c.run_id.is_(None)))

@@ -1,0 +1,126 @@
+"""Figures of SPEC §17 computed from the store over a window: queue time, execution time,
+retry rate, error share by class and by step type, mean time from failure to recovery per
+job, runs by state. (Resource utilization per pool and resources cooling down come with the
+pools' own service.)
+
+Read in one read transaction; durations in seconds. The window's runs are read row by row
+(only the columns needed), which is fine for days of history; a longer window is a job
+for ``/metrics`` and Prometheus.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.store.core import StoreCore
+from cadenza.store.tables import runs, step_runs
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Count, mean, 95th percentile and maximum of some durations (seconds)."""
+
+    count: int = 0
+    mean: float | None = None
+    p95: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Durations:
+        if not values:
+            return cls()
+        ordered = sorted(values)
+        p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+        return cls(len(ordered), round(sum(ordered) / len(ordered), 3), round(p95, 3),
+                   round(ordered[-1], 3))
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """The figures of one window (see the module docstring)."""
+
+    since: datetime
+    runs_by_state: dict[str, int]
+    queue: Durations
+    execution: Durations
+    execution_by_job: dict[str, Durations]
+    step_attempts: int
+    retried_attempts: int
+    errors_by_class: dict[str, int]
+    errors_by_step_type: dict[str, int]
+    recovery_by_job: dict[str, Durations] = field(default_factory=dict)
+
+    @property
+    def retry_rate(self) -> float | None:
+        """Share of step attempts that were retries."""
+        return None if not self.step_attempts else \
+            round(self.retried_attempts / self.step_attempts, 4)
+
+    def as_json(self) -> dict[str, Any]:
+        def d(value: Durations) -> dict[str, Any]:
+            return vars(value)
+
+        failed = sum(self.errors_by_class.values())
+        return {
+            "since": self.since, "runs_by_state": self.runs_by_state,
+            "queue_seconds": d(self.queue), "execution_seconds": d(self.execution),
+            "execution_seconds_by_job": {k: d(v) for k, v in self.execution_by_job.items()},
+            "retry_rate": self.retry_rate, "step_attempts": self.step_attempts,
+            "error_share_by_class": {k: round(v / failed, 4)
+                                     for k, v in self.errors_by_class.items()},
+            "error_share_by_step_type": {k: round(v / failed, 4)
+                                         for k, v in self.errors_by_step_type.items()},
+            "recovery_seconds_by_job": {k: d(v) for k, v in self.recovery_by_job.items()},
+        }
+
+
+def run_stats(store: StoreCore, since: datetime) -> RunStats:
+    """The figures of the runs created at or after ``since``."""
+    with store.read() as c:
+        rows = c.execute(sa.select(
+            runs.c.job_id, runs.c.state, runs.c.created_at, runs.c.scheduled_for,
+            runs.c.started_at, runs.c.finished_at,
+        ).where(runs.c.created_at >= since).order_by(runs.c.created_at, runs.c.id)).all()
+        steps = c.execute(sa.select(
+            step_runs.c.attempt, step_runs.c.state, step_runs.c.error_class,
+            step_runs.c.step_type,
+        ).where(step_runs.c.created_at >= since)).all()
+    by_state: Counter[str] = Counter()
+    queue: list[float] = []
+    execution: list[float] = []
+    by_job: dict[str, list[float]] = defaultdict(list)
+    failed_at: dict[str, datetime] = {}
+    recovery: dict[str, list[float]] = defaultdict(list)
+    for job, state, created, scheduled, started, finished in rows:
+        by_state[state] += 1
+        if started is not None:
+            queue.append(max(0.0, (started - max(created, scheduled or created))
+                             .total_seconds()))
+        if started is not None and finished is not None:
+            seconds = (finished - started).total_seconds()
+            execution.append(seconds)
+            by_job[job].append(seconds)
+    # Recovery: from a failed run's end to the end of the job's next successful run.
+    for job, state, _created, _scheduled, _started, finished in sorted(
+            (r for r in rows if r[5] is not None), key=lambda r: r[5]):
+        if state == "FAILED":
+            failed_at.setdefault(job, finished)
+        elif state == "SUCCEEDED" and job in failed_at:
+            recovery[job].append((finished - failed_at.pop(job)).total_seconds())
+    errors_by_class: Counter[str] = Counter()
+    errors_by_type: Counter[str] = Counter()
+    retried = 0
+    for attempt, state, error_class, step_type in steps:
+        retried += attempt > 1
+        if state == "FAILED":
+            errors_by_class[error_class or "unclassified"] += 1
+            errors_by_type[step_type] += 1
+    return RunStats(since, dict(by_state), Durations.of(queue), Durations.of(execution),
+                    {job: Durations.of(v) for job, v in by_job.items()}, len(steps), retried,
+                    dict(errors_by_class), dict(errors_by_type),
+                    {job: Durations.of(v) for job, v in recovery.items()})

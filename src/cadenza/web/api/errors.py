@@ -1,0 +1,122 @@
+"""Errors as JSON: ``{"error": message, "field": ..., "problems": [...]}`` (docs/api.md).
+
+The service layer's errors map to statuses once, here (docs/services.md): NotFound 404,
+InvalidRequest 422, Refused 409, a write that did not happen 503, a stale jobs.toml 409,
+an invalid configuration 422 with every problem located ``file:line:col`` (the messages of
+``cadenza validate``). Messages go through the home's redactor: a secret never reaches a
+response body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.exceptions import HTTPException
+
+from cadenza.domain.errors import ConfigError, StaleConfigError, StoreError, WriteFailed
+from cadenza.services.auth import Forbidden, Throttled, Unauthorized
+from cadenza.services.errors import InvalidRequest, NotAHome, NotFound, Refused
+
+
+class ErrorBody(BaseModel):
+    """Every error's JSON: a message, and where it applies the field or located problems,
+    or (a stale edit) the current hash and a diff."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str
+    field: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    problems: list[dict[str, Any]] | None = None
+    hash: str | None = None
+    diff: str | None = None
+
+
+_MEANINGS = {401: "no valid session or token", 403: "role too low, or CSRF/Origin refused",
+             404: "no such object", 409: "not in this state, or a stale edit",
+             422: "invalid input", 429: "too many failed logins",
+             503: "the store or a file could not be written"}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorBody, "description": text} for code, text in _MEANINGS.items()}
+"""The error answers every route documents in the OpenAPI schema."""
+
+
+def _redact(request: Request, text: str) -> str:
+    web = getattr(request.app.state, "cadenza", None)
+    home = getattr(web, "home", None)
+    return home.redactor.redact_text(text) if home is not None else text
+
+
+def error_body(request: Request, message: str, **extra: Any) -> dict[str, Any]:
+    """The JSON of an error, its message redacted."""
+    return {"error": _redact(request, message), **extra}
+
+
+class StaleEdit(Exception):
+    """A job edit based on an older jobs.toml: 409 with the current hash and a diff of
+    what the edit would change in the current file."""
+
+    def __init__(self, message: str, current_hash: str, diff: str) -> None:
+        super().__init__(message)
+        self.current_hash = current_hash
+        self.diff = diff
+
+
+_STATUS: list[tuple[type[Exception], int]] = [
+    (Unauthorized, 401), (Forbidden, 403), (Throttled, 429), (NotFound, 404),
+    (InvalidRequest, 422), (Refused, 409), (StaleConfigError, 409), (WriteFailed, 503),
+    (StoreError, 503), (NotAHome, 503),
+]
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    async def service_error(request: Request, exc: Exception) -> JSONResponse:
+        status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+        headers = {"Retry-After": "900"} if status == 429 else None
+        return JSONResponse(error_body(request, str(exc)), status_code=status,
+                            headers=headers)
+
+    async def config_error(request: Request, exc: Exception) -> JSONResponse:
+        from cadenza.config.problems import Problem
+
+        assert isinstance(exc, ConfigError)
+        problems = [{"location": f"{p.file}:{p.line}:{p.col}", "field": p.path or None,
+                     "message": _redact(request, p.message), "text": _redact(request, str(p))}
+                    for p in exc.problems if isinstance(p, Problem)]
+        return JSONResponse(error_body(request, str(exc), problems=problems),
+                            status_code=422)
+
+    async def stale(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StaleEdit)
+        return JSONResponse(error_body(request, str(exc), hash=exc.current_hash,
+                                       diff=_redact(request, exc.diff)), status_code=409)
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, HTTPException)
+        return JSONResponse(error_body(request, str(exc.detail)), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        errors = exc.errors()
+        first = errors[0] if errors else {}
+        field = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        message = f"{field}: {first.get('msg', 'invalid')}" if field else "invalid request"
+        # The input is left out: it may hold a password.
+        details = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"),
+                    "message": e.get("msg")} for e in errors]
+        return JSONResponse(error_body(request, message, field=field or None,
+                                       errors=details), status_code=422)
+
+    app.add_exception_handler(ConfigError, config_error)
+    app.add_exception_handler(StaleEdit, stale)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    for kind, _ in _STATUS:
+        app.add_exception_handler(kind, service_error)

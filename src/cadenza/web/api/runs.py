@@ -1,0 +1,182 @@
+"""``/api/runs`` and ``/api/events``: history with keyset pagination, the live log as
+server-sent events, and the operator's actions on a run; ``/api/backup`` (admin)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from cadenza.services.errors import InvalidRequest
+from cadenza.services.history import HistoryService, RunView, check_type, parse_since
+from cadenza.web.api.errors import ERROR_RESPONSES
+from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, context, services_for
+
+router = APIRouter(prefix="/api", tags=["runs"], responses=ERROR_RESPONSES)
+MAX_PAGE = 500
+
+
+def _history(request: Request) -> HistoryService:
+    web = context(request)
+    store = web.store
+    return HistoryService(lambda: store, web.clock)
+
+
+def _when(request: Request, name: str, text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return parse_since(text, context(request).clock.now())
+    except InvalidRequest as exc:
+        raise InvalidRequest(str(exc).replace("--since", name)) from None
+
+
+@router.get("/runs")
+def list_runs(
+    principal: AsViewer, request: Request,
+    job: str | None = None, state: str | None = None, trigger: str | None = None,
+    since: str | None = None, until: str | None = None,
+    limit: int = Query(50, ge=1, le=MAX_PAGE), cursor: str | None = None,
+) -> dict[str, Any]:
+    """Runs, newest first. ``cursor`` is the ``next_cursor`` of the previous page (a keyset
+    on creation time and id, never an offset); ``since``/``until`` are ages (``2d``) or ISO
+    times; ``state`` a comma-separated list."""
+    from cadenza.services.history import parse_states
+
+    states = parse_states(state)
+    after = _when(request, "since", since)
+    before: str | datetime | None = cursor or _when(request, "until", until)
+    rows = context(request).store.list_runs(job=job, state=states, trigger=trigger,
+                                            before=before, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if after is not None:
+        kept = [r for r in rows if r.created_at >= after]
+        more = more and len(kept) == len(rows)
+        rows = kept
+    return {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in rows],
+            "next_cursor": rows[-1].id if more and rows else None}
+
+
+@router.get("/runs/{run_id}")
+def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
+    """One run with every step attempt."""
+    detail = _history(request).get_run(run_id)
+    run = detail.run
+    return detail.as_json() | {"error": run.error, "reason": run.reason,
+                               "wait_reason": run.wait_reason, "resumes": run.resumes,
+                               "not_before": run.not_before}
+
+
+@router.get("/runs/{run_id}/log", response_model=None)
+def run_log(run_id: str, principal: AsViewer, request: Request, follow: bool = False,
+            level: str | None = None) -> Any:
+    """The run's log lines (JSON); with ``follow=1``, server-sent events: each line as a
+    ``data:`` JSON event, then an ``end`` event when the run ended. Closing the stream only
+    stops the reading: the run is never touched."""
+    history = _history(request)
+    if not follow:
+        return [line.as_json() | {"id": line.id} for line in history.logs(run_id, level)]
+    lines = history.follow_logs(run_id, level)  # NotFound raised here, before streaming
+    home = context(request).home
+
+    def events() -> Iterator[str]:
+        for line in lines:
+            data = json.dumps(line.as_json() | {"id": line.id}, default=str)
+            if home is not None:
+                data = home.redactor.redact_text(data)
+            yield f"id: {line.id}\ndata: {data}\n\n"
+        yield "event: end\ndata: {}\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store"})
+
+
+def _action(request: Request, principal: Any, run_id: str, verb: str) -> dict[str, Any]:
+    with services_for(request, principal) as services:
+        if verb == "cancel":
+            outcome = services.runs.cancel(run_id)
+            return outcome.as_json()
+        if verb == "replay":
+            return {"run_id": services.runs.replay(run_id), "replay_of": run_id}
+        review = services.runs.resume(run_id) if verb == "resume" \
+            else services.runs.abandon(run_id)
+        return review.as_json()
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel_run(run_id: str, principal: AsOperator, request: Request) -> dict[str, Any]:
+    """Cancel a queued run now, or ask the holder of a running one to stop it."""
+    return _action(request, principal, run_id, "cancel")
+
+
+@router.post("/runs/{run_id}/resume")
+def resume_run(run_id: str, principal: AsOperator, request: Request) -> dict[str, Any]:
+    """Queue a NEEDS_REVIEW run again from its checkpoint (409 in another state)."""
+    return _action(request, principal, run_id, "resume")
+
+
+@router.post("/runs/{run_id}/abandon")
+def abandon_run(run_id: str, principal: AsOperator, request: Request) -> dict[str, Any]:
+    """End a NEEDS_REVIEW run FAILED (409 in another state)."""
+    return _action(request, principal, run_id, "abandon")
+
+
+@router.post("/runs/{run_id}/replay", status_code=201)
+def replay_run(run_id: str, principal: AsOperator, request: Request) -> dict[str, Any]:
+    """A new run with the same request."""
+    return _action(request, principal, run_id, "replay")
+
+
+@router.get("/events")
+def list_events(
+    principal: AsViewer, request: Request,
+    run: str | None = None, resource: str | None = None, type: str | None = None,
+    since: str | None = None, limit: int = Query(200, ge=1, le=MAX_PAGE),
+    cursor: int | None = Query(None, ge=0),
+) -> dict[str, Any]:
+    """Audit events, oldest first; ``cursor`` is the previous page's ``next_cursor`` (the
+    last event id: a keyset)."""
+    event_type = check_type(type) if type is not None else None
+    rows = context(request).store.list_events(
+        run_id=run, resource_id=resource, event_type=event_type,
+        since=_when(request, "since", since), limit=limit + 1, after_id=cursor)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,
+                        "level": e.level, "run": e.run_id, "resource": e.resource_id,
+                        "actor": e.actor, "message": e.message, "payload": e.payload}
+                       for e in rows],
+            "next_cursor": rows[-1].event_id if more and rows else None}
+
+
+@router.post("/backup", status_code=201)
+def backup(principal: AsAdmin, request: Request) -> dict[str, Any]:
+    """Copy the store (SQLite) to ``backups/cadenza-<time>.db`` in the home; the copy holds
+    no secret value. The place is chosen by the server, never by the request."""
+    from cadenza.services.backup import backup_document
+
+    with services_for(request, principal) as services:
+        folder = services.home.path / "backups"
+        folder.mkdir(exist_ok=True)
+        stamp = services.clock.now().strftime("%Y%m%dT%H%M%S%fZ")
+        report = services.backup.backup(folder / f"cadenza-{stamp}.db")
+        document = backup_document(report)
+    return document | {"file": f"backups/cadenza-{stamp}.db"}
+
+
+@router.get("/stats")
+def get_stats(principal: AsViewer, request: Request, since: str | None = None) -> dict[str, Any]:
+    """Queue and execution times, retry rate, error shares, time to recovery per job, runs
+    by state, for the runs created since ``since`` (``7d`` by default)."""
+    from cadenza.services.stats import stats
+
+    web = context(request)
+    try:
+        return stats(web.store, web.clock, since).as_json()
+    except InvalidRequest as exc:
+        raise InvalidRequest(str(exc).replace("--since", "since")) from None

@@ -1,0 +1,148 @@
+"""Who is calling, and may they: the web app's authentication dependencies (SPEC §12).
+
+* A request authenticates with ``Authorization: Bearer cdz_...`` (an API token) or the
+  session cookie ``cadenza_session`` (HttpOnly, SameSite=Lax, Secure over https). Anything
+  else is 401, on every route but ``/api/health`` and ``POST /api/login``.
+* A state-changing request (POST, PUT, PATCH, DELETE) made with a session must carry the
+  session's CSRF token in ``X-CSRF-Token`` and an ``Origin`` (or, failing that, ``Referer``)
+  of this server: 403 otherwise. A foreign ``Origin`` is refused whatever the credentials.
+* Each route declares the one role it needs with one of :data:`VIEWER`, :data:`OPERATOR`,
+  :data:`EDITOR`, :data:`ADMIN`; a lower role gets 403. The route walk test checks that
+  every route declares exactly one.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated
+from urllib.parse import urlsplit
+
+from fastapi import Depends, HTTPException, Request
+
+from cadenza.services.auth import AuthService, Principal
+
+if TYPE_CHECKING:
+    from cadenza.clock import Clock
+    from cadenza.home import Home
+    from cadenza.services import Services
+    from cadenza.store import Store
+
+SESSION_COOKIE = "cadenza_session"
+CSRF_COOKIE = "cadenza_csrf"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+@dataclass
+class WebContext:
+    """What the routes share: the open store, the home (configuration, secrets,
+    jobs.toml), the clock, and what applies a changed jobs.toml (a node's reload)."""
+
+    store: Store
+    home: Home | None
+    clock: Clock
+    reload: Callable[[], object] | None = None
+
+
+def context(request: Request) -> WebContext:
+    """The app's :class:`WebContext`."""
+    web: WebContext = request.app.state.cadenza
+    return web
+
+
+def client_address(request: Request) -> str:
+    """The peer's address (proxy headers are not trusted)."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def same_origin(request: Request, origin: str) -> bool:
+    """True when ``origin`` (an Origin or Referer value) names this server."""
+    parts = urlsplit(origin)
+    host = request.headers.get("host", "")
+    return bool(parts.scheme) and parts.scheme == request.url.scheme \
+        and parts.netloc.lower() == host.lower()
+
+
+def check_origin(request: Request) -> None:
+    """403 for a state-changing request whose ``Origin`` is another site's."""
+    origin = request.headers.get("origin")
+    if request.method not in SAFE_METHODS and origin is not None \
+            and not same_origin(request, origin):
+        raise HTTPException(403, "cross-site request refused: the Origin is not this server")
+
+
+def authenticate(request: Request) -> Principal:
+    """The caller, checked: 401 without valid credentials, 403 for a session's
+    state-changing request without its CSRF token or this server's Origin."""
+    auth = AuthService(context(request).store, context(request).clock)
+    check_origin(request)
+    header = request.headers.get("authorization", "")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise HTTPException(401, "use Authorization: Bearer <token>",
+                                headers={"WWW-Authenticate": "Bearer"})
+        principal = auth.bearer(value.strip())
+        if principal is None:
+            raise HTTPException(401, "invalid or revoked token",
+                                headers={"WWW-Authenticate": "Bearer"})
+        return principal
+    cookie = request.cookies.get(SESSION_COOKIE)
+    principal = auth.session(cookie) if cookie else None
+    if principal is None:
+        raise HTTPException(401, "log in first (POST /api/login) or send a bearer token",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if request.method not in SAFE_METHODS:
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not sent or not hmac.compare_digest(sent, principal.csrf_token or ""):
+            raise HTTPException(403, f"missing or wrong {CSRF_HEADER} header")
+        origin = request.headers.get("origin") or request.headers.get("referer")
+        if origin is None or not same_origin(request, origin):
+            raise HTTPException(403, "a state-changing request needs this server's Origin")
+    return principal
+
+
+def require(role: str) -> Callable[[Request], Principal]:
+    """A dependency admitting callers whose role is ``role`` or above (403 otherwise)."""
+    def dependency(request: Request) -> Principal:
+        principal = authenticate(request)
+        request.state.cadenza_principal = principal.name  # for the access log
+        if not principal.allows(role):
+            raise HTTPException(403, f"this needs the {role} role; you have "
+                                     f"{principal.role or 'no built-in role'}")
+        return principal
+
+    dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
+    dependency.__name__ = f"require_{role}"
+    return dependency
+
+
+VIEWER = require("viewer")
+OPERATOR = require("operator")
+EDITOR = require("editor")
+ADMIN = require("admin")
+
+AsViewer = Annotated[Principal, Depends(VIEWER)]
+AsOperator = Annotated[Principal, Depends(OPERATOR)]
+AsEditor = Annotated[Principal, Depends(EDITOR)]
+AsAdmin = Annotated[Principal, Depends(ADMIN)]
+
+
+@contextmanager
+def services_for(request: Request, principal: Principal) -> Iterator[Services]:
+    """Services acting for ``principal`` on the app's home and store (closed after)."""
+    from cadenza.services import Actor, Services
+
+    web = context(request)
+    if web.home is None:
+        raise HTTPException(503, "this server has no home (configuration) to act on")
+    services = Services(web.home, actor=Actor.user(principal.name), clock=web.clock,
+                        store=web.store)
+    services.jobs.on_change = web.reload
+    try:
+        yield services
+    finally:
+        services.close()

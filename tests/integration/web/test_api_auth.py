@@ -1,0 +1,224 @@
+"""The route walk, the role table, CSRF and Origin, sessions and tokens (SPEC §12, issue 15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.routing import APIRoute
+from tests.integration.web.api_env import ORIGIN, PASSWORD, ApiEnv, TestClient, api_env, user_of
+
+from cadenza.services.auth import MAX_FAILURES_PER_USER, ROLE_LADDER
+from cadenza.services.tokens import TokenService
+from cadenza.web.app import ALLOWED_WITHOUT_AUTH
+
+# Every route of the API and the role it needs: a route missing here fails
+# test_role_table_covers_every_route, so a new route cannot ship unclassified.
+ROLE_TABLE: dict[tuple[str, str], str | None] = {
+    ("GET", "/api/health"): None,
+    ("POST", "/api/login"): None,
+    ("GET", "/api/openapi.json"): "viewer",
+    ("GET", "/api/me"): "viewer",
+    ("POST", "/api/me/password"): "viewer",
+    ("GET", "/api/sessions"): "viewer",
+    ("DELETE", "/api/sessions/{session_id}"): "viewer",
+    ("GET", "/api/tokens"): "viewer",
+    ("POST", "/api/tokens"): "viewer",
+    ("DELETE", "/api/tokens/{name}"): "viewer",
+    ("GET", "/api/users"): "admin",
+    ("POST", "/api/users"): "admin",
+    ("PUT", "/api/users/{username}"): "admin",
+    ("GET", "/api/jobs"): "viewer",
+    ("GET", "/api/jobs/{job_id}"): "viewer",
+    ("POST", "/api/jobs"): "editor",
+    ("PUT", "/api/jobs/{job_id}"): "editor",
+    ("DELETE", "/api/jobs/{job_id}"): "editor",
+    ("POST", "/api/jobs/{job_id}/presets"): "editor",
+    ("POST", "/api/jobs/{job_id}/runs"): "operator",
+    ("GET", "/api/runs"): "viewer",
+    ("GET", "/api/runs/{run_id}"): "viewer",
+    ("GET", "/api/runs/{run_id}/log"): "viewer",
+    ("POST", "/api/runs/{run_id}/cancel"): "operator",
+    ("POST", "/api/runs/{run_id}/resume"): "operator",
+    ("POST", "/api/runs/{run_id}/abandon"): "operator",
+    ("POST", "/api/runs/{run_id}/replay"): "operator",
+    ("GET", "/api/events"): "viewer",
+    ("GET", "/api/stats"): "viewer",
+    ("GET", "/metrics"): "viewer",
+    ("POST", "/api/backup"): "admin",
+    ("POST", "/api/logout"): "viewer",  # last: it ends the session the walk uses
+}
+FILL = {"{job_id}": "hello", "{run_id}": "nope", "{session_id}": "nope", "{name}": "nope",
+        "{username}": "nobody"}
+STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+def concrete(path: str) -> str:
+    for hole, value in FILL.items():
+        path = path.replace(hole, value)
+    return path
+
+
+def flat_routes(routes: list[Any]) -> list[Any]:
+    """Every route, routers included (FastAPI 0.16x keeps an included router as one
+    entry holding its ``original_router``; our routers carry their full paths)."""
+    out: list[Any] = []
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        out.extend(flat_routes(inner.routes) if inner is not None else [route])
+    return out
+
+
+def app_routes(env: ApiEnv) -> set[tuple[str, str]]:
+    """(method, path) of every route the app serves."""
+    found = set()
+    for route in flat_routes(env.client.app.routes):  # type: ignore[attr-defined]
+        methods = getattr(route, "methods", None) or set()
+        for method in methods - {"HEAD", "OPTIONS"}:
+            found.add((method, route.path))
+    return found
+
+
+@pytest.fixture
+def env(tmp_path: Path):  # type: ignore[no-untyped-def]
+    with api_env(tmp_path) as made:
+        yield made
+
+
+def test_role_table_covers_every_route(env: ApiEnv) -> None:
+    assert app_routes(env) == set(ROLE_TABLE)
+    # and each API route declares its one role dependency
+    for route in flat_routes(env.client.app.routes):  # type: ignore[attr-defined]
+        if isinstance(route, APIRoute) and (next(iter(route.methods)), route.path) \
+                not in ALLOWED_WITHOUT_AUTH:
+            roles = [getattr(d.call, "required_role", None) for d in route.dependant.dependencies]
+            declared = [r for r in roles if r is not None]
+            assert declared == [ROLE_TABLE[(next(iter(route.methods)), route.path)]], route.path
+
+
+def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
+    anonymous = TestClient(env.client.app, base_url=ORIGIN)
+    for method, path in sorted(app_routes(env)):
+        answer = anonymous.request(method, concrete(path), headers={"Origin": ORIGIN})
+        if (method, path) in ALLOWED_WITHOUT_AUTH:
+            assert answer.status_code != 401, (method, path)
+        else:
+            assert answer.status_code == 401, (method, path, answer.text)
+            assert "error" in answer.json()
+
+
+def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:
+    admin = env.session("admin2")
+    csrf = admin.headers["X-CSRF-Token"]
+    bare = TestClient(env.client.app, base_url=ORIGIN, cookies=admin.cookies)
+    token = TokenService(env.store).create("walk", "admin", actor="test").token
+    bearer = env.token_client(token)
+    for method, path in sorted(app_routes(env)):
+        if method not in STATE_CHANGING or (method, path) in ALLOWED_WITHOUT_AUTH:
+            continue
+        url = concrete(path)
+        cases = {
+            "no csrf": bare.request(method, url, headers={"Origin": ORIGIN}),
+            "wrong csrf": bare.request(method, url, headers={"Origin": ORIGIN,
+                                                             "X-CSRF-Token": "x" + csrf}),
+            "no origin": bare.request(method, url, headers={"X-CSRF-Token": csrf}),
+            "foreign origin": bare.request(method, url, headers={
+                "Origin": "https://evil.example", "X-CSRF-Token": csrf}),
+            "token, foreign origin": bearer.request(method, url, headers={
+                "Origin": "https://evil.example"}),
+        }
+        for case, answer in cases.items():
+            assert answer.status_code == 403, (case, method, path, answer.text)
+    login = TestClient(env.client.app, base_url=ORIGIN).post(
+        "/api/login", json={"username": "admin2", "password": PASSWORD},
+        headers={"Origin": "https://evil.example"})
+    assert login.status_code == 403
+
+
+@pytest.mark.parametrize("role", ROLE_LADDER)
+def test_role_table(env: ApiEnv, role: str) -> None:
+    """A viewer cannot run, an operator cannot edit, an editor cannot manage users."""
+    client = env.session(user_of(role))
+    for (method, path), needed in ROLE_TABLE.items():
+        if needed is None:
+            continue
+        answer = client.request(method, concrete(path), json={} if method != "GET" else None)
+        allowed = ROLE_LADDER.index(role) >= ROLE_LADDER.index(needed)
+        if allowed:
+            assert answer.status_code not in (401, 403), (role, method, path, answer.text)
+        else:
+            assert answer.status_code == 403, (role, method, path, answer.text)
+            assert f"needs the {needed} role" in answer.json()["error"]
+
+
+def test_tokens_act_with_their_role(env: ApiEnv) -> None:
+    viewer_token = TokenService(env.store).create("ro", "viewer", actor="test").token
+    client = env.token_client(viewer_token)
+    assert client.get("/api/runs").status_code == 200
+    assert client.post("/api/jobs/hello/runs", json={}).status_code == 403
+    # a user's token never exceeds the user's role
+    capped = TokenService(env.store).create("capped", "admin", username="operator",
+                                            actor="test").token
+    me = env.token_client(capped).get("/api/me").json()
+    assert me == {"username": "operator", "role": "operator", "via": "token",
+                  "using": "capped"}
+
+
+def test_a_user_sees_only_own_sessions_and_tokens(env: ApiEnv) -> None:
+    alice, bob = env.session("operator"), env.session("editor")
+    made = alice.post("/api/tokens", json={"name": "alice-ci", "role": "operator"})
+    assert made.status_code == 201 and made.json()["token"].startswith("cdz_")
+    assert [t["name"] for t in alice.get("/api/tokens").json()] == ["alice-ci"]
+    assert bob.get("/api/tokens").json() == []
+    assert bob.delete("/api/tokens/alice-ci").status_code == 404
+    alice_sessions = alice.get("/api/sessions").json()
+    bob_sessions = bob.get("/api/sessions").json()
+    assert len(alice_sessions) == 1 and len(bob_sessions) == 1
+    assert alice_sessions[0]["id"] != bob_sessions[0]["id"]
+    assert bob.delete(f"/api/sessions/{alice_sessions[0]['id']}").status_code == 404
+    assert alice.get("/api/me").status_code == 200
+    # nor above one's own role
+    assert alice.post("/api/tokens", json={"name": "up", "role": "admin"}).status_code == 403
+
+
+def test_revoked_token_and_logged_out_session_refused_at_once(env: ApiEnv) -> None:
+    client = env.session("operator")
+    token = client.post("/api/tokens", json={"name": "t1", "role": "viewer"}).json()["token"]
+    by_token = env.token_client(token)
+    assert by_token.get("/api/runs").status_code == 200
+    assert client.delete("/api/tokens/t1").status_code == 204
+    assert by_token.get("/api/runs").status_code == 401
+    cookies = dict(client.cookies)
+    assert client.post("/api/logout").status_code == 204
+    replay = TestClient(env.client.app, base_url=ORIGIN, cookies=cookies)
+    assert replay.get("/api/runs").status_code == 401
+
+
+def test_password_role_and_disable_end_sessions(env: ApiEnv) -> None:
+    admin = env.session("admin2")
+    for change in ({"roles": ["viewer"]}, {"disabled": True}, {"password": "another one 123"}):
+        victim = env.session("operator")
+        answer = admin.put("/api/users/operator", json=change)
+        assert answer.status_code == 200 and answer.json()["logins_ended"] == 1, answer.text
+        assert victim.get("/api/me").status_code == 401, change
+        env.store.update_user("operator", disabled=False, roles=["operator"])
+
+
+def test_login_cookies_events_and_throttling(env: ApiEnv) -> None:
+    anonymous = TestClient(env.client.app, base_url=ORIGIN)
+    ok = anonymous.post("/api/login", json={"username": "viewer", "password": PASSWORD})
+    cookie = ok.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Secure" not in cookie
+    secure = TestClient(env.client.app, base_url="https://testserver").post(
+        "/api/login", json={"username": "viewer", "password": PASSWORD})
+    assert "Secure" in secure.headers["set-cookie"]
+    for _ in range(MAX_FAILURES_PER_USER):
+        bad = anonymous.post("/api/login", json={"username": "viewer", "password": "nope"})
+        assert bad.status_code == 401 and bad.json()["error"] == "wrong user name or password"
+    throttled = anonymous.post("/api/login", json={"username": "viewer", "password": PASSWORD})
+    assert throttled.status_code == 429
+    events = [e for e in env.store.list_events(event_type="USER_LOGIN")]
+    outcomes = [e.payload["outcome"] for e in events]
+    assert outcomes.count("ok") == 2 and outcomes.count("failed") == MAX_FAILURES_PER_USER + 1
+    assert all("nope" not in str(e.payload) and PASSWORD not in e.message for e in events)

@@ -306,7 +306,7 @@ def _pdf(fh: BinaryIO, html: str) -> int:
     """Lay ``html`` out as a PDF into ``fh``; the number of pages."""
     import logging
 
-    import weasyprint  # type: ignore[import-untyped]
+    import weasyprint
 
     # WeasyPrint logs each refused URL at ERROR; a template's stray link is not an error
     logging.getLogger("weasyprint").setLevel(logging.CRITICAL)

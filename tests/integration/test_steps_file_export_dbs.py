@@ -26,9 +26,9 @@ from cadenza.steps.file_export import FileExportStep
 
 MILLION = 1_000_000
 PG_BIG = """CREATE TABLE {table} AS SELECT i AS id, (i * 1.2345)::numeric(18,4) AS amount,
-  'name ' || i || ' é😀' AS name, DATE '2026-01-01' + (i % 365) AS day,
+  'name ' || i || ' é😀' AS name, DATE '2026-01-01' + mod(i, 365) AS day,
   TIMESTAMPTZ '2026-01-01 00:00:00+00' + i * interval '1 second' AS at,
-  (i % 2 = 0) AS flag, CASE WHEN i % 10 = 0 THEN NULL ELSE i END AS maybe
+  (mod(i, 2) = 0) AS flag, CASE WHEN mod(i, 10) = 0 THEN NULL ELSE i END AS maybe
   FROM generate_series(1, {million}) AS i"""
 QUERY = "SELECT * FROM {table} ORDER BY id"
 
@@ -132,9 +132,9 @@ def make_big(db: Db, table: str) -> None:
             "maybe BIGINT) DEFAULT CHARSET=utf8mb4",
             f"INSERT INTO {table} WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
             f"WHERE i < {MILLION}) SELECT i, i * 1.2345, CONCAT('name ', i, ' é😀'), "
-            "DATE '2026-01-01' + INTERVAL (i % 365) DAY, "
-            "TIMESTAMP '2026-01-01 00:00:00' + INTERVAL i SECOND, i % 2 = 0, "
-            "IF(i % 10 = 0, NULL, i) FROM s")
+            "DATE '2026-01-01' + INTERVAL MOD(i, 365) DAY, "
+            "TIMESTAMP '2026-01-01 00:00:00' + INTERVAL i SECOND, MOD(i, 2) = 0, "
+            "IF(MOD(i, 10) = 0, NULL, i) FROM s")
 
 
 @pytest.mark.slow

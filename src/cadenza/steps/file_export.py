@@ -88,6 +88,9 @@ class FileExportStep(StepType):
                         count += len(chunk)
                         ctx.log.debug("%d rows written", count)
                     writer.finish()
+                except OSError as exc:  # the file system: a full disk passes, others do not
+                    writer.abort()
+                    raise outfiles.os_error(exc, f"cannot write {place.display!r}") from None
                 except BaseException:
                     writer.abort()
                     raise

@@ -29,6 +29,8 @@ import os
 import re
 import stat
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -129,7 +131,7 @@ class AtomicFile:
         try:
             fd = os.open(self.part, flags, 0o666)
         except OSError as exc:
-            raise _os_error(exc, f"cannot create a temporary file next to {place.display!r}"
+            raise os_error(exc, f"cannot create a temporary file next to {place.display!r}"
                             ) from None
         self.fh: BinaryIO = os.fdopen(fd, "wb")
         self.committed = False
@@ -145,7 +147,10 @@ class AtomicFile:
     def discard(self) -> None:
         """Close and remove the temporary file (nothing appears at the path)."""
         if not self.fh.closed:
-            self.fh.close()
+            try:
+                self.fh.close()
+            except OSError:
+                pass  # its buffer could not be written (a full disk): the file goes anyway
         try:
             os.unlink(self.part)
         except FileNotFoundError:
@@ -160,6 +165,12 @@ class AtomicFile:
                 self.fh.flush()
                 os.fsync(self.fh.fileno())
                 self.fh.close()
+            else:  # a writer closed it: sync through a new handle
+                fd = os.open(self.part, os.O_RDWR | getattr(os, "O_BINARY", 0))
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             size = os.stat(self.part).st_size
             if self.overwrite:
                 os.replace(self.part, self.place.path)
@@ -168,7 +179,7 @@ class AtomicFile:
         except Fatal:
             raise
         except OSError as exc:
-            raise _os_error(exc, f"cannot write {self.place.display!r}") from None
+            raise os_error(exc, f"cannot write {self.place.display!r}") from None
         self.committed = True
         _sync_directory(self.place.path.parent)
         return size
@@ -195,9 +206,10 @@ class AtomicFile:
         os.unlink(self.part)
 
 
-def _os_error(exc: OSError, what: str) -> Fatal | Retryable:
-    """A full disk or a file held open by another program (Windows) may pass; permissions,
-    read-only file systems and missing directories do not."""
+def os_error(exc: OSError, what: str) -> Fatal | Retryable:
+    """An error of the file system as a step error: a full disk or a file held open by
+    another program (Windows) may pass (retryable); permissions, read-only file systems and
+    missing directories do not (fatal)."""
     import errno
 
     reason = exc.strerror or str(exc)
@@ -205,6 +217,15 @@ def _os_error(exc: OSError, what: str) -> Fatal | Retryable:
             os.name == "nt" and isinstance(exc, PermissionError)):
         return Retryable(f"{what}: {reason}")
     return Fatal(f"{what}: {reason}")
+
+
+@contextmanager
+def file_errors(what: str) -> Iterator[None]:
+    """Turn the file system's errors in the block into step errors (:func:`os_error`)."""
+    try:
+        yield
+    except OSError as exc:
+        raise os_error(exc, what) from None
 
 
 def _sync_directory(directory: Path) -> None:

@@ -164,7 +164,8 @@ class ReportStep(StepType):
         output: dict[str, Any] = {"path": str(place.path), "file": place.display,
                                   "format": fmt, "sections": len(sections),
                                   "rows": sum(s.total for s in sections)}
-        with outfiles.AtomicFile(place, config.overwrite, clock.now()) as out:
+        with outfiles.AtomicFile(place, config.overwrite, clock.now()) as out, \
+                outfiles.file_errors(f"cannot write {place.display!r}"):
             if fmt == "xlsx":
                 output["sheets"] = _xlsx(out.fh, title, sections)
             else:
@@ -356,7 +357,7 @@ def _xlsx(fh: BinaryIO, title: str, sections: list[Section]) -> int:
             chart.width, chart.height = 20, 10
             anchor = sheet.cell(row=3, column=len(section.columns) + 2).coordinate
             sheet.add_chart(chart, anchor)
-    book.save(fh)
+    writers.save_workbook(book, fh)
     return len(sections)
 
 

@@ -39,6 +39,7 @@ import json
 import math
 import re
 import uuid
+import zipfile
 from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -212,7 +213,7 @@ class XlsxWriter:
         self.rows += len(rows)
 
     def finish(self) -> None:
-        self.book.save(self.fh)
+        save_workbook(self.book, self.fh)
 
     def abort(self) -> None:
         # end openpyxl's row stream and remove the temporary XML it writes the rows to
@@ -222,6 +223,20 @@ class XlsxWriter:
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.cleanup()
+
+
+def save_workbook(book: Any, fh: BinaryIO) -> None:
+    """``book.save(fh)``, but closing the archive when writing fails (a full disk), so that
+    nothing writes to ``fh`` later (openpyxl leaves the archive to the garbage collector)."""
+    from openpyxl.writer.excel import ExcelWriter  # type: ignore[import-untyped]
+
+    archive = zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
+    try:
+        ExcelWriter(book, archive).save()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            archive.close()
+        raise
 
 
 def _xlsx_text(text: str, row: int | str, column: str) -> str:

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sql_ctx import SqlTestContext, execute, rows, run_step
 
 from cadenza.clock import FakeClock
-from cadenza.domain.errors import Fatal
+from cadenza.domain.errors import Fatal, Retryable
 from cadenza.steps.file_export import FileExportConfig, FileExportStep
 from cadenza.steps.registry import registry
 from cadenza.steps.writers import neutralise
@@ -343,3 +343,25 @@ def test_xlsx_row_limit_is_a_clear_error(ctx: SqlTestContext, files: Path,
     with pytest.raises(Fatal, match="an xlsx sheet holds at most 4 rows"):
         export(ctx, "few.xlsx", query="SELECT i FROM few")
     assert list(files.iterdir()) == []
+
+
+def test_a_full_disk_is_retryable_and_leaves_no_file(tmp_path: Path, url: str,
+                                                      files: Path) -> None:
+    from tests.support.tmpfs import small_tmpfs
+
+    execute(url, "CREATE TABLE wide (i INTEGER, s TEXT)",
+            "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 100000) "
+            "INSERT INTO wide SELECT i, printf('%050d', i) FROM c")
+    with small_tmpfs(tmp_path / "small", "1m") as small:
+        (small / "old.csv").write_text("the old export")
+        c = SqlTestContext(tmp_path, {"w": url}, roots=[str(small)])
+        try:
+            for fmt in ("csv", "jsonl", "parquet", "xlsx"):
+                name = "old.csv" if fmt == "csv" else f"full.{fmt}"
+                with pytest.raises(Retryable, match=f"cannot write '{name}': No space left"):
+                    export(c, name, query="SELECT * FROM wide", overwrite=True)
+                assert leftovers(small) == []
+        finally:
+            c.close()
+        assert sorted(p.name for p in small.iterdir()) == ["old.csv"]
+        assert (small / "old.csv").read_text() == "the old export"

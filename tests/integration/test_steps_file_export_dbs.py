@@ -138,6 +138,7 @@ def make_big(db: Db, table: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # xlsx: openpyxl writes, then reads back, a million rows
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "parquet", "jsonl"])
 def test_a_million_rows_read_back_equal_to_the_query(tmp_path: Path, db: Db, files: Path,
                                                      fmt: str) -> None:

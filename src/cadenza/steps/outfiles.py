@@ -63,6 +63,8 @@ def _refuse(path: str, why: str) -> Fatal:
 def target(path: str, roots: list[Path]) -> Target:
     """The checked place of ``path`` (see the module docstring), its directory made."""
     text = files.clean(path)
+    if path.replace("\\", "/").rstrip().endswith("/"):
+        raise _refuse(path, "it names a directory; it names no file")
     if _GLOB.search(text):
         raise _refuse(path, "an output path cannot hold the glob characters * ? [")
     if not roots:

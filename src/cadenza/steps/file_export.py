@@ -14,7 +14,8 @@ Output: ``{"rows", "bytes", "path", "file", "format", "columns"}``: ``path`` is 
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -72,6 +73,11 @@ class FileExportStep(StepType):
         module's docstring."""
         fmt = config.format or export_format(config.path) or "csv"
         place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home))
+        done = _written_before(ctx, place)
+        if done is not None:
+            ctx.log.info("%s was written by an earlier attempt of this step (%s rows)",
+                         place.display, done.get("rows"))
+            return StepResult(int(done.get("rows") or 0), done)
         if not config.overwrite:
             outfiles.refuse_existing(place)
         what = f"file_export to {place.display}"
@@ -95,10 +101,34 @@ class FileExportStep(StepType):
                     writer.abort()
                     raise
             # renamed only once every row is read and the reading ended cleanly
-            size = out.commit()
+            sealed = out.seal()
+            output = {"rows": count, "bytes": sealed.st_size, "path": str(place.path),
+                      "file": place.display, "format": fmt, "columns": rows.columns}
+            _remember(ctx, sealed, output)
+            out.commit()
         elapsed = clock.monotonic() - started
-        ctx.log.info("%d rows, %d bytes written to %s (%s) in %.1f s", count, size,
+        ctx.log.info("%d rows, %d bytes written to %s (%s) in %.1f s", count, sealed.st_size,
                      place.display, fmt, elapsed)
-        return StepResult(count, {"rows": count, "bytes": size, "path": str(place.path),
-                                  "file": place.display, "format": fmt,
-                                  "columns": rows.columns})
+        return StepResult(count, output)
+
+
+def _remember(ctx: StepContext, sealed: os.stat_result, output: dict[str, Any]) -> None:
+    """Save, before the rename, which file this attempt is about to put at the path (its
+    device, inode, size and time, which the rename keeps), with the output: an attempt after a crash
+    between the rename and the step's end finds its file there and does not fail on
+    ``overwrite = false`` (nor export again)."""
+    if callable(getattr(ctx, "checkpoint", None)):
+        ctx.checkpoint({"written": {"file": outfiles.identity(sealed), "output": output}})
+
+
+def _written_before(ctx: StepContext, place: outfiles.Target) -> dict[str, Any] | None:
+    """The output an earlier attempt recorded, when the file it wrote is still at the path."""
+    saved = getattr(ctx, "last_checkpoint", None) if callable(
+        getattr(ctx, "checkpoint", None)) else None
+    written = saved.get("written") if isinstance(saved, dict) else None
+    if not isinstance(written, dict) or not isinstance(written.get("output"), dict):
+        return None
+    output: dict[str, Any] = written["output"]
+    if output.get("path") != str(place.path):
+        return None
+    return output if outfiles.same_file(place, written.get("file") or {}) else None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.steps import files
@@ -137,6 +137,7 @@ class AtomicFile:
                             ) from None
         self.fh: BinaryIO = os.fdopen(fd, "wb")
         self.committed = False
+        self.sealed: os.stat_result | None = None
 
     def __enter__(self) -> AtomicFile:
         return self
@@ -160,8 +161,11 @@ class AtomicFile:
         except OSError:
             return  # best effort: a leftover temporary is removed by a later write
 
-    def commit(self) -> int:
-        """Flush, fsync and rename the file onto the path; its size in bytes."""
+    def seal(self) -> os.stat_result:
+        """Flush and fsync the temporary file; its ``stat`` (size, and the device and inode
+        that the path will have once renamed)."""
+        if self.sealed is not None:
+            return self.sealed
         try:
             if not self.fh.closed:
                 self.fh.flush()
@@ -173,7 +177,15 @@ class AtomicFile:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
-            size = os.stat(self.part).st_size
+            self.sealed = os.stat(self.part)
+            return self.sealed
+        except OSError as exc:
+            raise os_error(exc, f"cannot write {self.place.display!r}") from None
+
+    def commit(self) -> int:
+        """Seal the file (:meth:`seal`) and rename it onto the path; its size in bytes."""
+        size = self.seal().st_size
+        try:
             if self.overwrite:
                 os.replace(self.part, self.place.path)
             else:
@@ -185,6 +197,7 @@ class AtomicFile:
         self.committed = True
         _sync_directory(self.place.path.parent)
         return size
+
 
     def _no_clobber(self) -> None:
         if os.name == "nt":
@@ -206,6 +219,22 @@ class AtomicFile:
             os.replace(self.part, self.place.path)
             return
         os.unlink(self.part)
+
+
+def same_file(place: Target, sealed: dict[str, Any]) -> bool:
+    """Whether the file at ``place`` is the one described by :func:`identity` (a file this
+    step renamed there: a rename keeps device, inode, size and modification time)."""
+    try:
+        info = os.lstat(place.path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and identity(info) == sealed
+
+
+def identity(info: os.stat_result) -> dict[str, Any]:
+    """What tells a file apart (JSON-able): device, inode, size, modification time."""
+    return {"device": info.st_dev, "inode": info.st_ino, "size": info.st_size,
+            "mtime_ns": info.st_mtime_ns}
 
 
 def os_error(exc: OSError, what: str) -> Fatal | Retryable:

@@ -365,3 +365,31 @@ def test_a_full_disk_is_retryable_and_leaves_no_file(tmp_path: Path, url: str,
             c.close()
         assert sorted(p.name for p in small.iterdir()) == ["old.csv"]
         assert (small / "old.csv").read_text() == "the old export"
+
+
+class CheckpointContext(SqlTestContext):
+    """The test context with the executor's checkpoints (kept in memory here)."""
+
+    last_checkpoint: Any = None
+
+    def checkpoint(self, state: Any) -> None:
+        self.last_checkpoint = json.loads(json.dumps(state))
+
+
+def test_an_attempt_after_the_rename_finds_its_file_and_does_not_fail(
+        tmp_path: Path, url: str, files: Path, sales: list[Any]) -> None:
+    c = CheckpointContext(tmp_path, {"w": url})
+    try:
+        first = export(c, "s.csv")
+        assert c.last_checkpoint["written"]["output"] == dict(first.output)
+        # the step's end was not recorded (a crash): the next attempt, overwrite = false
+        again = export(c, "s.csv")
+        assert again.output == first.output and again.rows == 3
+        assert any("written by an earlier attempt" in t for _, t in c.log_record.lines)
+        # another file at the path since: not ours, refused
+        (files / "other.csv").write_text("someone else's")
+        (files / "other.csv").replace(files / "s.csv")
+        with pytest.raises(Fatal, match="exists already"):
+            export(c, "s.csv")
+    finally:
+        c.close()

@@ -219,3 +219,25 @@ def test_a_missing_table_is_a_fatal_error_naming_the_export(tmp_path: Path, db: 
     finally:
         ctx.close()
     assert list(files.iterdir()) == []
+
+
+@pytest.mark.parametrize("fmt", ["csv", "xlsx", "parquet", "jsonl"])
+def test_an_error_after_the_first_chunks_leaves_no_file(tmp_path: Path, db: Db, files: Path,
+                                                        fmt: str) -> None:
+    if db.kind == "postgresql":  # the server-side cursor computes rows as they are fetched
+        query = "SELECT i, 1 / (i - 25000) AS boom FROM generate_series(1, 30000) AS i"
+        match = "division by zero"
+    else:
+        query = ("WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE "
+                 "i < 30000) SELECT i, IF(i > 25000, CAST('x' AS JSON), i) AS boom FROM s")
+        match = "file_export to"
+    (files / f"keep.{fmt}").write_bytes(b"the old export")
+    ctx = context(tmp_path, db.url)
+    try:
+        with pytest.raises(Fatal, match=match):
+            run_step(FileExportStep, ctx, connection="w", path=f"keep.{fmt}", query=query,
+                     overwrite=True)
+    finally:
+        ctx.close()
+    assert [p.name for p in files.iterdir()] == [f"keep.{fmt}"]
+    assert (files / f"keep.{fmt}").read_bytes() == b"the old export"

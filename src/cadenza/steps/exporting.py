@@ -83,6 +83,7 @@ def stream(ctx: StepContext, connection: str, query: str, what: str) -> Iterator
         raise sqlutil.translate(exc, f"{what}: cannot connect") from exc
     dialect, raw = sqlutil.kind(conn), sqlutil.raw_connection(conn)
     stop = threading.Event()
+    result: sa.CursorResult[Any] | None = None
     watcher = threading.Thread(target=sqlutil._watch, args=(engine, conn, ctx, guard, stop),
                                name="cadenza-export-watch", daemon=True)
     try:
@@ -124,6 +125,8 @@ def stream(ctx: StepContext, connection: str, query: str, what: str) -> Iterator
         stop.set()
         if watcher.is_alive():
             watcher.join()
+        if result is not None:  # a server-side cursor left open: close it first
+            sqlutil.quietly(result.close)
         sqlutil.quietly(conn.rollback)
         if dialect == "sqlite":
             raw.set_progress_handler(None, 0)

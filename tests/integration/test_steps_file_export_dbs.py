@@ -49,7 +49,7 @@ def files(tmp_path: Path) -> Path:
 
 
 def context(tmp_path: Path, url: str) -> SqlTestContext:
-    return SqlTestContext(tmp_path, {"w": url}, step_type="file_export", timeout=1800,
+    return SqlTestContext(tmp_path, {"w": url}, step_type="file_export", timeout=3600,
                           params={"from": 3})
 
 
@@ -138,7 +138,7 @@ def make_big(db: Db, table: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # xlsx: openpyxl writes, then reads back, a million rows
+@pytest.mark.timeout(3600)  # xlsx: openpyxl writes, then reads back, a million rows
 @pytest.mark.parametrize("fmt", ["csv", "xlsx", "parquet", "jsonl"])
 def test_a_million_rows_read_back_equal_to_the_query(tmp_path: Path, db: Db, files: Path,
                                                      fmt: str) -> None:

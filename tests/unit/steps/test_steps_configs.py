@@ -21,7 +21,8 @@ FIELDS = {
     "file_load": ({"path", "connection", "table"},
                   {"format", "mode", "key", "constants", "columns", "csv", "on_missing",
                    "skip_if_loaded"}),
-    "file_export": ({"connection", "query", "path"}, {"format", "overwrite", "csv"}),
+    "file_export": ({"connection", "query", "path"},
+                    {"format", "overwrite", "csv", "sheet"}),  # sheet: added (xlsx)
     "python": ({"callable"}, {"isolation"}),
     "http": (set(), {"url", "connection", "path", "method", "headers", "query", "json", "body",
                      "expect", "via", "idempotency_key"}),
@@ -29,7 +30,8 @@ FIELDS = {
                   {"scope", "filter", "attributes", "mapping", "delete", "max_delete_ratio",
                    "multi_valued", "page_size", "batch_size"}),  # docs/ldap_sync.md
     "call_job": ({"job"}, {"params", "preset", "wait"}),
-    "report": ({"sections", "path"}, {"format", "title", "template"}),
+    "report": ({"sections", "path"},
+               {"format", "title", "template", "overwrite"}),  # overwrite: added
     "notify": ({"to", "subject"}, {"channel", "body", "attach"}),
 }
 
@@ -96,7 +98,9 @@ def test_defaults_of_the_spec_table() -> None:
     assert (ldap.scope, ldap.filter, ldap.delete, ldap.max_delete_ratio) == (
         "subtree", "(objectClass=*)", "none", 0.2)
     assert _config("call_job").wait is True
-    assert _config("report").format == "html"
+    from cadenza.steps.report import report_format
+
+    assert report_format(_config("report")) == "html"  # unset: from the extension
     assert _config("notify").channel is None
 
 

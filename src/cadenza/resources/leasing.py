@@ -1,0 +1,481 @@
+"""Resource leases: taken inside the run's claim, started with its first step, released at
+its end (SPEC §8; docs/pools.md).
+
+:class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
+anyway (leasing adds no commit):
+
+* **the claim hook** (:class:`~cadenza.store.claims.ClaimHook`): for each run just taken whose
+  job ``requires`` members of pools, AVAILABLE -> LEASED by conditional UPDATEs
+  (``... WHERE resource_id = :id AND state = 'AVAILABLE'``, success only when one row
+  changed), pools in name order, all or nothing per run: a member that binds a route is
+  leased with that route, and when anything of a run cannot be had, what it took in this
+  transaction is put back as it was (nobody saw it) and the run stays QUEUED with a
+  wait_reason naming what holds the pool. Among free members the highest health score
+  wins, ties by least recently used (``updated_at``), then id. On PostgreSQL each UPDATE
+  only takes a row it can lock at once (``FOR UPDATE SKIP LOCKED``): a claim never waits
+  on another, so two claims cannot deadlock whatever order they take members in. A member
+  of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
+  there first (routes with ``[health]`` come back through their probes instead).
+* **the step start hook** (:meth:`~cadenza.store.boundaries.BoundaryWriter.add_step_start_hook`):
+  LEASED -> RUNNING when the run's first step starts.
+* **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
+  ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT
+  for the member a :class:`cadenza.ResourceFault` named (every route the run held when it
+  named none). A member removed from the configuration is deleted once released.
+
+A resource lease's ``lease_until`` is its run's (renewals extend both); when the reaper
+re-queues a run whose lease expired, the run end hooks see it and its members return by the
+same rules. Every change writes RESOURCE_LEASED, RESOURCE_RELEASED or
+RESOURCE_STATE_CHANGED in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.config.schema_jobs import JobConfig
+from cadenza.config.schema_settings import Pool, PoolMember
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState
+from cadenza.store.boundaries import EndedRun
+from cadenza.store.tables import event_log, resource_health, resources, step_runs
+
+_AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
+_COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
+
+
+def job_needs(job: JobConfig) -> dict[str, int]:
+    """Pool -> members a run of ``job`` holds: the job's ``requires``, each step's
+    ``requires`` and an http step's ``via = POOL`` (one route of POOL, unless the run
+    holds one already), the largest count per pool. All are taken with the run's claim and
+    held for the whole run (docs/pools.md says why)."""
+    needs = dict(job.requires)
+    for step in job.steps:
+        for pool, count in step.requires.items():
+            needs[pool] = max(needs.get(pool, 0), count)
+        via = getattr(step, "via", None)
+        if isinstance(via, str) and needs.get(via, 0) < 1:
+            needs[via] = 1
+    return needs
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """The pools of one configuration, as leasing needs them."""
+
+    pools: Mapping[str, Pool] = field(default_factory=dict)
+    members: Mapping[str, tuple[str, PoolMember]] = field(default_factory=dict)
+    """resource id -> (pool, member)."""
+    needs: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """job id -> pool -> count (jobs that need nothing are absent)."""
+
+    @classmethod
+    def of(cls, config: LoadedConfig) -> PoolPlan:
+        """The plan of ``config`` (its ``[pools]`` and the jobs' needs)."""
+        pools = dict(config.settings.pools)
+        members = {m.id: (name, m) for name, pool in pools.items() for m in pool.members}
+        needs = {job_id: n for job_id, job in config.jobs.items() if (n := job_needs(job))}
+        return cls(pools, members, needs)
+
+    def cooldown(self, pool: str) -> timedelta:
+        """The pool's cooldown (30 s for a pool no longer configured)."""
+        found = self.pools.get(pool)
+        return found.cooldown if found is not None else timedelta(seconds=30)
+
+    def probed(self, pool: str) -> bool:
+        """Whether the pool's members come back from COOLDOWN through health probes."""
+        found = self.pools.get(pool)
+        return found is not None and found.health is not None and found.kind == "route"
+
+
+@dataclass
+class _Member:
+    resource_id: str
+    pool: str
+    kind: str
+    state: str
+    route_id: str | None
+    lease_owner: str | None
+    updated_at: datetime
+    score: float | None
+    cooldown_until: datetime | None
+
+
+@dataclass
+class _Event:
+    kind: EventType
+    resource_id: str
+    run_id: str | None
+    message: str
+    payload: dict[str, Any]
+    level: Level = Level.INFO
+
+
+def _at(when: datetime) -> str:
+    return when.strftime("%H:%M:%S UTC")
+
+
+class PoolLeaser:
+    """The claim, step start and run end hooks of the pools (see the module docstring)."""
+
+    def __init__(self, plan: PoolPlan, *, postgres: bool,
+                 redact: Callable[[str], str] = str) -> None:
+        """``redact``: the store's redactor's ``redact_text`` (a fault's error may quote a
+        proxy URL)."""
+        self.plan = plan
+        self.postgres = postgres
+        self.redact = redact
+        self._lock = threading.Lock()
+        self._jobs: set[str] = set(plan.needs)
+        self.changes = 0
+        """Bumped by every release or return to AVAILABLE in this process: admission may
+        try a run the pools refused again once it moved (see :meth:`may_try`)."""
+        self._blocked: dict[str, tuple[int, datetime | None]] = {}
+
+    def update(self, plan: PoolPlan) -> None:
+        """Use ``plan`` from now on (a reload). Jobs that needed resources before keep
+        being watched at their runs' ends (a run claimed before the reload holds them)."""
+        with self._lock:
+            self.plan = plan
+            self._jobs |= set(plan.needs)
+            self.changes += 1
+
+    def needs(self, job_id: str) -> Mapping[str, int]:
+        """What a run of ``job_id`` must hold (pool -> count)."""
+        return self.plan.needs.get(job_id, {})
+
+    # -- admission memory ------------------------------------------------------------------
+
+    def may_try(self, run_id: str, now: datetime) -> bool:
+        """False for a run the pools refused, while nothing was released in this process
+        since and no cooldown it waits for has ended: admission then leaves it alone
+        instead of claiming it and giving it back at every decision. Other nodes' releases
+        are not seen here: a refusal is retried at the latest after :data:`RECHECK`."""
+        with self._lock:
+            seen = self._blocked.get(run_id)
+            if seen is None:
+                return True
+            changes, recheck = seen
+            if changes != self.changes or recheck is None or now >= recheck:
+                del self._blocked[run_id]
+                return True
+            return False
+
+    def _remember(self, run_id: str, recheck: datetime) -> None:
+        with self._lock:
+            if len(self._blocked) > 100_000:
+                self._blocked.clear()
+            self._blocked[run_id] = (self.changes, recheck)
+
+    def _moved(self) -> None:
+        with self._lock:
+            self.changes += 1
+
+    # -- the claim hook --------------------------------------------------------------------
+
+    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
+                 now: datetime) -> Mapping[str, str]:
+        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait."""
+        plan = self.plan
+        wanted = [(run_id, needs) for run_id, job_id in taken
+                  if (needs := plan.needs.get(job_id))]
+        if not wanted:
+            return {}
+        pools = sorted({pool for _, needs in wanted for pool in needs})
+        snapshot = self._snapshot(conn, pools)
+        events: list[_Event] = []
+        refused: dict[str, str] = {}
+        for run_id, needs in wanted:
+            why = self._lease_run(conn, run_id, needs, snapshot, now, events)
+            if why is not None:
+                refused[run_id] = why[0]
+                self._remember(run_id, why[1])
+        self._write(conn, events, now)
+        return refused
+
+    def _snapshot(self, conn: sa.Connection, pools: list[str]) -> dict[str, _Member]:
+        bound = (sa.select(resources.c.route_id)
+                 .where(resources.c.pool.in_(pools), resources.c.route_id.is_not(None)))
+        query = (sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                           resources.c.state, resources.c.route_id, resources.c.lease_owner,
+                           resources.c.updated_at, resource_health.c.score,
+                           resource_health.c.cooldown_until)
+                 .select_from(resources.outerjoin(
+                     resource_health,
+                     resource_health.c.resource_id == resources.c.resource_id))
+                 .where(sa.or_(resources.c.pool.in_(pools),
+                               resources.c.resource_id.in_(bound))))
+        return {row.resource_id: _Member(*row) for row in conn.execute(query)}
+
+    def _free(self, member: _Member | None, now: datetime) -> bool:
+        if member is None or member.resource_id not in self.plan.members:
+            return False  # removed from the configuration: finishes its lease, then goes
+        if member.state == _AVAILABLE:
+            return True
+        return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
+                and (member.cooldown_until is None or member.cooldown_until <= now))
+
+    def _lease_run(self, conn: sa.Connection, run_id: str, needs: Mapping[str, int],
+                   snapshot: dict[str, _Member], now: datetime,
+                   events: list[_Event]) -> tuple[str, datetime | None] | None:
+        mine: list[tuple[_Member, datetime]] = []
+        pending: list[_Event] = []
+        for pool in sorted(needs):
+            count = needs[pool]
+            candidates = [m for m in snapshot.values() if m.pool == pool
+                          and self._free(m, now)
+                          and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
+            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                           m.updated_at, m.resource_id))
+            got = 0
+            for member in candidates:
+                if got == count:
+                    break
+                if not self._take(conn, member, run_id, now, events, pending, mine):
+                    continue
+                route = snapshot.get(member.route_id) if member.route_id else None
+                if route is not None and not self._take(conn, route, run_id, now, events,
+                                                        pending, mine):
+                    self._undo(conn, run_id, [mine.pop()])
+                    pending.pop()
+                    continue
+                got += 1
+            if got < count:
+                self._undo(conn, run_id, mine)
+                return self._reason(pool, count, snapshot, now)
+        events.extend(pending)
+        return None
+
+    def _take(self, conn: sa.Connection, member: _Member, run_id: str, now: datetime,
+              events: list[_Event], pending: list[_Event],
+              mine: list[tuple[_Member, datetime]]) -> bool:
+        if member.state == _COOLDOWN:
+            back = conn.execute(
+                sa.update(resources)
+                .where(resources.c.resource_id == member.resource_id,
+                       resources.c.state == _COOLDOWN)
+                .values(state=_AVAILABLE, updated_at=member.updated_at))
+            if back.rowcount != 1:
+                return False
+            member.state = _AVAILABLE
+            events.append(_Event(
+                EventType.RESOURCE_STATE_CHANGED, member.resource_id, None,
+                f"resource {member.resource_id} COOLDOWN -> AVAILABLE: cooldown over",
+                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
+                 "reason": "cooldown over"}))
+        guard = [resources.c.resource_id == member.resource_id,
+                 resources.c.state == _AVAILABLE]
+        if self.postgres:
+            # Take the row only if it can be locked at once: a claim never waits on another.
+            guard.append(resources.c.resource_id.in_(
+                sa.select(resources.c.resource_id)
+                .where(resources.c.resource_id == member.resource_id)
+                .with_for_update(skip_locked=True).scalar_subquery()))
+        until = sa.select(sa.text("lease_until")).select_from(sa.table("runs")).where(
+            sa.column("id") == run_id).scalar_subquery()
+        done = conn.execute(
+            sa.update(resources).where(*guard)
+            .values(state=_LEASED, lease_owner=run_id, lease_until=until,
+                    lease_epoch=resources.c.lease_epoch + 1, updated_at=now)
+            .returning(resources.c.lease_epoch)).first()
+        if done is None:
+            member.state = _LEASED  # someone else's now, as far as this claim can tell
+            return False
+        mine.append((member, member.updated_at))
+        member.state, member.lease_owner = _LEASED, run_id
+        pending.append(_Event(
+            EventType.RESOURCE_LEASED, member.resource_id, run_id,
+            f"resource {member.resource_id} ({member.kind} of pool {member.pool}) leased by "
+            f"run {run_id}",
+            {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool, "run_id": run_id,
+             "epoch": int(done[0]), "route_id": member.route_id}))
+        return True
+
+    def _undo(self, conn: sa.Connection, run_id: str,
+              taken: list[tuple[_Member, datetime]]) -> None:
+        """Put back what this claim leased for ``run_id`` (nobody saw it)."""
+        for member, updated_at in reversed(taken):
+            conn.execute(
+                sa.update(resources)
+                .where(resources.c.resource_id == member.resource_id,
+                       resources.c.lease_owner == run_id, resources.c.state == _LEASED)
+                .values(state=_AVAILABLE, lease_owner=None, lease_until=None,
+                        lease_epoch=resources.c.lease_epoch - 1, updated_at=updated_at))
+            member.state, member.lease_owner = _AVAILABLE, None
+        taken.clear()
+
+    def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
+                now: datetime) -> tuple[str, datetime | None]:
+        """Why a run waits for ``pool``, and when to look again at the latest."""
+        members = [m for m in snapshot.values() if m.pool == pool]
+        recheck: datetime | None = now + RECHECK
+        if not members:
+            return (f"waiting for {count} of pool {pool}: the pool has no members", recheck)
+        cooling = [m for m in members if m.state == _COOLDOWN]
+        held = sorted({m.lease_owner for m in members
+                       if m.state in (_LEASED, _RUNNING) and m.lease_owner})
+        parts: list[str] = []
+        if cooling:
+            ends = [m.cooldown_until for m in cooling if m.cooldown_until is not None]
+            if ends:
+                soonest = min(ends)
+                parts.append(f"{len(cooling)} cooling down until {_at(soonest)}")
+                if soonest > now:
+                    recheck = min(recheck, soonest)
+            else:
+                parts.append(f"{len(cooling)} cooling down")
+        leased = sum(1 for m in members if m.state in (_LEASED, _RUNNING))
+        if leased:
+            who = ", ".join(held[:3]) + ("…" if len(held) > 3 else "")
+            parts.append(f"{leased} leased by run{'s' if len(held) > 1 else ''} {who}")
+        for state, word in ((_FAULT, "at fault"), (_DISABLED, "disabled")):
+            n = sum(1 for m in members if m.state == state)
+            if n:
+                parts.append(f"{n} {word}")
+        for m in members:
+            if m.state == _AVAILABLE and m.route_id is not None:
+                route = snapshot.get(m.route_id)
+                state = route.state if route is not None else "missing"
+                if route is None or not self._free(route, now):
+                    parts.append(f"{m.resource_id} is bound to route {m.route_id}, which is "
+                                 f"{state}")
+        return (f"waiting for {count} of pool {pool}: " + ", ".join(parts or ["none free"]),
+                recheck)
+
+    # -- the step start hook ---------------------------------------------------------------
+
+    def started(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
+                now: datetime) -> None:
+        """LEASED -> RUNNING for the members of ``runs`` (run id, job id) whose first step
+        starts in this transaction."""
+        ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
+        if not ids:
+            return
+        rows = conn.execute(
+            sa.update(resources)
+            .where(resources.c.state == _LEASED, resources.c.lease_owner.in_(ids))
+            .values(state=_RUNNING, updated_at=now)
+            .returning(resources.c.resource_id, resources.c.pool, resources.c.lease_owner,
+                       resources.c.lease_epoch)).all()
+        self._write(conn, [_Event(
+            EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
+            f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
+            {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
+             "epoch": int(row[3])}) for row in rows], now)
+
+    # -- the run end hook ------------------------------------------------------------------
+
+    def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+        """Release what the runs of ``ended`` held (see the module docstring)."""
+        mine = [e for e in ended if e.job_id in self._jobs]
+        if not mine:
+            return
+        ids = [e.run_id for e in mine]
+        query = (sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                           resources.c.state, resources.c.lease_owner, resources.c.lease_epoch)
+                 .where(resources.c.lease_owner.in_(ids),
+                        resources.c.state.in_((_LEASED, _RUNNING)))
+                 .order_by(resources.c.resource_id))
+        if self.postgres:
+            query = query.with_for_update()
+        held = conn.execute(query).all()
+        if not held:
+            return
+        faults = self._faults(conn, [e.run_id for e in mine if e.state is RunState.QUEUED])
+        plan = self.plan
+        events: list[_Event] = []
+        cooldowns: list[dict[str, Any]] = []
+        gone: list[str] = []
+        for rid, pool, kind, state, owner, epoch in held:
+            fault = faults.get(owner)
+            values: dict[str, Any] = {"lease_owner": None, "lease_until": None,
+                                      "updated_at": now}
+            if state == _LEASED:
+                to, why, kind_ev = _AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
+            elif fault is not None and (fault[0] == rid or (fault[0] is None
+                                                              and kind == "route")):
+                to, why, kind_ev = _FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
+                values["last_error"] = self.redact(fault[1])
+            else:
+                to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
+                until = now + plan.cooldown(pool)
+                why = f"released; cooling down until {_at(until)}"
+                cooldowns.append({"rid": rid, "until": until})
+            done = conn.execute(
+                sa.update(resources)
+                .where(resources.c.resource_id == rid, resources.c.state == state,
+                       resources.c.lease_owner == owner)
+                .values(state=to, **values))
+            if done.rowcount != 1:
+                continue
+            events.append(_Event(
+                kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
+                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
+                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
+            if rid not in plan.members:
+                gone.append(rid)
+        for item in cooldowns:
+            self._cooldown_until(conn, item["rid"], item["until"], now)
+        for rid in gone:
+            conn.execute(sa.delete(resources).where(resources.c.resource_id == rid))
+            events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
+                                 f"resource {rid} removed: no longer in the configuration",
+                                 {"from": None, "to": None, "removed": True}))
+        self._write(conn, events, now)
+        self._moved()
+
+    def _faults(self, conn: sa.Connection,
+                run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
+        """Run id -> (member named or None, error) for runs whose last step failed with a
+        resource fault (re-queued in this transaction)."""
+        if not run_ids:
+            return {}
+        last = (sa.select(sa.func.max(step_runs.c.id))
+                .where(step_runs.c.run_id.in_(run_ids)).group_by(step_runs.c.run_id))
+        rows = conn.execute(
+            sa.select(step_runs.c.run_id, step_runs.c.error, step_runs.c.output_json)
+            .where(step_runs.c.id.in_(last), step_runs.c.error_class == "resource")).all()
+        found: dict[str, tuple[str | None, str]] = {}
+        for run_id, error, output in rows:
+            named = None
+            try:
+                data = json.loads(output) if output else None
+                if isinstance(data, dict) and isinstance(data.get("resource_id"), str):
+                    named = data["resource_id"]
+            except ValueError:
+                named = None
+            found[run_id] = (named, error or "resource fault")
+        return found
+
+    def _cooldown_until(self, conn: sa.Connection, rid: str, until: datetime,
+                        now: datetime) -> None:
+        changed = conn.execute(sa.update(resource_health)
+                               .where(resource_health.c.resource_id == rid)
+                               .values(cooldown_until=until, updated_at=now))
+        if changed.rowcount == 0:
+            conn.execute(sa.insert(resource_health).values(
+                resource_id=rid, cooldown_until=until, updated_at=now))
+
+    def _write(self, conn: sa.Connection, events: list[_Event], now: datetime) -> None:
+        if not events:
+            return
+        redact = self.redact
+        conn.execute(sa.insert(event_log), [
+            {"run_id": e.run_id, "resource_id": e.resource_id, "event_type": e.kind.value,
+             "level": e.level.value, "message": redact(e.message),
+             "payload_json": json.dumps(
+                 {k: redact(v) if k == "reason" and isinstance(v, str) else v
+                  for k, v in e.payload.items()}, sort_keys=True, default=str),
+             "created_at": now, "actor": "system"} for e in events])
+
+
+RECHECK = timedelta(seconds=30)
+"""The longest a refused run is left alone by admission (other nodes' releases)."""

@@ -8,11 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
+from tests.integration.pools_home import ACCT_PW, PROXY_PW, pool_bench, python_job
 
 from cadenza.domain.states import ResourceState, RunState
 from cadenza.store.boundary import Boundary, StepStart
 from cadenza.store.tables import event_log, resources, run_logs, step_runs
-from tests.integration.pools_home import ACCT_PW, PROXY_PW, pool_bench, python_job
 
 X = ResourceState
 SHOW_UNIT = python_job("scrape", "show", "units = 1")

@@ -52,8 +52,8 @@ from cadenza.executor.group_commit import DirectRecorder, Recorder
 from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import Attempt, StepRunner
-from cadenza.resources.leased import LeasedResource
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
+from cadenza.resources.leased import LeasedResource
 from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store

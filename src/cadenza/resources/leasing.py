@@ -169,7 +169,14 @@ class PoolLeaser:
                 return True
             return False
 
-    def _remember(self, run_id: str, recheck: datetime) -> None:
+    def next_recheck(self) -> datetime | None:
+        """When the earliest refused run should be tried again (a cooldown's end, or
+        :data:`RECHECK` after its refusal); ``None`` when no run is remembered."""
+        with self._lock:
+            times = [t for _, t in self._blocked.values() if t is not None]
+        return min(times) if times else None
+
+    def _remember(self, run_id: str, recheck: datetime | None) -> None:
         with self._lock:
             if len(self._blocked) > 100_000:
                 self._blocked.clear()
@@ -316,7 +323,7 @@ class PoolLeaser:
                 now: datetime) -> tuple[str, datetime | None]:
         """Why a run waits for ``pool``, and when to look again at the latest."""
         members = [m for m in snapshot.values() if m.pool == pool]
-        recheck: datetime | None = now + RECHECK
+        recheck = now + RECHECK
         if not members:
             return (f"waiting for {count} of pool {pool}: the pool has no members", recheck)
         cooling = [m for m in members if m.state == _COOLDOWN]

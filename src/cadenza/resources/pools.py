@@ -51,6 +51,8 @@ def install_leaser(store: Store, plan: PoolPlan) -> PoolLeaser:
             store.add_run_end_hook(leaser.ended)
         else:
             leaser.update(plan)
+        if plan.members:
+            store.extends_resource_leases = True
     return leaser
 
 

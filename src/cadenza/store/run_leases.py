@@ -143,6 +143,10 @@ def _values(leases: Sequence[RunLease]) -> tuple[str, dict[str, Any]]:
 class RunLeasesRepository(LeaseClock):
     """Renewal, cancel requests and reaping of run leases (see the module docstring)."""
 
+    extends_resource_leases: bool = False
+    """Set by the pools when the home has pool members: a renewal then also extends the
+    resource leases of the runs renewed (a second UPDATE; none without pools)."""
+
     def renew_run_leases(self, leases: Sequence[RunLease], until: datetime, *,
                      conn: sa.Connection | None = None) -> Renewal:
         """Extend the lease of every run in ``leases`` still RUNNING at that epoch and owner
@@ -170,7 +174,7 @@ class RunLeasesRepository(LeaseClock):
         with self._joined(conn) as c:
             rows = c.execute(statement, {**params, "until": end}).all()
             renewed = {row[0] for row in rows}
-            if renewed:
+            if renewed and self.extends_resource_leases:
                 # A run's resource leases share its lease's expiry (SPEC §8).
                 c.execute(sa.update(resources)
                           .where(resources.c.lease_owner.in_(sorted(renewed)),

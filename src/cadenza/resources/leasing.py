@@ -46,7 +46,7 @@ from cadenza.config.schema_settings import Pool, PoolMember
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.boundaries import EndedRun
-from cadenza.store.tables import event_log, resource_health, resources, step_runs
+from cadenza.store.hotsql import Dialect, insert_rows
 
 _AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 _COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
@@ -133,6 +133,9 @@ class PoolLeaser:
         self.plan = plan
         self.postgres = postgres
         self.redact = redact
+        self._d = Dialect("postgresql" if postgres else "sqlite")
+        self._lease_sql = _LEASE.format(m=self._d.mark,
+                                        lock=_SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
         self._jobs: set[str] = set(plan.needs)
         self.changes = 0
@@ -197,30 +200,33 @@ class PoolLeaser:
         if not wanted:
             return {}
         pools = sorted({pool for _, needs in wanted for pool in needs})
-        snapshot = self._snapshot(conn, pools)
-        events: list[_Event] = []
-        refused: dict[str, str] = {}
-        for run_id, needs in wanted:
-            why = self._lease_run(conn, run_id, needs, snapshot, now, events)
-            if why is not None:
-                refused[run_id] = why[0]
-                self._remember(run_id, why[1])
-        self._write(conn, events, now)
+        cursor = conn.connection.cursor()
+        try:
+            snapshot = self._snapshot(cursor, pools)
+            events: list[_Event] = []
+            refused: dict[str, str] = {}
+            for run_id, needs in wanted:
+                why = self._lease_run(cursor, run_id, needs, snapshot, now, events)
+                if why is not None:
+                    refused[run_id] = why[0]
+                    self._remember(run_id, why[1])
+            self._write(cursor, events, now)
+        finally:
+            cursor.close()
         return refused
 
-    def _snapshot(self, conn: sa.Connection, pools: list[str]) -> dict[str, _Member]:
-        bound = (sa.select(resources.c.route_id)
-                 .where(resources.c.pool.in_(pools), resources.c.route_id.is_not(None)))
-        query = (sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
-                           resources.c.state, resources.c.route_id, resources.c.lease_owner,
-                           resources.c.updated_at, resource_health.c.score,
-                           resource_health.c.cooldown_until)
-                 .select_from(resources.outerjoin(
-                     resource_health,
-                     resource_health.c.resource_id == resources.c.resource_id))
-                 .where(sa.or_(resources.c.pool.in_(pools),
-                               resources.c.resource_id.in_(bound))))
-        return {row.resource_id: _Member(*row) for row in conn.execute(query)}
+    def _snapshot(self, cursor: Any, pools: list[str]) -> dict[str, _Member]:
+        d = self._d
+        marks = d.marks(len(pools))
+        cursor.execute(_SNAPSHOT.format(marks=marks), [*pools, *pools])
+        read = d.read_ts
+        out: dict[str, _Member] = {}
+        for rid, pool, kind, state, route, owner, updated, score, cooldown in cursor.fetchall():
+            updated_at = read(updated)
+            assert updated_at is not None
+            out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
+                               None if score is None else float(score), read(cooldown))
+        return out
 
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
@@ -230,7 +236,7 @@ class PoolLeaser:
         return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
                 and (member.cooldown_until is None or member.cooldown_until <= now))
 
-    def _lease_run(self, conn: sa.Connection, run_id: str, needs: Mapping[str, int],
+    def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
                    snapshot: dict[str, _Member], now: datetime,
                    events: list[_Event]) -> tuple[str, datetime | None] | None:
         mine: list[tuple[_Member, datetime]] = []
@@ -246,31 +252,28 @@ class PoolLeaser:
             for member in candidates:
                 if got == count:
                     break
-                if not self._take(conn, member, run_id, now, events, pending, mine):
+                if not self._take(cursor, member, run_id, now, events, pending, mine):
                     continue
                 route = snapshot.get(member.route_id) if member.route_id else None
-                if route is not None and not self._take(conn, route, run_id, now, events,
+                if route is not None and not self._take(cursor, route, run_id, now, events,
                                                         pending, mine):
-                    self._undo(conn, run_id, [mine.pop()])
+                    self._undo(cursor, run_id, [mine.pop()])
                     pending.pop()
                     continue
                 got += 1
             if got < count:
-                self._undo(conn, run_id, mine)
+                self._undo(cursor, run_id, mine)
                 return self._reason(pool, count, snapshot, now)
         events.extend(pending)
         return None
 
-    def _take(self, conn: sa.Connection, member: _Member, run_id: str, now: datetime,
+    def _take(self, cursor: Any, member: _Member, run_id: str, now: datetime,
               events: list[_Event], pending: list[_Event],
               mine: list[tuple[_Member, datetime]]) -> bool:
+        d = self._d
         if member.state == _COOLDOWN:
-            back = conn.execute(
-                sa.update(resources)
-                .where(resources.c.resource_id == member.resource_id,
-                       resources.c.state == _COOLDOWN)
-                .values(state=_AVAILABLE, updated_at=member.updated_at))
-            if back.rowcount != 1:
+            cursor.execute(_COOLDOWN_OVER.format(m=d.mark), [member.resource_id])
+            if cursor.rowcount != 1:
                 return False
             member.state = _AVAILABLE
             events.append(_Event(
@@ -278,21 +281,9 @@ class PoolLeaser:
                 f"resource {member.resource_id} COOLDOWN -> AVAILABLE: cooldown over",
                 {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
                  "reason": "cooldown over"}))
-        guard = [resources.c.resource_id == member.resource_id,
-                 resources.c.state == _AVAILABLE]
-        if self.postgres:
-            # Take the row only if it can be locked at once: a claim never waits on another.
-            guard.append(resources.c.resource_id.in_(
-                sa.select(resources.c.resource_id)
-                .where(resources.c.resource_id == member.resource_id)
-                .with_for_update(skip_locked=True).scalar_subquery()))
-        until = sa.select(sa.text("lease_until")).select_from(sa.table("runs")).where(
-            sa.column("id") == run_id).scalar_subquery()
-        done = conn.execute(
-            sa.update(resources).where(*guard)
-            .values(state=_LEASED, lease_owner=run_id, lease_until=until,
-                    lease_epoch=resources.c.lease_epoch + 1, updated_at=now)
-            .returning(resources.c.lease_epoch)).first()
+        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), member.resource_id]
+                       + ([member.resource_id] if d.postgres else []))
+        done = cursor.fetchone()
         if done is None:
             member.state = _LEASED  # someone else's now, as far as this claim can tell
             return False
@@ -306,16 +297,12 @@ class PoolLeaser:
              "epoch": int(done[0]), "route_id": member.route_id}))
         return True
 
-    def _undo(self, conn: sa.Connection, run_id: str,
-              taken: list[tuple[_Member, datetime]]) -> None:
+    def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
         """Put back what this claim leased for ``run_id`` (nobody saw it)."""
+        d = self._d
         for member, updated_at in reversed(taken):
-            conn.execute(
-                sa.update(resources)
-                .where(resources.c.resource_id == member.resource_id,
-                       resources.c.lease_owner == run_id, resources.c.state == _LEASED)
-                .values(state=_AVAILABLE, lease_owner=None, lease_until=None,
-                        lease_epoch=resources.c.lease_epoch - 1, updated_at=updated_at))
+            cursor.execute(_UNDO.format(m=d.mark),
+                           [d.ts(updated_at), member.resource_id, run_id])
             member.state, member.lease_owner = _AVAILABLE, None
         taken.clear()
 
@@ -366,17 +353,19 @@ class PoolLeaser:
         ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
         if not ids:
             return
-        rows = conn.execute(
-            sa.update(resources)
-            .where(resources.c.state == _LEASED, resources.c.lease_owner.in_(ids))
-            .values(state=_RUNNING, updated_at=now)
-            .returning(resources.c.resource_id, resources.c.pool, resources.c.lease_owner,
-                       resources.c.lease_epoch)).all()
-        self._write(conn, [_Event(
-            EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
-            f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
-            {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
-             "epoch": int(row[3])}) for row in rows], now)
+        d = self._d
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_START.format(m=d.mark, marks=d.marks(len(ids))),
+                           [d.ts(now), *ids])
+            rows = cursor.fetchall()
+            self._write(cursor, [_Event(
+                EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
+                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
+                {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
+                 "epoch": int(row[3])}) for row in rows], now)
+        finally:
+            cursor.close()
 
     # -- the run end hook ------------------------------------------------------------------
 
@@ -385,43 +374,45 @@ class PoolLeaser:
         mine = [e for e in ended if e.job_id in self._jobs]
         if not mine:
             return
+        d = self._d
         ids = [e.run_id for e in mine]
-        query = (sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
-                           resources.c.state, resources.c.lease_owner, resources.c.lease_epoch)
-                 .where(resources.c.lease_owner.in_(ids),
-                        resources.c.state.in_((_LEASED, _RUNNING)))
-                 .order_by(resources.c.resource_id))
-        if self.postgres:
-            query = query.with_for_update()
-        held = conn.execute(query).all()
-        if not held:
-            return
-        faults = self._faults(conn, [e.run_id for e in mine if e.state is RunState.QUEUED])
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_HELD.format(marks=d.marks(len(ids)),
+                                        lock=" FOR UPDATE" if d.postgres else ""), ids)
+            held = cursor.fetchall()
+            if not held:
+                return
+            self._release(cursor, held, mine, now)
+        finally:
+            cursor.close()
+        self._moved()
+
+    def _release(self, cursor: Any, held: Sequence[Any], mine: list[EndedRun],
+                 now: datetime) -> None:
+        d = self._d
+        faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
         plan = self.plan
+        stamp = d.ts(now)
         events: list[_Event] = []
-        cooldowns: list[dict[str, Any]] = []
+        cooldowns: list[list[Any]] = []
         gone: list[str] = []
         for rid, pool, kind, state, owner, epoch in held:
             fault = faults.get(owner)
-            values: dict[str, Any] = {"lease_owner": None, "lease_until": None,
-                                      "updated_at": now}
+            error = None
             if state == _LEASED:
                 to, why, kind_ev = _AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
             elif fault is not None and (fault[0] == rid or (fault[0] is None
                                                               and kind == "route")):
                 to, why, kind_ev = _FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
-                values["last_error"] = self.redact(fault[1])
+                error = self.redact(fault[1])
             else:
                 to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
                 until = now + plan.cooldown(pool)
                 why = f"released; cooling down until {_at(until)}"
-                cooldowns.append({"rid": rid, "until": until})
-            done = conn.execute(
-                sa.update(resources)
-                .where(resources.c.resource_id == rid, resources.c.state == state,
-                       resources.c.lease_owner == owner)
-                .values(state=to, **values))
-            if done.rowcount != 1:
+                cooldowns.append([rid, d.ts(until), stamp])
+            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
+            if cursor.rowcount != 1:
                 continue
             events.append(_Event(
                 kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
@@ -429,29 +420,24 @@ class PoolLeaser:
                  "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
             if rid not in plan.members:
                 gone.append(rid)
-        for item in cooldowns:
-            self._cooldown_until(conn, item["rid"], item["until"], now)
+        for row in cooldowns:
+            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
+                           row)
         for rid in gone:
-            conn.execute(sa.delete(resources).where(resources.c.resource_id == rid))
+            cursor.execute(_GONE.format(m=d.mark), [rid])
             events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
                                  f"resource {rid} removed: no longer in the configuration",
                                  {"from": None, "to": None, "removed": True}))
-        self._write(conn, events, now)
-        self._moved()
+        self._write(cursor, events, now)
 
-    def _faults(self, conn: sa.Connection,
-                run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
+    def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
         """Run id -> (member named or None, error) for runs whose last step failed with a
         resource fault (re-queued in this transaction)."""
         if not run_ids:
             return {}
-        last = (sa.select(sa.func.max(step_runs.c.id))
-                .where(step_runs.c.run_id.in_(run_ids)).group_by(step_runs.c.run_id))
-        rows = conn.execute(
-            sa.select(step_runs.c.run_id, step_runs.c.error, step_runs.c.output_json)
-            .where(step_runs.c.id.in_(last), step_runs.c.error_class == "resource")).all()
+        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
         found: dict[str, tuple[str | None, str]] = {}
-        for run_id, error, output in rows:
+        for run_id, error, output in cursor.fetchall():
             named = None
             try:
                 data = json.loads(output) if output else None
@@ -462,26 +448,55 @@ class PoolLeaser:
             found[run_id] = (named, error or "resource fault")
         return found
 
-    def _cooldown_until(self, conn: sa.Connection, rid: str, until: datetime,
-                        now: datetime) -> None:
-        changed = conn.execute(sa.update(resource_health)
-                               .where(resource_health.c.resource_id == rid)
-                               .values(cooldown_until=until, updated_at=now))
-        if changed.rowcount == 0:
-            conn.execute(sa.insert(resource_health).values(
-                resource_id=rid, cooldown_until=until, updated_at=now))
-
-    def _write(self, conn: sa.Connection, events: list[_Event], now: datetime) -> None:
+    def _write(self, cursor: Any, events: list[_Event], now: datetime) -> None:
         if not events:
             return
         redact = self.redact
-        conn.execute(sa.insert(event_log), [
-            {"run_id": e.run_id, "resource_id": e.resource_id, "event_type": e.kind.value,
-             "level": e.level.value, "message": redact(e.message),
-             "payload_json": json.dumps(
-                 {k: redact(v) if k == "reason" and isinstance(v, str) else v
-                  for k, v in e.payload.items()}, sort_keys=True, default=str),
-             "created_at": now, "actor": "system"} for e in events])
+        stamp = self._d.ts(now)
+        insert_rows(cursor, self._d, "event_log", _EVENT_COLUMNS, [
+            (e.run_id, e.resource_id, e.kind.value, e.level.value, redact(e.message),
+             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
+                         for k, v in e.payload.items()}, sort_keys=True, default=str),
+             stamp, "system") for e in events])
+
+
+_SNAPSHOT = (
+    "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
+    " h.score, h.cooldown_until FROM resources r LEFT JOIN resource_health h"
+    " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
+    " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
+"""The members of the pools a claim needs, and the routes bound to them."""
+_COOLDOWN_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id = {m}"
+                  " AND state = 'COOLDOWN'")
+"""A cooldown that has passed (updated_at kept: it stays the member's last use)."""
+_LEASE = (
+    "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
+    " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
+    " lease_epoch = lease_epoch + 1, updated_at = {m}"
+    " WHERE resource_id = {m} AND state = 'AVAILABLE'{lock} RETURNING lease_epoch")
+"""AVAILABLE -> LEASED, conditional; the lease ends with the run's."""
+_SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
+                " FOR UPDATE SKIP LOCKED)")
+_UNDO = ("UPDATE resources SET state = 'AVAILABLE', lease_owner = NULL, lease_until = NULL,"
+         " lease_epoch = lease_epoch - 1, updated_at = {m} WHERE resource_id = {m}"
+         " AND lease_owner = {m} AND state = 'LEASED'")
+_START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
+          " AND lease_owner IN ({marks}) RETURNING resource_id, pool, lease_owner, lease_epoch")
+_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
+         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
+         " ORDER BY resource_id{lock}")
+_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
+            " updated_at = {m}, last_error = coalesce({m}, last_error)"
+            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
+_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
+           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
+           " GROUP BY run_id)")
+_GONE = "DELETE FROM resources WHERE resource_id = {m}"
+_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
+_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
+                  " excluded.cooldown_until, updated_at = excluded.updated_at")
+_EVENT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
+                  "created_at", "actor")
 
 
 RECHECK = timedelta(seconds=30)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_two_processes_of_eight_threads_never_hold_one_unit_twice(
     overlaps = []
     for unit, spans in intervals.items():
         spans.sort()
-        for (s1, e1, r1), (s2, e2, r2) in zip(spans, spans[1:], strict=False):
+        for (_, e1, r1), (s2, _, r2) in pairwise(spans):
             if s2 < e1:
                 overlaps.append((unit, r1, r2))
     assert overlaps == []

@@ -13,6 +13,7 @@ from cadenza.cli import backup as backup_cmd
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
+from cadenza.cli import resources as resources_cmd
 from cadenza.cli import run as run_cmd
 from cadenza.cli import runs as runs_cmd
 from cadenza.cli import secrets as secrets_cmd
@@ -56,6 +57,7 @@ app.add_typer(runs_cmd.app, name="runs")
 app.add_typer(jobs_cmd.app, name="jobs")
 app.add_typer(users_cmd.app, name="users")
 app.add_typer(secrets_cmd.app, name="secrets")
+app.add_typer(resources_cmd.app, name="resources")
 
 
 def main() -> None:

@@ -89,6 +89,7 @@ class Services:
         from cadenza.services.config import ConfigService
         from cadenza.services.history import HistoryService
         from cadenza.services.jobs import JobService
+        from cadenza.services.resources import ResourceService
         from cadenza.services.runs import RunService
         from cadenza.services.secrets import SecretService
         from cadenza.services.simulate import SimulateService
@@ -102,6 +103,7 @@ class Services:
         self.secrets = SecretService(self.home)
         self.backup = BackupService(self)
         self.simulation = SimulateService(self)
+        self.resources = ResourceService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

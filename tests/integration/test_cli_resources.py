@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tests.integration.pools_home import PROXY_PW, python_job, write_home
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
-from tests.integration.pools_home import PROXY_PW, python_job, write_home
 
 runner = CliRunner()
 

@@ -61,6 +61,19 @@ def test_a_run_leases_its_unit_with_the_bound_route_and_releases_both(
         assert leased[0].run_id == run_id and leased[0].payload["run_id"] == run_id
 
 
+def test_a_process_isolated_step_sees_the_same_resources(tmp_path: Path) -> None:
+    jobs = python_job("scrape", "show", "units = 1").replace('isolation = "thread"',
+                                                             'isolation = "process"')
+    with pool_bench(tmp_path / "home", jobs) as b:
+        run_id = b.enqueue("scrape")
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+        output = b.store.list_step_runs(run_id)[0].output
+        assert output is not None and output["route"] == "fr-1"
+        assert output["held"]["units"][0]["route"] == "fr-1"
+        lines = [line.message for line in b.store.list_logs(run_id)]
+        assert "using proxy http://***@127.0.0.1:3128" in lines
+
+
 def test_credentials_fields_reach_the_step_and_never_the_store(tmp_path: Path) -> None:
     jobs = python_job("login", "show", "logins = 1")
     with pool_bench(tmp_path / "home", jobs) as b:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from cadenza.config.schema_settings import PoolMember, Settings
-from cadenza.resources.leased import LeasedResource
+from cadenza.resources.leased import Fields, LeasedResource
 from cadenza.store.tables import resources
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def _leased(rid: str, pool: str, kind: str, member: PoolMember | None,
         resource_id=rid, pool=pool, kind=kind,
         proxy=None if member is None or member.proxy is None else str(member.proxy),
         region=None if member is None else member.region,
-        fields=MappingProxyType(dict(member.fields) if member is not None else {}),
+        fields=Fields(member.fields if member is not None else {}),
         route=route)
 
 

@@ -8,9 +8,34 @@ masked wherever they would be logged, stored or shown.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from typing import Any
+
+
+class Fields(Mapping[str, str]):
+    """A read-only mapping of a member's fields that crosses a process boundary (a step
+    with ``isolation = "process"`` receives it pickled)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, str] | None = None) -> None:
+        self._data = dict(data or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"Fields({sorted(self._data)})"  # names only: values may be secrets
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Fields, (self._data,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +46,11 @@ class LeasedResource:
     pool: str
     kind: str
     """``"unit"``, ``"route"`` or ``"credential"``."""
-    proxy: str | None = None
+    proxy: str | None = field(default=None, repr=False)
     """A route's proxy URL (user-info with its secrets resolved)."""
     region: str | None = None
     """A route's expected egress region."""
-    fields: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    fields: Mapping[str, str] = field(default_factory=Fields, repr=False)
     """A credential's (or unit's) fields, secrets resolved."""
     route: LeasedResource | None = None
     """The route bound to this member, leased with it."""

@@ -2,10 +2,11 @@
 
 Two runs of a job that ``requires = { units = 1 }`` hold both units of the pool (RUNNING)
 when the test kills the server's whole process tree. After a restart, once the runs'
-leases are taken back (the restart reclaims them from the dead holder), their units return by the rules (RUNNING -> COOLDOWN),
-the runs are re-queued, lease a unit again and SUCCEED; the audit log shows each unit held
-by one run at a time, and nothing is held at the end. Real sleeps are a real process doing
-real work and waits for a real process; no schedule is waited for.
+leases are taken back (the restart reclaims them from the dead holder), their units
+return by the rules (RUNNING -> COOLDOWN), the runs are re-queued, lease a unit again and
+SUCCEED; the audit log shows each unit held by one run at a time, and nothing is held at
+the end. Real sleeps are a real process doing real work and waits for a real process; no
+schedule is waited for.
 """
 
 from __future__ import annotations

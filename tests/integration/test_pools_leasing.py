@@ -265,3 +265,43 @@ def test_a_removed_member_finishes_its_lease_then_goes(tmp_path: Path) -> None:
             "resource u-1 removed: no longer in the configuration")
         with b.store.read() as c:
             assert c.execute(sa.select(sa.func.count()).select_from(resources)).scalar() == 5
+
+
+def test_admission_leaves_a_refused_run_alone_until_a_member_comes_back(
+        tmp_path: Path) -> None:
+    from cadenza.resources.pools import leaser_of
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        holder = b.enqueue("scrape")
+        _claim(b, holder)  # holds u-1 (and fr-1)
+        waiting = b.enqueue("scrape")
+        assert b.execute(waiting).claimed is False
+        now = b.clock.now()
+        # Refused: the dispatcher skips it (no claim, no give-back) ...
+        assert leaser.may_try(waiting, now) is False
+        assert leaser.next_recheck() == now + timedelta(seconds=30)
+        assert leaser.may_try(waiting, now + timedelta(seconds=29)) is False
+        # ... until a member is released in this process.
+        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        assert leaser.may_try(waiting, now) is True
+        assert b.execute(waiting).state is RunState.SUCCEEDED
+
+
+def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
+        tmp_path: Path) -> None:
+    from cadenza.resources.pools import leaser_of
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        assert b.execute(b.enqueue("scrape")).state is RunState.SUCCEEDED
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        waiting = b.enqueue("scrape")
+        assert b.execute(waiting).claimed is False
+        cooled = b.clock.now() + timedelta(seconds=10)
+        assert leaser.next_recheck() == cooled
+        assert leaser.may_try(waiting, cooled - timedelta(seconds=1)) is False
+        assert leaser.may_try(waiting, cooled) is True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -29,20 +29,35 @@ def _leased(rid: str, pool: str, kind: str, member: PoolMember | None,
         route=route)
 
 
+class _Row(NamedTuple):
+    resource_id: str
+    pool: str
+    kind: str
+    route_id: str | None
+
+
 def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
     """What ``run_id`` holds now (LEASED or RUNNING), with each member's configuration
     (a proxy URL, a region, fields: secrets resolved). A changed proxy URL is seen at the
     member's next lease: the configuration read is the one the run was claimed with.
-    One read; nothing when the home has no pools."""
+    What this process's claim leased, or one read; nothing when the home has no pools."""
     if not settings.pools:
         return MappingProxyType({})
-    with store.read() as conn:
-        rows = conn.execute(
-            sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
-                      resources.c.route_id)
-            .where(resources.c.lease_owner == run_id,
-                   resources.c.state.in_(("LEASED", "RUNNING")))
-            .order_by(resources.c.resource_id)).all()
+    from cadenza.resources.pools import leaser_of
+
+    leaser = leaser_of(store)
+    remembered = None if leaser is None else leaser.held_by(run_id)
+    rows: list[Any]
+    if remembered is not None:  # claimed in this process: no read
+        rows = [_Row(*item) for item in sorted(remembered)]
+    else:
+        with store.read() as conn:
+            rows = list(conn.execute(
+                sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                          resources.c.route_id)
+                .where(resources.c.lease_owner == run_id,
+                       resources.c.state.in_(("LEASED", "RUNNING")))
+                .order_by(resources.c.resource_id)).all())
     config: dict[str, PoolMember] = {m.id: m for pool in settings.pools.values()
                                      for m in pool.members}
     by_id = {row.resource_id: row for row in rows}

@@ -142,6 +142,9 @@ class PoolLeaser:
         """Bumped by every release or return to AVAILABLE in this process: admission may
         try a run the pools refused again once it moved (see :meth:`may_try`)."""
         self._blocked: dict[str, tuple[int, datetime | None]] = {}
+        self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
+        """Run id -> the members its last claim in this process leased (id, pool, kind,
+        bound route): what ``ctx.resources`` shows, without a read per step."""
 
     def update(self, plan: PoolPlan) -> None:
         """Use ``plan`` from now on (a reload). Jobs that needed resources before keep
@@ -179,6 +182,12 @@ class PoolLeaser:
             times = [t for _, t in self._blocked.values() if t is not None]
         return min(times) if times else None
 
+    def held_by(self, run_id: str) -> list[tuple[str, str, str, str | None]] | None:
+        """What this process's claim leased for ``run_id`` (None: not claimed here)."""
+        with self._lock:
+            found = self._held.get(run_id)
+            return None if found is None else list(found)
+
     def _remember(self, run_id: str, recheck: datetime | None) -> None:
         with self._lock:
             if len(self._blocked) > 100_000:
@@ -204,6 +213,7 @@ class PoolLeaser:
         try:
             snapshot = self._snapshot(cursor, pools)
             events: list[_Event] = []
+            self._cooldowns_over(cursor, snapshot, now, events)
             refused: dict[str, str] = {}
             for run_id, needs in wanted:
                 why = self._lease_run(cursor, run_id, needs, snapshot, now, events)
@@ -227,6 +237,29 @@ class PoolLeaser:
             out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
                                None if score is None else float(score), read(cooldown))
         return out
+
+    def _cooldowns_over(self, cursor: Any, snapshot: dict[str, _Member], now: datetime,
+                        events: list[_Event]) -> None:
+        """COOLDOWN -> AVAILABLE, in one statement, for the members of the snapshot whose
+        cooldown has passed (pools without probes), before anything is leased."""
+        over = sorted(m.resource_id for m in snapshot.values()
+                      if m.state == _COOLDOWN and self._free(m, now))
+        if not over:
+            return
+        d = self._d
+        marks = d.marks(len(over))
+        lock = (f" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id IN"
+                f" ({marks}) FOR UPDATE SKIP LOCKED)") if d.postgres else ""
+        cursor.execute(_COOLDOWNS_OVER.format(marks=marks, lock=lock),
+                       over + (over if d.postgres else []))
+        for (rid,) in cursor.fetchall():
+            member = snapshot[rid]
+            member.state = _AVAILABLE
+            events.append(_Event(
+                EventType.RESOURCE_STATE_CHANGED, rid, None,
+                f"resource {rid} COOLDOWN -> AVAILABLE: cooldown over",
+                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
+                 "reason": "cooldown over"}))
 
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
@@ -265,22 +298,19 @@ class PoolLeaser:
                 self._undo(cursor, run_id, mine)
                 return self._reason(pool, count, snapshot, now)
         events.extend(pending)
+        with self._lock:
+            if len(self._held) > 100_000:
+                self._held.clear()
+            self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
+                                  for m, _ in mine]
         return None
 
     def _take(self, cursor: Any, member: _Member, run_id: str, now: datetime,
               events: list[_Event], pending: list[_Event],
               mine: list[tuple[_Member, datetime]]) -> bool:
         d = self._d
-        if member.state == _COOLDOWN:
-            cursor.execute(_COOLDOWN_OVER.format(m=d.mark), [member.resource_id])
-            if cursor.rowcount != 1:
-                return False
-            member.state = _AVAILABLE
-            events.append(_Event(
-                EventType.RESOURCE_STATE_CHANGED, member.resource_id, None,
-                f"resource {member.resource_id} COOLDOWN -> AVAILABLE: cooldown over",
-                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
-                 "reason": "cooldown over"}))
+        if member.state != _AVAILABLE:
+            return False  # its cooldown could not be ended here (another claim holds it)
         cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), member.resource_id]
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
@@ -376,6 +406,9 @@ class PoolLeaser:
             return
         d = self._d
         ids = [e.run_id for e in mine]
+        with self._lock:
+            for run_id in ids:
+                self._held.pop(run_id, None)
         cursor = conn.connection.cursor()
         try:
             cursor.execute(_HELD.format(marks=d.marks(len(ids)),
@@ -397,6 +430,9 @@ class PoolLeaser:
         events: list[_Event] = []
         cooldowns: list[list[Any]] = []
         gone: list[str] = []
+        if not faults:
+            self._release_all(cursor, held, now, events, cooldowns, gone)
+            held = ()
         for rid, pool, kind, state, owner, epoch in held:
             fault = faults.get(owner)
             error = None
@@ -408,9 +444,11 @@ class PoolLeaser:
                 error = self.redact(fault[1])
             else:
                 to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
-                until = now + plan.cooldown(pool)
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
                 why = f"released; cooling down until {_at(until)}"
-                cooldowns.append([rid, d.ts(until), stamp])
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
             cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
             if cursor.rowcount != 1:
                 continue
@@ -429,6 +467,36 @@ class PoolLeaser:
                                  f"resource {rid} removed: no longer in the configuration",
                                  {"from": None, "to": None, "removed": True}))
         self._write(cursor, events, now)
+
+    def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
+                     events: list[_Event], cooldowns: list[list[Any]],
+                     gone: list[str]) -> None:
+        """Release every member of ``held`` (no fault among them) with one UPDATE: the
+        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite)."""
+        d = self._d
+        plan = self.plan
+        stamp = d.ts(now)
+        ids = [row[0] for row in held]
+        cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
+                       [stamp, *ids])
+        if cursor.rowcount != len(ids):
+            raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+        for rid, pool, _kind, state, owner, epoch in held:
+            if state == _LEASED:
+                to, why = _AVAILABLE, "released unused"
+            else:
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
+                to, why = _COOLDOWN, f"released; cooling down until {_at(until)}"
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
+            events.append(_Event(
+                EventType.RESOURCE_RELEASED, rid, owner,
+                f"resource {rid} {state} -> {to}: {why} (run {owner})",
+                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
+                 "reason": why}))
+            if rid not in plan.members:
+                gone.append(rid)
 
     def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
         """Run id -> (member named or None, error) for runs whose last step failed with a
@@ -466,9 +534,9 @@ _SNAPSHOT = (
     " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
     " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
 """The members of the pools a claim needs, and the routes bound to them."""
-_COOLDOWN_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id = {m}"
-                  " AND state = 'COOLDOWN'")
-"""A cooldown that has passed (updated_at kept: it stays the member's last use)."""
+_COOLDOWNS_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id IN ({marks})"
+                   " AND state = 'COOLDOWN'{lock} RETURNING resource_id")
+"""Cooldowns that have passed (updated_at kept: it stays the member's last use)."""
 _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
@@ -488,6 +556,9 @@ _HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM r
 _RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
             " updated_at = {m}, last_error = coalesce({m}, last_error)"
             " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
+_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
+                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, updated_at = {m}"
+                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
 _FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
            " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
            " GROUP BY run_id)")

@@ -12,6 +12,14 @@ Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
    RUN_STATE_CHANGED, RUN_FINISHED, two log lines). The writes of concurrent workers share
    commits (group commit; on PostgreSQL claims are transactions of their own).
 
+With ``--requires``, the job needs one member of a pool ``units`` (``requires = { units = 1
+}``; ``--pool-size`` members, default twice the workers, cooldown ``0s``): each run's claim
+leases a unit (AVAILABLE -> LEASED, or COOLDOWN -> AVAILABLE -> LEASED), its first step
+start moves it RUNNING and its end releases it (RUNNING -> COOLDOWN), with their events, in
+the transactions that exist anyway. The pool is big enough that no run waits for a unit:
+the figure is the cost of leasing, to compare with the same command without
+``--requires`` (docs/pools.md, target: at most 15 % slower).
+
 It checks that every run ended SUCCEEDED with one SUCCEEDED step run, counts commits with an
 engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end runs/s
 (enqueue + drain), commits per run, median and min-max over ``--reps``.
@@ -70,12 +78,18 @@ def database(args: argparse.Namespace, home: Path) -> Iterator[str]:
         yield url
 
 
-def write_home(home: Path, url: str, sync: str) -> None:
+def write_home(home: Path, url: str, sync: str, units: int = 0) -> None:
     (home / "plugins").mkdir(parents=True, exist_ok=True)
     (home / "data").mkdir(exist_ok=True)
+    pools = ""
+    jobs = JOBS
+    if units:
+        pools = '[pools.units]\nkind = "unit"\ncooldown = "0s"\n' + "".join(
+            f'[[pools.units.members]]\nid = "unit-{k:03d}"\n' for k in range(units))
+        jobs = JOBS.replace("[jobs.noop]\n", "[jobs.noop]\nrequires = { units = 1 }\n")
     (home / "cadenza.toml").write_text(
-        f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n', encoding="utf-8")
-    (home / "jobs.toml").write_text(JOBS, encoding="utf-8")
+        f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n{pools}', encoding="utf-8")
+    (home / "jobs.toml").write_text(jobs, encoding="utf-8")
     (home / "plugins" / "bench_noop.py").write_text(
         "def noop():\n    return None\n", encoding="utf-8")
 
@@ -105,7 +119,8 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         home = Path(tmp)
         with database(args, home) as url:
-            write_home(home, url, args.sync)
+            units = (args.pool_size or 2 * args.workers) if args.requires else 0
+            write_home(home, url, args.sync, units)
             config = load_home(home)
             # The product always writes through a redactor; so does the benchmark.
             redactor = Redactor(["bench-secret-value-1", "bench-secret-value-2"])
@@ -179,6 +194,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
     parser.add_argument("--dir", default=None, help="where the temporary homes go")
+    parser.add_argument("--requires", action="store_true",
+                        help="the job requires one unit of a pool (leasing's cost)")
+    parser.add_argument("--pool-size", type=int, default=0,
+                        help="members of that pool (default: twice the workers)")
     args = parser.parse_args(argv)
 
     reps = [one_rep(args) for _ in range(args.reps)]
@@ -194,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         "n": args.n,
         "workers": args.workers,
         "claim_batch": args.claim_batch,
+        "requires": "units = 1" if args.requires else None,
         "reps": args.reps,
         "drain_runs_per_s": summary("drain_runs_per_s"),
         "end_to_end_runs_per_s": summary("end_to_end_runs_per_s"),

@@ -83,6 +83,8 @@ class ChildSpec:
     marker: str = ""
     """The value of ``CADENZA_STEP_MARKER`` for the processes of this attempt ("": none)."""
     fence: Any = None  # a context.Fence; None: the run is not bound in this process
+    resources: dict[str, Any] = field(default_factory=dict)
+    """Pool -> the LeasedResource members the run holds (``ctx.resources``)."""
 
     def __post_init__(self) -> None:
         if self.fence is None:  # made in the parent: carry the run's binding to the child
@@ -153,6 +155,7 @@ def child_main(spec: ChildSpec, conn: Any, deadlines: Any = None) -> None:
             timeout_seconds=spec.timeout_seconds,
             progress=None if spec.fence is None else fence_progress(spec.fence, spec.run),
             clock=clock,
+            resources=spec.resources,
         )
         result = check_result(step_type().run(ctx, config), spec.step.name,
                               spec.settings.limits.step_output_bytes)

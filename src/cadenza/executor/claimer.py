@@ -37,7 +37,7 @@ import logging
 import multiprocessing
 import pickle
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from multiprocessing.connection import Connection
@@ -96,6 +96,9 @@ class Claimer:
         earlier claim that was not read to its end is skipped)."""
         self.chunks = 0
         """Chunks committed by the claimer (all stages)."""
+        self.pools: Callable[[], Any] | None = None
+        """The node's current pool plan (:class:`~cadenza.resources.leasing.PoolPlan`),
+        sent with each stage: the claimer's claims lease resources like the node's."""
 
     def start(self) -> None:
         """Start the process (returns at once; it opens the store in the background)."""
@@ -134,7 +137,8 @@ class Claimer:
         if not self.ready():
             return 0
         self._token += 1
-        if not self._send(("stage", self._token, list(starts), owner, lease_until)):
+        plan = self.pools() if self.pools is not None else None
+        if not self._send(("stage", self._token, list(starts), owner, lease_until, plan)):
             return 0
         self._submitted = self._token
         return self._token
@@ -255,8 +259,12 @@ def _serve(conn: Connection, url: str, synchronous: str, lease_time: LeaseTime) 
             if message[0] == "stop":
                 return
             if message[0] == "stage":
-                _, token, starts, owner, until = message
+                _, token, starts, owner, until, plan = message
                 staged = {s.run_id: s for s in starts}
+                if plan is not None:
+                    from cadenza.resources.pools import install_leaser
+
+                    install_leaser(store, plan)
                 continue
             _, seq, wanted, run_ids, version, limit, sizes, now, clock = message
             if wanted != token:

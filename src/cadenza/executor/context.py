@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -63,6 +63,7 @@ from cadenza.config.schema_settings import (
 )
 from cadenza.domain.errors import Fatal, Retryable, StepError
 from cadenza.domain.outputs import summarize
+from cadenza.resources.leased import LeasedResource, find_route
 from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
 from cadenza.store.boundary import EventSpec
 
@@ -224,10 +225,14 @@ class ExecutionContext:
         clock: Clock | None = None,
         lease: Callable[[], float | None] | None = None,
         calls: Any = None,
+        resources: Mapping[str, Sequence[LeasedResource]] | None = None,
     ) -> None:
         self.params: Mapping[str, Any] = _ReadOnly(params)
         # The executor's ChildCalls (executor/calls.py): what a call_job step runs through.
         self.calls = calls
+        self.resources: Mapping[str, Sequence[LeasedResource]] = _ReadOnly(resources or {})
+        """Pool name -> the members the run holds (docs/pools.md); values from secrets are
+        known to the redactor."""
         # Seconds until the run's lease surely held ends, minus a margin (RunControl.lease_left):
         # a thread step stops acting and commits nothing once it has passed.
         self._lease = lease
@@ -249,6 +254,10 @@ class ExecutionContext:
         self._lock = threading.Lock()
         self._progress = progress if progress is not None else bound_progress(run)
         self._state: list[Any] | None = None  # [state] once read or saved
+
+    def route(self, pool: str | None = None) -> LeasedResource | None:
+        """A route the run holds: of ``pool`` when given, else any (bound ones included)."""
+        return find_route(self.resources, pool)
 
     @property
     def job(self) -> RunInfo:

@@ -108,6 +108,8 @@ class ErrorInfo:
     error_class: ErrorClass
     traceback: str
     until: datetime | None = None
+    resource_id: str | None = None
+    """The member a :class:`cadenza.ResourceFault` named."""
 
     @classmethod
     def of(cls, exc: BaseException) -> ErrorInfo:
@@ -122,6 +124,8 @@ class ErrorInfo:
             error_class=classify(exc),
             traceback="".join(traceback.format_exception(exc)),
             until=until,
+            resource_id=getattr(exc, "resource_id", None)
+            if isinstance(exc, ResourceFault) else None,
         )
 
 
@@ -131,6 +135,8 @@ def rebuild(info: ErrorInfo) -> BaseException:
         ours = _OURS[info.class_name]
         if ours is Deferred:
             return Deferred(info.until, info.message or None)
+        if ours is ResourceFault:
+            return ResourceFault(info.message or None, resource_id=info.resource_id)
         return ours(info.message or None)
     if info.module == __name__ and info.class_name == StepTimeout.__name__:
         return StepTimeout(info.message or None)

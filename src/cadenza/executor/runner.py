@@ -54,6 +54,7 @@ from cadenza.executor.lease import LeaseKeeper
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import Attempt, StepRunner
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
+from cadenza.resources.leased import LeasedResource
 from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord, Store
@@ -193,6 +194,13 @@ class Executor:
         self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
                                 settings=config.settings, home=config.home, clock=store.clock)
         self.steps.calls = ChildCalls(store, lambda: self.config, self.keeper)
+        # The pools of this configuration: the leasing hooks, the members synced (a
+        # node's start and each reload build an executor, so does `run --local`).
+        from cadenza.resources.pools import apply_pools
+
+        apply_pools(store, config)
+        if config.settings.pools:
+            self.steps.resources = _held_reader(store, config)
 
     def enqueue(self, job_id: str, request: RunRequest, *, trigger: str,
                 actor: str = "system") -> str:
@@ -316,3 +324,19 @@ class Executor:
             control=control,
         )
         return tracker, control
+
+
+def _held_reader(store: Store, config: LoadedConfig
+                 ) -> Callable[[str, str], Mapping[str, Sequence[LeasedResource]]]:
+    """What a run holds (``ctx.resources``): one read per step of a job that needs pools."""
+    from cadenza.resources.held import held_resources
+    from cadenza.resources.leasing import job_needs
+
+    needing = {job_id for job_id, job in config.jobs.items() if job_needs(job)}
+
+    def read(run_id: str, job_id: str) -> Mapping[str, Sequence[LeasedResource]]:
+        if job_id not in needing:
+            return {}
+        return held_resources(store, config.settings, run_id)
+
+    return read

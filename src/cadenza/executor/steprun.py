@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -44,6 +44,7 @@ from cadenza.executor.errors import (
 from cadenza.executor.isolation import ThreadStep, run_in_process
 from cadenza.executor.plan import ConfigCache, RunPlan, StepPlan, plan_step
 from cadenza.executor.runlog import RunLog
+from cadenza.resources.leased import LeasedResource
 from cadenza.steps.base import StepConfig
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
@@ -95,6 +96,10 @@ class StepRunner:
         self.cache = ConfigCache()
         self.calls: Any = None
         """What ``call_job`` steps run through (the executor's ChildCalls; None: no store)."""
+        self.resources: Callable[[str, str], Mapping[str, Sequence[LeasedResource]]] | None \
+            = None
+        """(run id, job id) -> what the run holds (``ctx.resources``), set by the executor
+        when the home has pools."""
 
     def attempt(
         self,
@@ -196,6 +201,7 @@ class StepRunner:
         """A launched thread step, or (isolation = "process") the call that runs it."""
         run_info = RunInfo(plan.run.id, plan.job.id, plan.run.trigger, plan.scheduled_for,
                            plan.log_level)
+        held = {} if self.resources is None else self.resources(plan.run.id, plan.job.id)
         if getattr(planned.config, "isolation", "thread") == "process":
             spec = ChildSpec(
                 home=self.home,
@@ -211,6 +217,7 @@ class StepRunner:
                 timeout_seconds=info.timeout_seconds,
                 outputs={k: dict(v) for k, v in records.items()},
                 parent_pid=os.getpid(),
+                resources=dict(held),
             )
             clock = self.clock
             return lambda on_tick: run_in_process(spec, log, info.timeout_seconds, on_tick,
@@ -229,6 +236,7 @@ class StepRunner:
             clock=self.clock,
             lease=None if control is None else control.lease_left,
             calls=self.calls,
+            resources=held,
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above
@@ -248,9 +256,13 @@ class StepRunner:
                 message += "\n" + traceback_text(exc).rstrip()
             log.add("ERROR", message, step.name)
         until = exc.until if isinstance(exc, Deferred) else None
+        # The member a ResourceFault names travels in the step's output, where the pools'
+        # run end hook reads it (docs/pools.md).
+        named = getattr(exc, "resource_id", None)
+        output = {"resource_id": named} if isinstance(named, str) else None
         return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
                            seconds=self.clock.monotonic() - started, error_type=class_name(exc),
-                           until=until, wait_reason=wait_reason)
+                           until=until, wait_reason=wait_reason, output=output)
 
 
 class Attempt:

@@ -63,6 +63,7 @@ from cadenza.executor.runner import Staged, Started
 from cadenza.executor.staging import CHUNKS, LATE, Stage
 from cadenza.lifecycle import Lifecycle
 from cadenza.node.config import ConfigHolder, Current
+from cadenza.resources.pools import leaser_of
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary
 from cadenza.store.engine import sqlite_path
@@ -191,8 +192,13 @@ class Dispatcher:
             # At a crowded due time every free worker gets a run from this one decision.
             candidates = self.store.queued_candidates(
                 now, max(CANDIDATES_PER_DECISION, free), conn=conn)
+            # Runs the pools refused are left alone until a member comes back (or their
+            # cooldown ends): no claim and give-back per blocked run per decision.
+            pools = leaser_of(self.store)
+            if pools is not None:
+                candidates = [c for c in candidates if pools.may_try(c.run_id, now)]
             if not candidates:
-                return [], None
+                return [], None if pools is None else pools.next_recheck()
             load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
                                              conn=conn)
             decision = admit(candidates, current.limits, load, now, free)
@@ -220,6 +226,10 @@ class Dispatcher:
                  if why.rule is not WaitRule.NODE_WORKERS
                  and not (why.rule is WaitRule.NOT_BEFORE and run_id in early)},
                 conn=conn)
+            recheck = None if pools is None else pools.next_recheck()
+            if recheck is not None and (decision.next_check is None
+                                        or recheck < decision.next_check):
+                return claimed, recheck
             return claimed, decision.next_check
 
         # No cyclic garbage collection during a decision and the launch of its runs: with
@@ -551,5 +561,13 @@ def _claimer_for(store: Store, config: LoadedConfig, workers: int,
         return None
     if wanted is None and workers < CLAIMER_MIN_WORKERS:
         return None
-    return Claimer(url.render_as_string(hide_password=False),
-                   config.settings.store.sqlite_synchronous, store.lease_time)
+    claimer = Claimer(url.render_as_string(hide_password=False),
+                      config.settings.store.sqlite_synchronous, store.lease_time)
+    # The claimer's claims take resource leases like the node's (the same claim hook).
+    claimer.pools = lambda: _pool_plan(store)
+    return claimer
+
+
+def _pool_plan(store: Store) -> object:
+    leaser = leaser_of(store)
+    return None if leaser is None else leaser.plan

@@ -10,6 +10,13 @@ median duration from history (the last SUCCEEDED runs) or one minute without his
 Jitter is not drawn (a run may start up to ``jitter`` later than shown). Missed fires of
 downtime cannot happen on a virtual clock.
 
+Resource pools (``requires``): each pool has its configured members, all taken to be
+healthy (AVAILABLE at the start; probes and faults are not simulated, nor routes bound to
+units); a run holds what it needs from its start to its end, then each member cools down
+for its pool's ``cooldown``. A run admitted whose members are all held or cooling down
+waits, with a reason naming the pool ("waiting for 1 of pool egress: 2 leased by runs ...,
+1 cooling down until 14:03:00 UTC"), like a real claim's.
+
 Outcome of each fire: ``run`` (it starts at ``start``; ``wait_reason`` is the first reason it
 waited for, if it did not start at once), ``missed`` (recorded MISSED because of
 ``on_overlap = "skip"``; the reason says so) or ``skipped`` (queued but it would not start:
@@ -74,10 +81,27 @@ class SimulatedFire:
 
 
 @dataclass
+class SimulatedPool:
+    """A pool in a simulation: its members' count and cooldown."""
+
+    size: int
+    cooldown: timedelta
+
+
+@dataclass
+class _Member:
+    holder: str | None = None
+    held_until: datetime | None = None
+    cooldown_until: datetime | None = None
+
+
+@dataclass
 class _State:
     limits: Limits
     workers: int
     durations: Mapping[str, timedelta]
+    needs: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    pools: dict[str, tuple[SimulatedPool, list[_Member]]] = field(default_factory=dict)
     load: Load = field(default_factory=Load)
     queued: dict[str, tuple[Candidate, SimulatedFire]] = field(default_factory=dict)
     ends: list[tuple[datetime, str, str]] = field(default_factory=list)  # (end, run id, job)
@@ -127,10 +151,14 @@ def simulate(
     workers: int,
     durations: Mapping[str, timedelta] | None = None,
     default_zone: ZoneInfo | None = None,
+    needs: Mapping[str, Mapping[str, int]] | None = None,
+    pools: Mapping[str, SimulatedPool] | None = None,
 ) -> list[SimulatedFire]:
     """Every fire in ``[start, end)`` of the enabled schedules of ``jobs`` (``JobConfig``
     by id) and its outcome, in time order. ``limits`` are admission's (built from the same
-    config); ``durations`` maps job id to its run duration (default one minute)."""
+    config); ``durations`` maps job id to its run duration (default one minute); ``needs``
+    maps job id to what its runs hold (pool -> count) and ``pools`` describes those pools
+    (see the module docstring)."""
     if start.tzinfo is None or end.tzinfo is None:
         raise ValueError("simulate() needs aware start and end times")
     start, end = start.astimezone(UTC), end.astimezone(UTC)
@@ -139,7 +167,9 @@ def simulate(
     specs = all_schedules(dict(jobs), default_zone)
     policies = {job_id: policy_of(job) for job_id, job in jobs.items()}
     fires = _fires(specs, start, end)
-    state = _State(limits, workers, durations or {})
+    state = _State(limits, workers, durations or {}, needs or {},
+                   {name: (pool, [_Member() for _ in range(pool.size)])
+                    for name, pool in (pools or {}).items()})
     out: list[SimulatedFire] = []
     index = 0
     now = start
@@ -209,11 +239,22 @@ def _admit(state: _State, now: datetime) -> datetime | None:
         now,
         free_slots=max(state.workers - running_here, 0),
     )
+    next_check = decision.next_check
     for candidate in decision.admitted:
+        duration = state.durations.get(candidate.job_id, DEFAULT_DURATION)
+        blocked = _lease(state, candidate, now, now + duration)
+        if blocked is not None:
+            reason, when = blocked
+            _c, fire = state.queued[candidate.run_id]
+            if fire.wait_reason is None:
+                fire.wait_reason = reason
+            fire.last_reason = reason
+            if when is not None and (next_check is None or when < next_check):
+                next_check = when
+            continue
         _c, fire = state.queued.pop(candidate.run_id)
         fire.outcome = "run"
         fire.start = now
-        duration = state.durations.get(candidate.job_id, DEFAULT_DURATION)
         state.load = state.load.with_started(candidate.job_id, now)
         heapq.heappush(state.ends, (now + duration, candidate.run_id, candidate.job_id))
     for run_id, why in decision.waiting.items():
@@ -221,7 +262,49 @@ def _admit(state: _State, now: datetime) -> datetime | None:
         if fire.wait_reason is None:
             fire.wait_reason = why.text
         fire.last_reason = why.text
-    return decision.next_check
+    return next_check
+
+
+def _free(member: _Member, now: datetime) -> bool:
+    return ((member.held_until is None or member.held_until <= now)
+            and (member.cooldown_until is None or member.cooldown_until <= now))
+
+
+def _lease(state: _State, candidate: Candidate, now: datetime,
+           end: datetime) -> tuple[str, datetime | None] | None:
+    """Take what the run needs for ``[now, end)`` (all or nothing); else why it waits and
+    when a member frees."""
+    needs = state.needs.get(candidate.job_id, {})
+    for name in sorted(needs):
+        count = needs[name]
+        pool, members = state.pools.get(name, (SimulatedPool(0, timedelta(0)), []))
+        free = [m for m in members if _free(m, now)]
+        if len(free) >= count:
+            continue
+        held = [m for m in members if m.held_until is not None and m.held_until > now]
+        cooling = [m for m in members if m not in held and m.cooldown_until is not None
+                   and m.cooldown_until > now]
+        parts = []
+        if held:
+            who = sorted({m.holder or "?" for m in held})
+            parts.append(f"{len(held)} leased by run{'s' if len(who) > 1 else ''} "
+                         + ", ".join(who[:3]) + ("…" if len(who) > 3 else ""))
+        if cooling:
+            soonest = min(m.cooldown_until for m in cooling if m.cooldown_until is not None)
+            parts.append(f"{len(cooling)} cooling down until "
+                         f"{soonest.strftime('%H:%M:%S UTC')}")
+        if not members:
+            parts.append("the pool has no members")
+        times = [t for m in members for t in (m.held_until, m.cooldown_until)
+                 if t is not None and t > now]
+        return (f"waiting for {count} of pool {name}: " + ", ".join(parts),
+                min(times) if times else None)
+    for name in sorted(needs):
+        pool, members = state.pools[name]
+        for member in [m for m in members if _free(m, now)][:needs[name]]:
+            member.holder, member.held_until = candidate.run_id, end
+            member.cooldown_until = end + pool.cooldown
+    return None
 
 
 def history_durations(store: Any, job_ids: Sequence[str], limit: int = 50) -> dict[str, timedelta]:

@@ -94,6 +94,7 @@ class Services:
         from cadenza.services.history import HistoryService
         from cadenza.services.jobs import JobService
         from cadenza.services.notifications import NotificationService
+        from cadenza.services.resources import ResourceService
         from cadenza.services.runs import RunService
         from cadenza.services.secrets import SecretService
         from cadenza.services.simulate import SimulateService
@@ -108,6 +109,7 @@ class Services:
         self.backup = BackupService(self)
         self.simulation = SimulateService(self)
         self.notifications = NotificationService(self)
+        self.resources = ResourceService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

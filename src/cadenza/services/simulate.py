@@ -28,8 +28,10 @@ class SimulateService:
         zone without offset) on a virtual clock. Runs last their job's median duration from
         history (1 minute without history)."""
         from cadenza.config.admission_limits import limits_from_loaded
+        from cadenza.resources.leasing import PoolPlan
         from cadenza.scheduler.schedules import server_zone
         from cadenza.scheduler.simulate import (
+            SimulatedPool,
             SimulationTooLarge,
             history_durations,
             simulate,
@@ -42,8 +44,11 @@ class SimulateService:
         config = self.services.config()
         durations = history_durations(self.services.store(), list(config.jobs))
         try:
+            plan = PoolPlan.of(config)
+            pools = {name: SimulatedPool(len(pool.members), pool.cooldown)
+                     for name, pool in config.settings.pools.items()}
             return simulate(config.jobs, limits_from_loaded(config), begin, finish,
                             workers=config.settings.workers.count, durations=durations,
-                            default_zone=server_zone())
+                            default_zone=server_zone(), needs=plan.needs, pools=pools)
         except SimulationTooLarge as exc:
             raise InvalidRequest(str(exc)) from None

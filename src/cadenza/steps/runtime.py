@@ -23,7 +23,7 @@ driver's exceptions into these at its boundary (SPEC §7).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from cadenza.config.schema_settings import Settings
     from cadenza.domain.params import Scope
+    from cadenza.resources.leased import LeasedResource
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,12 @@ class StepContext(Protocol):
     clock: Clock
     """Where the step reads time (see the module docstring); ``remaining()`` and
     ``cancelled()`` count on it."""
+    resources: Mapping[str, Sequence[LeasedResource]]
+    """Pool name -> the members the run holds (docs/pools.md)."""
+
+    def route(self, pool: str | None = None) -> LeasedResource | None:
+        """A route the run holds: of ``pool`` when given, else any (bound ones included)."""
+        ...
 
     @property
     def job(self) -> RunInfo:

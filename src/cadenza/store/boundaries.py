@@ -126,6 +126,16 @@ NEEDS_REVIEW: not_before, wait_reason and the spent attempts set, finished_at ke
 _FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
 
 
+class StepStartHook(Protocol):
+    """Called in the transaction of a batch of boundaries (and of a staged claim) with the
+    runs ``(run_id, job_id)`` one of whose steps starts RUNNING in it: the resource pools
+    move the members a run leased LEASED -> RUNNING there. Raising rolls the batch back."""
+
+    def __call__(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
+                 now: datetime) -> None:
+        ...
+
+
 class RunEndHook(Protocol):
     """Called in the transaction of a batch of boundaries with the runs whose execution
     ended in it: what else a run end releases or announces is written there (see the
@@ -191,8 +201,26 @@ class BoundaryWriter(StoreCore):
     the resource pools release, the notifications write their outbox rows."""
 
     def add_run_end_hook(self, hook: RunEndHook) -> None:
-        """Call ``hook`` (after those added before) in the transaction of every run end."""
+        """Call ``hook`` (after those added before) in the transaction of every run end:
+        a boundary's, the reaper's re-queue or end of a run whose lease expired, and a
+        transition of :meth:`~cadenza.store.runs.RunsRepository.transition_run` that ends
+        a run or takes it out of RUNNING (cancel, abandon)."""
         self.run_end_hooks = (*self.run_end_hooks, hook)
+
+    step_start_hooks: tuple[StepStartHook, ...] = ()
+    """What else a step start writes in its transaction (the pools: LEASED -> RUNNING)."""
+
+    def add_step_start_hook(self, hook: StepStartHook) -> None:
+        """Call ``hook`` (after those added before) in the transaction of every step
+        start (a boundary's, a staged claim's first step)."""
+        self.step_start_hooks = (*self.step_start_hooks, hook)
+
+    def _call_run_end_hooks(self, conn: sa.Connection, ended: Sequence[EndedRun],
+                            now: datetime) -> None:
+        """Call every run end hook with ``ended`` (nothing when empty)."""
+        if ended:
+            for hook in self.run_end_hooks:
+                hook(conn, ended, now)
 
     def _sql(self) -> Dialect:
         if self._hot is None:
@@ -254,6 +282,12 @@ class BoundaryWriter(StoreCore):
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
         update_rows(cursor, d, END_STEP, ends, stamp, "step end")
         self._start_steps(cursor, d, live, stamp, new_ids)
+        if self.step_start_hooks:
+            starting = [(b.run_id, seen[b.run_id][3]) for b in live
+                        if any(s.state is StepState.RUNNING for s in b.starts)]
+            if starting:
+                for start_hook in self.step_start_hooks:
+                    start_hook(c, starting, now)
         update_rows(cursor, d, RUN_PARAMS, [
             {"id": b.run_id, "epoch": b.epoch, "now": stamp,
              "params": dumps(redact.redact_value(dict(b.params)))}

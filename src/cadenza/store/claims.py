@@ -375,6 +375,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 (s.run_id, *s.step, running, None, stamp, stamp, None, stamp) for s in mine
             ], returning="id, run_id")
             ids = {run_id: int(step_run_id) for step_run_id, run_id in returned}
+            for start_hook in self.step_start_hooks:
+                start_hook(conn, [(s.run_id, s.job_id) for s in mine], now)
             events = [(s.run_id, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
             for s in mine:
                 text = str(ids[s.run_id])

@@ -46,9 +46,10 @@ import sqlalchemy as sa
 from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
+from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.lease_clock import LeaseClock
-from cadenza.store.tables import event_log, runs, step_runs
+from cadenza.store.tables import event_log, resources, runs, step_runs
 
 if TYPE_CHECKING:
     from cadenza.store.runs import RunsRepository
@@ -142,6 +143,10 @@ def _values(leases: Sequence[RunLease]) -> tuple[str, dict[str, Any]]:
 class RunLeasesRepository(LeaseClock):
     """Renewal, cancel requests and reaping of run leases (see the module docstring)."""
 
+    extends_resource_leases: bool = False
+    """Set by the pools when the home has pool members: a renewal then also extends the
+    resource leases of the runs renewed (a second UPDATE; none without pools)."""
+
     def renew_run_leases(self, leases: Sequence[RunLease], until: datetime, *,
                      conn: sa.Connection | None = None) -> Renewal:
         """Extend the lease of every run in ``leases`` still RUNNING at that epoch and owner
@@ -169,6 +174,14 @@ class RunLeasesRepository(LeaseClock):
         with self._joined(conn) as c:
             rows = c.execute(statement, {**params, "until": end}).all()
             renewed = {row[0] for row in rows}
+            if renewed and self.extends_resource_leases:
+                # A run's resource leases share its lease's expiry (SPEC §8).
+                c.execute(sa.update(resources)
+                          .where(resources.c.lease_owner.in_(sorted(renewed)),
+                                 resources.c.state.in_(("LEASED", "RUNNING")))
+                          .values(lease_until=sa.select(runs.c.lease_until)
+                                  .where(runs.c.id == resources.c.lease_owner)
+                                  .scalar_subquery()))
             cancels = {row[0]: row[1] for row in rows if row[1] is not None}
             missing = [lease for lease in leases if lease.run_id not in renewed]
             lost: dict[str, str] = {}
@@ -356,6 +369,11 @@ class RunLeasesRepository(LeaseClock):
             step_run_id, StepState.FAILED, LOST_ERROR,
             {"error": LOST_ERROR, "error_class": LOST_CLASS}, "reaper", row.lease_epoch + 1,
             conn, at=at)[0] for step_run_id in running)
+        # The run's resource leases go with its run lease (LEASED -> AVAILABLE, RUNNING ->
+        # COOLDOWN), and whatever else watches run ends sees this one.
+        hooks = getattr(self, "_call_run_end_hooks", None)
+        if hooks is not None:
+            hooks(conn, [EndedRun(row.id, row.job_id, to, row.lease_epoch)], at)
         level = Level.INFO if to is RunState.QUEUED else Level.WARNING
         self._insert_event(
             conn, EventType.RUN_STATE_CHANGED, f"run RUNNING -> {to.value}: {reason}",

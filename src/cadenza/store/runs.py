@@ -24,6 +24,7 @@ from cadenza.domain.states import (
     RunState,
     StepState,
 )
+from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
 from cadenza.store.records import CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
@@ -286,6 +287,13 @@ class RunsRepository(StepRunsRepository):
             )
             self._run_events(c, run_id, before.job_id, before.started_at, frm, to, reason,
                              new_epoch, explicit, actor, now)
+            if to in TERMINAL_RUN_STATES or (frm is RunState.RUNNING
+                                             and to is not RunState.RUNNING):
+                # A run that ends (or leaves RUNNING) here is a run end like a boundary's:
+                # its resources are released, its notification written (the run end hooks).
+                hooks = getattr(self, "_call_run_end_hooks", None)
+                if hooks is not None:
+                    hooks(c, [EndedRun(run_id, before.job_id, to, before.lease_epoch)], now)
 
         return self._compare_and_swap(RUN_MACHINE, run_id, to, conn, change, record)
 

@@ -1,0 +1,73 @@
+"""The members a run holds, as its steps see them (``ctx.resources``; SPEC §8)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import sqlalchemy as sa
+
+from cadenza.config.schema_settings import PoolMember, Settings
+from cadenza.resources.leased import Fields, LeasedResource
+from cadenza.store.tables import resources
+
+if TYPE_CHECKING:
+    from cadenza.store import Store
+
+Held = Mapping[str, tuple[LeasedResource, ...]]
+"""Pool name -> the members held, by id."""
+
+
+def _leased(rid: str, pool: str, kind: str, member: PoolMember | None,
+            route: LeasedResource | None) -> LeasedResource:
+    return LeasedResource(
+        resource_id=rid, pool=pool, kind=kind,
+        proxy=None if member is None or member.proxy is None else str(member.proxy),
+        region=None if member is None else member.region,
+        fields=Fields(member.fields if member is not None else {}),
+        route=route)
+
+
+class _Row(NamedTuple):
+    resource_id: str
+    pool: str
+    kind: str
+    route_id: str | None
+
+
+def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
+    """What ``run_id`` holds now (LEASED or RUNNING), with each member's configuration
+    (a proxy URL, a region, fields: secrets resolved). A changed proxy URL is seen at the
+    member's next lease: the configuration read is the one the run was claimed with.
+    What this process's claim leased, or one read; nothing when the home has no pools."""
+    if not settings.pools:
+        return MappingProxyType({})
+    from cadenza.resources.pools import leaser_of
+
+    leaser = leaser_of(store)
+    remembered = None if leaser is None else leaser.held_by(run_id)
+    rows: list[Any]
+    if remembered is not None:  # claimed in this process: no read
+        rows = [_Row(*item) for item in sorted(remembered)]
+    else:
+        with store.read() as conn:
+            rows = list(conn.execute(
+                sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                          resources.c.route_id)
+                .where(resources.c.lease_owner == run_id,
+                       resources.c.state.in_(("LEASED", "RUNNING")))
+                .order_by(resources.c.resource_id)).all())
+    config: dict[str, PoolMember] = {m.id: m for pool in settings.pools.values()
+                                     for m in pool.members}
+    by_id = {row.resource_id: row for row in rows}
+    out: dict[str, list[LeasedResource]] = {}
+    for row in rows:
+        route = None
+        bound = by_id.get(row.route_id) if row.route_id else None
+        if bound is not None:
+            route = _leased(bound.resource_id, bound.pool, bound.kind,
+                            config.get(bound.resource_id), None)
+        out.setdefault(row.pool, []).append(
+            _leased(row.resource_id, row.pool, row.kind, config.get(row.resource_id), route))
+    return MappingProxyType({pool: tuple(members) for pool, members in out.items()})

@@ -1,0 +1,574 @@
+"""Resource leases: taken inside the run's claim, started with its first step, released at
+its end (SPEC §8; docs/pools.md).
+
+:class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
+anyway (leasing adds no commit):
+
+* **the claim hook** (:class:`~cadenza.store.claims.ClaimHook`): for each run just taken whose
+  job ``requires`` members of pools, AVAILABLE -> LEASED by conditional UPDATEs
+  (``... WHERE resource_id = :id AND state = 'AVAILABLE'``, success only when one row
+  changed), pools in name order, all or nothing per run: a member that binds a route is
+  leased with that route, and when anything of a run cannot be had, what it took in this
+  transaction is put back as it was (nobody saw it) and the run stays QUEUED with a
+  wait_reason naming what holds the pool. Among free members the highest health score
+  wins, ties by least recently used (``updated_at``), then id. On PostgreSQL each UPDATE
+  only takes a row it can lock at once (``FOR UPDATE SKIP LOCKED``): a claim never waits
+  on another, so two claims cannot deadlock whatever order they take members in. A member
+  of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
+  there first (routes with ``[health]`` come back through their probes instead).
+* **the step start hook** (:meth:`~cadenza.store.boundaries.BoundaryWriter.add_step_start_hook`):
+  LEASED -> RUNNING when the run's first step starts.
+* **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
+  ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT
+  for the member a :class:`cadenza.ResourceFault` named (every route the run held when it
+  named none). A member removed from the configuration is deleted once released.
+
+A resource lease's ``lease_until`` is its run's (renewals extend both); when the reaper
+re-queues a run whose lease expired, the run end hooks see it and its members return by the
+same rules. Every change writes RESOURCE_LEASED, RESOURCE_RELEASED or
+RESOURCE_STATE_CHANGED in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.config.schema_jobs import JobConfig
+from cadenza.config.schema_settings import Pool, PoolMember
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState
+from cadenza.store.boundaries import EndedRun
+from cadenza.store.hotsql import Dialect, insert_rows
+
+_AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
+_COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
+
+
+def job_needs(job: JobConfig) -> dict[str, int]:
+    """Pool -> members a run of ``job`` holds: the job's ``requires``, each step's
+    ``requires`` and an http step's ``via = POOL`` (one route of POOL, unless the run
+    holds one already), the largest count per pool. All are taken with the run's claim and
+    held for the whole run (docs/pools.md says why)."""
+    needs = dict(job.requires)
+    for step in job.steps:
+        for pool, count in step.requires.items():
+            needs[pool] = max(needs.get(pool, 0), count)
+        via = getattr(step, "via", None)
+        if isinstance(via, str) and needs.get(via, 0) < 1:
+            needs[via] = 1
+    return needs
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """The pools of one configuration, as leasing needs them."""
+
+    pools: Mapping[str, Pool] = field(default_factory=dict)
+    members: Mapping[str, tuple[str, PoolMember]] = field(default_factory=dict)
+    """resource id -> (pool, member)."""
+    needs: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """job id -> pool -> count (jobs that need nothing are absent)."""
+
+    @classmethod
+    def of(cls, config: LoadedConfig) -> PoolPlan:
+        """The plan of ``config`` (its ``[pools]`` and the jobs' needs)."""
+        pools = dict(config.settings.pools)
+        members = {m.id: (name, m) for name, pool in pools.items() for m in pool.members}
+        needs = {job_id: n for job_id, job in config.jobs.items() if (n := job_needs(job))}
+        return cls(pools, members, needs)
+
+    def cooldown(self, pool: str) -> timedelta:
+        """The pool's cooldown (30 s for a pool no longer configured)."""
+        found = self.pools.get(pool)
+        return found.cooldown if found is not None else timedelta(seconds=30)
+
+    def probed(self, pool: str) -> bool:
+        """Whether the pool's members come back from COOLDOWN through health probes."""
+        found = self.pools.get(pool)
+        return found is not None and found.health is not None and found.kind == "route"
+
+
+@dataclass
+class _Member:
+    resource_id: str
+    pool: str
+    kind: str
+    state: str
+    route_id: str | None
+    lease_owner: str | None
+    updated_at: datetime
+    score: float | None
+    cooldown_until: datetime | None
+
+
+@dataclass
+class _Event:
+    kind: EventType
+    resource_id: str
+    run_id: str | None
+    message: str
+    payload: dict[str, Any]
+    level: Level = Level.INFO
+
+
+def _at(when: datetime) -> str:
+    return when.strftime("%H:%M:%S UTC")
+
+
+class PoolLeaser:
+    """The claim, step start and run end hooks of the pools (see the module docstring)."""
+
+    def __init__(self, plan: PoolPlan, *, postgres: bool,
+                 redact: Callable[[str], str] = str) -> None:
+        """``redact``: the store's redactor's ``redact_text`` (a fault's error may quote a
+        proxy URL)."""
+        self.plan = plan
+        self.postgres = postgres
+        self.redact = redact
+        self._d = Dialect("postgresql" if postgres else "sqlite")
+        self._lease_sql = _LEASE.format(m=self._d.mark,
+                                        lock=_SKIP_LOCKED if postgres else "")
+        self._lock = threading.Lock()
+        self._jobs: set[str] = set(plan.needs)
+        self.changes = 0
+        """Bumped by every release or return to AVAILABLE in this process: admission may
+        try a run the pools refused again once it moved (see :meth:`may_try`)."""
+        self._blocked: dict[str, tuple[int, datetime | None]] = {}
+        self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
+        """Run id -> the members its last claim in this process leased (id, pool, kind,
+        bound route): what ``ctx.resources`` shows, without a read per step."""
+
+    def update(self, plan: PoolPlan) -> None:
+        """Use ``plan`` from now on (a reload). Jobs that needed resources before keep
+        being watched at their runs' ends (a run claimed before the reload holds them)."""
+        with self._lock:
+            self.plan = plan
+            self._jobs |= set(plan.needs)
+            self.changes += 1
+
+    def needs(self, job_id: str) -> Mapping[str, int]:
+        """What a run of ``job_id`` must hold (pool -> count)."""
+        return self.plan.needs.get(job_id, {})
+
+    # -- admission memory ------------------------------------------------------------------
+
+    def may_try(self, run_id: str, now: datetime) -> bool:
+        """False for a run the pools refused, while nothing was released in this process
+        since and no cooldown it waits for has ended: admission then leaves it alone
+        instead of claiming it and giving it back at every decision. Other nodes' releases
+        are not seen here: a refusal is retried at the latest after :data:`RECHECK`."""
+        with self._lock:
+            seen = self._blocked.get(run_id)
+            if seen is None:
+                return True
+            changes, recheck = seen
+            if changes != self.changes or recheck is None or now >= recheck:
+                del self._blocked[run_id]
+                return True
+            return False
+
+    def next_recheck(self) -> datetime | None:
+        """When the earliest refused run should be tried again (a cooldown's end, or
+        :data:`RECHECK` after its refusal); ``None`` when no run is remembered."""
+        with self._lock:
+            times = [t for _, t in self._blocked.values() if t is not None]
+        return min(times) if times else None
+
+    def held_by(self, run_id: str) -> list[tuple[str, str, str, str | None]] | None:
+        """What this process's claim leased for ``run_id`` (None: not claimed here)."""
+        with self._lock:
+            found = self._held.get(run_id)
+            return None if found is None else list(found)
+
+    def _remember(self, run_id: str, recheck: datetime | None) -> None:
+        with self._lock:
+            if len(self._blocked) > 100_000:
+                self._blocked.clear()
+            self._blocked[run_id] = (self.changes, recheck)
+
+    def _moved(self) -> None:
+        with self._lock:
+            self.changes += 1
+
+    # -- the claim hook --------------------------------------------------------------------
+
+    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
+                 now: datetime) -> Mapping[str, str]:
+        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait."""
+        plan = self.plan
+        wanted = [(run_id, needs) for run_id, job_id in taken
+                  if (needs := plan.needs.get(job_id))]
+        if not wanted:
+            return {}
+        pools = sorted({pool for _, needs in wanted for pool in needs})
+        cursor = conn.connection.cursor()
+        try:
+            snapshot = self._snapshot(cursor, pools)
+            events: list[_Event] = []
+            self._cooldowns_over(cursor, snapshot, now, events)
+            refused: dict[str, str] = {}
+            for run_id, needs in wanted:
+                why = self._lease_run(cursor, run_id, needs, snapshot, now, events)
+                if why is not None:
+                    refused[run_id] = why[0]
+                    self._remember(run_id, why[1])
+            self._write(cursor, events, now)
+        finally:
+            cursor.close()
+        return refused
+
+    def _snapshot(self, cursor: Any, pools: list[str]) -> dict[str, _Member]:
+        d = self._d
+        marks = d.marks(len(pools))
+        cursor.execute(_SNAPSHOT.format(marks=marks), [*pools, *pools])
+        read = d.read_ts
+        out: dict[str, _Member] = {}
+        for rid, pool, kind, state, route, owner, updated, score, cooldown in cursor.fetchall():
+            updated_at = read(updated)
+            assert updated_at is not None
+            out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
+                               None if score is None else float(score), read(cooldown))
+        return out
+
+    def _cooldowns_over(self, cursor: Any, snapshot: dict[str, _Member], now: datetime,
+                        events: list[_Event]) -> None:
+        """COOLDOWN -> AVAILABLE, in one statement, for the members of the snapshot whose
+        cooldown has passed (pools without probes), before anything is leased."""
+        over = sorted(m.resource_id for m in snapshot.values()
+                      if m.state == _COOLDOWN and self._free(m, now))
+        if not over:
+            return
+        d = self._d
+        marks = d.marks(len(over))
+        lock = (f" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id IN"
+                f" ({marks}) FOR UPDATE SKIP LOCKED)") if d.postgres else ""
+        cursor.execute(_COOLDOWNS_OVER.format(marks=marks, lock=lock),
+                       over + (over if d.postgres else []))
+        for (rid,) in cursor.fetchall():
+            member = snapshot[rid]
+            member.state = _AVAILABLE
+            events.append(_Event(
+                EventType.RESOURCE_STATE_CHANGED, rid, None,
+                f"resource {rid} COOLDOWN -> AVAILABLE: cooldown over",
+                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
+                 "reason": "cooldown over"}))
+
+    def _free(self, member: _Member | None, now: datetime) -> bool:
+        if member is None or member.resource_id not in self.plan.members:
+            return False  # removed from the configuration: finishes its lease, then goes
+        if member.state == _AVAILABLE:
+            return True
+        return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
+                and (member.cooldown_until is None or member.cooldown_until <= now))
+
+    def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
+                   snapshot: dict[str, _Member], now: datetime,
+                   events: list[_Event]) -> tuple[str, datetime | None] | None:
+        mine: list[tuple[_Member, datetime]] = []
+        pending: list[_Event] = []
+        for pool in sorted(needs):
+            count = needs[pool]
+            candidates = [m for m in snapshot.values() if m.pool == pool
+                          and self._free(m, now)
+                          and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
+            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                           m.updated_at, m.resource_id))
+            got = 0
+            for member in candidates:
+                if got == count:
+                    break
+                if not self._take(cursor, member, run_id, now, events, pending, mine):
+                    continue
+                route = snapshot.get(member.route_id) if member.route_id else None
+                if route is not None and not self._take(cursor, route, run_id, now, events,
+                                                        pending, mine):
+                    self._undo(cursor, run_id, [mine.pop()])
+                    pending.pop()
+                    continue
+                got += 1
+            if got < count:
+                self._undo(cursor, run_id, mine)
+                return self._reason(pool, count, snapshot, now)
+        events.extend(pending)
+        with self._lock:
+            if len(self._held) > 100_000:
+                self._held.clear()
+            self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
+                                  for m, _ in mine]
+        return None
+
+    def _take(self, cursor: Any, member: _Member, run_id: str, now: datetime,
+              events: list[_Event], pending: list[_Event],
+              mine: list[tuple[_Member, datetime]]) -> bool:
+        d = self._d
+        if member.state != _AVAILABLE:
+            return False  # its cooldown could not be ended here (another claim holds it)
+        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), member.resource_id]
+                       + ([member.resource_id] if d.postgres else []))
+        done = cursor.fetchone()
+        if done is None:
+            member.state = _LEASED  # someone else's now, as far as this claim can tell
+            return False
+        mine.append((member, member.updated_at))
+        member.state, member.lease_owner = _LEASED, run_id
+        pending.append(_Event(
+            EventType.RESOURCE_LEASED, member.resource_id, run_id,
+            f"resource {member.resource_id} ({member.kind} of pool {member.pool}) leased by "
+            f"run {run_id}",
+            {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool, "run_id": run_id,
+             "epoch": int(done[0]), "route_id": member.route_id}))
+        return True
+
+    def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
+        """Put back what this claim leased for ``run_id`` (nobody saw it)."""
+        d = self._d
+        for member, updated_at in reversed(taken):
+            cursor.execute(_UNDO.format(m=d.mark),
+                           [d.ts(updated_at), member.resource_id, run_id])
+            member.state, member.lease_owner = _AVAILABLE, None
+        taken.clear()
+
+    def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
+                now: datetime) -> tuple[str, datetime | None]:
+        """Why a run waits for ``pool``, and when to look again at the latest."""
+        members = [m for m in snapshot.values() if m.pool == pool]
+        recheck = now + RECHECK
+        if not members:
+            return (f"waiting for {count} of pool {pool}: the pool has no members", recheck)
+        cooling = [m for m in members if m.state == _COOLDOWN]
+        held = sorted({m.lease_owner for m in members
+                       if m.state in (_LEASED, _RUNNING) and m.lease_owner})
+        parts: list[str] = []
+        if cooling:
+            ends = [m.cooldown_until for m in cooling if m.cooldown_until is not None]
+            if ends:
+                soonest = min(ends)
+                parts.append(f"{len(cooling)} cooling down until {_at(soonest)}")
+                if soonest > now:
+                    recheck = min(recheck, soonest)
+            else:
+                parts.append(f"{len(cooling)} cooling down")
+        leased = sum(1 for m in members if m.state in (_LEASED, _RUNNING))
+        if leased:
+            who = ", ".join(held[:3]) + ("…" if len(held) > 3 else "")
+            parts.append(f"{leased} leased by run{'s' if len(held) > 1 else ''} {who}")
+        for state, word in ((_FAULT, "at fault"), (_DISABLED, "disabled")):
+            n = sum(1 for m in members if m.state == state)
+            if n:
+                parts.append(f"{n} {word}")
+        for m in members:
+            if m.state == _AVAILABLE and m.route_id is not None:
+                route = snapshot.get(m.route_id)
+                state = route.state if route is not None else "missing"
+                if route is None or not self._free(route, now):
+                    parts.append(f"{m.resource_id} is bound to route {m.route_id}, which is "
+                                 f"{state}")
+        return (f"waiting for {count} of pool {pool}: " + ", ".join(parts or ["none free"]),
+                recheck)
+
+    # -- the step start hook ---------------------------------------------------------------
+
+    def started(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
+                now: datetime) -> None:
+        """LEASED -> RUNNING for the members of ``runs`` (run id, job id) whose first step
+        starts in this transaction."""
+        ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
+        if not ids:
+            return
+        d = self._d
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_START.format(m=d.mark, marks=d.marks(len(ids))),
+                           [d.ts(now), *ids])
+            rows = cursor.fetchall()
+            self._write(cursor, [_Event(
+                EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
+                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
+                {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
+                 "epoch": int(row[3])}) for row in rows], now)
+        finally:
+            cursor.close()
+
+    # -- the run end hook ------------------------------------------------------------------
+
+    def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+        """Release what the runs of ``ended`` held (see the module docstring)."""
+        mine = [e for e in ended if e.job_id in self._jobs]
+        if not mine:
+            return
+        d = self._d
+        ids = [e.run_id for e in mine]
+        with self._lock:
+            for run_id in ids:
+                self._held.pop(run_id, None)
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_HELD.format(marks=d.marks(len(ids)),
+                                        lock=" FOR UPDATE" if d.postgres else ""), ids)
+            held = cursor.fetchall()
+            if not held:
+                return
+            self._release(cursor, held, mine, now)
+        finally:
+            cursor.close()
+        self._moved()
+
+    def _release(self, cursor: Any, held: Sequence[Any], mine: list[EndedRun],
+                 now: datetime) -> None:
+        d = self._d
+        faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
+        plan = self.plan
+        stamp = d.ts(now)
+        events: list[_Event] = []
+        cooldowns: list[list[Any]] = []
+        gone: list[str] = []
+        if not faults:
+            self._release_all(cursor, held, now, events, cooldowns, gone)
+            held = ()
+        for rid, pool, kind, state, owner, epoch in held:
+            fault = faults.get(owner)
+            error = None
+            if state == _LEASED:
+                to, why, kind_ev = _AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
+            elif fault is not None and (fault[0] == rid or (fault[0] is None
+                                                              and kind == "route")):
+                to, why, kind_ev = _FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
+                error = self.redact(fault[1])
+            else:
+                to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
+                why = f"released; cooling down until {_at(until)}"
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
+            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
+            if cursor.rowcount != 1:
+                continue
+            events.append(_Event(
+                kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
+                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
+                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
+            if rid not in plan.members:
+                gone.append(rid)
+        for row in cooldowns:
+            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
+                           row)
+        for rid in gone:
+            cursor.execute(_GONE.format(m=d.mark), [rid])
+            events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
+                                 f"resource {rid} removed: no longer in the configuration",
+                                 {"from": None, "to": None, "removed": True}))
+        self._write(cursor, events, now)
+
+    def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
+                     events: list[_Event], cooldowns: list[list[Any]],
+                     gone: list[str]) -> None:
+        """Release every member of ``held`` (no fault among them) with one UPDATE: the
+        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite)."""
+        d = self._d
+        plan = self.plan
+        stamp = d.ts(now)
+        ids = [row[0] for row in held]
+        cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
+                       [stamp, *ids])
+        if cursor.rowcount != len(ids):
+            raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+        for rid, pool, _kind, state, owner, epoch in held:
+            if state == _LEASED:
+                to, why = _AVAILABLE, "released unused"
+            else:
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
+                to, why = _COOLDOWN, f"released; cooling down until {_at(until)}"
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
+            events.append(_Event(
+                EventType.RESOURCE_RELEASED, rid, owner,
+                f"resource {rid} {state} -> {to}: {why} (run {owner})",
+                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
+                 "reason": why}))
+            if rid not in plan.members:
+                gone.append(rid)
+
+    def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
+        """Run id -> (member named or None, error) for runs whose last step failed with a
+        resource fault (re-queued in this transaction)."""
+        if not run_ids:
+            return {}
+        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
+        found: dict[str, tuple[str | None, str]] = {}
+        for run_id, error, output in cursor.fetchall():
+            named = None
+            try:
+                data = json.loads(output) if output else None
+                if isinstance(data, dict) and isinstance(data.get("resource_id"), str):
+                    named = data["resource_id"]
+            except ValueError:
+                named = None
+            found[run_id] = (named, error or "resource fault")
+        return found
+
+    def _write(self, cursor: Any, events: list[_Event], now: datetime) -> None:
+        if not events:
+            return
+        redact = self.redact
+        stamp = self._d.ts(now)
+        insert_rows(cursor, self._d, "event_log", _EVENT_COLUMNS, [
+            (e.run_id, e.resource_id, e.kind.value, e.level.value, redact(e.message),
+             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
+                         for k, v in e.payload.items()}, sort_keys=True, default=str),
+             stamp, "system") for e in events])
+
+
+_SNAPSHOT = (
+    "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
+    " h.score, h.cooldown_until FROM resources r LEFT JOIN resource_health h"
+    " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
+    " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
+"""The members of the pools a claim needs, and the routes bound to them."""
+_COOLDOWNS_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id IN ({marks})"
+                   " AND state = 'COOLDOWN'{lock} RETURNING resource_id")
+"""Cooldowns that have passed (updated_at kept: it stays the member's last use)."""
+_LEASE = (
+    "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
+    " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
+    " lease_epoch = lease_epoch + 1, updated_at = {m}"
+    " WHERE resource_id = {m} AND state = 'AVAILABLE'{lock} RETURNING lease_epoch")
+"""AVAILABLE -> LEASED, conditional; the lease ends with the run's."""
+_SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
+                " FOR UPDATE SKIP LOCKED)")
+_UNDO = ("UPDATE resources SET state = 'AVAILABLE', lease_owner = NULL, lease_until = NULL,"
+         " lease_epoch = lease_epoch - 1, updated_at = {m} WHERE resource_id = {m}"
+         " AND lease_owner = {m} AND state = 'LEASED'")
+_START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
+          " AND lease_owner IN ({marks}) RETURNING resource_id, pool, lease_owner, lease_epoch")
+_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
+         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
+         " ORDER BY resource_id{lock}")
+_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
+            " updated_at = {m}, last_error = coalesce({m}, last_error)"
+            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
+_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
+                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, updated_at = {m}"
+                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
+_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
+           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
+           " GROUP BY run_id)")
+_GONE = "DELETE FROM resources WHERE resource_id = {m}"
+_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
+_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
+                  " excluded.cooldown_until, updated_at = excluded.updated_at")
+_EVENT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
+                  "created_at", "actor")
+
+
+RECHECK = timedelta(seconds=30)
+"""The longest a refused run is left alone by admission (other nodes' releases)."""

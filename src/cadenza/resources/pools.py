@@ -1,0 +1,96 @@
+"""The pools of a configuration in the store: sync and the leasing hooks (SPEC §8).
+
+:func:`apply_pools` is called with every configuration an executor is built for (a node's
+start and each reload, ``cadenza run --local``): the first time it installs a
+:class:`~cadenza.resources.leasing.PoolLeaser` on the store (the claim hook, the step start
+hook, the run end hook), then it hands the leaser the new plan and syncs the members:
+
+* a member new in the configuration is registered AVAILABLE (RESOURCE_STATE_CHANGED);
+* a member whose pool, kind or bound route changed is updated in place (state and lease
+  kept);
+* a member no longer configured is deleted at once when nobody holds it (an event says so),
+  else when its run releases it (:meth:`PoolLeaser.ended`); it is never leased again;
+* a changed proxy URL, region or field needs nothing here: the store keeps no copy of
+  them; a run reads them from the configuration it was claimed with, so the change takes
+  effect at the member's next lease.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from cadenza.config.loader import LoadedConfig
+from cadenza.domain.events import EventType
+from cadenza.resources.leasing import PoolLeaser, PoolPlan
+from cadenza.store.tables import resources
+
+if TYPE_CHECKING:
+    from cadenza.store import Store
+
+_LOCK = threading.Lock()
+
+
+def leaser_of(store: Store) -> PoolLeaser | None:
+    """The store's leaser, when pools were applied to it."""
+    hook = store.claim_hook
+    return hook if isinstance(hook, PoolLeaser) else None
+
+
+def install_leaser(store: Store, plan: PoolPlan) -> PoolLeaser:
+    """Install (once per store) the leaser's hooks, and give it ``plan``."""
+    with _LOCK:
+        leaser = leaser_of(store)
+        if leaser is None:
+            leaser = PoolLeaser(plan, postgres=store.dialect == "postgresql",
+                                redact=store.redactor.redact_text)
+            store.claim_hook = leaser
+            store.add_step_start_hook(leaser.started)
+            store.add_run_end_hook(leaser.ended)
+        else:
+            leaser.update(plan)
+        if plan.members:
+            store.extends_resource_leases = True
+    return leaser
+
+
+def apply_pools(store: Store, config: LoadedConfig, *, actor: str = "config") -> PoolLeaser:
+    """Install the leasing hooks and sync ``config``'s pools into ``store`` (see the module
+    docstring). Returns the store's leaser."""
+    plan = PoolPlan.of(config)
+    leaser = install_leaser(store, plan)
+    sync_members(store, plan, actor=actor)
+    return leaser
+
+
+def sync_members(store: Store, plan: PoolPlan, *, actor: str = "config") -> None:
+    """Make the store's members those of ``plan`` (see the module docstring). One read,
+    and a write transaction only when something differs."""
+    with store.read() as conn:
+        known = {row.resource_id: row for row in conn.execute(
+            sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                      resources.c.route_id, resources.c.state))}
+    wanted = {rid: (pool, plan.pools[pool].kind, member.route)
+              for rid, (pool, member) in plan.members.items()}
+    stale = [rid for rid, (pool, kind, route) in wanted.items()
+             if rid not in known or (known[rid].pool, known[rid].kind,
+                                     known[rid].route_id) != (pool, kind, route)]
+    removed = [rid for rid in known if rid not in wanted]
+    if not stale and not removed:
+        return
+    with store.write() as conn:
+        for rid in sorted(stale):
+            pool, kind, route = wanted[rid]
+            store.upsert_resource(rid, pool, kind, route_id=route, actor=actor, conn=conn)
+        for rid in sorted(removed):
+            gone = conn.execute(sa.delete(resources).where(
+                resources.c.resource_id == rid,
+                resources.c.state.not_in(("LEASED", "RUNNING")))).rowcount
+            message = (f"resource {rid} removed: no longer in the configuration" if gone
+                       else f"resource {rid} is no longer in the configuration: it goes "
+                            "once its run releases it")
+            store.append_event(EventType.RESOURCE_STATE_CHANGED, message, resource_id=rid,
+                               payload={"removed": bool(gone), "pool": known[rid].pool},
+                               actor=actor, conn=conn)

@@ -1,0 +1,167 @@
+"""The pools' members as people see and steer them (SPEC §8, §14 ``cadenza resources``).
+
+Operations::
+
+    list(pool=None) -> list[ResourceView]     state, score, latency, cooldown, holder, region
+    show(resource_id) -> ResourceDetail       the member and its recent health history
+    enable(resource_id, reason=None)          DISABLED or FAULT -> AVAILABLE (an event, actor)
+    disable(resource_id, reason=None)         any -> DISABLED (an event, actor)
+
+Listing first syncs the configured members into the store (as a node's start does), so a
+home that never served shows its pools. ``enable`` and ``disable`` are operator actions:
+each is a RESOURCE_STATE_CHANGED event whose actor is the person (``cli:<os user>``,
+``user:<name>``). Disabling a member a run holds takes it away from that run's record (the
+run goes on; the member is not returned to the pool at its end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from cadenza.domain.states import ResourceState
+from cadenza.services.errors import NotFound, Refused
+from cadenza.store.records import ResourceRecord
+
+if TYPE_CHECKING:
+    from cadenza.services.context import Services
+
+HISTORY = 20
+"""Health checks and state changes shown by ``resources show``."""
+
+
+@dataclass(frozen=True)
+class ResourceView:
+    """One member as ``resources list`` shows it."""
+
+    resource_id: str
+    pool: str
+    kind: str
+    state: ResourceState
+    score: float | None
+    latency_ms: float | None
+    cooldown_until: datetime | None
+    holder: str | None
+    """The run holding it (LEASED or RUNNING)."""
+    egress_region: str | None
+    route: str | None
+    last_error: str | None
+
+    @classmethod
+    def of(cls, record: ResourceRecord) -> ResourceView:
+        health = record.health
+        cooling = health.cooldown_until if health is not None else None
+        return cls(
+            resource_id=record.resource_id, pool=record.pool, kind=record.kind,
+            state=record.state,
+            score=None if health is None else health.score,
+            latency_ms=None if health is None else health.latency_ms,
+            cooldown_until=cooling if record.state is ResourceState.COOLDOWN else None,
+            holder=record.lease_owner,
+            egress_region=None if health is None else health.egress_region,
+            route=record.route_id, last_error=record.last_error)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"resource_id": self.resource_id, "pool": self.pool, "kind": self.kind,
+                "state": self.state.value, "score": self.score, "latency_ms": self.latency_ms,
+                "cooldown_until": self.cooldown_until, "holder": self.holder,
+                "egress_region": self.egress_region, "route": self.route,
+                "last_error": self.last_error}
+
+
+@dataclass(frozen=True)
+class HistoryLine:
+    """One recent event of a member: a health check or a change of state."""
+
+    at: datetime
+    event_type: str
+    message: str
+    actor: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"at": self.at, "event_type": self.event_type, "message": self.message,
+                "actor": self.actor}
+
+
+@dataclass(frozen=True)
+class ResourceDetail:
+    """``resources show``: the member, its health figures and its recent history."""
+
+    view: ResourceView
+    health: dict[str, Any]
+    history: tuple[HistoryLine, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.view.as_json(), "health": self.health,
+                "history": [line.as_json() for line in self.history]}
+
+
+class ResourceService:
+    """The operations of the module docstring."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def _synced(self) -> None:
+        from cadenza.resources.leasing import PoolPlan
+        from cadenza.resources.pools import sync_members
+
+        sync_members(self.services.store(), PoolPlan.of(self.services.config()),
+                     actor=self.services.actor.id)
+
+    def list(self, pool: str | None = None) -> list[ResourceView]:
+        """Members (of ``pool``), by pool then id. NotFound for an unknown pool."""
+        self._synced()
+        config = self.services.config()
+        if pool is not None and pool not in config.settings.pools:
+            known = ", ".join(sorted(config.settings.pools)) or "none"
+            raise NotFound(f"no pool {pool!r} (pools: {known})")
+        return [ResourceView.of(r) for r in self.services.store().list_resources(pool)]
+
+    def _record(self, resource_id: str) -> ResourceRecord:
+        self._synced()
+        record = self.services.store().get_resource(resource_id)
+        if record is None:
+            raise NotFound(f"no resource {resource_id!r} (see `cadenza resources list`)")
+        return record
+
+    def show(self, resource_id: str) -> ResourceDetail:
+        """The member with its health figures and its :data:`HISTORY` latest events."""
+        record = self._record(resource_id)
+        health: dict[str, Any] = {}
+        if record.health is not None:
+            health = {name: getattr(record.health, name)
+                      for name in record.health.__dataclass_fields__}
+        events = self.services.store().list_events(resource_id=resource_id, limit=HISTORY,
+                                                   newest_first=True)
+        history = tuple(HistoryLine(e.created_at, str(e.event_type), e.message, e.actor)
+                        for e in events)
+        return ResourceDetail(ResourceView.of(record), health, history)
+
+    def enable(self, resource_id: str, reason: str | None = None) -> ResourceView:
+        """DISABLED (or FAULT) -> AVAILABLE; Refused from any other state."""
+        record = self._record(resource_id)
+        if record.state not in (ResourceState.DISABLED, ResourceState.FAULT):
+            raise Refused(f"resource {resource_id} is {record.state.value}: only a DISABLED "
+                          "or FAULT member can be enabled")
+        return self._move(resource_id, ResourceState.AVAILABLE, reason or "enabled")
+
+    def disable(self, resource_id: str, reason: str | None = None) -> ResourceView:
+        """Any state -> DISABLED; Refused when it is DISABLED already."""
+        record = self._record(resource_id)
+        if record.state is ResourceState.DISABLED:
+            raise Refused(f"resource {resource_id} is DISABLED already")
+        return self._move(resource_id, ResourceState.DISABLED, reason or "disabled")
+
+    def _move(self, resource_id: str, to: ResourceState, reason: str) -> ResourceView:
+        store = self.services.store()
+        actor = self.services.actor.id
+        if not store.transition_resource(resource_id, to, actor=actor,
+                                         reason=f"{reason} by {actor}"):
+            now = store.get_resource(resource_id)
+            state = now.state.value if now is not None else "gone"
+            raise Refused(f"resource {resource_id} changed meanwhile (now {state}); try again")
+        record = store.get_resource(resource_id)
+        assert record is not None
+        return ResourceView.of(record)

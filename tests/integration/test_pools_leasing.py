@@ -1,0 +1,307 @@
+"""Resource leases through the one claim and the run end (SPEC §8), executed for real:
+a home with pools, python steps that read ``ctx.resources``, SQLite and PostgreSQL, a
+FakeClock for cooldowns and lease expiry."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+from tests.integration.pools_home import ACCT_PW, PROXY_PW, pool_bench, python_job
+
+from cadenza.domain.states import ResourceState, RunState
+from cadenza.store.boundary import Boundary, StepStart
+from cadenza.store.tables import event_log, resources, run_logs, step_runs
+
+X = ResourceState
+SHOW_UNIT = python_job("scrape", "show", "units = 1")
+
+
+def test_a_run_leases_its_unit_with_the_bound_route_and_releases_both(
+        tmp_path: Path, store_url: str) -> None:
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        assert b.states() == {"u-1": "AVAILABLE", "u-2": "AVAILABLE", "fr-1": "AVAILABLE",
+                              "fr-2": "AVAILABLE", "acct-1": "AVAILABLE"}
+        run_id = b.enqueue("scrape")
+        outcome = b.execute(run_id)
+        assert outcome.state is RunState.SUCCEEDED
+        output = b.store.list_step_runs(run_id)[0].output
+        assert output is not None
+        held = output["held"]
+        # u-1 comes first (same score, same last use, then id) and brings fr-1 with it.
+        assert [m["id"] for m in held["units"]] == ["u-1"]
+        assert held["units"][0]["route"] == "fr-1"
+        assert [m["id"] for m in held["egress"]] == ["fr-1"]
+        assert held["egress"][0]["region"] == "FR"
+        assert output["route"] == "fr-1"
+        # The step saw the proxy's password; nothing stored shows it.
+        assert held["egress"][0]["proxy"] == "http://***@127.0.0.1:3128"
+        with b.store.read() as c:
+            for table, column in ((step_runs, step_runs.c.output_json),
+                                  (run_logs, run_logs.c.message),
+                                  (event_log, event_log.c.payload_json)):
+                texts = [t or "" for t in c.execute(sa.select(column)).scalars()]
+                assert not any(PROXY_PW in t for t in texts), table.name
+        assert b.resource("u-1").state is X.COOLDOWN
+        assert b.resource("fr-1").state is X.COOLDOWN
+        assert b.resource("u-1").lease_owner is None
+        u1, fr1 = b.resource("u-1").health, b.resource("fr-1").health
+        assert u1 is not None and u1.cooldown_until == b.clock.now() + timedelta(seconds=10)
+        assert fr1 is not None and fr1.cooldown_until == b.clock.now() + timedelta(seconds=5)
+        assert b.resource("u-2").state is X.AVAILABLE
+        assert b.resource_events("u-1") == [
+            ("RESOURCE_STATE_CHANGED", None, "AVAILABLE"),
+            ("RESOURCE_LEASED", "AVAILABLE", "LEASED"),
+            ("RESOURCE_STATE_CHANGED", "LEASED", "RUNNING"),
+            ("RESOURCE_RELEASED", "RUNNING", "COOLDOWN"),
+        ]
+        leased = [e for e in b.store.list_events(resource_id="fr-1")
+                  if e.event_type == "RESOURCE_LEASED"]
+        assert leased[0].run_id == run_id and leased[0].payload["run_id"] == run_id
+
+
+def test_a_process_isolated_step_sees_the_same_resources(tmp_path: Path) -> None:
+    jobs = python_job("scrape", "show", "units = 1").replace('isolation = "thread"',
+                                                             'isolation = "process"')
+    with pool_bench(tmp_path / "home", jobs) as b:
+        run_id = b.enqueue("scrape")
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+        output = b.store.list_step_runs(run_id)[0].output
+        assert output is not None and output["route"] == "fr-1"
+        assert output["held"]["units"][0]["route"] == "fr-1"
+        lines = [line.message for line in b.store.list_logs(run_id)]
+        assert "using proxy http://***@127.0.0.1:3128" in lines
+
+
+def test_credentials_fields_reach_the_step_and_never_the_store(tmp_path: Path) -> None:
+    jobs = python_job("login", "show", "logins = 1")
+    with pool_bench(tmp_path / "home", jobs) as b:
+        run_id = b.enqueue("login")
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+        output = b.store.list_step_runs(run_id)[0].output
+        assert output is not None
+        fields = output["held"]["logins"][0]["fields"]
+        assert fields["user"] == "alice" and fields["password"] == "***"
+        raw = (b.home.path / "data" / "cadenza.db").read_bytes()
+        assert ACCT_PW.encode() not in raw
+        # cooldown = "0s": back at once for the next claim.
+        again = b.enqueue("login")
+        assert b.execute(again).state is RunState.SUCCEEDED
+
+
+def test_a_unit_whose_bound_route_is_disabled_is_unavailable_and_says_why(
+        tmp_path: Path, store_url: str) -> None:
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        b.store.transition_resource_or_raise("fr-1", X.DISABLED, actor="ops", reason="test")
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops", reason="test")
+        run_id = b.enqueue("scrape")
+        assert b.execute(run_id).claimed is False
+        run = b.store.get_run(run_id)
+        assert run is not None and run.state is RunState.QUEUED and run.lease_epoch == 0
+        assert run.wait_reason is not None
+        assert run.wait_reason.startswith("waiting for 1 of pool units: ")
+        assert "1 disabled" in run.wait_reason
+        assert "u-1 is bound to route fr-1, which is DISABLED" in run.wait_reason
+        # Nothing was left leased by the refused claim, and it wrote no lease event.
+        assert b.resource("u-1").state is X.AVAILABLE
+        assert all(e.event_type != "RESOURCE_LEASED"
+                   for e in b.store.list_events(resource_id="u-1"))
+        b.store.transition_resource_or_raise("fr-1", X.AVAILABLE, actor="ops")
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+
+
+def test_a_disabled_member_is_never_leased_and_never_goes_running(tmp_path: Path,
+                                                                  store_url: str) -> None:
+    jobs = python_job("login", "show", "logins = 1")
+    with pool_bench(tmp_path / "home", jobs, store_url=store_url) as b:
+        b.store.transition_resource_or_raise("acct-1", X.DISABLED, actor="ops")
+        run_id = b.enqueue("login")
+        assert b.execute(run_id).claimed is False
+        assert b.resource("acct-1").state is X.DISABLED
+        assert not b.store.transition_resource("acct-1", X.RUNNING)
+        assert not b.store.transition_resource("acct-1", X.LEASED)
+        run = b.store.get_run(run_id)
+        assert run is not None and run.wait_reason == "waiting for 1 of pool logins: 1 disabled"
+
+
+def test_cooldown_blocks_until_it_passes(tmp_path: Path, store_url: str) -> None:
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        assert b.execute(b.enqueue("scrape")).state is RunState.SUCCEEDED
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        run_id = b.enqueue("scrape")
+        assert b.execute(run_id).claimed is False
+        run = b.store.get_run(run_id)
+        assert run is not None
+        assert run.wait_reason == ("waiting for 1 of pool units: 1 cooling down until "
+                                   "10:00:10 UTC, 1 disabled")
+        b.clock.advance(9)
+        assert b.execute(run_id).claimed is False
+        b.clock.advance(1)
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+        assert [(kind, frm, to) for kind, frm, to in b.resource_events("u-1")][-4:] == [
+            ("RESOURCE_STATE_CHANGED", "COOLDOWN", "AVAILABLE"),
+            ("RESOURCE_LEASED", "AVAILABLE", "LEASED"),
+            ("RESOURCE_STATE_CHANGED", "LEASED", "RUNNING"),
+            ("RESOURCE_RELEASED", "RUNNING", "COOLDOWN"),
+        ]
+
+
+def test_a_resource_fault_puts_the_route_at_fault_and_the_run_resumes_on_another(
+        tmp_path: Path, store_url: str) -> None:
+    jobs = python_job("fetch", "refuse_on", "egress = 1", '{ bad = "fr-1" }')
+    with pool_bench(tmp_path / "home", jobs, store_url=store_url) as b:
+        run_id = b.enqueue("fetch")
+        first = b.execute(run_id)
+        assert first.state is RunState.QUEUED
+        fr1 = b.resource("fr-1")
+        assert fr1.state is X.FAULT
+        assert fr1.last_error is not None and "proxy refused the tunnel" in fr1.last_error
+        assert b.resource("fr-2").state is X.AVAILABLE
+        run = b.store.get_run(run_id)
+        assert run is not None and run.attempt == 0
+        done = b.execute(run_id)
+        assert done.state is RunState.SUCCEEDED
+        output = b.store.list_step_runs(run_id)[-1].output
+        assert output == {"route": "fr-2"}
+        run = b.store.get_run(run_id)
+        assert run is not None and run.attempt == 0
+        assert [s.error_class for s in b.store.list_step_runs(run_id)] == ["resource", None]
+        assert b.resource("fr-1").state is X.FAULT
+        assert b.resource("fr-2").state is X.COOLDOWN
+
+
+def test_a_fault_naming_no_member_faults_every_route_the_run_held(tmp_path: Path) -> None:
+    jobs = python_job("fetch", "refuse_on", "units = 1",
+                      '{ bad = "fr-1", named = false }')
+    with pool_bench(tmp_path / "home", jobs) as b:
+        run_id = b.enqueue("fetch")
+        assert b.execute(run_id).state is RunState.QUEUED
+        # u-1 is a unit: it cools down; its bound route fr-1 is at fault.
+        assert b.resource("fr-1").state is X.FAULT
+        assert b.resource("u-1").state is X.COOLDOWN
+        assert b.execute(run_id).state is RunState.SUCCEEDED  # on u-2, no route
+        assert b.store.list_step_runs(run_id)[-1].output == {"route": None}
+
+
+def _claim(b: object, run_id: str) -> None:
+    from tests.integration.pools_home import PoolBench
+
+    assert isinstance(b, PoolBench)
+    until = b.clock.now() + timedelta(seconds=30)
+    claimed = b.store.claim_runs("node-a:1:1", until, run_ids=[run_id])
+    assert [r.id for r in claimed] == [run_id]
+
+
+def test_the_reaper_returns_a_lost_runs_resources_by_the_rules(tmp_path: Path,
+                                                               store_url: str) -> None:
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        started, waiting = b.enqueue("scrape"), b.enqueue("scrape")
+        _claim(b, started)
+        _claim(b, waiting)
+        assert b.resource("u-1").lease_owner == started
+        assert b.resource("u-2").lease_owner == waiting
+        # The first run's first step starts: its members go RUNNING.
+        b.store.record_boundaries([Boundary(started, 1, starts=[StepStart("call", "python")])])
+        assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.RUNNING, X.RUNNING)
+        assert b.resource("u-2").state is X.LEASED
+        lease = b.resource("u-1").lease_until
+        assert lease is not None and lease == b.store.get_run(started).lease_until  # type: ignore[union-attr]
+        b.clock.advance(31)
+        reaped = b.store.reap_expired_run_leases()
+        assert {r.run_id for r in reaped} == {started, waiting}
+        assert b.states() == {"u-1": "COOLDOWN", "fr-1": "COOLDOWN", "u-2": "AVAILABLE",
+                              "fr-2": "AVAILABLE", "acct-1": "AVAILABLE"}
+        # Nothing is held by anyone; the re-queued runs lease again and succeed.
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        b.store.transition_resource_or_raise("u-2", X.AVAILABLE, actor="ops")
+        assert b.execute(waiting).state is RunState.SUCCEEDED
+        b.clock.advance(10)
+        assert b.execute(started).state is RunState.SUCCEEDED
+
+
+def test_a_canceled_run_releases_what_it_held(tmp_path: Path, store_url: str) -> None:
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        run_id = b.enqueue("scrape")
+        _claim(b, run_id)
+        assert b.resource("u-1").state is X.LEASED
+        assert b.store.transition_run(run_id, RunState.CANCELED, actor="ops", reason="stop")
+        assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.AVAILABLE,
+                                                                        X.AVAILABLE)
+        released = [e for e in b.store.list_events(resource_id="u-1")
+                    if e.event_type == "RESOURCE_RELEASED"]
+        assert released[-1].payload["reason"] == "released unused"
+
+
+def test_renewing_a_run_lease_extends_its_resource_leases(tmp_path: Path) -> None:
+    from cadenza.store.run_leases import RunLease
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        run_id = b.enqueue("scrape")
+        _claim(b, run_id)
+        b.clock.advance(20)
+        until = b.clock.now() + timedelta(seconds=30)
+        renewal = b.store.renew_run_leases([RunLease(run_id, 1, "node-a:1:1")], until)
+        assert run_id in renewal.renewed
+        assert b.resource("u-1").lease_until == until
+        assert b.resource("fr-1").lease_until == until
+
+
+def test_a_removed_member_finishes_its_lease_then_goes(tmp_path: Path) -> None:
+    from cadenza.resources.pools import apply_pools
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        run_id = b.enqueue("scrape")
+        _claim(b, run_id)
+        text = b.home.config_file.read_text(encoding="utf-8")
+        b.home.config_file.write_text(text.replace('id = "u-1"\nroute = "fr-1"\n',
+                                                   'id = "u-3"\n'), encoding="utf-8")
+        apply_pools(b.store, b.home.load_config())
+        states = b.states()
+        assert states["u-1"] == "LEASED" and states["u-3"] == "AVAILABLE"
+        assert b.store.transition_run(run_id, RunState.CANCELED, actor="ops")
+        assert "u-1" not in b.states()
+        assert b.store.list_events(resource_id="u-1")[-1].message == (
+            "resource u-1 removed: no longer in the configuration")
+        with b.store.read() as c:
+            assert c.execute(sa.select(sa.func.count()).select_from(resources)).scalar() == 5
+
+
+def test_admission_leaves_a_refused_run_alone_until_a_member_comes_back(
+        tmp_path: Path) -> None:
+    from cadenza.resources.pools import leaser_of
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        holder = b.enqueue("scrape")
+        _claim(b, holder)  # holds u-1 (and fr-1)
+        waiting = b.enqueue("scrape")
+        assert b.execute(waiting).claimed is False
+        now = b.clock.now()
+        # Refused: the dispatcher skips it (no claim, no give-back) ...
+        assert leaser.may_try(waiting, now) is False
+        assert leaser.next_recheck() == now + timedelta(seconds=30)
+        assert leaser.may_try(waiting, now + timedelta(seconds=29)) is False
+        # ... until a member is released in this process.
+        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        assert leaser.may_try(waiting, now) is True
+        assert b.execute(waiting).state is RunState.SUCCEEDED
+
+
+def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
+        tmp_path: Path) -> None:
+    from cadenza.resources.pools import leaser_of
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        assert b.execute(b.enqueue("scrape")).state is RunState.SUCCEEDED
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        waiting = b.enqueue("scrape")
+        assert b.execute(waiting).claimed is False
+        cooled = b.clock.now() + timedelta(seconds=10)
+        assert leaser.next_recheck() == cooled
+        assert leaser.may_try(waiting, cooled - timedelta(seconds=1)) is False
+        assert leaser.may_try(waiting, cooled) is True

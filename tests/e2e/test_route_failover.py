@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 
 from cadenza.cli.main import app
 from cadenza.clock import SystemClock
-from cadenza.domain.states import ResourceState, RunState
+from cadenza.domain.states import ResourceState, RunState, StepState
 from cadenza.home import Home
 from cadenza.node import Node
 from tests.support.proxies import (
@@ -108,9 +108,11 @@ path = "/hold"
                              and r.state in (RunState.SUCCEEDED, RunState.FAILED) and r,
                              "the run to end")
             assert run.state is RunState.SUCCEEDED, run
-            assert run.attempt == 1
+            assert run.attempt == 0  # the resource fault spent no attempt
             steps = store.list_step_runs(run_id)
-            assert {s.attempt for s in steps} == {1}
+            # Step rows count executions (as for a deferral); the run spent no attempt.
+            assert [(s.attempt, s.state, s.error_class) for s in steps] == [
+                (1, StepState.FAILED, "resource"), (2, StepState.SUCCEEDED, None)]
             dead = store.get_resource(killed.resource_id)
             assert dead is not None and dead.state is ResourceState.FAULT
             other = "fr-2" if killed.resource_id == "fr-1" else "fr-1"

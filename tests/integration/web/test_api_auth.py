@@ -47,10 +47,18 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/stats"): "viewer",
     ("GET", "/metrics"): "viewer",
     ("POST", "/api/backup"): "admin",
+    ("GET", "/api/resources"): "viewer",
+    ("GET", "/api/resources/{resource_id}"): "viewer",
+    ("POST", "/api/resources/{resource_id}/probe"): "operator",
+    ("POST", "/api/resources/{resource_id}/enable"): "operator",
+    ("POST", "/api/resources/{resource_id}/disable"): "operator",
+    ("GET", "/api/notifications"): "viewer",
+    ("POST", "/api/channels/{channel}/test"): "admin",
     ("POST", "/api/logout"): "viewer",  # last: it ends the session the walk uses
 }
 FILL = {"{job_id}": "hello", "{run_id}": "nope", "{session_id}": "nope", "{name}": "nope",
-        "{username}": "nobody"}
+        "{username}": "nobody",
+        "{resource_id}": "nope", "{channel}": "nope"}
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 
 

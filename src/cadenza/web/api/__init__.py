@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from cadenza.web import metrics
-from cadenza.web.api import errors, jobs, runs, session
+from cadenza.web.api import errors, jobs, resources, runs, session
 
 
 def install(app: FastAPI) -> None:
@@ -14,4 +14,5 @@ def install(app: FastAPI) -> None:
     app.include_router(session.router)
     app.include_router(jobs.router)
     app.include_router(runs.router)
+    app.include_router(resources.router)
     app.include_router(metrics.router)

@@ -1,0 +1,92 @@
+"""``/api/resources`` (the pools' members, SPEC §8) and ``/api/notifications`` (the delivery
+log and a channel's test message, SPEC §11): thin shells over
+:class:`~cadenza.services.resources.ResourceService`,
+:class:`~cadenza.services.probe.ProbeService` and
+:class:`~cadenza.services.notifications.NotificationService`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+
+from cadenza.services.probe import ProbeService
+from cadenza.web.api.errors import ERROR_RESPONSES
+from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, services_for
+
+router = APIRouter(prefix="/api", tags=["resources"], responses=ERROR_RESPONSES)
+
+
+class Reason(BaseModel):
+    """Why an operator enables or disables a member (kept in its event)."""
+
+    reason: str | None = Field(None, max_length=500)
+
+
+class TestMessage(BaseModel):
+    """Where a channel's test message goes: addresses, ``user:X``, ``role:X`` (a webhook
+    needs none)."""
+
+    to: list[str] = Field(default_factory=list, max_length=50)
+
+
+@router.get("/resources")
+def list_resources(principal: AsViewer, request: Request,
+                   pool: str | None = None) -> dict[str, Any]:
+    """Every member (of ``pool``): state, score, latency, cooldown, holder run, region."""
+    with services_for(request, principal) as services:
+        return {"resources": [r.as_json() for r in services.resources.list(pool)]}
+
+
+@router.get("/resources/{resource_id}")
+def get_resource(resource_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
+    """One member with its health figures and its latest events."""
+    with services_for(request, principal) as services:
+        return services.resources.show(resource_id).as_json()
+
+
+@router.post("/resources/{resource_id}/probe")
+def probe_resource(resource_id: str, principal: AsOperator,
+                   request: Request) -> dict[str, Any]:
+    """Probe a route now (connect, probe URL, egress region) and record it; 422 for a member
+    that is not a route."""
+    with services_for(request, principal) as services:
+        return ProbeService(services).probe(resource_id).as_json()
+
+
+@router.post("/resources/{resource_id}/enable")
+def enable_resource(resource_id: str, principal: AsOperator, request: Request,
+                    body: Reason | None = None) -> dict[str, Any]:
+    """DISABLED or FAULT -> AVAILABLE (409 from another state); the event names the user."""
+    with services_for(request, principal) as services:
+        return services.resources.enable(resource_id, body.reason if body else None).as_json()
+
+
+@router.post("/resources/{resource_id}/disable")
+def disable_resource(resource_id: str, principal: AsOperator, request: Request,
+                     body: Reason | None = None) -> dict[str, Any]:
+    """Any state -> DISABLED (409 when it is already); a held member stays with its run
+    until the run ends."""
+    with services_for(request, principal) as services:
+        return services.resources.disable(resource_id, body.reason if body else None).as_json()
+
+
+@router.get("/notifications")
+def list_notifications(principal: AsViewer, request: Request, run: str | None = None,
+                       state: str | None = None,
+                       limit: int = Query(100, ge=1, le=500)) -> dict[str, Any]:
+    """Deliveries, newest first (``state``: SENT or FAILED), with the error of a failed one."""
+    with services_for(request, principal) as services:
+        rows = services.notifications.list(run=run, state=state, limit=limit)
+        return {"notifications": [r.as_json() for r in rows]}
+
+
+@router.post("/channels/{channel}/test")
+def test_channel(channel: str, principal: AsAdmin, request: Request,
+                 body: TestMessage | None = None) -> dict[str, Any]:
+    """Send the test message through ``channel`` and record each delivery (SENT or FAILED
+    with the reason)."""
+    with services_for(request, principal) as services:
+        sent = services.notifications.test(channel, body.to if body else ())
+        return {"deliveries": [d.as_json() for d in sent]}

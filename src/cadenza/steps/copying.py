@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.errors import Retryable
 from cadenza.steps import sqltypes, sqlutil
-from cadenza.steps.file_load import PROGRESS
+from cadenza.steps.file_load import PROGRESS, take_over
 from cadenza.steps.runtime import StepContext, clock_of
 
 KEEP_PROGRESS = timedelta(days=30)
@@ -447,16 +447,8 @@ class Progress:
 
     def start(self) -> None:
         """Take the copy over (or create it); read what earlier attempts committed."""
-        p, now = PROGRESS, self.clock.now()
-        self.conn.execute(sa.schema.CreateTable(p, if_not_exists=True))
-        taken = self.conn.execute(p.update().where(
-            p.c.load_id == self.copy_id, p.c.checksum == "").values(
-            holder=self.holder, updated_at=now)).rowcount
-        if not taken:
-            self.conn.execute(p.insert().values(
-                load_id=self.copy_id, checksum="", table_name=self.table, rows_done=0,
-                done=False, holder=self.holder, updated_at=now))
-        else:
+        p = PROGRESS
+        if take_over(self.conn, self.copy_id, self.table, self.holder, self.clock.now()):
             row = self.conn.execute(sa.select(p.c.rows_done, p.c.done, p.c.result_json).where(
                 p.c.load_id == self.copy_id, p.c.checksum == "")).one()
             self.rows = int(row[0])

@@ -41,7 +41,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import chain
 from typing import Any, BinaryIO, Literal
 
@@ -87,6 +87,23 @@ PROGRESS = sa.Table(
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
     mysql_charset="utf8mb4",
 )
+
+
+def take_over(conn: sa.Connection, load_id: str, table: str, holder: str,
+              now: datetime) -> bool:
+    """Make ``holder`` the holder of the load (or copy) ``load_id``, creating the progress
+    table and the load's own row when missing; ``True`` when an earlier attempt had
+    started it (its rows say how far it got). A later attempt's holder fences out an
+    earlier one that still runs. Shared by file_load and sql_copy."""
+    p = PROGRESS
+    conn.execute(sa.schema.CreateTable(p, if_not_exists=True))
+    taken = conn.execute(p.update().where(p.c.load_id == load_id, p.c.checksum == "")
+                         .values(holder=holder, updated_at=now)).rowcount
+    if not taken:
+        conn.execute(p.insert().values(load_id=load_id, checksum="", table_name=table,
+                                       rows_done=0, done=False, holder=holder,
+                                       updated_at=now))
+    return bool(taken)
 
 
 class FileLoadConfig(StepConfig):
@@ -197,16 +214,8 @@ class _Resume:
 
     def start(self) -> None:
         """Take the load over (or create it); read what earlier attempts committed."""
-        p, now = PROGRESS, self.clock.now()
-        self.conn.execute(sa.schema.CreateTable(p, if_not_exists=True))
-        taken = self.conn.execute(p.update().where(
-            p.c.load_id == self.load_id, p.c.checksum == "").values(
-            holder=self.holder, updated_at=now)).rowcount
-        if not taken:
-            self.conn.execute(p.insert().values(
-                load_id=self.load_id, checksum="", table_name=self.table, rows_done=0,
-                done=False, holder=self.holder, updated_at=now))
-        else:
+        p = PROGRESS
+        if take_over(self.conn, self.load_id, self.table, self.holder, self.clock.now()):
             self.resumed = True
             for checksum, rows, done, result in self.conn.execute(sa.select(
                     p.c.checksum, p.c.rows_done, p.c.done, p.c.result_json).where(

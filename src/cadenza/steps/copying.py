@@ -18,9 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.domain.errors import Retryable
 from cadenza.steps import sqltypes, sqlutil
-from cadenza.steps.file_load import PROGRESS, take_over
+from cadenza.steps.file_load import PROGRESS, fence, take_over
 from cadenza.steps.runtime import StepContext, clock_of
 
 KEEP_PROGRESS = timedelta(days=30)
@@ -474,13 +473,8 @@ class Progress:
             PROGRESS.c.updated_at < self.clock.now() - KEEP_PROGRESS))
 
     def _fence(self, **values: Any) -> None:
-        p = PROGRESS
-        if not self.conn.execute(p.update().where(
-                p.c.load_id == self.copy_id, p.c.checksum == "",
-                p.c.holder == self.holder).values(updated_at=self.clock.now(),
-                                                  **values)).rowcount:
-            raise Retryable(f"sql_copy into {self.table}: another attempt of this step took "
-                            "the copy over; this one stops (its last batch is rolled back)")
+        fence(self.conn, self.copy_id, self.holder, self.clock.now(),
+              f"sql_copy into {self.table}", "copy", **values)
 
 
 def abandon(engine: sa.Engine, table: str, overwrite: bool, copy_id: str,

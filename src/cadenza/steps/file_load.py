@@ -106,6 +106,19 @@ def take_over(conn: sa.Connection, load_id: str, table: str, holder: str,
     return bool(taken)
 
 
+def fence(conn: sa.Connection, load_id: str, holder: str, now: datetime, what: str,
+          noun: str, **values: Any) -> None:
+    """Write ``values`` on the load's own progress row if ``holder`` still holds it; raise
+    Retryable (``what`` names the step and its table, ``noun`` the work: load, copy) when a
+    later attempt took it over."""
+    p = PROGRESS
+    if not conn.execute(p.update().where(p.c.load_id == load_id, p.c.checksum == "",
+                                         p.c.holder == holder)
+                        .values(updated_at=now, **values)).rowcount:
+        raise Retryable(f"{what}: another attempt of this step took the {noun} over; this "
+                        "one stops (its last batch is rolled back)")
+
+
 class FileLoadConfig(StepConfig):
     """``path`` (a glob, inside ``[files].roots``), ``connection`` and ``table``; the format
     comes from the extension unless given; ``upsert`` needs ``key``; ``constants`` add
@@ -253,13 +266,8 @@ class _Resume:
             PROGRESS.c.updated_at < self.clock.now() - KEEP_PROGRESS))
 
     def _fence(self, **values: Any) -> None:
-        p = PROGRESS
-        if not self.conn.execute(p.update().where(
-                p.c.load_id == self.load_id, p.c.checksum == "",
-                p.c.holder == self.holder).values(updated_at=self.clock.now(),
-                                                  **values)).rowcount:
-            raise Retryable(f"file_load into {self.table}: another attempt of this step took "
-                            "the load over; this one stops (its last batch is rolled back)")
+        fence(self.conn, self.load_id, self.holder, self.clock.now(),
+              f"file_load into {self.table}", "load", **values)
 
 
 def _missing(ctx: StepContext, config: FileLoadConfig, roots: list[Any]) -> StepResult:

@@ -32,7 +32,7 @@ from cadenza.config.types import (
 )
 
 LdapUrl = Annotated[str, url_check(("ldap", "ldaps"), "ldap://127.0.0.1:389")]
-ProxyUrl = Annotated[str, url_check(("http", "https", "socks5", "socks5h", "socks4"),
+ProxyUrl = Annotated[str, url_check(("http", "https", "socks5", "socks5h"),
                                     "http://user:${secret.NAME}@10.1.2.3:3128")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 RuleEvent = Literal["failed", "needs_review", "succeeded", "canceled", "missed", "long_run",

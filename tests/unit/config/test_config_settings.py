@@ -56,6 +56,8 @@ def test_store_must_be_sqlite_or_postgresql(make_home: MakeHome) -> None:
          "proxy = \"http://h:1\"\n", 'expected a duration string like "30s"'),
         ("[pools.p]\nkind = \"route\"\ncooldown = \"30 seconds\"\n[[pools.p.members]]\n"
          "id = \"a\"\nproxy = \"http://h:1\"\n", 'expected a duration like "30s"'),
+        ("[pools.p]\nkind = \"route\"\n[[pools.p.members]]\nid = \"a\"\n"
+         "proxy = \"socks4://h:1080\"\n", "(http or https or socks5 or socks5h)"),
         ("[retention]\ndays = inf\n", "expected an integer"),
         ("[files]\nroots = []\n", "at least 1 item"),
         ('[connections.x]\nurl = "sqlite://"\n', "missing required key 'type': expected one "

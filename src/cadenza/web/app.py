@@ -17,14 +17,17 @@ from cadenza.services.health import check_health
 from cadenza.store import Store
 from cadenza.web.access import AccessLog
 from cadenza.web.auth import AsViewer, WebContext
+from cadenza.web.headers import SecurityHeaders
 from cadenza.web.limits import BodyLimit
 from cadenza.web.redacting import redacting_response
 
 if TYPE_CHECKING:
     from cadenza.home import Home
 
-ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login")})
-"""The only (method, path) pairs that answer without a session or token (SPEC §12)."""
+ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login"),
+                                  ("GET", "/login"), ("POST", "/login")})
+"""The only (method, path) pairs that answer without a session or token (SPEC §12), besides
+the static files under ``/static`` (vendored scripts and styles, no data)."""
 
 
 def create_app(store: Store, *, home: Home | None = None,
@@ -32,7 +35,7 @@ def create_app(store: Store, *, home: Home | None = None,
     """Build the app around an open store (the caller owns and closes it). ``home`` gives
     the configuration the API acts on (without one, only reads of the store work);
     ``reload`` applies a changed jobs.toml (a running node's reload)."""
-    from cadenza.web import api
+    from cadenza.web import api, ui
 
     app = FastAPI(
         title="Cadenza",
@@ -58,6 +61,8 @@ def create_app(store: Store, *, home: Home | None = None,
 
     app.state.cadenza = WebContext(store, home, store.clock, reload)
     api.install(app)
+    ui.install(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog, clock=store.clock, home=home)  # outermost: logs a 413 too
     return app

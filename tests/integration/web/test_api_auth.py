@@ -54,7 +54,14 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/resources/{resource_id}/disable"): "operator",
     ("GET", "/api/notifications"): "viewer",
     ("POST", "/api/channels/{channel}/test"): "admin",
-    ("POST", "/api/logout"): "viewer",  # last: it ends the session the walk uses
+    # the pages (web/ui/): a page without a session answers 401 with the login form
+    ("GET", "/"): "viewer",
+    ("GET", "/login"): None,
+    ("POST", "/login"): None,
+    ("GET", "/account"): "viewer",
+    ("POST", "/account/password"): "viewer",
+    ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
+    ("POST", "/api/logout"): "viewer",
 }
 FILL = {"{job_id}": "hello", "{run_id}": "nope", "{session_id}": "nope", "{name}": "nope",
         "{username}": "nobody",
@@ -111,9 +118,13 @@ def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
         answer = anonymous.request(method, concrete(path), headers={"Origin": ORIGIN})
         if (method, path) in ALLOWED_WITHOUT_AUTH:
             assert answer.status_code != 401, (method, path)
-        else:
+        elif path.startswith("/api/") or path == "/metrics":
             assert answer.status_code == 401, (method, path, answer.text)
             assert "error" in answer.json()
+        else:  # a page: 401 with the login form, which comes back here after login
+            assert answer.status_code == 401, (method, path, answer.text)
+            assert 'action="/login"' in answer.text and \
+                f'name="next" value="{concrete(path)}"' in answer.text, (method, path)
 
 
 def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:
@@ -151,13 +162,15 @@ def test_role_table(env: ApiEnv, role: str) -> None:
     for (method, path), needed in ROLE_TABLE.items():
         if needed is None:
             continue
+        if path.endswith("/logout"):
+            client = env.session(user_of(role))
         answer = client.request(method, concrete(path), json={} if method != "GET" else None)
         allowed = ROLE_LADDER.index(role) >= ROLE_LADDER.index(needed)
         if allowed:
             assert answer.status_code not in (401, 403), (role, method, path, answer.text)
         else:
             assert answer.status_code == 403, (role, method, path, answer.text)
-            assert f"needs the {needed} role" in answer.json()["error"]
+            assert f"needs the {needed} role" in answer.text
 
 
 def test_tokens_act_with_their_role(env: ApiEnv) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
 from starlette.exceptions import HTTPException
 
@@ -73,36 +73,65 @@ _STATUS: list[tuple[type[Exception], int]] = [
 ]
 
 
+def _page(request: Request, status: int, message: str, problems: list[dict[str, Any]] | None = None,
+          headers: dict[str, str] | None = None) -> Response | None:
+    """The HTML answer when the request is a page's (the UI installed ``page_error``), or
+    None for the API's JSON."""
+    page_error = getattr(request.app.state, "page_error", None)
+    if page_error is None:
+        return None
+    from cadenza.web.ui.errors import is_page_path
+
+    if not is_page_path(request.url.path):
+        return None
+    answer: Response = page_error(request, status, _redact(request, message), problems or (),
+                                  headers)
+    return answer
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
-    async def service_error(request: Request, exc: Exception) -> JSONResponse:
+    async def service_error(request: Request, exc: Exception) -> Response:
         status = next(code for kind, code in _STATUS if isinstance(exc, kind))
         headers = {"Retry-After": "900"} if status == 429 else None
+        page = _page(request, status, str(exc), headers=headers)
+        if page is not None:
+            return page
         return JSONResponse(error_body(request, str(exc)), status_code=status,
                             headers=headers)
 
-    async def config_error(request: Request, exc: Exception) -> JSONResponse:
+    async def config_error(request: Request, exc: Exception) -> Response:
         from cadenza.config.problems import Problem
 
         assert isinstance(exc, ConfigError)
         problems = [{"location": f"{p.file}:{p.line}:{p.col}", "field": p.path or None,
                      "message": _redact(request, p.message), "text": _redact(request, str(p))}
                     for p in exc.problems if isinstance(p, Problem)]
+        page = _page(request, 422, str(exc), problems)
+        if page is not None:
+            return page
         return JSONResponse(error_body(request, str(exc), problems=problems),
                             status_code=422)
 
-    async def stale(request: Request, exc: Exception) -> JSONResponse:
+    async def stale(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StaleEdit)
+        page = _page(request, 409, f"{exc}\n{exc.diff}")
+        if page is not None:
+            return page
         return JSONResponse(error_body(request, str(exc), hash=exc.current_hash,
                                        diff=_redact(request, exc.diff)), status_code=409)
 
-    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        page = _page(request, exc.status_code, str(exc.detail),
+                     headers=getattr(exc, "headers", None))
+        if page is not None:
+            return page
         return JSONResponse(error_body(request, str(exc.detail)), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    async def invalid(request: Request, exc: Exception) -> JSONResponse:
+    async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = exc.errors()
         first = errors[0] if errors else {}
@@ -111,6 +140,10 @@ def install(app: FastAPI) -> None:
         # The input is left out: it may hold a password.
         details = [{"field": ".".join(str(p) for p in e.get("loc", ()) if p != "body"),
                     "message": e.get("msg")} for e in errors]
+        page = _page(request, 422, message, [{"field": d["field"], "text": f"{d['field']}: "
+                                              f"{d['message']}"} for d in details])
+        if page is not None:
+            return page
         return JSONResponse(error_body(request, message, field=field or None,
                                        errors=details), status_code=422)
 

@@ -1,0 +1,49 @@
+"""Who reads a page, and may they: the pages' counterpart of :mod:`cadenza.web.auth`.
+
+The same sessions, CSRF token and Origin check as the API (htmx sends the token from the
+``cadenza_csrf`` cookie, see static/cadenza.js). What differs is the answer without a
+session: a page answers 401 with the login form (which comes back to the page after
+login), an htmx request 401 with ``HX-Redirect`` to the login page. A role too low for a
+page answers the 403 page; pages show only the actions their reader may take, so a 403
+is a hand-made URL, not a button.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+
+from cadenza.services.auth import Principal
+from cadenza.web.auth import authenticate
+
+
+class LoginRequired(Exception):
+    """A page or a page action was requested without a valid session."""
+
+
+def page_require(role: str) -> Callable[[Request], Principal]:
+    """A dependency admitting readers whose role is ``role`` or above."""
+    def dependency(request: Request) -> Principal:
+        try:
+            principal = authenticate(request)
+        except HTTPException as exc:
+            if exc.status_code == 401:
+                raise LoginRequired() from None
+            raise
+        request.state.cadenza_principal = principal.name  # for the access log
+        if not principal.allows(role):
+            raise HTTPException(403, f"this needs the {role} role; you have "
+                                     f"{principal.role or 'no built-in role'}")
+        return principal
+
+    dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
+    dependency.__name__ = f"page_require_{role}"
+    return dependency
+
+
+PageViewer = Annotated[Principal, Depends(page_require("viewer"))]
+PageOperator = Annotated[Principal, Depends(page_require("operator"))]
+PageEditor = Annotated[Principal, Depends(page_require("editor"))]
+PageAdmin = Annotated[Principal, Depends(page_require("admin"))]

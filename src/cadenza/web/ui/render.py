@@ -1,0 +1,137 @@
+"""Rendering pages: one Jinja2 environment per language, strings through the Babel
+catalogue, every page's HTML through the home's redactor (docs/ui.md).
+
+Templates live in ``cadenza/web/templates/ui/``; they escape everything (autoescape) and
+never mark user data ``|safe``. A page gets, besides its own values:
+
+* ``me`` — the :class:`~cadenza.services.auth.Principal` (None on the login page),
+* ``can(role)`` — whether ``me`` has ``role`` or above: a page shows only the actions its
+  reader may take,
+* ``static(path)`` — the URL of a file under ``/static`` (with the version for caching),
+* ``nav`` — which top-bar entry is current, ``lang`` — the page's language,
+* ``_``/``gettext``/``ngettext`` — the catalogue (``{{ _("Run now") }}``).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from babel import Locale
+from babel.messages.mofile import write_mo
+from babel.messages.pofile import read_po
+from babel.support import NullTranslations, Translations
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+import cadenza
+
+if TYPE_CHECKING:
+    from cadenza.services.auth import Principal
+
+WEB = Path(__file__).resolve().parent.parent
+TEMPLATES = WEB / "templates"
+STATIC = WEB / "static"
+LOCALE_DIR = WEB / "locale"
+LANGUAGES = ("en", "fr")
+"""The page languages with a catalogue: English (the source strings) first; French is
+partial, Chinese comes next (SPEC §16). A string missing from a catalogue shows in English."""
+
+NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),
+       ("resources", "/resources", "viewer"), ("audit", "/audit", "viewer"),
+       ("dashboard", "/dashboard", "viewer"), ("admin", "/admin", "admin"))
+"""The top bar: (key, path, role needed to see it)."""
+
+
+@cache
+def translations(lang: str) -> NullTranslations:
+    """The catalogue of ``lang``, compiled from its ``.po`` in memory (no build step)."""
+    po = LOCALE_DIR / lang / "LC_MESSAGES" / "messages.po"
+    if lang == "en" or not po.is_file():
+        return NullTranslations()
+    with po.open("rb") as source:
+        catalog = read_po(source, locale=lang)
+    compiled = io.BytesIO()
+    write_mo(compiled, catalog)
+    compiled.seek(0)
+    return Translations(compiled)
+
+
+@cache
+def environment(lang: str) -> Environment:
+    """The template environment of ``lang`` (autoescaping, i18n extension)."""
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
+                      autoescape=select_autoescape(["html", "xml"], default=True),
+                      extensions=["jinja2.ext.i18n"], trim_blocks=True, lstrip_blocks=True)
+    env.install_gettext_translations(translations(lang), newstyle=True)  # type: ignore[attr-defined]
+    env.globals["static"] = static_url
+    env.filters["isoutc"] = iso_utc
+    env.filters["utctext"] = utc_text
+    env.globals["version"] = cadenza.__version__
+    return env
+
+
+def _utc(value: datetime | str) -> datetime:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def iso_utc(value: datetime | str) -> str:
+    """An instant as ISO 8601 in UTC with ``Z`` (a naive value is taken as UTC, which is
+    how the store keeps them): the ``datetime`` of a ``<time>``."""
+    return _utc(value).isoformat().replace("+00:00", "Z")
+
+
+def utc_text(value: datetime | str) -> str:
+    """An instant as ``2026-12-01 20:15:03 UTC``: what a page shows before its script
+    puts it in the browser's zone (and what it shows without script)."""
+    return _utc(value).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def static_url(path: str) -> str:
+    """``/static/<path>?v=<version>``: the version busts browser caches on upgrade."""
+    return f"/static/{path}?v={cadenza.__version__}"
+
+
+def choose_language(request: Request) -> str:
+    """The best of :data:`LANGUAGES` for the browser's ``Accept-Language`` (English when
+    none fits or the header is malformed)."""
+    header = request.headers.get("accept-language", "")
+    wanted = [part.split(";")[0].strip().replace("-", "_") for part in header.split(",")]
+    try:
+        best = Locale.negotiate([w for w in wanted if w], list(LANGUAGES), sep="_")
+    except (ValueError, TypeError):
+        best = None
+    return best.language if best is not None and best.language in LANGUAGES else "en"
+
+
+def render(request: Request, template: str, values: Mapping[str, Any] | None = None, *,
+           me: Principal | None = None, nav: str | None = None, status: int = 200,
+           headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """``template`` rendered for this request, redacted, as an HTML response."""
+    lang = choose_language(request)
+    page = environment(lang).get_template(template)
+    html = page.render(
+        me=me, can=(lambda role: me is not None and me.allows(role)), nav=nav, lang=lang,
+        nav_items=NAV, request=request, path=request.url.path, **dict(values or {}))
+    return HTMLResponse(redact_html(request, html), status_code=status,
+                        headers=dict(headers or {}))
+
+
+def redact_html(request: Request, html: str) -> str:
+    """``html`` through the home's redactor: the pages' last line of defence for secrets
+    (known secret values, URL user-info, secret-looking ``key=value``)."""
+    web = getattr(request.app.state, "cadenza", None)
+    home = getattr(web, "home", None)
+    return home.redactor.redact_text(html) if home is not None else html
+
+
+def is_htmx(request: Request) -> bool:
+    """True for a request made by htmx (it answers with a fragment, not a page)."""
+    return request.headers.get("hx-request") == "true"

@@ -1,0 +1,107 @@
+"""The login page, logout, and the account page (change your password)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from cadenza.services.auth import AuthService, Throttled, Unauthorized
+from cadenza.services.errors import InvalidRequest
+from cadenza.web.auth import CSRF_COOKIE, SESSION_COOKIE, check_origin, client_address, context
+from cadenza.web.ui.auth import PageViewer
+from cadenza.web.ui.render import is_htmx, render
+
+router = APIRouter(include_in_schema=False)
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after login: a path of this server only (never ``//host`` or a URL)."""
+    if not target or not target.startswith("/") or target.startswith("//") \
+            or "\\" in target or target.startswith(("/login", "/logout")):
+        return "/jobs"
+    return target
+
+
+def login_page(request: Request, *, next_path: str, error: str | None = None,
+               status: int = 200, username: str = "") -> HTMLResponse:
+    """The login form, posting back to ``/login`` with where to go next."""
+    return render(request, "ui/login.html", {"next": safe_next(next_path), "error": error,
+                                             "username": username}, status=status)
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, next: str = "/jobs") -> HTMLResponse:
+    """The login form."""
+    return login_page(request, next_path=next)
+
+
+@router.post("/login", response_class=HTMLResponse)
+def login(request: Request, username: Annotated[str, Form(max_length=200)],
+          password: Annotated[str, Form(max_length=4096)],
+          next: Annotated[str, Form(max_length=2000)] = "/jobs") -> Response:
+    """Check the password, open a session (the cookie HttpOnly, the CSRF token in a
+    cookie the page script reads) and go to ``next``; the form again with the reason if
+    not (429 when throttled)."""
+    check_origin(request)
+    web = context(request)
+    try:
+        new = AuthService(web.store, web.clock).login(username, password,
+                                                      client_address(request))
+    except Throttled as exc:
+        return login_page(request, next_path=next, error=str(exc), status=429,
+                          username=username)
+    except Unauthorized:
+        return login_page(request, next_path=next, status=401, username=username,
+                          error="Wrong user name or password.")
+    response = RedirectResponse(safe_next(next), status_code=303)
+    secure = request.url.scheme == "https"
+    max_age = int((new.expires_at - web.clock.now()).total_seconds())
+    response.set_cookie(SESSION_COOKIE, new.cookie, max_age=max_age, httponly=True,
+                        samesite="lax", secure=secure, path="/")
+    response.set_cookie(CSRF_COOKIE, new.csrf_token, max_age=max_age, httponly=False,
+                        samesite="lax", secure=secure, path="/")
+    return response
+
+
+@router.post("/logout")
+def logout(me: PageViewer, request: Request) -> Response:
+    """End this session; back to the login page."""
+    web = context(request)
+    AuthService(web.store, web.clock).logout(me)
+    response: Response
+    if is_htmx(request):
+        response = Response(status_code=200, headers={"HX-Redirect": "/login"})
+    else:
+        response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(CSRF_COOKIE, path="/")
+    return response
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account(me: PageViewer, request: Request) -> HTMLResponse:
+    """Your account: role, your live sessions, change your password."""
+    web = context(request)
+    sessions = AuthService(web.store, web.clock).sessions(me)
+    return render(request, "ui/account.html", {"sessions": sessions}, me=me)
+
+
+@router.post("/account/password", response_class=HTMLResponse)
+def change_password(me: PageViewer, request: Request,
+                    current_password: Annotated[str, Form(max_length=4096)],
+                    new_password: Annotated[str, Form(max_length=4096)],
+                    repeat_password: Annotated[str, Form(max_length=4096)]) -> Response:
+    """Change your own password; every session of yours ends, this one too."""
+    from cadenza.security import verify_password
+
+    web = context(request)
+    user = web.store.get_user(me.username) if me.username else None
+    if user is None or not verify_password(user.password_hash, current_password):
+        raise InvalidRequest("the current password does not match")
+    if new_password != repeat_password:
+        raise InvalidRequest("the two new passwords differ")
+    AuthService(web.store, web.clock).passwd(user.username, new_password,
+                                             actor=f"user:{user.username}")
+    return Response(status_code=200, headers={"HX-Redirect": "/login"})

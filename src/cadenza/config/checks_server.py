@@ -1,0 +1,57 @@
+"""Checks of ``[server]`` that need the home: the TLS certificate and key files.
+
+``tls_cert`` and ``tls_key`` are paths relative to the home (or absolute). Each must be a
+readable file, and together they must load as a certificate chain and its private key
+(what uvicorn will do at start): a located error otherwise, so that ``cadenza validate``
+says it before ``cadenza serve`` fails. The key's content never appears in a message.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cadenza.config.problems import Reporter
+from cadenza.config.validation import raw_table
+
+
+def tls_path(home: Path, value: str) -> Path:
+    """A ``tls_cert``/``tls_key`` value as an absolute path (relative ones: to the home)."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else (home / path)
+
+
+def check_server_files(data: Mapping[str, Any], home: Path, report: Reporter) -> None:
+    """Report a missing, unreadable or mismatched TLS certificate or key of ``data``
+    (cadenza.toml with its ``${...}`` resolved)."""
+    server = raw_table(data.get("server"))
+    found: dict[str, Path] = {}
+    for key in ("tls_cert", "tls_key"):
+        value = server.get(key)
+        if not isinstance(value, str) or not value.strip():
+            continue
+        path = tls_path(home, value)
+        what = "certificate" if key == "tls_cert" else "private key"
+        if not path.is_file():
+            report.error(("server", key), f"no TLS {what} file at {path} (a path relative to "
+                         "the home, or absolute)")
+            continue
+        try:
+            with path.open("rb") as handle:
+                handle.read(1)
+        except OSError as exc:
+            report.error(("server", key), f"cannot read the TLS {what} {path}: "
+                         f"{exc.strerror or exc}")
+            continue
+        found[key] = path
+    if len(found) == 2:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(found["tls_cert"], found["tls_key"])
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            report.error(("server", "tls_key"), f"the TLS certificate {found['tls_cert']} and "
+                         f"key {found['tls_key']} do not load as a pair ({reason}): expected "
+                         "PEM files, the key unencrypted and matching the certificate")

@@ -6,8 +6,10 @@ from the addresses and networks of ``[server] metrics_allow`` (``["127.0.0.1",
 forwarded client's when the peer is one of ``[server] trusted_proxies``. Families:
 ``cadenza_runs`` (gauge: runs in the store by job and state), ``cadenza_queue_depth``
 (QUEUED runs), ``cadenza_run_duration_seconds`` (histogram of the execution time of the
-runs finished in the last 24 hours, by job). A collector reads the store at scrape time, so
-every node answers the same figures and nothing is kept in memory between scrapes.
+runs finished in the last 24 hours, by job), ``cadenza_pool_members`` (gauge: members of
+each pool by state: AVAILABLE, LEASED, RUNNING, COOLDOWN, FAULT, DISABLED). A collector
+reads the store at scrape time, so every node answers the same figures and nothing is kept
+in memory between scrapes.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cadenza.domain.states import ResourceState
 from cadenza.services.auth import Principal
 from cadenza.store import Store
-from cadenza.store.tables import runs
+from cadenza.store.tables import resources, runs
 from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import SESSION_COOKIE, VIEWER, context
 
@@ -67,6 +70,21 @@ class StoreCollector(Collector):
             buckets.append(("+Inf", len(values)))
             histogram.add_metric([job], buckets, sum_value=sum(values))
         yield histogram
+        yield self._pools()
+
+    def _pools(self) -> Metric:
+        """``cadenza_pool_members{pool,state}``: every state of every pool, 0 included
+        (a series that comes and goes breaks rates and alerts)."""
+        with self.store.read() as c:
+            rows = c.execute(sa.select(resources.c.pool, resources.c.state, sa.func.count())
+                             .group_by(resources.c.pool, resources.c.state)).all()
+        counts = {(pool, state): count for pool, state, count in rows}
+        gauge = GaugeMetricFamily("cadenza_pool_members", "Pool members by state",
+                                  labels=["pool", "state"])
+        for pool in sorted({pool for pool, _state in counts}):
+            for state in ResourceState:
+                gauge.add_metric([pool, state.value], counts.get((pool, state.value), 0))
+        return gauge
 
 
 def allowed_address(request: Request) -> bool:

@@ -1,13 +1,17 @@
-"""Checks of ``[server]`` that need the home: the TLS certificate and key files.
+"""Checks of ``[server]`` beyond its schema: the TLS files, and who ``/metrics`` opens to.
 
-``tls_cert`` and ``tls_key`` are paths relative to the home (or absolute). Each must be a
-readable file, and together they must load as a certificate chain and its private key
-(what uvicorn will do at start): a located error otherwise, so that ``cadenza validate``
-says it before ``cadenza serve`` fails. The key's content never appears in a message.
+* ``tls_cert`` and ``tls_key`` are paths relative to the home (or absolute). Each must be a
+  readable file, and together they must load as a certificate chain and its private key
+  (what uvicorn will do at start): a located error otherwise, so that ``cadenza validate``
+  says it before ``cadenza serve`` fails. The key's content never appears in a message.
+* ``metrics_allow`` naming a loopback address while ``trusted_proxies`` is empty is a
+  warning: behind a reverse proxy on the same machine every client comes from 127.0.0.1,
+  so ``/metrics`` would answer anyone who reaches the proxy.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,8 +29,10 @@ def tls_path(home: Path, value: str) -> Path:
 
 def check_server_files(data: Mapping[str, Any], home: Path, report: Reporter) -> None:
     """Report a missing, unreadable or mismatched TLS certificate or key of ``data``
-    (cadenza.toml with its ``${...}`` resolved)."""
+    (cadenza.toml with its ``${...}`` resolved), and a loopback ``metrics_allow`` without
+    ``trusted_proxies``."""
     server = raw_table(data.get("server"))
+    _check_metrics_allow(server, report)
     found: dict[str, Path] = {}
     for key in ("tls_cert", "tls_key"):
         value = server.get(key)
@@ -55,3 +61,23 @@ def check_server_files(data: Mapping[str, Any], home: Path, report: Reporter) ->
             report.error(("server", "tls_key"), f"the TLS certificate {found['tls_cert']} and "
                          f"key {found['tls_key']} do not load as a pair ({reason}): expected "
                          "PEM files, the key unencrypted and matching the certificate")
+
+
+def _check_metrics_allow(server: Mapping[str, Any], report: Reporter) -> None:
+    allowed = server.get("metrics_allow")
+    if not isinstance(allowed, list) or server.get("trusted_proxies"):
+        return
+    for k, value in enumerate(allowed):
+        try:
+            network = ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError:
+            continue  # the schema reports it
+        if network.overlaps(_LOOPBACK[network.version]):
+            report.warning(("server", "metrics_allow", k), f"{value!r} lets loopback clients "
+                           "read /metrics without a token: behind a reverse proxy on this "
+                           "machine that is every client; list the proxy in trusted_proxies "
+                           "(or scrape with a token)")
+            return
+
+
+_LOOPBACK = {4: ipaddress.ip_network("127.0.0.0/8"), 6: ipaddress.ip_network("::1/128")}

@@ -116,3 +116,18 @@ def test_bad_tls_files_and_addresses_are_located_errors(tmp_path: Path) -> None:
     assert any("server.trusted_proxies[0]" in p for p in bad_net), bad_net
     assert any("server.metrics_allow[0]" in p and "network" in p for p in bad_net), bad_net
     assert key.exists()
+
+
+def test_loopback_metrics_allow_without_trusted_proxies_warns(tmp_path: Path) -> None:
+    home = make_home(tmp_path)
+    text = (home / "cadenza.toml").read_text(encoding="utf-8")
+
+    def warnings(lines: str) -> list[str]:
+        problems = validate_settings_text(home, text.replace("[server]\n", "[server]\n" + lines))
+        return [str(p) for p in problems if not p.is_error and "metrics_allow" in p.path]
+
+    found = warnings('metrics_allow = ["10.0.0.0/8", "127.0.0.1"]\n')
+    assert len(found) == 1 and "server.metrics_allow[1]" in found[0] \
+        and "trusted_proxies" in found[0], found
+    assert warnings('metrics_allow = ["10.0.0.0/8"]\n') == []
+    assert warnings('metrics_allow = ["127.0.0.1"]\ntrusted_proxies = ["127.0.0.1"]\n') == []

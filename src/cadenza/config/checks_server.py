@@ -3,7 +3,8 @@
 * ``tls_cert`` and ``tls_key`` are paths relative to the home (or absolute). Each must be a
   readable file, and together they must load as a certificate chain and its private key
   (what uvicorn will do at start): a located error otherwise, so that ``cadenza validate``
-  says it before ``cadenza serve`` fails. The key's content never appears in a message.
+  says it before ``cadenza serve`` fails. The key's content never appears in a message;
+  a key file that group or others can read is a warning (POSIX).
 * ``metrics_allow`` naming a loopback address while ``trusted_proxies`` is empty is a
   warning: behind a reverse proxy on the same machine every client comes from 127.0.0.1,
   so ``/metrics`` would answer anyone who reaches the proxy.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -52,6 +54,9 @@ def check_server_files(data: Mapping[str, Any], home: Path, report: Reporter) ->
                          f"{exc.strerror or exc}")
             continue
         found[key] = path
+        if key == "tls_key" and os.name == "posix" and path.stat().st_mode & 0o077:
+            report.warning(("server", key), f"the TLS private key {path} is readable by "
+                           f"others than its owner: chmod 600 {path}")
     if len(found) == 2:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:

@@ -115,7 +115,10 @@ def test_bad_tls_files_and_addresses_are_located_errors(tmp_path: Path) -> None:
                               'metrics_allow = ["everyone"]\n')
     assert any("server.trusted_proxies[0]" in p for p in bad_net), bad_net
     assert any("server.metrics_allow[0]" in p and "network" in p for p in bad_net), bad_net
-    assert key.exists()
+    key.chmod(0o644)
+    loose = [str(p) for p in validate_settings_text(home, (home / "cadenza.toml").read_text(
+        encoding="utf-8").replace("[server]\n", "[server]\n" + TLS, 1)) if not p.is_error]
+    assert any("server.tls_key" in p and "chmod 600" in p for p in loose), loose
 
 
 def test_loopback_metrics_allow_without_trusted_proxies_warns(tmp_path: Path) -> None:

@@ -47,10 +47,8 @@ def _serve(services: Services, options: ServeOptions) -> None:
     """Open the server on ``services``, start it, wait until it is asked to stop, stop it."""
     with handled():
         server = open_server(services, options)
-    if server.exposed:
-        err.print(f"warning: listening on {server.host} exposes Cadenza to the network "
-                  "over plain HTTP (passwords and tokens in clear); bind 127.0.0.1 behind a "
-                  "TLS-terminating proxy", markup=False)
+    if server.warning is not None:
+        err.print(server.warning, markup=False)
     stop = server.stop_event
 
     def on_stop(signum: int, frame: FrameType | None) -> None:
@@ -70,7 +68,7 @@ def _serve(services: Services, options: ServeOptions) -> None:
     out.print(f"Cadenza serving {services.home.path} with {server.workers} worker(s)"
               + ("" if server.scheduling else ", scheduler off"), markup=False)
     if server.web is not None:
-        out.print(f"URL: http://{server.host}:{server.port}/  (health: /api/health)",
+        out.print(f"URL: {server.url}  (health: /api/health)",
                   markup=False)
         out.print("Login: admin, with the password `cadenza init` printed "
                   "(or add one: cadenza users add NAME --role admin)", markup=False)

@@ -17,7 +17,8 @@ def stats_command(
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
-    """Queue and execution times, retry rate, error shares, time to recovery (SPEC §17)."""
+    """Queue and execution times, retry rate, error shares, time to recovery, pool
+    utilization and resources cooling down (SPEC §17)."""
     services = state(ctx).services
     with handled():
         figures = stats(services.store(), services.clock, since).as_json()

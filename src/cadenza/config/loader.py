@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from cadenza.config.checks_server import check_server_files
 from cadenza.config.checks_settings import check_settings, plaintext_secrets
 from cadenza.config.crossref import (
     Catalog,
@@ -149,7 +150,7 @@ def _check(home: Path, *, settings_text: str | None = None, jobs_text: str | Non
     settings_file = _parse(home, SETTINGS_FILE, settings_text)
     jobs_file = _parse(home, JOBS_FILE, jobs_text)
     substitution = Substitution(settings_file.reporter, resolve_secret, environ)
-    settings = _settings(settings_file, substitution)
+    settings = _settings(settings_file, substitution, home)
     catalog = catalog_of(settings_file.data, home) if settings_file.data is not None \
         else Catalog()
     jobs = _jobs(jobs_file, catalog, home)
@@ -160,13 +161,14 @@ def _check(home: Path, *, settings_text: str | None = None, jobs_text: str | Non
     return _Outcome(settings, jobs, problems, substitution.secret_values)
 
 
-def _settings(parsed: ParsedFile, substitution: Substitution) -> Settings | None:
+def _settings(parsed: ParsedFile, substitution: Substitution, home: Path) -> Settings | None:
     if parsed.data is None:
         return None
     report = parsed.reporter
     validate_model(Settings, parsed.data, report)
     check_settings(parsed.data, report)
     resolved = substitution.resolve(parsed.data)
+    check_server_files(resolved, home, report)
     if report.failed:
         return None
     try:

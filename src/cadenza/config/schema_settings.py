@@ -55,12 +55,49 @@ def _region(value: str) -> str:
     return value
 
 
+def _network(value: str) -> str:
+    import ipaddress
+
+    if value.startswith("${"):
+        return value  # checked once resolved
+    try:
+        ipaddress.ip_network(value.strip(), strict=False)
+    except ValueError:
+        fail(f"expected an IP address or a network like \"10.0.0.0/8\", got {value!r}")
+    return value.strip()
+
+
+Network = Annotated[str, AfterValidator(_network)]
+"""An IP address (``127.0.0.1``, ``::1``) or a CIDR network (``10.0.0.0/8``)."""
+
+
 class ServerSettings(StrictModel):
-    """Where the web UI and API listen; ``base_url`` is the address users reach it at."""
+    """Where the web UI and API listen; ``base_url`` is the address users reach it at.
+
+    ``tls_cert``/``tls_key``: PEM files (relative to the home) to serve https; both or
+    neither. ``trusted_proxies``: addresses or networks whose ``X-Forwarded-For`` and
+    ``X-Forwarded-Proto`` are believed (nobody's by default). ``metrics_allow``: addresses
+    or networks that may read ``/metrics`` without a token (none by default)."""
 
     host: NonEmptyStr = "127.0.0.1"
     port: Port = 8765
     base_url: HttpUrl | None = None
+    tls_cert: NonEmptyStr | None = None
+    tls_key: NonEmptyStr | None = None
+    trusted_proxies: list[Network] = Field(default_factory=list, max_length=1000)
+    metrics_allow: list[Network] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            fail("expected both tls_cert and tls_key (the certificate and its private key), "
+                 "or neither")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        """Whether the server speaks https itself."""
+        return self.tls_cert is not None and self.tls_key is not None
 
 
 class StoreSettings(StrictModel):

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import json
+import re
 import socket
 import ssl
 from collections.abc import Callable, Iterator
@@ -40,6 +42,8 @@ from cadenza.domain.errors import Fatal, ResourceFault, StepError
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.netguard import EgressPolicy, GuardedTransport
 
+_REGION = re.compile(r"[A-Z0-9_-]{1,16}")
+"""A region as an IP echo names it: a country code (``FR``) or a short code of its own."""
 SUPPORTED = ("http", "https", "socks5", "socks5h")
 """Proxy schemes httpx can send through."""
 DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
@@ -196,8 +200,18 @@ def egress_of(client: httpx.Client, url: str, *, ip_key: str = "ip",
         raise EchoError(f"the IP echo's answer is not JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get(ip_key), str):
         raise EchoError(f"the IP echo's answer has no {ip_key!r} text")
+    address = data[ip_key].strip()
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        # Never kept nor shown: a broken or hostile echo (or proxy) may answer anything
+        # there, such as the Proxy-Authorization it was sent.
+        raise EchoError(f"the IP echo's {ip_key!r} is not an IP address") from None
     country = data.get(country_key)
-    return data[ip_key], country.strip().upper() if isinstance(country, str) else None
+    region = country.strip().upper() if isinstance(country, str) else None
+    if region is not None and not _REGION.fullmatch(region):
+        raise EchoError(f"the IP echo's {country_key!r} is not a country code")
+    return address, region
 
 
 def region_mismatch(route: LeasedResource, seen: str | None) -> str | None:

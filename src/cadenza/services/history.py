@@ -257,32 +257,46 @@ class HistoryService:
 
     def logs(self, run_id: str, min_level: str | None = None) -> list[LogLine]:
         """The run's log lines so far (at ``min_level`` or above)."""
-        return list(self._lines(run_id, parse_level(min_level), follow=False))
+        return [line for line in self._lines(run_id, parse_level(min_level), follow=False)
+                if line is not None]
 
     def follow_logs(self, run_id: str, min_level: str | None = None,
                     poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
         """The run's log lines, then each new one as it is written, until the run ended."""
+        lines = self._lines(run_id, parse_level(min_level), follow=True, poll=poll)
+        return (line for line in lines if line is not None)
+
+    def follow_logs_idle(self, run_id: str, min_level: str | None = None,
+                         poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine | None]:
+        """As :meth:`follow_logs`, with a ``None`` after each poll that found nothing new:
+        each ``next()`` returns within one poll, so a reader can stop between two (a
+        client that closed its stream costs at most one poll, never the rest of the run).
+        NotFound at once for an unknown run."""
         return self._lines(run_id, parse_level(min_level), follow=True, poll=poll)
 
     def _lines(self, run_id: str, min_level: str | None, *, follow: bool,
-               poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
+               poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine | None]:
         store = self._store()
         if store.get_run(run_id) is None:
             raise NotFound(f"no run {run_id!r}")
         return self._tail(store, run_id, min_level, follow, poll)
 
     def _tail(self, store: Store, run_id: str, min_level: str | None, follow: bool,
-              poll: float) -> Iterator[LogLine]:
+              poll: float) -> Iterator[LogLine | None]:
         after: int | None = None
         while True:
             # Read "finished" first: the lines of a run's end commit with it, so a read
             # after seeing it finished sees them all.
             finished = store.run_is_finished(run_id) if follow else True
+            found = False
             for line in store.list_logs(run_id, after_id=after, min_level=min_level):
                 after = line.id
+                found = True
                 yield LogLine(line.id, line.ts, line.level, line.step, line.message)
             if finished:
                 return
+            if not found:
+                yield None
             self.clock.sleep(poll)
 
     def events(self, query: EventQuery) -> list[EventView]:

@@ -20,12 +20,14 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import uvicorn
 
     from cadenza.audit import Redactor
+    from cadenza.config.schema_settings import ServerSettings
     from cadenza.node import Node
     from cadenza.services.context import Services
 
@@ -34,9 +36,8 @@ EVERY_INTERFACE = ("0.0.0.0", "::")
 
 
 def exposed_host(host: str) -> bool:
-    """True unless ``host`` is a loopback address or ``localhost``: the server speaks plain
-    HTTP (no TLS setting yet, no trusted proxy), so any other address exposes logins and
-    tokens to the network."""
+    """True unless ``host`` is a loopback address or ``localhost``: any other address is
+    reachable from other machines."""
     import ipaddress
 
     if host.lower() == "localhost":
@@ -45,6 +46,19 @@ def exposed_host(host: str) -> bool:
         return not ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:  # a host name: it may resolve to anything
         return True
+
+
+def exposure_warning(host: str, *, tls: bool, proxied: bool) -> str | None:
+    """The warning ``cadenza serve`` prints for ``host``: None on a loopback address, or
+    when the server speaks TLS itself (``[server] tls_cert``/``tls_key``) or trusts a
+    TLS-terminating proxy (``[server] trusted_proxies``); else why plain HTTP on the
+    network is a risk and what to set."""
+    if not exposed_host(host) or tls or proxied:
+        return None
+    return (f"warning: listening on {host} exposes Cadenza to the network over plain HTTP "
+            "(passwords, cookies and tokens in clear): set [server] tls_cert and tls_key, "
+            "or bind 127.0.0.1 behind a TLS-terminating proxy (and list it in [server] "
+            "trusted_proxies)")
 
 
 @dataclass(frozen=True)
@@ -78,8 +92,11 @@ class Server:
     """A node and, unless disabled, the HTTP server, over the services' store."""
 
     def __init__(self, services: Services, node: Node, host: str, port: int,
-                 web: uvicorn.Server | None, sock: socket.socket | None = None) -> None:
+                 web: uvicorn.Server | None, sock: socket.socket | None = None, *,
+                 tls: bool = False, proxied: bool = False) -> None:
         self.services = services
+        self.tls = tls
+        self.proxied = proxied
         self.node = node
         self.host = host
         self.port = port
@@ -101,8 +118,20 @@ class Server:
 
     @property
     def exposed(self) -> bool:
-        """Whether its address is reachable from other machines (a warning for people)."""
-        return exposed_host(self.host)
+        """Whether its address is reachable from other machines over plain HTTP (neither
+        TLS nor a trusted proxy is configured): a warning for people."""
+        return self.warning is not None
+
+    @property
+    def warning(self) -> str | None:
+        """What ``cadenza serve`` warns about its address (:func:`exposure_warning`)."""
+        return exposure_warning(self.host, tls=self.tls, proxied=self.proxied)
+
+    @property
+    def url(self) -> str:
+        """The server's address as people type it (https when it speaks TLS)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}/"
 
     def reload(self) -> None:
         """Ask the node to load the configuration again (applied when valid)."""
@@ -201,8 +230,9 @@ def open_server(services: Services, options: ServeOptions) -> Server:
     root.addHandler(handler)
     root.setLevel(logging.INFO)
 
-    host = options.host or config.settings.server.host
-    port = options.port or config.settings.server.port
+    server = config.settings.server
+    host = options.host or server.host
+    port = options.port or server.port
     sock = listen(host, port) if options.web else None  # before anything starts
     store = services.store()
     node = Node(services.home, config, store, clock=services.clock, workers=options.workers,
@@ -213,7 +243,24 @@ def open_server(services: Services, options: ServeOptions) -> Server:
             node.request_reload()  # applied by the dispatcher at its next occasion
             return True
 
-        app = create_app(store, home=services.home, reload=reload)
-        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port,
-                                            log_level="warning"))
-    return Server(services, node, host, port, web, sock)
+        app = create_app(store, home=services.home, reload=reload,
+                         metrics_allow=server.metrics_allow)
+        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                            **uvicorn_settings(services.home.path, server)))
+    return Server(services, node, host, port, web, sock, tls=server.tls,
+                  proxied=bool(server.trusted_proxies))
+
+
+def uvicorn_settings(home: Path, server: ServerSettings) -> dict[str, Any]:
+    """uvicorn's TLS and proxy options for ``[server]``: the certificate and key (paths
+    relative to the home), and proxy headers believed only from ``trusted_proxies`` (uvicorn
+    would otherwise trust 127.0.0.1 by default, letting any local process pick the client
+    address that login throttling and the access log use)."""
+    from cadenza.config.checks_server import tls_path
+
+    options: dict[str, Any] = {"proxy_headers": bool(server.trusted_proxies),
+                               "forwarded_allow_ips": list(server.trusted_proxies)}
+    if server.tls_cert is not None and server.tls_key is not None:
+        options["ssl_certfile"] = str(tls_path(home, server.tls_cert))
+        options["ssl_keyfile"] = str(tls_path(home, server.tls_key))
+    return options

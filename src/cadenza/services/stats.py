@@ -1,5 +1,6 @@
 """``stats(since)``: the figures of SPEC §17 over a window (``cadenza stats``,
-``GET /api/stats``); see :mod:`cadenza.store.stats` for what is counted."""
+``GET /api/stats``); see :mod:`cadenza.store.stats` and :mod:`cadenza.store.pool_stats`
+for what is counted."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ DEFAULT_WINDOW = "7d"
 def stats(store: Store, clock: Clock, since: str | None = None) -> RunStats:
     """The figures of the runs created since ``since`` (an age like ``7d`` or an ISO time;
     default 7 days); InvalidRequest for a bad ``since``."""
+    from dataclasses import replace
+
+    from cadenza.store.pool_stats import pool_stats
     from cadenza.store.stats import run_stats
 
-    return run_stats(store, parse_since(since or DEFAULT_WINDOW, clock.now()))
+    now = clock.now()
+    start = parse_since(since or DEFAULT_WINDOW, now)
+    return replace(run_stats(store, start), pools=pool_stats(store, start, now))

@@ -1,7 +1,7 @@
 """Figures of SPEC §17 computed from the store over a window: queue time, execution time,
 retry rate, error share by class and by step type, mean time from failure to recovery per
-job, runs by state. (Resource utilization per pool and resources cooling down come with the
-pools' own service.)
+job, runs by state; with :mod:`cadenza.store.pool_stats`, resource utilization per pool and
+the resources cooling down.
 
 Read in one read transaction; durations in seconds. The window's runs are read row by row
 (only the columns needed), which is fine for days of history; a longer window is a job
@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.store.core import StoreCore
+from cadenza.store.pool_stats import PoolStats
 from cadenza.store.tables import runs, step_runs
 
 
@@ -54,6 +55,7 @@ class RunStats:
     errors_by_class: dict[str, int]
     errors_by_step_type: dict[str, int]
     recovery_by_job: dict[str, Durations] = field(default_factory=dict)
+    pools: PoolStats | None = None
 
     @property
     def retry_rate(self) -> float | None:
@@ -76,6 +78,10 @@ class RunStats:
             "error_share_by_step_type": {k: round(v / failed, 4)
                                          for k, v in self.errors_by_step_type.items()},
             "recovery_seconds_by_job": {k: d(v) for k, v in self.recovery_by_job.items()},
+            "resource_utilization_by_pool": {} if self.pools is None else {
+                k: v.as_json() for k, v in self.pools.pools.items()},
+            "resources_cooling_down": [] if self.pools is None else [
+                c.as_json() for c in self.pools.cooling],
         }
 
 

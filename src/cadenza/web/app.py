@@ -6,7 +6,8 @@ route but the health check and the login needs a session or a bearer token
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from ipaddress import ip_network
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
@@ -31,10 +32,12 @@ the static files under ``/static`` (vendored scripts and styles, no data)."""
 
 
 def create_app(store: Store, *, home: Home | None = None,
-               reload: Callable[[], object] | None = None) -> FastAPI:
+               reload: Callable[[], object] | None = None,
+               metrics_allow: Sequence[str] = ()) -> FastAPI:
     """Build the app around an open store (the caller owns and closes it). ``home`` gives
     the configuration the API acts on (without one, only reads of the store work);
-    ``reload`` applies a changed jobs.toml (a running node's reload)."""
+    ``reload`` applies a changed jobs.toml (a running node's reload); ``metrics_allow``:
+    addresses and networks that may read ``/metrics`` without a token."""
     from cadenza.web import api, ui
 
     app = FastAPI(
@@ -60,6 +63,7 @@ def create_app(store: Store, *, home: Home | None = None,
         return JSONResponse(app.openapi())
 
     app.state.cadenza = WebContext(store, home, store.clock, reload)
+    app.state.cadenza.metrics_allow = tuple(ip_network(n, strict=False) for n in metrics_allow)
     api.install(app)
     ui.install(app)
     app.add_middleware(BodyLimit)

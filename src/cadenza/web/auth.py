@@ -17,6 +17,7 @@ import hmac
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
@@ -45,6 +46,8 @@ class WebContext:
     home: Home | None
     clock: Clock
     reload: Callable[[], object] | None = None
+    metrics_allow: tuple[IPv4Network | IPv6Network, ...] = ()
+    """``[server] metrics_allow``: who may read ``/metrics`` without a token."""
 
 
 def context(request: Request) -> WebContext:
@@ -54,7 +57,9 @@ def context(request: Request) -> WebContext:
 
 
 def client_address(request: Request) -> str:
-    """The peer's address (proxy headers are not trusted)."""
+    """The peer's address; when the peer is one of ``[server] trusted_proxies``, the
+    client named by its ``X-Forwarded-For`` (uvicorn rewrites the peer; nobody else's
+    proxy headers are believed)."""
     return request.client.host if request.client is not None else "unknown"
 
 

@@ -1,27 +1,36 @@
 """``GET /metrics``: Prometheus text, computed from the store at each scrape.
 
-Never open: it needs a token or session like every route (viewer role). Families:
+Never open by default: it needs a token or session like every route (viewer role), except
+from the addresses and networks of ``[server] metrics_allow`` (``["127.0.0.1",
+"10.0.0.0/8"]``), which may scrape it without one. The address is the peer's, or the
+forwarded client's when the peer is one of ``[server] trusted_proxies``. Families:
 ``cadenza_runs`` (gauge: runs in the store by job and state), ``cadenza_queue_depth``
 (QUEUED runs), ``cadenza_run_duration_seconds`` (histogram of the execution time of the
-runs finished in the last 24 hours, by job). A collector reads the store at scrape time, so
-every node answers the same figures and nothing is kept in memory between scrapes.
+runs finished in the last 24 hours, by job), ``cadenza_pool_members`` (gauge: members of
+each pool by state: AVAILABLE, LEASED, RUNNING, COOLDOWN, FAULT, DISABLED). A collector
+reads the store at scrape time, so every node answers the same figures and nothing is kept
+in memory between scrapes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Annotated
 
 import sqlalchemy as sa
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cadenza.domain.states import ResourceState
+from cadenza.services.auth import Principal
 from cadenza.store import Store
-from cadenza.store.tables import runs
+from cadenza.store.tables import resources, runs
 from cadenza.web.api.errors import ERROR_RESPONSES
-from cadenza.web.auth import AsViewer, context
+from cadenza.web.auth import SESSION_COOKIE, VIEWER, context
 
 router = APIRouter(tags=["metrics"], responses=ERROR_RESPONSES)
 BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
@@ -61,11 +70,54 @@ class StoreCollector(Collector):
             buckets.append(("+Inf", len(values)))
             histogram.add_metric([job], buckets, sum_value=sum(values))
         yield histogram
+        yield self._pools()
+
+    def _pools(self) -> Metric:
+        """``cadenza_pool_members{pool,state}``: every state of every pool, 0 included
+        (a series that comes and goes breaks rates and alerts)."""
+        with self.store.read() as c:
+            rows = c.execute(sa.select(resources.c.pool, resources.c.state, sa.func.count())
+                             .group_by(resources.c.pool, resources.c.state)).all()
+        counts = {(pool, state): count for pool, state, count in rows}
+        gauge = GaugeMetricFamily("cadenza_pool_members", "Pool members by state",
+                                  labels=["pool", "state"])
+        for pool in sorted({pool for pool, _state in counts}):
+            for state in ResourceState:
+                gauge.add_metric([pool, state.value], counts.get((pool, state.value), 0))
+        return gauge
+
+
+def allowed_address(request: Request) -> bool:
+    """True when the caller's address is in ``[server] metrics_allow``."""
+    networks = context(request).metrics_allow
+    if not networks or request.client is None:
+        return False
+    try:
+        address = ipaddress.ip_address(request.client.host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in networks)
+
+
+def metrics_access(request: Request) -> Principal | None:
+    """A caller from ``metrics_allow`` without credentials, else a viewer or above."""
+    if allowed_address(request) and "authorization" not in request.headers \
+            and SESSION_COOKIE not in request.cookies:
+        request.state.cadenza_principal = "metrics_allow"  # for the access log
+        return None
+    return VIEWER(request)
+
+
+metrics_access.required_role = "viewer"  # type: ignore[attr-defined]  # read by the route walk
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(principal: AsViewer, request: Request) -> Response:
-    """Prometheus metrics (needs a token: ``Authorization: Bearer cdz_…``, viewer role)."""
+def metrics(principal: Annotated[Principal | None, Depends(metrics_access)],
+            request: Request) -> Response:
+    """Prometheus metrics (a token: ``Authorization: Bearer cdz_…``, viewer role; or no
+    token from an address of ``[server] metrics_allow``)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(context(request).store))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

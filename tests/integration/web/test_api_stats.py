@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from tests.integration.web.api_env import START, api_env
 from typer.testing import CliRunner
 
@@ -57,3 +58,61 @@ def test_stats_from_the_store(tmp_path: Path) -> None:
         app, ["--home", str(home), "stats", "--since", "2027-03-01T00:00:00+00:00", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["runs_by_state"] == {"FAILED": 1, "SUCCEEDED": 2}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_pool_utilization_and_cooling_down(tmp_path: Path, backend: str,
+                                           request: pytest.FixtureRequest) -> None:
+    from datetime import timedelta
+
+    from cadenza.domain.states import ResourceState as X
+
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    clock = FakeClock(START)
+    with api_env(tmp_path, clock=clock, store_url=url) as env:
+        store = env.store
+        for rid, pool, kind in (("r1", "proxies", "route"), ("r2", "proxies", "route"),
+                                ("u1", "accounts", "unit")):
+            store.upsert_resource(rid, pool, kind)
+        clock.advance(100)
+        assert store.transition_resource("r1", X.LEASED, fields={"lease_owner": "run-a"})
+        assert store.transition_resource("u1", X.LEASED, fields={"lease_owner": "run-b"})
+        clock.advance(50)
+        assert store.transition_resource("r1", X.RUNNING)
+        middle = clock.now()
+        clock.advance(150)
+        assert store.transition_resource("r1", X.COOLDOWN)
+        until = clock.now() + timedelta(minutes=10)
+        store.update_resource_health("r1", {"cooldown_until": until})
+        clock.advance(200)  # now: START + 500 s; u1 still LEASED
+        viewer = env.session("viewer")
+        figures = viewer.get("/api/stats", params={"since": "1h"}).json()
+        proxies = figures["resource_utilization_by_pool"]["proxies"]
+        assert proxies["members"] == 2 and proxies["leased_seconds"] == 200.0
+        assert proxies["running_seconds"] == 150.0
+        assert proxies["leased_share"] == round(200 / (2 * 3600), 4)
+        assert proxies["running_share"] == round(150 / (2 * 3600), 4)
+        assert proxies["by_state"] == {"AVAILABLE": 1, "COOLDOWN": 1}
+        accounts = figures["resource_utilization_by_pool"]["accounts"]
+        assert accounts["leased_seconds"] == 400.0 and accounts["running_share"] == 0.0
+        assert figures["resources_cooling_down"] == [
+            {"resource": "r1", "pool": "proxies",
+             "until": until.isoformat().replace("+00:00", "Z")}]
+        # a window that starts while members are held counts them from its start
+        since = middle.isoformat()
+        part = viewer.get("/api/stats", params={"since": since}).json()
+        assert part["resource_utilization_by_pool"]["proxies"]["leased_seconds"] == 150.0
+        assert part["resource_utilization_by_pool"]["proxies"]["leased_share"] == \
+            round(150 / (2 * 350), 4)
+        assert part["resource_utilization_by_pool"]["accounts"]["leased_share"] == 1.0
+        token = TokenService(store).create("prom", "viewer", actor="test").token
+        text = env.token_client(token).get("/metrics").text
+        assert 'cadenza_pool_members{pool="proxies",state="COOLDOWN"} 1.0' in text
+        assert 'cadenza_pool_members{pool="proxies",state="LEASED"} 0.0' in text
+        assert 'cadenza_pool_members{pool="accounts",state="LEASED"} 1.0' in text
+        home = env.services.home.path
+    if url is None:
+        result = CliRunner(env={"CADENZA_FAKE_NOW": START}).invoke(
+            app, ["--home", str(home), "stats", "--json"])
+        assert result.exit_code == 0, result.output
+        assert "proxies" in json.loads(result.output)["resource_utilization_by_pool"]

@@ -4,20 +4,34 @@ server-sent events, and the operator's actions on a run; ``/api/backup`` (admin)
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from cadenza.services.errors import InvalidRequest
-from cadenza.services.history import HistoryService, RunView, check_type, parse_since
+from cadenza.services.history import (
+    HistoryService,
+    LogLine,
+    RunView,
+    check_type,
+    parse_since,
+)
 from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, context, services_for
 
 router = APIRouter(prefix="/api", tags=["runs"], responses=ERROR_RESPONSES)
 MAX_PAGE = 500
+
+
+class _End:
+    """What ``next`` answers once the log's reading ended (the run ended)."""
+
+
+_END = _End()
 
 
 def _history(request: Request) -> HistoryService:
@@ -81,19 +95,34 @@ def run_log(run_id: str, principal: AsViewer, request: Request, follow: bool = F
     history = _history(request)
     if not follow:
         return [line.as_json() | {"id": line.id} for line in history.logs(run_id, level)]
-    lines = history.follow_logs(run_id, level)  # NotFound raised here, before streaming
-    home = context(request).home
+    lines = history.follow_logs_idle(run_id, level)  # NotFound here, before streaming
+    return StreamingResponse(_stream(request, lines), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store"})
 
-    def events() -> Iterator[str]:
-        for line in lines:
+
+async def _stream(request: Request, lines: Iterator[LogLine | None]) -> AsyncIterator[str]:
+    """The SSE events of ``lines`` (read in a worker thread, one poll at a time). Between
+    two polls it checks whether the client left: a closed stream ends here within a poll,
+    whatever the run does, and the reading stops (nothing of the run is touched)."""
+    home = context(request).home
+    try:
+        while True:
+            line = await anyio.to_thread.run_sync(next, lines, _END)
+            if isinstance(line, _End):
+                break
+            if line is None:  # nothing new this poll
+                if await request.is_disconnected():
+                    return
+                continue
             data = json.dumps(line.as_json() | {"id": line.id}, default=str)
             if home is not None:
                 data = home.redactor.redact_text(data)
             yield f"id: {line.id}\ndata: {data}\n\n"
         yield "event: end\ndata: {}\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store"})
+    finally:
+        close = getattr(lines, "close", None)
+        if close is not None:
+            close()  # between two polls: only ends the generator
 
 
 def _action(request: Request, principal: Any, run_id: str, verb: str) -> dict[str, Any]:

@@ -123,8 +123,9 @@ def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
             assert "error" in answer.json()
         else:  # a page: 401 with the login form, which comes back here after login
             assert answer.status_code == 401, (method, path, answer.text)
-            assert 'action="/login"' in answer.text and \
-                f'name="next" value="{concrete(path)}"' in answer.text, (method, path)
+            assert 'action="/login"' in answer.text, (method, path)
+            if method == "GET":
+                assert f'name="next" value="{concrete(path)}"' in answer.text, path
 
 
 def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:

@@ -128,7 +128,8 @@ def shot(page: Any, name: str, tmp_path: Path) -> Path:
         target = IMAGES / f"{name}.png"
     else:
         target = tmp_path / f"{name}.png"
-    page.screenshot(path=str(target), full_page=True)
+    # caret="initial": Playwright's caret hiding injects a <style>, which the CSP refuses
+    page.screenshot(path=str(target), full_page=True, caret="initial")
     return target
 
 

@@ -1,0 +1,105 @@
+"""The jobs pages in Chromium: Run now lands on the run's page; Run with parameters with
+another period, saved as a preset that appears in jobs.toml with the file's comments
+intact; the enable switch; the preset picker reloads the form (htmx)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.browser.conftest import UI, login, shot
+
+RUN_URL = re.compile(r".*/runs/([0-9A-Z]{26})$")
+
+
+def _run(ui: UI, run_id: str) -> dict[str, Any]:
+    """The run as `cadenza runs show --json` prints it (it exists in the store)."""
+    shown: dict[str, Any] = json.loads(ui.run_cli("runs", "show", run_id, "--json"))
+    return shown
+
+
+def _landed(page: Any, ui: UI) -> str:
+    """Wait for the run page's URL (the run pages are another branch's: it may 404 here)
+    and return the run id."""
+    page.wait_for_url(RUN_URL)
+    found = RUN_URL.match(page.url)
+    assert found is not None, page.url
+    return found.group(1)
+
+
+def test_run_now_from_the_catalogue_lands_on_the_run(ui: UI, page: Any,
+                                                     tmp_path: Path) -> None:
+    page.cadenza_expected = ["404"]
+    login(page, ui, "otto")
+    row = page.locator("#job-hello")
+    assert row.locator("text=Run now").is_visible()
+    assert page.locator("#job-hello [role=switch]").count() == 0  # an operator cannot edit
+    row.locator("text=Run now").click()
+    run_id = _landed(page, ui)
+    run = _run(ui, run_id)
+    assert run["job"] == "hello" and run["id"] == run_id
+    page.goto(f"{ui.base}/jobs")
+    page.locator("#job-hello .strip a").first.wait_for()
+    shot(page, "jobs", tmp_path)
+
+
+def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Path) -> None:
+    page.cadenza_expected = ["404"]
+    login(page, ui, "eddie", next_path="/jobs/sales-load/run")
+    jobs_toml = ui.home / "jobs.toml"
+    before = jobs_toml.read_text(encoding="utf-8")
+    comments = [line for line in before.splitlines() if "#" in line]
+    # the preset picker reloads the values from the preset (htmx swap of the form)
+    page.select_option("#preset", "month-end")
+    page.locator("#run-form .origin-preset").first.wait_for()
+    assert page.locator("label[for=param-1]").inner_text().startswith("period")
+    assert page.input_value("#param-1") == "${month.previous}"
+    assert page.input_value("#log_level") == "DEBUG"
+    shot(page, "run-with-params", tmp_path)
+    page.fill("#param-1", "2026-09")
+    page.fill("#preset_name", "september")
+    page.click("text=Save as preset")
+    page.locator("#flash .flash.ok").wait_for()
+    after = jobs_toml.read_text(encoding="utf-8")
+    assert "[jobs.sales-load.presets.september]" in after
+    assert 'period = "2026-09"' in after.split("[jobs.sales-load.presets.september]")[1]
+    assert all(line in after for line in comments)  # every comment kept
+    assert "[jobs.sales-load.presets.month-end]" in after
+    # the form's base hash followed the write: a second save is not stale
+    page.fill("#preset_name", "september")
+    page.click("text=Save as preset")
+    page.locator("#flash .flash.ok").wait_for()
+    page.click("#run-form button[type=submit]")
+    run_id = _landed(page, ui)
+    run = _run(ui, run_id)
+    assert run["job"] == "sales-load"
+    assert run["params"]["period"] == "2026-09"
+
+
+def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any) -> None:
+    login(page, ui, "eddie")
+    jobs_toml = ui.home / "jobs.toml"
+    switch = page.locator("#switch-hello")
+    assert switch.get_attribute("aria-checked") == "true"
+    switch.click()
+    page.locator("#switch-hello[aria-checked=false]").wait_for()
+    assert "enabled = false" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
+    page.locator("#switch-hello").click()
+    page.locator("#switch-hello[aria-checked=true]").wait_for()
+    assert "enabled = true" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
+
+
+def test_job_page_shows_grid_fires_and_charts(ui: UI, page: Any, tmp_path: Path) -> None:
+    page.cadenza_expected = ["404"]
+    login(page, ui, "otto", next_path="/jobs/hello")
+    page.click("text=Run now")
+    _landed(page, ui)
+    page.goto(f"{ui.base}/jobs/sales-load")
+    assert page.locator("h1").inner_text().startswith("sales-load")
+    assert page.locator("table.fires tbody tr").count() == 10
+    assert "every day at 02:00, Europe/Paris" in page.locator("main").inner_text()
+    page.goto(f"{ui.base}/jobs/hello")
+    page.locator("table.rungrid a.sq").first.wait_for()
+    shot(page, "job", tmp_path)

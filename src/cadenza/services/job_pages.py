@@ -44,6 +44,9 @@ GRID_RUNS = 30
 """Runs (columns) of a job page's grid."""
 CHART_RUNS = 100
 """Runs behind a job page's charts."""
+CHART_DAYS = 14
+"""Days of the success chart (ending on the day of the last finished run)."""
+DAY = 86400
 LOG_LEVELS = ("WARNING", "INFO", "DEBUG")
 DEFAULT_LOG_LEVEL = "INFO"
 
@@ -224,32 +227,31 @@ def _epoch(value: datetime) -> int:
 
 def charts(runs: Sequence[RunView]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The ``data-chart`` specs of a job page (static/cadenza.js draws them): the duration
-    of each finished run, and the runs that succeeded or failed per day."""
+    of each finished run (from two runs on), and the runs that succeeded or failed per day
+    over :data:`CHART_DAYS` days."""
     timed = sorted((r for r in runs if r.started_at and r.finished_at),
                    key=lambda r: r.started_at or r.finished_at)  # type: ignore[arg-type,return-value]
     duration = None
-    if timed:
+    if len(timed) >= 2:
         duration = {"x": [_epoch(r.started_at) for r in timed],  # type: ignore[arg-type]
                     "series": [{"label": "seconds", "values": [
                         round((r.finished_at - r.started_at).total_seconds(), 3)  # type: ignore[operator]
                         for r in timed]}],
                     "ylabel": "seconds"}
-    ended = [r for r in runs if r.state in (RunState.SUCCEEDED, RunState.FAILED)]
     success = None
-    if ended:
-        days: dict[int, Counter[str]] = {}
-        for run in ended:
-            when = run.finished_at or run.started_at or run.scheduled_for
-            if when is None:
-                continue
-            day = _epoch(when) // 86400 * 86400
-            days.setdefault(day, Counter())[run.state.value] += 1
-        ordered = sorted(days)
+    days: dict[int, Counter[str]] = {}
+    for run in runs:
+        when = run.finished_at or run.started_at
+        if run.state in (RunState.SUCCEEDED, RunState.FAILED) and when is not None:
+            days.setdefault(_epoch(when) // DAY * DAY, Counter())[run.state.value] += 1
+    if days:
+        last = max(days)
+        ordered = [last - DAY * back for back in range(CHART_DAYS - 1, -1, -1)]
         success = {"x": ordered, "bars": True, "ylabel": "runs",
                    "series": [{"label": "succeeded",
-                               "values": [days[d]["SUCCEEDED"] for d in ordered]},
+                               "values": [days.get(d, Counter())["SUCCEEDED"] for d in ordered]},
                               {"label": "failed",
-                               "values": [days[d]["FAILED"] for d in ordered]}]}
+                               "values": [days.get(d, Counter())["FAILED"] for d in ordered]}]}
     return duration, success
 
 
@@ -351,7 +353,7 @@ class JobPagesService:
         for step in job.steps:
             args = []
             below = picked.step_args.get(step.name, {}) if picked else {}
-            for key, value in step.op_kwargs.items():
+            for key, value in {**_settings(step), **step.op_kwargs}.items():
                 origin = "job"
                 if key in below:
                     value, origin = below[key], "preset"
@@ -390,10 +392,10 @@ class JobPagesService:
             if not line.strip():
                 continue
             try:
-                step, key, value = parse_step_assignment(line.strip())
+                name, key, value = parse_step_assignment(line.strip())
             except RequestError as exc:
                 raise InvalidRequest(str(exc)) from None
-            step_args.setdefault(step, {})[key] = value
+            step_args.setdefault(name, {})[key] = value
         listed = "steps_shown" in fields
         running = set(fields.get("run_steps", ())) if listed else \
             {s.name for s in form.steps if s.enabled}
@@ -465,7 +467,7 @@ class JobPagesService:
         jobs = self.services.jobs
         jobs.get(job_id)
         document = jobs.document()
-        table = dict(tomlkit.parse(document.text)["jobs"][job_id].unwrap())  # type: ignore[index]
+        table = dict(tomlkit.parse(document.text)["jobs"][job_id].unwrap())
         if table.get("enabled", True) == enabled:
             return document
         table["enabled"] = enabled
@@ -473,6 +475,34 @@ class JobPagesService:
 
 
 _MISSING = object()
+
+
+def _probe(value: Any) -> Any:
+    """Another value of the same kind (to ask whether changing ``value`` is allowed)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    return f"{value}-x"
+
+
+def _settings(step: Any) -> dict[str, Any]:
+    """The plain settings of ``step`` (text, number, switch) written in jobs.toml that a run
+    may change: not what names a connection, job or pool, nor SQL text (those are
+    :func:`~cadenza.executor.plan.locked`); ``python`` steps have arguments only."""
+    from cadenza.executor.plan import locked, settable_fields
+    from cadenza.steps.registry import registry
+
+    if step.type == "python":
+        return {}
+    data = step.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    fields = set(settable_fields(type(step)))
+    plain = {k: v for k, v in data.items()
+             if k in fields and isinstance(v, str | int | float | bool)}
+    step_type = registry().get(step.type)
+    refused = {key for key, value in plain.items()
+               if locked(step_type, step, {key: _probe(value)})}
+    return {k: v for k, v in plain.items() if k not in refused}
 
 
 def preset_diff(current_text: str, job_id: str, name: str, values: Mapping[str, Any]) -> str:

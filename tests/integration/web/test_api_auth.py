@@ -54,6 +54,14 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/api/resources/{resource_id}/disable"): "operator",
     ("GET", "/api/notifications"): "viewer",
     ("POST", "/api/channels/{channel}/test"): "admin",
+    # the jobs pages (web/ui/jobs.py)
+    ("GET", "/jobs"): "viewer",
+    ("GET", "/jobs/{job_id}"): "viewer",
+    ("GET", "/jobs/{job_id}/run"): "viewer",
+    ("POST", "/jobs/{job_id}/run"): "operator",
+    ("POST", "/jobs/{job_id}/run-now"): "operator",
+    ("POST", "/jobs/{job_id}/enabled"): "editor",
+    ("POST", "/jobs/{job_id}/presets"): "editor",
     # the pages (web/ui/): a page without a session answers 401 with the login form
     ("GET", "/"): "viewer",
     ("GET", "/login"): None,

@@ -296,3 +296,20 @@ def test_user_data_is_text_on_every_jobs_page(env: ApiEnv) -> None:
             assert raw not in text, (url, raw)
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in viewer.get("/jobs").text
     assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in viewer.get("/jobs/weekly/run").text
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_bulk_reads_on_each_backend(tmp_path: Path, request: pytest.FixtureRequest,
+                                    backend: str) -> None:
+    """The strips' UNION ALL and the grid's step read on SQLite and PostgreSQL."""
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    with api_env(tmp_path, store_url=url) as env:
+        store = env.store
+        ids = [store.create_run(job, "manual:test") for job in ("hello", "sales-load") * 3]
+        store.create_step_run(ids[0], "count", "python", state=StepState.SKIPPED,
+                              reason="disabled")
+        viewer = env.session("viewer")
+        page = viewer.get("/jobs").text
+        assert all(f'href="/runs/{i}"' in page for i in ids)
+        grid = viewer.get("/jobs/hello").text.split('class="rungrid"')[1]
+        assert "sq sq-skipped" in grid

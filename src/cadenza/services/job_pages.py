@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from cadenza.scheduler.fires import UpcomingFire
     from cadenza.services.context import Services
     from cadenza.services.jobs import JobsFile, JobSummary, ScheduleView
+    from cadenza.store.recent import RecentRun
 
 STRIP_RUNS = 14
 """Runs in a catalogue row's strip."""
@@ -58,15 +59,15 @@ class CatalogueRow:
     job: JobSummary
     schedule_words: str | None
     next_fire: UpcomingFire | None
-    runs: tuple[RunView, ...]
+    runs: tuple[RecentRun, ...]
     """Newest first, at most :data:`STRIP_RUNS`."""
 
     @property
-    def last(self) -> RunView | None:
+    def last(self) -> RecentRun | None:
         return self.runs[0] if self.runs else None
 
     @property
-    def strip(self) -> tuple[RunView, ...]:
+    def strip(self) -> tuple[RecentRun, ...]:
         """The runs oldest first (the strip reads left to right, the newest at the end)."""
         return tuple(reversed(self.runs))
 
@@ -279,7 +280,7 @@ class JobPagesService:
             own = next((s for s in preview.schedules if s.name == "job"), None)
             words = describe(own.expression, own.zone) if own is not None else None
             rows.append(CatalogueRow(job, words, preview.fires[0] if preview.fires else None,
-                                     tuple(RunView.of(r) for r in recent[job.id])))
+                                     tuple(recent[job.id])))
         return Catalogue(tuple(rows), every_tag, len(summaries), (q or "").strip(), chosen)
 
     # --- a job's page ------------------------------------------------------------------
@@ -289,9 +290,9 @@ class JobPagesService:
         from cadenza.store.recent import RecentRuns
 
         jobs = self.services.jobs
+        text, digest = self._jobs_file()
         job = jobs.get(job_id)
         summary = next(s for s in jobs.list() if s.id == job_id)
-        document = jobs.document()
         preview = jobs.next_fires(job_id, 10)
         schedules = tuple((s, describe(s.expression, s.zone)) for s in preview.schedules)
         presets = tuple(
@@ -321,9 +322,17 @@ class JobPagesService:
                                       len(tries)))
             grid.append((name, tuple(cells)))
         duration, success = charts(recent)
-        return JobPage(job, summary, job_toml(document.text, job_id), document.hash,
+        return JobPage(job, summary, job_toml(text, job_id), digest,
                        schedules, preview.fires, presets, tuple(shown), tuple(grid),
                        duration, success)
+
+    def _jobs_file(self) -> tuple[str, str]:
+        """The text of jobs.toml and the hash a write based on it gives back, read before
+        the configuration (a change in between makes that write stale, never lost)."""
+        from cadenza.config.writer import file_hash
+
+        raw = self.services.home.jobs_file.read_bytes()
+        return raw.decode("utf-8", errors="replace"), file_hash(raw)
 
     # --- run with parameters -------------------------------------------------------------
 
@@ -331,6 +340,7 @@ class JobPagesService:
         """The form's values for ``job_id`` with the preset ``preset`` picked (NotFound /
         InvalidRequest for an unknown job or preset)."""
         jobs = self.services.jobs
+        _, digest = self._jobs_file()
         job = jobs.get(job_id)
         picked = None
         if preset:
@@ -372,7 +382,7 @@ class JobPagesService:
         else:
             level = FormValue("log_level", DEFAULT_LOG_LEVEL, "default")
         return RunForm(job_id, job.description, preset or None, tuple(job.presets),
-                       tuple(params), tuple(steps), level, hash=jobs.document().hash)
+                       tuple(params), tuple(steps), level, hash=digest)
 
     def _filled(self, form: RunForm, fields: Mapping[str, Any]
                 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]], list[str], str]:

@@ -42,7 +42,6 @@ def test_run_now_from_the_catalogue_lands_on_the_run(ui: UI, page: Any,
     assert run["job"] == "hello" and run["id"] == run_id
     page.goto(f"{ui.base}/jobs")
     page.locator("#job-hello .strip a").first.wait_for()
-    shot(page, "jobs", tmp_path)
 
 
 def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Path) -> None:
@@ -78,7 +77,7 @@ def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Pat
     assert run["params"]["period"] == "2026-09"
 
 
-def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any) -> None:
+def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any, tmp_path: Path) -> None:
     login(page, ui, "eddie")
     jobs_toml = ui.home / "jobs.toml"
     switch = page.locator("#switch-hello")
@@ -89,6 +88,9 @@ def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any) -> None:
     page.locator("#switch-hello").click()
     page.locator("#switch-hello[aria-checked=true]").wait_for()
     assert "enabled = true" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
+    page.reload()
+    page.locator("#job-hello .strip a").first.wait_for()
+    shot(page, "jobs", tmp_path)
 
 
 def test_job_page_shows_grid_fires_and_charts(ui: UI, page: Any, tmp_path: Path) -> None:
@@ -100,6 +102,6 @@ def test_job_page_shows_grid_fires_and_charts(ui: UI, page: Any, tmp_path: Path)
     assert page.locator("h1").inner_text().startswith("sales-load")
     assert page.locator("table.fires tbody tr").count() == 10
     assert "every day at 02:00, Europe/Paris" in page.locator("main").inner_text()
+    shot(page, "job", tmp_path)
     page.goto(f"{ui.base}/jobs/hello")
     page.locator("table.rungrid a.sq").first.wait_for()
-    shot(page, "job", tmp_path)

@@ -453,7 +453,7 @@ class JobPagesService:
         own_args: dict[str, dict[str, Any]] = {}
         for step_name, args in step_args.items():
             step = job.step(step_name)
-            base = step.op_kwargs if step is not None else {}
+            base = {**_settings(step), **step.op_kwargs} if step is not None else {}
             for key, value in args.items():
                 if base.get(key, _MISSING) != value:
                     own_args.setdefault(step_name, {})[key] = value

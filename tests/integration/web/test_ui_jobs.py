@@ -256,7 +256,14 @@ def test_save_as_preset_keeps_comments_and_refuses_a_stale_base(env: ApiEnv) -> 
     preset = after.split("[jobs.sales-load.presets.september]")[1]
     assert 'period = "2026-09"' in preset and 'log_level = "DEBUG"' in preset
     assert 'disabled_steps = ["tell-downstream"]' in preset
+    assert "step_args" not in preset  # the steps' own settings, unchanged, are not copied
     assert "schedule" not in preset  # a new preset is not scheduled by copying another
+    changed = editor.post("/jobs/sales-load/presets", headers=HX, data={
+        "preset_name": "append", "base_hash": saved.text.split('value="')[-1].split('"')[0],
+        "arg:load-file:mode": "append"})
+    assert changed.status_code == 200, changed.text
+    appended = jobs_text(env).split("[jobs.sales-load.presets.append]")[1]
+    assert 'load-file = { mode = "append" }' in appended or 'mode = "append"' in appended
     assert 'september' in editor.get("/jobs/sales-load").text
     stale = editor.post("/jobs/sales-load/presets", headers=HX, data={
         "preset_name": "october", "base_hash": base, "param:period": "2026-10"})

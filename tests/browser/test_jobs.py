@@ -105,3 +105,26 @@ def test_job_page_shows_grid_fires_and_charts(ui: UI, page: Any, tmp_path: Path)
     shot(page, "job", tmp_path)
     page.goto(f"{ui.base}/jobs/hello")
     page.locator("table.rungrid a.sq").first.wait_for()
+
+
+def test_a_viewer_finds_no_button_that_would_be_refused(ui: UI, page: Any) -> None:
+    login(page, ui, "vera")
+    for path in ("/jobs", "/jobs/sales-load", "/jobs/sales-load/run?preset=month-end"):
+        page.goto(f"{ui.base}{path}")
+        actions = page.locator("[hx-post]:not([hx-post='/logout'])")
+        assert actions.count() == 0, (path, actions.first.evaluate("e => e.outerHTML"))
+        assert page.locator("#run-form button[type=submit], [role=switch]").count() == 0, path
+
+
+def test_phone_width_turns_the_catalogue_into_cards(ui: UI, browser: Any,
+                                                    tmp_path: Path) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    try:
+        login(page, ui, "eddie")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, width  # no horizontal scrolling
+        assert page.locator("table.jobs thead").is_hidden()
+        shot(page, "jobs-phone", tmp_path)
+    finally:
+        context.close()

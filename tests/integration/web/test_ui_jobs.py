@@ -28,6 +28,10 @@ params = { who = "\\"><img src=x onerror=alert(1)>" }
 name = "count"
 type = "python"
 callable = "demo_tasks:count"
+
+[jobs.weekly.presets.quiet]
+description = "<script>alert(1)</script>"
+disabled_steps = ["count"]
 """
 
 
@@ -167,6 +171,15 @@ def test_job_page_marks_dst_gaps(env: ApiEnv) -> None:
     assert "2027-03-28 03:00" in text  # the first instant after the gap
 
 
+def test_a_step_the_preset_skips_cannot_be_ticked_back(env: ApiEnv) -> None:
+    add_dst_job(env)
+    form = env.session("operator").get("/jobs/weekly/run", params={"preset": "quiet"}).text
+    assert 'name="run_steps" value="count" disabled' in form
+    assert "pick no preset to run it" in form
+    assert 'name="run_steps" value="count" checked' in \
+        env.session("operator").get("/jobs/weekly/run").text
+
+
 def test_job_page_grid_and_charts(env: ApiEnv) -> None:
     store = env.store
     run_ids = []
@@ -297,6 +310,7 @@ def test_user_data_is_text_on_every_jobs_page(env: ApiEnv) -> None:
     add_dst_job(env)
     viewer = env.session("viewer")
     for url in ("/jobs", "/jobs?q=weekly", "/jobs/weekly", "/jobs/weekly/run",
+                "/jobs/weekly/run?preset=quiet",
                 "/jobs?q=" + XSS[1]):
         text = viewer.get(url).text
         for raw in XSS:

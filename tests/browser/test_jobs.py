@@ -128,3 +128,18 @@ def test_phone_width_turns_the_catalogue_into_cards(ui: UI, browser: Any,
         shot(page, "jobs-phone", tmp_path)
     finally:
         context.close()
+
+
+def test_search_as_you_type_and_tag_chips_keep_the_url(ui: UI, page: Any) -> None:
+    login(page, ui, "vera")
+    page.fill("#q", "sales")
+    page.wait_for_url("**/jobs?q=sales")  # htmx swapped the table and pushed the URL
+    page.locator("#job-hello").wait_for(state="detached")
+    assert page.locator("#job-sales-load").is_visible()
+    page.fill("#q", "")
+    page.wait_for_url(re.compile(r".*/jobs\?q=$"))
+    page.locator("#job-hello").wait_for()
+    page.click("a.chip:has-text('#demo')")
+    page.wait_for_url("**/jobs?tag=demo")
+    assert page.locator("#job-sales-load").count() == 0
+    assert page.locator("a.chip.on").inner_text() == "#demo"

@@ -63,6 +63,8 @@ def test_jobs_list_and_show(demo: Path) -> None:
     assert jobs["sales-load"]["schedule"] == "0 2 * * *"
     assert jobs["sales-load"]["steps"] == ["load-file", "refresh-aggregates", "tell-downstream"]
     assert jobs["sales-load"]["presets"] == ["month-end"]
+    code, out, _ = cli(demo, "jobs", "list")
+    assert code == 0 and "every day at 02:00, Europe/Paris" in " ".join(out.split())
     code, out, _ = cli(demo, "jobs", "show", "sales-load", "--json")
     assert code == 0
     shown = json.loads(out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -19,14 +19,20 @@ def list_jobs(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
-    """List the jobs of jobs.toml."""
+    """List the jobs of jobs.toml (each schedule also in words, with its zone)."""
     rows = [job.as_json() for job in state(ctx).configured().jobs.list()]
     if as_json:
         print_json(rows)
         return
+    from cadenza.services.job_pages import schedule_in_words
+
+    def when(row: dict[str, Any]) -> str:
+        return schedule_in_words(row["schedule"], row["timezone"]) or "manual only"
+
     print_table(
-        [{**r, "steps": len(r["steps"]), "enabled": "yes" if r["enabled"] else "no"} for r in rows],
-        ["id", "enabled", "schedule", "timezone", "tags", "steps", "presets", "description"],
+        [{**r, "steps": len(r["steps"]), "enabled": "yes" if r["enabled"] else "no",
+          "when": when(r)} for r in rows],
+        ["id", "enabled", "schedule", "when", "tags", "steps", "presets", "description"],
     )
 
 

@@ -221,6 +221,16 @@ def job_toml(text: str, job_id: str) -> str:
     return "\n".join(chunk) + "\n"
 
 
+def schedule_in_words(schedule: str | None, timezone: str | None) -> str | None:
+    """A job's schedule in words with the zone it fires in (the job's, else the server's),
+    e.g. ``every day at 02:00, Europe/Paris``; None without a schedule."""
+    if not schedule:
+        return None
+    from cadenza.scheduler.schedules import server_zone
+
+    return describe(schedule, timezone or server_zone().key)
+
+
 def _epoch(value: datetime) -> int:
     moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value
     return int(moment.timestamp())

@@ -185,7 +185,7 @@ def _check_answer(request: Request, me: Any, draft: Draft, problems: list[Any],
     errors = sum(1 for items in placed.values() for p in items if p["severity"] == "error")
     return render(request, "ui/editor_check.html",
                   {"slots": _slots_of(draft), "placed": placed, "errors": errors,
-                   "message": message, "problems": problems}, me=me, status=status)
+                   "message": message, "problem_list": problems}, me=me, status=status)
 
 
 def _check_form(request: Request, me: Any, form: FormData) -> tuple[Draft, list[Any]]:

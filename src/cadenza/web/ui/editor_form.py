@@ -156,10 +156,21 @@ def _shown(kind: str, value: Any) -> tuple[str, str]:
 
 
 def toml_value(value: Any) -> str:
-    """``value`` as an inline TOML value."""
+    """``value`` as an inline TOML value (maps as ``{ k = v }``, on one line)."""
     import tomlkit
 
-    return str(tomlkit.item(value).as_string())
+    def inline(item: Any) -> Any:
+        if isinstance(item, Mapping):
+            table = tomlkit.inline_table()
+            table.update({k: inline(v) for k, v in item.items()})
+            return table
+        if isinstance(item, list):
+            array = tomlkit.array()
+            array.extend(inline(v) for v in item)
+            return array
+        return item
+
+    return str(tomlkit.item(inline(value)).as_string())
 
 
 def value_text(value: Any) -> str:

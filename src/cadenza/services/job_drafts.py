@@ -16,8 +16,9 @@ Operations (each takes the :class:`~cadenza.services.context.Services` it acts w
 The schemas are pydantic's ``model_json_schema()`` of the config models, with two
 additions the form needs: ``x-ref`` on a field naming something defined elsewhere
 (``connection:sql``, ``pool``, ``job``, ``channel``: the names to pick from, and where a
-secret lives — a job references a connection, never a secret's value) and ``x-secret`` on
-a key that looks like it holds a secret (the form asks for a ``${secret.NAME}`` reference).
+secret lives — a job references a connection, never a secret's value), ``x-secret`` on
+a key that looks like it holds a secret (the form asks for a ``${secret.NAME}`` reference)
+and ``x-kind: duration`` on a duration (``"90m"``; pydantic's schema says nothing of it).
 Problems are those of ``cadenza validate`` (:func:`cadenza.config.validate_jobs_text`).
 """
 
@@ -117,6 +118,8 @@ def _mark(model: type[BaseModel], schema: dict[str, Any], defs: dict[str, Any],
             prop["x-secret"] = True
         if isinstance(info.default, timedelta):
             prop["default"] = format_duration(info.default)
+        if timedelta in (info.annotation, *get_args(info.annotation)):
+            prop["x-kind"] = "duration"
         for inner in _models_in(info.annotation):
             if issubclass(inner, BaseModel) and inner.__name__ in defs \
                     and inner.__name__ not in seen:

@@ -61,8 +61,21 @@
     stepsChanged();
   });
 
+  // A problem inside a closed <details> (More options, a step's common options) opens it.
+  function openProblems() {
+    document.querySelectorAll("#job-form details:not([open])").forEach(function (d) {
+      if (d.querySelector(".field-problems:not(:empty)")) d.open = true;
+    });
+  }
+
   document.addEventListener("htmx:afterSettle", function (e) {
     if (e.target && e.target.id === "steps") stepsChanged();
+  });
+  let pending = false;
+  document.addEventListener("htmx:oobAfterSwap", function () {
+    if (pending) return;
+    pending = true;
+    setTimeout(function () { pending = false; openProblems(); }, 0);
   });
 
   document.addEventListener("DOMContentLoaded", function () {

@@ -37,6 +37,8 @@ JOB_SLOT = "err-job"
 _MISSING = re.compile(r"missing required key '([A-Za-z0-9_]+)'")
 ID_NAME = "id"
 NEW_STEP_TYPE = "python"
+PRIMARY_KEYS = ("description", "tags", "schedule", "timezone", "enabled", "params")
+"""The job's keys shown first; the others (all generated too) under "More options"."""
 
 
 async def _form(request: Request) -> FormData:
@@ -212,6 +214,7 @@ def _page(request: Request, me: Any, *, mode: str, job_id: str, table: Mapping[s
     return render(request, "ui/editor_page.html", {
         "mode": mode, "job_id": job_id, "source": source, "draft": draft, "toml": toml,
         "base_hash": base_hash, "refs": refs, "step_types": list(job_drafts.step_schemas()),
+        "primary": PRIMARY_KEYS,
         "save_url": "/jobs/new" if mode == "create" else f"/jobs/{job_id}/edit",
     }, me=me, nav="jobs")
 

@@ -2,6 +2,7 @@
 no field is written by hand, so a step type added by a plugin gets its form for free.
 
 Each schema property becomes a :class:`Field` of one kind: ``text``/``textarea`` (strings),
+``duration`` (``"90m"``),
 ``integer``/``number``, ``bool`` (a choice of default / true / false, so an unset key stays
 unset), ``enum`` (a select), ``list`` (strings, one per line), ``table`` (a map, written as
 TOML ``key = value`` lines), ``value`` (anything else: a TOML value, or plain text taken as
@@ -81,6 +82,8 @@ def _resolve(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> tuple[dict[str
 
 def _kind(key: str, prop: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     kind = prop.get("type")
+    if prop.get("x-kind") == "duration":
+        return "duration"
     if "properties" in prop:
         return "group"
     if "enum" in prop:
@@ -121,11 +124,13 @@ def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, pa
         prop, _ = _resolve(raw, defs)
         kind = _kind(key, prop, defs)
         sub_name, sub_path = f"{name}.{key}", f"{path}.{key}" if path else key
-        made = Field(key=key, name=sub_name, path=sub_path,
-                     label=str(raw.get("title") or prop.get("title") or key), kind=kind,
+        title = raw.get("title") or (key.replace("_", " ").capitalize() if kind == "group"
+                                     else prop.get("title")) or key
+        made = Field(key=key, name=sub_name, path=sub_path, label=str(title), kind=kind,
                      required=key in required, default=_default_text(prop.get("default")),
                      options=tuple(str(o) for o in prop.get("enum", ())),
-                     help=str(prop.get("description") or "").split("\n\n")[0],
+                     help=" ".join(str(prop.get("description") or "").split("\n\n")[0]
+                                   .replace("``", "").split()),
                      ref=str(raw.get("x-ref") or prop.get("x-ref") or ""),
                      secret=bool(raw.get("x-secret")))
         current = values.get(key)
@@ -141,7 +146,7 @@ def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, pa
 def _shown(kind: str, value: Any) -> tuple[str, str]:
     """How ``value`` is shown in a field of ``kind`` (a value that does not fit the kind
     is shown as a TOML value, so it is never lost)."""
-    if kind in ("text", "textarea", "enum") and isinstance(value, str):
+    if kind in ("text", "textarea", "enum", "duration") and isinstance(value, str):
         return ("textarea" if "\n" in value else kind), value
     if kind in ("integer", "number") and isinstance(value, int | float) \
             and not isinstance(value, bool):
@@ -225,7 +230,7 @@ def read(fields: list[Field], form: Mapping[str, str],
 
 def _typed(item: Field, raw: str, errors: dict[str, str]) -> Any:
     text = raw.strip()
-    if item.kind in ("text", "enum"):
+    if item.kind in ("text", "enum", "duration"):
         return text
     if item.kind == "textarea":
         return raw

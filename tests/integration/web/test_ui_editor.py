@@ -263,8 +263,8 @@ def test_create_from_the_form_and_duplicate(env: ApiEnv) -> None:
     client = editor(env)
     page = client.get("/jobs/new?from=hello").text
     fields = form_of(page)
-    assert ("id", "hello-copy") in fields and ("job.description",
-                                              "A python step from plugins/: counts to three") in fields
+    assert ("id", "hello-copy") in fields
+    assert ("job.description", "A python step from plugins/: counts to three") in fields
     answer = client.post("/jobs/new", data=multi(fields))
     assert answer.status_code == 200, answer.text
     assert answer.headers["HX-Redirect"] == "/jobs/hello-copy"
@@ -327,7 +327,7 @@ def test_the_editor_needs_the_editor_role(env: ApiEnv, role: str) -> None:
 def test_an_xss_description_shows_as_text(env: ApiEnv) -> None:
     client = editor(env)
     fields = set_field(form_of(client.get("/jobs/hello/edit").text), "job.description", XSS)
-    assert client.post("/jobs/hello/edit", data=multi(fields)).status_code == 200  # type: ignore[arg-type]
+    assert client.post("/jobs/hello/edit", data=multi(fields)).status_code == 200
     page = client.get("/jobs/hello/edit").text
     assert "<script>alert(1)" not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
@@ -335,3 +335,30 @@ def test_an_xss_description_shows_as_text(env: ApiEnv) -> None:
     step = client.get("/editor/step-fields", params={"uid": "x1", "step.x1.type": "python",
                                                      "step.x1.callable": XSS}).text
     assert "<script>alert(1)" not in step
+
+
+def test_a_new_step_type_gets_its_form_and_secrets_go_by_reference(
+        env: ApiEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin's step type, never seen by the UI code: its fields, a select for its enum,
+    the connections to pick from, and a secret-looking key asking for a reference."""
+    from typing import Annotated, Literal
+
+    from cadenza.config.types import Ref
+    from cadenza.steps.base import StepConfig
+
+    class VaultFetch(StepConfig):
+        connection: Annotated[str, Ref("connection", "http")]
+        password: str = "${secret.vault}"
+        mode: Literal["read", "list"] = "read"
+        limit: int = 10
+
+    schemas = {**job_drafts.step_schemas(), "vault_fetch": job_drafts._marked(VaultFetch)}
+    monkeypatch.setattr(job_drafts, "step_schemas", lambda: schemas)
+    answer = editor(env).get("/editor/step?type=vault_fetch").text
+    uid = re.search(r'name="step_uid" value="(\w+)"', answer).group(1)  # type: ignore[union-attr]
+    assert f'name="step.{uid}.password"' in answer and "${secret.NAME}" in answer
+    assert f'name="step.{uid}.connection"' in answer and 'list="refs-connection-http"' in answer
+    assert '<option value="list">list</option>' in answer
+    assert f'name="step.{uid}.limit"' in answer and 'inputmode="numeric"' in answer
+    page = editor(env).get("/jobs/hello/edit").text
+    assert '<datalist id="refs-connection-http"><option value="downstream">' in page

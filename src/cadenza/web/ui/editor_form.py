@@ -58,8 +58,8 @@ class Field:
 def slot_id(name: str) -> str:
     """``err-`` and ``name`` with every character outside ``[A-Za-z0-9-]`` encoded, an id
     that a CSS selector takes as is (htmx finds out-of-band targets with one)."""
-    return "err-" + "".join(c if c.isalnum() and c.isascii() or c == "-" else f"_{ord(c):x}_"
-                            for c in name)
+    return "err-" + "".join(c if (c.isalnum() and c.isascii()) or c == "-"
+                            else f"_{ord(c):x}_" for c in name)
 
 
 def _resolve(prop: Mapping[str, Any], defs: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:

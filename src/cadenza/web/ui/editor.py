@@ -324,6 +324,7 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
     if not base_hash:
         raise InvalidRequest("missing base_hash: reload the page and edit again")
     draft: Draft | None = None
+    text = ""
     if source == "toml":
         text = str(form.get("toml") or "")
         job_id = _toml_id(text, job_id, creating)
@@ -347,12 +348,25 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
         except (ConfigError, InvalidRequest) as exc:
             problems = [p for p in getattr(exc, "problems", []) if hasattr(p, "path")]
             if draft is None:
-                raise
+                if not isinstance(exc, ConfigError):
+                    raise
+                return _toml_refused(request, me, services, job_id, text, creating)
             if isinstance(exc, InvalidRequest):
                 draft.input_errors[ID_NAME] = str(exc)
             return _check_answer(request, me, draft, problems, status=422,
                                  message="the job is not saved: jobs.toml is unchanged")
     return Response(status_code=200, headers={"HX-Redirect": f"/jobs/{job_id}"})
+
+
+def _toml_refused(request: Request, me: Any, services: Any, job_id: str, text: str,
+                  creating: bool) -> HTMLResponse:
+    """A refused save of the TOML tab: the flash, and the problems by line:col of the
+    text, out of band under the text."""
+    located = job_drafts.check_text(services, job_id, text, creating=creating)
+    return render(request, "ui/_editor_toml_problems.html", {
+        "located": located, "oob": True,
+        "message_flash": "the job is not saved: jobs.toml is unchanged; see the problems "
+                         "under the text"}, me=me, status=422)
 
 
 def _stale(request: Request, me: Any, services: Any, exc: StaleConfigError, job_id: str,

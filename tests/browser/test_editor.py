@@ -32,7 +32,7 @@ def test_create_a_job_with_a_bad_cron_then_fix_it_and_save(ui: UI, page: Any,
     # a step: added, its type picked (the fields swap), back to python, filled in
     page.click("#add-step")
     step = page.locator("#steps [data-step]").first
-    step.wait_for()
+    step.locator(".ed-step-no", has_text="1").wait_for()  # htmx has wired the new block
     step.locator("select[name$='.type']").select_option("sql_query")
     step.locator("textarea[name$='.query']").wait_for()
     step.locator("select[name$='.type']").select_option("python")
@@ -55,14 +55,15 @@ def test_create_a_job_with_a_bad_cron_then_fix_it_and_save(ui: UI, page: Any,
 
 def test_steps_move_and_go_in_the_page(ui: UI, page: Any) -> None:
     login(page, ui, "eddie", next_path="/jobs/sales-load/edit")
-    names = page.locator("#steps [data-step] input[name$='.name']")
+    names = page.locator("#steps [data-step]:not([data-removed]) input[name$='.name']")
     assert [names.nth(i).input_value() for i in range(3)] == [
         "load-file", "refresh-aggregates", "tell-downstream"]
-    page.locator("#steps [data-step]").nth(1).locator("[data-step-action=up]").click()
-    page.locator("#steps [data-step]").nth(2).locator("[data-step-action=remove]").click()
+    live = page.locator("#steps [data-step]:not([data-removed])")
+    live.nth(1).locator("[data-step-action=up]").click()
+    live.nth(2).locator("[data-step-action=remove]").click()
     assert [names.nth(i).input_value() for i in range(names.count())] == [
         "refresh-aggregates", "load-file"]
-    assert page.locator("#steps .ed-step-no").all_inner_texts() == ["1", "2"]
+    assert live.locator(".ed-step-no").all_inner_texts() == ["1", "2"]
     # the live check runs on the new order too
     page.locator("#ed-summary").filter(has_text="No problems").wait_for()
 
@@ -92,3 +93,22 @@ def test_edit_a_job_in_the_toml_tab(ui: UI, page: Any, tmp_path: Path) -> None:
     assert 'schedule = "15 4 * * 1-5"' in after
     assert comment_lines(after) == comment_lines(before)
     assert after.replace('schedule = "15 4 * * 1-5"\n', "", 1) == before
+
+
+def test_a_stale_save_shows_the_diff_and_keeps_the_text(ui: UI, page: Any) -> None:
+    page.cadenza_expected = ["404", "409"]
+    login(page, ui, "eddie", next_path="/jobs/hello/edit")
+    page.fill("[name='job.description']", "my words")
+    path = ui.home / "jobs.toml"
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "counts to three", "counts to four"), encoding="utf-8")  # someone else saved
+    changed = path.read_text(encoding="utf-8")
+    page.click("#save-form")
+    diff = page.locator("#flash .ed-diff")
+    diff.wait_for()
+    assert '+description = "my words"' in diff.inner_text()
+    assert path.read_text(encoding="utf-8") == changed
+    assert page.locator("[name='job.description']").input_value() == "my words"
+    page.click("#flash button.primary")  # save my version over the current file
+    page.wait_for_url(f"{ui.base}/jobs/hello")
+    assert 'description = "my words"' in path.read_text(encoding="utf-8")

@@ -13,8 +13,10 @@
     });
   }
 
+  const LIVE = "#steps [data-step]:not([data-removed])";
+
   function numberSteps() {
-    document.querySelectorAll("#steps [data-step]").forEach(function (step, i) {
+    document.querySelectorAll(LIVE).forEach(function (step, i) {
       const no = step.querySelector(".ed-step-no");
       if (no) no.textContent = String(i + 1);
     });
@@ -51,12 +53,20 @@
     const step = btn.closest("[data-step]");
     if (!step) return;
     const action = btn.getAttribute("data-step-action");
+    const live = Array.prototype.slice.call(document.querySelectorAll(LIVE));
+    const at = live.indexOf(step);
     if (action === "remove") {
-      step.remove();
-    } else if (action === "up" && step.previousElementSibling) {
-      step.parentNode.insertBefore(step, step.previousElementSibling);
-    } else if (action === "down" && step.nextElementSibling) {
-      step.parentNode.insertBefore(step.nextElementSibling, step);
+      // Hidden and left out of the form (disabled inputs are not sent) rather than taken
+      // out of the page: a check already on its way may still name its fields.
+      step.hidden = true;
+      step.dataset.removed = "1";
+      step.querySelectorAll("input, select, textarea, button").forEach(function (el) {
+        el.disabled = true;
+      });
+    } else if (action === "up" && at > 0) {
+      step.parentNode.insertBefore(step, live[at - 1]);
+    } else if (action === "down" && at >= 0 && at < live.length - 1) {
+      step.parentNode.insertBefore(live[at + 1], step);
     }
     stepsChanged();
   });

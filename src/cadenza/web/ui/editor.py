@@ -182,12 +182,31 @@ def _slot_for(draft: Draft, path: str) -> str:
 
 
 def _check_answer(request: Request, me: Any, draft: Draft, problems: list[Any],
-                  message: str | None = None, status: int = 200) -> HTMLResponse:
+                  message: str | None = None, status: int = 200,
+                  posted: set[str] | None = None) -> HTMLResponse:
+    """The problems out of band into their slots: only the slots of the inputs the request
+    came from (and of the groups and steps holding them), so that every target exists."""
     placed = _placed(draft, problems)
     errors = sum(1 for items in placed.values() for p in items if p["severity"] == "error")
+    slots = _slots_of(draft)
+    if posted is not None:
+        shown = {slot_id(name) for name in posted}
+        groups = {f.slot for f in walk(draft.fields) if f.kind == "group"}
+        keep = shown | groups | {JOB_SLOT} | {s.slot for s in draft.steps}
+        slots = [s for s in slots if s in keep]
+        placed = _fold(placed, keep)
     return render(request, "ui/editor_check.html",
-                  {"slots": _slots_of(draft), "placed": placed, "errors": errors,
+                  {"slots": slots, "placed": placed, "errors": errors,
                    "message": message, "problem_list": problems}, me=me, status=status)
+
+
+def _fold(placed: dict[str, list[dict[str, str]]],
+          keep: set[str]) -> dict[str, list[dict[str, str]]]:
+    """Problems whose slot is not in the page put in the job's general slot instead."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for slot, items in placed.items():
+        out.setdefault(slot if slot in keep else JOB_SLOT, []).extend(items)
+    return out
 
 
 def _check_form(request: Request, me: Any, form: FormData) -> tuple[Draft, list[Any]]:
@@ -282,7 +301,7 @@ def _refs(request: Request, me: Any) -> dict[str, list[str]]:
 def check_form(me: PageEditor, request: Request, form: Form) -> HTMLResponse:
     """Live validation of the form: every field's problems, out of band under it."""
     draft, problems = _check_form(request, me, form)
-    return _check_answer(request, me, draft, problems)
+    return _check_answer(request, me, draft, problems, posted=set(form.keys()))
 
 
 @router.post("/editor/check-toml", response_class=HTMLResponse)
@@ -334,7 +353,7 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
             job_id = str(form.get(ID_NAME) or "").strip()
         draft = _read_draft(form, job_id)
         if draft.input_errors:
-            return _check_answer(request, me, draft, [], status=422,
+            return _check_answer(request, me, draft, [], status=422, posted=set(form.keys()),
                                  message="the job is not saved: fix the fields marked below")
         table = draft.table
     with services_for(request, me) as services:
@@ -354,6 +373,7 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
             if isinstance(exc, InvalidRequest):
                 draft.input_errors[ID_NAME] = str(exc)
             return _check_answer(request, me, draft, problems, status=422,
+                                 posted=set(form.keys()),
                                  message="the job is not saved: jobs.toml is unchanged")
     return Response(status_code=200, headers={"HX-Redirect": f"/jobs/{job_id}"})
 

@@ -367,3 +367,25 @@ def test_a_new_step_type_gets_its_form_and_secrets_go_by_reference(
     assert f'name="step.{uid}.limit"' in answer and 'inputmode="numeric"' in answer
     page = editor(env).get("/jobs/hello/edit").text
     assert '<datalist id="refs-connection-http"><option value="downstream">' in page
+
+
+def test_keys_the_schema_does_not_know_are_shown_and_never_dropped(env: ApiEnv) -> None:
+    client = editor(env)
+    path = jobs_file(env)
+    path.write_text(path.read_text().replace('tags = ["demo"]', 'tags = ["demo"]\ncolour = "red"')
+                    .replace('callable = "demo_tasks:count"',
+                             'callable = "demo_tasks:count"\nretries = 2'))
+    page = client.get("/jobs/hello/edit").text
+    fields = form_of(page)
+    assert ("job.__other", 'colour = "red"') in fields
+    uid = re.search(r'name="step_uid" value="(\w+)"', page).group(1)  # type: ignore[union-attr]
+    assert (f"step.{uid}.__other", "retries = 2") in fields
+    answer = client.post("/editor/check", data=multi(fields))
+    assert "colour" in slot_text(answer.text, "job.__other")
+    assert "retries" in slot_text(answer.text, f"step.{uid}.__other")
+    before = path.read_bytes()
+    assert client.post("/jobs/hello/edit", data=multi(fields)).status_code == 422
+    assert path.read_bytes() == before
+    fixed = [(k, "" if k.endswith("__other") else v) for k, v in fields]
+    assert client.post("/jobs/hello/edit", data=multi(fixed)).status_code == 200
+    assert "colour" not in path.read_text() and "retries" not in path.read_text()

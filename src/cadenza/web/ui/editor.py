@@ -28,7 +28,7 @@ from cadenza.services import job_drafts
 from cadenza.services.errors import InvalidRequest
 from cadenza.web.auth import services_for
 from cadenza.web.ui.auth import PageEditor
-from cadenza.web.ui.editor_form import Field, build, field_for, read, slot_id, walk
+from cadenza.web.ui.editor_form import OTHER, Field, build, field_for, read, slot_id, walk
 from cadenza.web.ui.render import render
 
 router = APIRouter(include_in_schema=False)
@@ -95,11 +95,12 @@ class Draft:
     input_errors: dict[str, str] = field(default_factory=dict)
 
 
-def _step_form(uid: str, index: int, values: Mapping[str, Any]) -> StepForm:
+def _step_form(uid: str, index: int, values: Mapping[str, Any],
+               posted_other: bool = False) -> StepForm:
     kind = str(values.get("type") or "")
     schema = job_drafts.step_schemas().get(kind) or job_drafts.step_base_schema()
     made = build(schema, values, name=f"step.{uid}", path=f"steps[{index}]",
-                 skip=("name", "type"))
+                 skip=("name", "type"), posted_other=posted_other)
     common = set(job_drafts.common_step_keys())
     return StepForm(uid, str(values.get("name") or ""), kind,
                     [f for f in made if f.key not in common],
@@ -110,8 +111,9 @@ def _new_uid() -> str:
     return "s" + secrets.token_hex(4)
 
 
-def _draft_of(job_id: str, table: Mapping[str, Any]) -> Draft:
-    fields = build(job_drafts.job_schema(), table, name="job", path="", skip=("id", "steps"))
+def _draft_of(job_id: str, table: Mapping[str, Any], posted_other: bool = False) -> Draft:
+    fields = build(job_drafts.job_schema(), table, name="job", path="", skip=("id", "steps"),
+                   posted_other=posted_other)
     steps = table.get("steps")
     forms = [_step_form(_new_uid(), i, s) for i, s in
              enumerate(steps if isinstance(steps, list) else []) if isinstance(s, Mapping)]
@@ -121,12 +123,13 @@ def _draft_of(job_id: str, table: Mapping[str, Any]) -> Draft:
 def _read_draft(form: FormData, job_id: str) -> Draft:
     """The job the form's inputs describe."""
     values = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-    draft = _draft_of(job_id, {})
+    draft = _draft_of(job_id, {}, posted_other=f"job.{OTHER}" in values)
     draft.table = read(draft.fields, values, draft.input_errors)
     steps: list[dict[str, Any]] = []
     for index, uid in enumerate(v for v in form.getlist("step_uid") if isinstance(v, str)):
         kind = values.get(f"step.{uid}.type", "").strip()
-        step = _step_form(uid, index, {"type": kind})
+        step = _step_form(uid, index, {"type": kind},
+                          posted_other=f"step.{uid}.{OTHER}" in values)
         step.name = values.get(f"step.{uid}.name", "").strip()
         draft.steps.append(step)
         table = {"name": step.name, "type": kind}
@@ -175,10 +178,19 @@ def _slot_for(draft: Draft, path: str) -> str:
             if key in ("name", "type"):
                 return slot_id(f"{step.prefix}.{key}")
             found = field_for(step.fields + step.common, path)
+            if found is None and key.isidentifier():
+                return _other_slot(step.fields, step.slot)
             return found.slot if found is not None else step.slot
         return JOB_SLOT
     found = field_for(draft.fields, path)
+    if found is None and "." not in path and "[" not in path and path:
+        return _other_slot(draft.fields, JOB_SLOT)
     return found.slot if found is not None else JOB_SLOT
+
+
+def _other_slot(fields: list[Field], fallback: str) -> str:
+    """The slot of the "other keys" field among ``fields`` (for an unknown key)."""
+    return next((f.slot for f in fields if f.key == OTHER), fallback)
 
 
 def _check_answer(request: Request, me: Any, draft: Draft, problems: list[Any],

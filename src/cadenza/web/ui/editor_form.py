@@ -6,7 +6,9 @@ Each schema property becomes a :class:`Field` of one kind: ``text``/``textarea``
 ``integer``/``number``, ``bool`` (a choice of default / true / false, so an unset key stays
 unset), ``enum`` (a select), ``list`` (strings, one per line), ``table`` (a map, written as
 TOML ``key = value`` lines), ``value`` (anything else: a TOML value, or plain text taken as
-a string) and ``group`` (a nested model: a fieldset of its own fields).
+a string) and ``group`` (a nested model: a fieldset of its own fields). Keys that the
+schema does not know (a typo, a key of another step type) are kept in an ``other`` field
+as TOML lines, where validation names them: a save never drops what it does not know.
 
 Input names carry the key path: ``job.retry.attempts``, ``step.<uid>.query`` (a step's
 ``uid`` is stable while steps are added, removed and reordered in the page; their order in
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _MULTILINE = frozenset({"query", "body", "template"})
+OTHER = "__other"
+"""The key of the field holding a table's keys that its schema does not know."""
 
 
 @dataclass
@@ -113,8 +117,10 @@ def _default_text(value: Any) -> str:
 
 
 def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, path: str,
-          skip: tuple[str, ...] = (), defs: Mapping[str, Any] | None = None) -> list[Field]:
-    """The fields of ``schema``'s properties (but ``skip``), holding ``values``."""
+          skip: tuple[str, ...] = (), defs: Mapping[str, Any] | None = None,
+          posted_other: bool = False) -> list[Field]:
+    """The fields of ``schema``'s properties (but ``skip``), holding ``values``; plus an
+    ``other`` field for the keys it does not know (or ``posted_other``: the form has one)."""
     defs = schema.get("$defs", {}) if defs is None else defs
     required = set(schema.get("required", ()))
     out: list[Field] = []
@@ -140,6 +146,11 @@ def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, pa
         elif key in values:
             made.kind, made.value = _shown(kind, current)
         out.append(made)
+    known = set(schema.get("properties", {})) | set(skip)
+    other = {k: v for k, v in values.items() if k not in known}
+    if other or posted_other:  # keys the schema does not know: shown, never dropped
+        out.append(Field(key=OTHER, name=f"{name}.{OTHER}", path=path, kind="other",
+                         label="Other keys", value=table_lines(other) if other else ""))
     return out
 
 
@@ -223,7 +234,9 @@ def read(fields: list[Field], form: Mapping[str, str],
         if not raw.strip():
             continue
         value = _typed(item, raw, errors)
-        if value is not None:
+        if item.kind == "other" and isinstance(value, dict):
+            out.update({k: v for k, v in value.items() if k not in out})
+        elif value is not None:
             out[item.key] = value
     return out
 
@@ -247,7 +260,7 @@ def _typed(item: Field, raw: str, errors: dict[str, str]) -> Any:
         return {"true": True, "false": False}.get(text, text)
     if item.kind == "list":
         return [line.strip() for line in raw.split("\n") if line.strip()]
-    if item.kind == "table":
+    if item.kind in ("table", "other"):
         try:
             return tomllib.loads(raw)
         except tomllib.TOMLDecodeError as exc:

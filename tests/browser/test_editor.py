@@ -112,3 +112,13 @@ def test_a_stale_save_shows_the_diff_and_keeps_the_text(ui: UI, page: Any) -> No
     page.click("#flash button.primary")  # save my version over the current file
     page.wait_for_url(f"{ui.base}/jobs/hello")
     assert 'description = "my words"' in path.read_text(encoding="utf-8")
+
+
+def test_the_editor_fits_a_phone(ui: UI, page: Any) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(page, ui, "eddie", next_path="/jobs/sales-load/edit")
+    page.click("summary.ed-more-summary")
+    fits = "document.documentElement.scrollWidth <= window.innerWidth"
+    assert page.evaluate(fits)
+    page.click("#tab-toml")
+    assert page.evaluate(fits)

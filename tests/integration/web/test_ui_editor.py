@@ -389,3 +389,8 @@ def test_keys_the_schema_does_not_know_are_shown_and_never_dropped(env: ApiEnv) 
     fixed = [(k, "" if k.endswith("__other") else v) for k, v in fields]
     assert client.post("/jobs/hello/edit", data=multi(fixed)).status_code == 200
     assert "colour" not in path.read_text() and "retries" not in path.read_text()
+
+
+def test_the_editor_speaks_french_where_the_catalogue_does(env: ApiEnv) -> None:
+    page = editor(env).get("/jobs/new", headers={"Accept-Language": "fr-FR,fr;q=0.9"}).text
+    assert "Créer une tâche" in page and "Ajouter une étape" in page

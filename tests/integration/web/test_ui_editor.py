@@ -394,3 +394,15 @@ def test_keys_the_schema_does_not_know_are_shown_and_never_dropped(env: ApiEnv) 
 def test_the_editor_speaks_french_where_the_catalogue_does(env: ApiEnv) -> None:
     page = editor(env).get("/jobs/new", headers={"Accept-Language": "fr-FR,fr;q=0.9"}).text
     assert "Créer une tâche" in page and "Ajouter une étape" in page
+
+
+def test_xss_in_a_step_name_and_type_shows_as_text(env: ApiEnv) -> None:
+    client = editor(env)
+    answer = client.post("/editor/check", data={
+        "mode": "create", "id": "x", "step_uid": "a1", "step.a1.name": XSS,
+        "step.a1.type": XSS})
+    assert answer.status_code == 200
+    assert "<script>alert(1)" not in answer.text and "<img src=x" not in answer.text
+    assert "&lt;script&gt;" in answer.text  # the messages quote the value, escaped
+    block = client.get("/editor/step", params={"type": XSS}).text
+    assert "<script>alert(1)" not in block and "<img src=x" not in block

@@ -51,6 +51,8 @@ def test_create_a_job_with_a_bad_cron_then_fix_it_and_save(ui: UI, page: Any,
     assert 'callable = "demo_tasks:count"' in text
     assert comment_lines(text) == comments
     assert "1. count (python)" in ui.run_cli("jobs", "show", "nightly-report")
+    api = page.request.get(f"{ui.base}/api/jobs/nightly-report")  # the page's session
+    assert api.ok and api.json()["definition"]["schedule"] == "0 3 * * *"
 
 
 def test_steps_move_and_go_in_the_page(ui: UI, page: Any) -> None:

@@ -62,6 +62,16 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/jobs/{job_id}/run-now"): "operator",
     ("POST", "/jobs/{job_id}/enabled"): "editor",
     ("POST", "/jobs/{job_id}/presets"): "editor",
+    # the job editor (web/ui/editor.py)
+    ("GET", "/jobs/new"): "editor",
+    ("POST", "/jobs/new"): "editor",
+    ("GET", "/jobs/{job_id}/edit"): "editor",
+    ("POST", "/jobs/{job_id}/edit"): "editor",
+    ("POST", "/jobs/{job_id}/delete"): "editor",
+    ("GET", "/editor/step"): "editor",
+    ("GET", "/editor/step-fields"): "editor",
+    ("POST", "/editor/check"): "editor",
+    ("POST", "/editor/check-toml"): "editor",
     # the pages (web/ui/): a page without a session answers 401 with the login form
     ("GET", "/"): "viewer",
     ("GET", "/login"): None,

@@ -415,10 +415,13 @@ class RunsRepository(StepRunsRepository):
         limit: int = 50,
         before: str | datetime | None = None,
         trigger: str | None = None,
+        after: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first (created_at, then id), at most ``limit``.
 
         ``before`` is a keyset cursor: a run id (runs created before that run) or a time.
+        ``after`` is the other way: a run id; the ``limit`` runs created just after that
+        run (the next newer page), still returned newest first.
         """
         query = sa.select(runs)
         if job is not None:
@@ -444,7 +447,25 @@ class RunsRepository(StepRunsRepository):
                             sa.and_(runs.c.created_at == cursor_at, runs.c.id < before),
                         )
                     )
-            rows = c.execute(
-                query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-            ).all()
+            if after is not None:
+                after_at = c.execute(
+                    sa.select(runs.c.created_at).where(runs.c.id == after)
+                ).scalar()
+                if after_at is None:
+                    query = query.where(runs.c.id > after)
+                else:
+                    query = query.where(
+                        sa.or_(
+                            runs.c.created_at > after_at,
+                            sa.and_(runs.c.created_at == after_at, runs.c.id > after),
+                        )
+                    )
+                rows = c.execute(
+                    query.order_by(runs.c.created_at.asc(), runs.c.id.asc()).limit(limit)
+                ).all()
+                rows = rows[::-1]
+            else:
+                rows = c.execute(
+                    query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
+                ).all()
         return [RunRecord.from_row(row) for row in rows]

@@ -121,14 +121,14 @@ def test_run_page_actions_follow_role_and_state(env: ApiEnv) -> None:
         page = viewer.get(f"/runs/{run_id}")
         assert page.status_code == 200
         assert "hx-post=\"/runs/" not in page.text and "Abandon" not in page.text
-    assert 'hx-post="/runs/%s/cancel"' % queued in operator.get(f"/runs/{queued}").text
+    assert f'hx-post="/runs/{queued}/cancel"' in operator.get(f"/runs/{queued}").text
     page = operator.get(f"/runs/{review}").text
     assert f'hx-post="/runs/{review}/resume"' in page and f'/runs/{review}/abandon' in page
     assert "/cancel" not in page and "Kept:" in page
     assert f'data-confirm-value="{review}"' in page
     page = operator.get(f"/runs/{done}").text
     assert f'hx-post="/runs/{done}/replay"' in page and "/cancel" not in page
-    assert 'sse-connect="/runs/%s/live' % queued in operator.get(f"/runs/{queued}").text
+    assert f'sse-connect="/runs/{queued}/live' in operator.get(f"/runs/{queued}").text
     assert "sse-connect" not in page  # an ended run opens no stream
     assert viewer.get("/runs/nope").status_code == 404
 

@@ -15,7 +15,20 @@
     if (log && following()) log.scrollTop = log.scrollHeight;
   }
 
+  // Log lines carry their UTC instant; show the clock time in the browser's zone.
+  const clockFmt = new Intl.DateTimeFormat(document.documentElement.lang || undefined, {
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23" });
+  function localTimes(root) {
+    root.querySelectorAll("#log time[datetime]:not([data-local])").forEach(function (el) {
+      const when = new Date(el.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      el.setAttribute("data-local", "1");
+      el.textContent = clockFmt.format(when);
+    });
+  }
+
   function wire() {
+    localTimes(document);
     const level = document.getElementById("log-level");
     if (level && !level.dataset.wired) {
       level.dataset.wired = "1";
@@ -38,7 +51,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", wire);
-  document.addEventListener("htmx:sseMessage", toEnd);
+  document.addEventListener("htmx:sseMessage", function () { localTimes(document); toEnd(); });
   document.addEventListener("htmx:afterSettle", function (e) {
     if (e.target && e.target.id === "log") toEnd();
   });

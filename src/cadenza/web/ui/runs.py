@@ -126,12 +126,14 @@ def _summary_values(request: Request, me: Principal, run_id: str) -> dict[str, A
     home = web.home
     zone = zone_lookup(home.load_config)(run) if home is not None else None
     now = web.clock.now()
+    records = store.list_step_runs(run_id)
     steps = [{"step": s, "seconds": seconds_between(s.started_at, s.finished_at or (
                   now if s.started_at is not None and s.state.value == "RUNNING" else None)),
               "output": output_text(s.output)}
-             for s in store.list_step_runs(run_id)]
+             for s in records]
     return {"run": run, "detail": detail, "trigger": trigger_of(run, zone),
             "steps": steps, "actions": actions_for(run, me),
+            "attempts": max([s.attempt for s in records] or [run.attempt]),
             "live": run.state in LIVE_STATES,
             "seconds": seconds_between(run.started_at, run.finished_at or (
                 now if run.state is RunState.RUNNING else None)),

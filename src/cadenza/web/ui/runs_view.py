@@ -81,9 +81,13 @@ class Filters:
             else (*self.states, state)
         return replace(self, states=states).url()
 
-    def with_value(self, **values: str) -> str:
+    def with_value(self, *, job: str | None = None, trigger: str | None = None,
+                   since: str | None = None, until: str | None = None) -> str:
         """The URL with some filters set (or cleared with ``""``), back to the first page."""
-        return replace(self, **values).url()
+        return replace(self, job=self.job if job is None else job,
+                       trigger=self.trigger if trigger is None else trigger,
+                       since=self.since if since is None else since,
+                       until=self.until if until is None else until).url()
 
     def chips(self) -> list[tuple[str, str, str]]:
         """The active filters as removable chips: (what, value, URL without it)."""

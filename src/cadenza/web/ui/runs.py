@@ -11,9 +11,11 @@ the page never touches the run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Annotated, Any
 
+import anyio
+import anyio.to_thread
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
@@ -54,6 +56,8 @@ router = APIRouter(include_in_schema=False)
 
 LIVE_POLL_SECONDS = 0.5
 """How often the live stream looks for new lines and a state change (one read each)."""
+LIVE_BATCH = 500
+"""The most lines one ``line`` event carries."""
 LOG_PAGE = 20_000
 """The log lines a run page renders at most (the API and CLI give the rest)."""
 
@@ -168,19 +172,25 @@ def _event(name: str, html: str = "") -> str:
     return f"event: {name}\n{data}\n\n"
 
 
-def live_events(request: Request, store: Store, run_id: str, after: int,
-                state: str) -> Iterator[str]:
+async def live_events(request: Request, store: Store, run_id: str, after: int,
+                      state: str) -> AsyncIterator[str]:
     """The stream of a run page: new log lines (``line``), a ``change`` when the state is
-    no longer ``state``, and ``end`` once the run ended or needs review. Reads only."""
-    clock = context(request).clock
+    no longer ``state``, and ``end`` once the run ended or needs review. Reads only.
+
+    Between reads it waits on the event loop, not in a worker thread: a page left open
+    for a day holds no thread (each read borrows one for a moment)."""
     seen = state
-    while True:
+
+    def read(after_id: int) -> tuple[RunRecord | None, list[Any]]:
         run = store.get_run(run_id)  # first: a run's last lines commit with its end
-        lines = store.list_logs(run_id, after_id=after, limit=500)
+        return run, store.list_logs(run_id, after_id=after_id, limit=LIVE_BATCH)
+
+    while True:
+        run, lines = await anyio.to_thread.run_sync(read, after)
         if lines:
             after = lines[-1].id
             yield _event("line", _lines_html(request, lines))
-            if len(lines) == 500:
+            if len(lines) == LIVE_BATCH:
                 continue
         if run is None or run.state in TERMINAL_RUN_STATES \
                 or run.state is RunState.NEEDS_REVIEW:
@@ -189,7 +199,7 @@ def live_events(request: Request, store: Store, run_id: str, after: int,
         if run.state.value != seen:
             seen = run.state.value
             yield _event("change")
-        clock.sleep(LIVE_POLL_SECONDS)
+        await anyio.sleep(LIVE_POLL_SECONDS)  # pacing a reader, not waiting for a schedule
 
 
 @router.get("/runs/{run_id}/live", response_model=None)

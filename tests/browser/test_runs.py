@@ -123,7 +123,7 @@ def test_a_run_page_follows_sales_load_live(ui: UI, page: Any, tmp_path: Path) -
     shot(page, "run", tmp_path)
 
 
-def test_live_lines_then_cancel(ui: UI, page: Any) -> None:
+def test_live_lines_then_the_end_refreshes_the_header(ui: UI, page: Any) -> None:
     login(page, ui, "otto", next_path="/runs")
     run_id = _start(ui, "ticker")
     eventually(lambda: _state(ui, run_id) == "RUNNING", what="the ticker to run")
@@ -136,12 +136,27 @@ def test_live_lines_then_cancel(ui: UI, page: Any) -> None:
     page.select_option("#log-level", "WARNING")
     assert page.locator("#log .lvl-INFO").first.is_hidden()
     page.select_option("#log-level", "DEBUG")
+    # canceled elsewhere: the stream's end event refreshes the header, no reload
+    page.evaluate("() => { window.cadenzaMarker = 1; }")
+    assert _api(ui).post(f"/api/runs/{run_id}/cancel").status_code == 200
+    page.locator("#run-summary .run-head .state").filter(has_text="CANCELED").wait_for(
+        timeout=30_000)
+    assert page.evaluate("() => window.cadenzaMarker") == 1
+    assert "canceled by otto" in page.locator(".run-reason").inner_text()
+    assert page.locator("#live-tag").is_hidden()
+    assert "run CANCELED: canceled by otto" in page.locator("#log").inner_text()  # live
+
+
+def test_cancel_a_running_run_from_its_page(ui: UI, page: Any) -> None:
+    login(page, ui, "otto", next_path="/runs")
+    run_id = _start(ui, "ticker")
+    eventually(lambda: _state(ui, run_id) == "RUNNING", what="the ticker to run")
+    page.goto(f"{ui.base}/runs/{run_id}")
     page.click("button:has-text('Cancel')")
     page.locator("#run-summary .run-head .state").filter(has_text="CANCELED").wait_for(
         timeout=30_000)
     assert _state(ui, run_id) == "CANCELED"
-    assert "canceled by otto" in page.locator(".run-reason").inner_text()
-    assert page.locator("#live-tag").is_hidden() or page.locator("#live-tag").count() == 0
+    assert page.locator("button:has-text('Replay')").is_visible()
 
 
 def test_history_shows_missed_and_needs_review_then_resume(ui: UI, page: Any,
@@ -185,3 +200,26 @@ def test_a_viewer_sees_no_action(ui: UI, page: Any) -> None:
     page.locator("#run-summary .state-succeeded").first.wait_for()
     assert page.locator(".run-actions").count() == 0
     assert page.locator("[hx-post^='/runs/']").count() == 0
+
+
+XSS = ('<script>alert(1)</script>', '"><img src=x onerror=alert(1)>')
+
+
+def test_xss_shows_as_text_and_phones_get_cards(ui: UI, page: Any) -> None:
+    with Services.at(ui.home, actor=Actor("cli", "test"), clock=SystemClock()) as services:
+        store = services.store()
+        run_id = store.create_run("hello", f"manual:{XSS[1]}", params={"period": XSS[0]})
+        assert run_id is not None
+        store.append_log(run_id, "ERROR", XSS[0] + " " + XSS[1])
+    eventually(lambda: _state(ui, run_id) == "SUCCEEDED", what="the run to end")
+    login(page, ui, "otto", next_path="/runs")
+    row = page.locator(f"tr:has(a[href='/runs/{run_id}'])")
+    assert XSS[1] in row.inner_text()
+    page.goto(f"{ui.base}/runs/{run_id}")
+    assert XSS[0] in page.locator(".run-facts").inner_text()
+    assert XSS[0] + " " + XSS[1] in page.locator("#log").inner_text()
+    assert page.locator("#main script, #main img").count() == 0
+    page.set_viewport_size({"width": 390, "height": 800})
+    page.goto(f"{ui.base}/runs")
+    assert page.locator(".runs-table thead").is_hidden()
+    assert page.locator(f"tr:has(a[href='/runs/{run_id}']) td[data-label='State']").is_visible()

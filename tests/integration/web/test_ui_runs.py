@@ -199,6 +199,16 @@ def test_pages_escape_what_users_and_steps_wrote(env: ApiEnv) -> None:
     assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
 
 
+def test_a_scheduled_run_names_its_time_in_the_schedules_zone(env: ApiEnv) -> None:
+    from datetime import UTC, datetime
+
+    run_id = env.store.create_run("sales-load", "scheduled", schedule="job",
+                                  scheduled_for=datetime(2027, 1, 5, 1, 0, tzinfo=UTC))
+    assert run_id is not None
+    page = env.session("viewer").get(f"/runs/{run_id}").text
+    assert "scheduled 02:00 CET" in page
+
+
 def test_trigger_words() -> None:
     from zoneinfo import ZoneInfo
 

@@ -180,6 +180,12 @@ def test_history_shows_missed_and_needs_review_then_resume(ui: UI, page: Any,
     page.click("a.chip-needs_review")  # off again
     page.wait_for_url(f"{ui.base}/runs")
     page.locator(f"a[href='/runs/{missed}']").wait_for()
+    page.go_back()  # the filtered view comes back with its URL
+    page.wait_for_url("**/runs?state=NEEDS_REVIEW")
+    page.locator(f"a[href='/runs/{review}']").wait_for()
+    assert page.locator(f"a[href='/runs/{missed}']").count() == 0
+    page.go_forward()
+    page.locator(f"a[href='/runs/{missed}']").wait_for()
     shot(page, "runs", tmp_path)
     page.click(f"a[href='/runs/{review}']")
     page.wait_for_url(f"**/runs/{review}")

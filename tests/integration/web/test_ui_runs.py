@@ -172,11 +172,15 @@ def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     stream = viewer.get(f"/runs/{run_id}/live", params={"after": 1, "state": "QUEUED"})
     assert stream.headers["content-type"].startswith("text/event-stream")
     text = stream.text
-    assert text.startswith("event: line\ndata: <span class=\"line lvl-WARNING\"")
+    assert text.startswith("id: 2\nevent: line\ndata: <span class=\"line lvl-WARNING\"")
     assert "first" not in text  # the page had it already
     assert "data: lines &lt;script&gt;" in text and "<script>" not in text
     assert text.endswith("event: end\ndata: \n\n")
     assert viewer.get("/runs/nope/live").status_code == 404
+    # a browser reconnecting by itself says which line it saw last
+    again = viewer.get(f"/runs/{run_id}/live", params={"after": 0},
+                       headers={"Last-Event-ID": "2"})
+    assert again.text == "event: end\ndata: \n\n"
 
 
 def test_pages_escape_what_users_and_steps_wrote(env: ApiEnv) -> None:

@@ -166,10 +166,13 @@ def _lines_html(request: Request, lines: list[Any]) -> str:
     return redact_html(request, template.render(lines=lines))
 
 
-def _event(name: str, html: str = "") -> str:
-    """One server-sent event; each line of ``html`` its own ``data:`` line."""
+def _event(name: str, html: str = "", event_id: int | None = None) -> str:
+    """One server-sent event; each line of ``html`` its own ``data:`` line. A ``line``
+    event carries the id of its last line: a browser reconnecting by itself sends it back
+    (``Last-Event-ID``) and the stream goes on from there, without repeating lines."""
     data = "\n".join(f"data: {part}" for part in (html.split("\n") if html else [""]))
-    return f"event: {name}\n{data}\n\n"
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\n{data}\n\n"
 
 
 async def live_events(request: Request, store: Store, run_id: str, after: int,
@@ -189,7 +192,7 @@ async def live_events(request: Request, store: Store, run_id: str, after: int,
         run, lines = await anyio.to_thread.run_sync(read, after)
         if lines:
             after = lines[-1].id
-            yield _event("line", _lines_html(request, lines))
+            yield _event("line", _lines_html(request, lines), after)
             if len(lines) == LIVE_BATCH:
                 continue
         if run is None or run.state in TERMINAL_RUN_STATES \
@@ -210,6 +213,9 @@ def run_live(run_id: str, request: Request, me: PageViewer,
     store = context(request).store
     if store.get_run(run_id) is None:
         raise NotFound(f"no run {run_id!r}")
+    resumed = request.headers.get("last-event-id", "")
+    if resumed.isdigit():
+        after = max(after, int(resumed))
     return StreamingResponse(live_events(request, store, run_id, after, state.upper()),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -186,6 +186,14 @@ def test_history_shows_missed_and_needs_review_then_resume(ui: UI, page: Any,
     assert page.locator(f"a[href='/runs/{missed}']").count() == 0
     page.go_forward()
     page.locator(f"a[href='/runs/{missed}']").wait_for()
+    page.fill("#f-job", "flaky")  # the form filters in place too
+    page.click(".runs-filter button[type=submit]")
+    page.wait_for_url("**/runs?job=flaky")
+    assert page.locator(f"a[href='/runs/{missed}']").count() == 0
+    assert page.locator(".runs-active .chip").inner_text().startswith("job: flaky")
+    page.click(".runs-active a:has-text('Clear all')")
+    page.wait_for_url(f"{ui.base}/runs")
+    page.locator(f"a[href='/runs/{missed}']").wait_for()
     shot(page, "runs", tmp_path)
     page.click(f"a[href='/runs/{review}']")
     page.wait_for_url(f"**/runs/{review}")

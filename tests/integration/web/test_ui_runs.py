@@ -110,6 +110,9 @@ def test_history_filters_are_chips_in_the_url(env: ApiEnv) -> None:
     # an htmx swap of the list gets the list alone
     part = viewer.get("/runs?state=MISSED", headers={"HX-Request": "true", "HX-Target": "runs"})
     assert part.text.lstrip().startswith('<div id="runs"') and "<html" not in part.text
+    form = viewer.get("/runs?job=&state=MISSED&trigger=&since=&until=",
+                      headers={"HX-Request": "true", "HX-Target": "runs"})
+    assert form.headers["HX-Push-Url"] == "/runs?state=MISSED"
 
 
 def test_run_page_actions_follow_role_and_state(env: ApiEnv) -> None:

@@ -107,8 +107,11 @@ def runs_history(request: Request, me: PageViewer,
               "state_order": STATE_ORDER, "ranges": RANGES}
     fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
         and request.headers.get("hx-history-restore-request") != "true"
-    template = "ui/_runs_table.html" if fragment else "ui/runs_list.html"
-    return render(request, template, values, me=me, nav="runs")
+    if fragment:  # the address bar gets the view's canonical URL (no empty filters)
+        canonical = filters.url(before=before, after=None if before else after)
+        return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
+                      headers={"HX-Push-Url": canonical})
+    return render(request, "ui/runs_list.html", values, me=me, nav="runs")
 
 
 def _row(run: RunRecord) -> dict[str, Any]:

@@ -316,24 +316,20 @@ class HistoryService:
         return list(self._lines(run_id, parse_level(min_level), follow=False))
 
     def follow_logs(self, run_id: str, min_level: str | None = None,
-                    poll: float = FOLLOW_POLL_SECONDS,
-                    after_id: int | None = None) -> Iterator[LogLine]:
-        """The run's log lines (those after line ``after_id`` when given), then each new one
-        as it is written, until the run ended."""
-        return self._lines(run_id, parse_level(min_level), follow=True, poll=poll,
-                           after_id=after_id)
+                    poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
+        """The run's log lines, then each new one as it is written, until the run ended."""
+        return self._lines(run_id, parse_level(min_level), follow=True, poll=poll)
 
     def _lines(self, run_id: str, min_level: str | None, *, follow: bool,
-               poll: float = FOLLOW_POLL_SECONDS,
-               after_id: int | None = None) -> Iterator[LogLine]:
+               poll: float = FOLLOW_POLL_SECONDS) -> Iterator[LogLine]:
         store = self._store()
         if store.get_run(run_id) is None:
             raise NotFound(f"no run {run_id!r}")
-        return self._tail(store, run_id, min_level, follow, poll, after_id)
+        return self._tail(store, run_id, min_level, follow, poll)
 
     def _tail(self, store: Store, run_id: str, min_level: str | None, follow: bool,
-              poll: float, after_id: int | None = None) -> Iterator[LogLine]:
-        after = after_id
+              poll: float) -> Iterator[LogLine]:
+        after: int | None = None
         while True:
             # Read "finished" first: the lines of a run's end commit with it, so a read
             # after seeing it finished sees them all.

@@ -6,6 +6,7 @@ not stop them (the shell says so, from :attr:`LoadedSettings.jobs_errors`).
 Operations (all read-only)::
 
     list_runs(RunQuery) -> list[RunView]            newest first
+    runs_page(RunPageQuery) -> RunPage              keyset pages (older / newer), newest first
     get_run(run_id) -> RunDetail                    NotFound for an unknown id
     logs(run_id, min_level=None) -> list[LogLine]   NotFound for an unknown id
     follow_logs(run_id, min_level=None) -> Iterator[LogLine]   until the run ended
@@ -154,6 +155,32 @@ class RunQuery:
     limit: int = 20
 
 
+@dataclass(frozen=True)
+class RunPageQuery:
+    """One page of the runs history: filters, and at most one keyset cursor (``before``: the
+    page older than that run, ``after``: the page newer than it). ``since``/``until`` bound
+    the creation time; ``states`` is any of them."""
+
+    job: str | None = None
+    states: tuple[RunState, ...] | None = None
+    trigger: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before: str | None = None
+    after: str | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """A page of runs, newest first, with the cursors of its neighbours: ``older`` (pass it
+    as ``before``) and ``newer`` (pass it as ``after``), None at either end."""
+
+    runs: tuple[RunRecord, ...]
+    older: str | None
+    newer: str | None
+
+
 def parse_states(text: str | None) -> tuple[RunState, ...] | None:
     """``"failed,queued"`` → the states; InvalidRequest naming the unknown ones."""
     if text is None:
@@ -234,6 +261,35 @@ class HistoryService:
         """Runs, newest first."""
         runs = self._store().list_runs(job=query.job, state=query.states, limit=query.limit)
         return [RunView.of(run) for run in runs]
+
+    def runs_page(self, query: RunPageQuery) -> RunPage:
+        """One keyset page of the history: one query on the store's ``(created_at, id)``
+        order (plus the cursor's own row), never an offset or a count."""
+        store = self._store()
+        filters: dict[str, Any] = {"job": query.job, "state": query.states,
+                                   "trigger": query.trigger}
+        if query.after is not None:
+            rows = store.list_runs(**filters, after=query.after, limit=query.limit + 1)
+            more = len(rows) > query.limit
+            rows = rows[1:] if more else rows
+            if query.until is not None:
+                kept = [r for r in rows if r.created_at < query.until]
+                more = more and len(kept) == len(rows)
+                rows = kept
+            return RunPage(tuple(rows), rows[-1].id if rows else query.after,
+                           rows[0].id if more and rows else None)
+        before: str | datetime | None = query.before or query.until
+        rows = store.list_runs(**filters, before=before, limit=query.limit + 1)
+        more = len(rows) > query.limit
+        rows = rows[:query.limit]
+        if query.since is not None:
+            kept = [r for r in rows if r.created_at >= query.since]
+            more = more and len(kept) == len(rows)
+            rows = kept
+        newer = None
+        if query.before is not None:
+            newer = rows[0].id if rows else query.before
+        return RunPage(tuple(rows), rows[-1].id if more and rows else None, newer)
 
     def get_run(self, run_id: str) -> RunDetail:
         """One run and its step attempts; NotFound for an unknown id."""

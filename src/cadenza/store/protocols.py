@@ -244,8 +244,9 @@ class HistoryQueries(EventQueries, Protocol):
         limit: int = ...,
         before: str | datetime | None = ...,
         trigger: str | None = ...,
+        after: str | None = ...,
     ) -> list[RunRecord]:
-        """Runs, newest first, keyset-paged by ``before``."""
+        """Runs, newest first, keyset-paged by ``before`` (older) or ``after`` (newer)."""
         ...
 
     def list_step_runs(self, run_id: str) -> list[StepRunRecord]:

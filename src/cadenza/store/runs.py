@@ -415,17 +415,24 @@ class RunsRepository(StepRunsRepository):
         limit: int = 50,
         before: str | datetime | None = None,
         trigger: str | None = None,
+        after: str | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first (created_at, then id), at most ``limit``.
 
         ``before`` is a keyset cursor: a run id (runs created before that run) or a time.
+        ``after`` is the other way: a run id; the ``limit`` runs created just after that
+        run (the next newer page), still returned newest first. Several states are one
+        query each (an ordered range of ``ix_runs_state_created``), merged.
         """
         query = sa.select(runs)
         if job is not None:
             query = query.where(runs.c.job_id == job)
+        wanted: list[str] = []
         if state is not None:
             states = [state] if isinstance(state, str) else list(state)
-            query = query.where(runs.c.state.in_([RunState(s).value for s in states]))
+            wanted = sorted({RunState(s).value for s in states})
+            if not wanted:
+                return []
         if trigger is not None:
             query = query.where(runs.c.trigger == trigger)
         with self.read() as c:
@@ -438,13 +445,33 @@ class RunsRepository(StepRunsRepository):
                 if cursor_at is None:
                     query = query.where(runs.c.id < before)
                 else:
+                    # "<= t AND (< t OR id <)": one index range on created_at (the
+                    # equivalent "< t OR (= t AND id <)" makes SQLite sort every older run)
                     query = query.where(
-                        sa.or_(
-                            runs.c.created_at < cursor_at,
-                            sa.and_(runs.c.created_at == cursor_at, runs.c.id < before),
-                        )
+                        runs.c.created_at <= cursor_at,
+                        sa.or_(runs.c.created_at < cursor_at, runs.c.id < before),
                     )
-            rows = c.execute(
-                query.order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
-            ).all()
+            if after is not None:
+                after_at = c.execute(
+                    sa.select(runs.c.created_at).where(runs.c.id == after)
+                ).scalar()
+                if after_at is None:
+                    query = query.where(runs.c.id > after)
+                else:
+                    query = query.where(
+                        runs.c.created_at >= after_at,
+                        sa.or_(runs.c.created_at > after_at, runs.c.id > after),
+                    )
+                order = (runs.c.created_at.asc(), runs.c.id.asc())
+            else:
+                order = (runs.c.created_at.desc(), runs.c.id.desc())
+            # One query per state, each an ordered range of the (state, created_at, id)
+            # index, merged here: "state IN (...)" would sort every run of those states.
+            parts = [query.where(runs.c.state == one) for one in wanted] or [query]
+            rows = [row for part in parts
+                    for row in c.execute(part.order_by(*order).limit(limit)).all()]
+        rows.sort(key=lambda row: (row.created_at, row.id), reverse=after is None)
+        rows = rows[:limit]
+        if after is not None:
+            rows = rows[::-1]
         return [RunRecord.from_row(row) for row in rows]

@@ -107,6 +107,8 @@ sa.Index("ix_runs_job_started", runs.c.job_id, runs.c.started_at,
          sqlite_where=_STARTED, postgresql_where=_STARTED)
 # A call_job's child, once per parent run and step (migration 0010): its operation key.
 sa.Index("ix_runs_parent", runs.c.parent_run_id, runs.c.parent_step, unique=True)
+# The history by state, newest first (migration 0012): a page of one state is one range.
+sa.Index("ix_runs_state_created", runs.c.state, runs.c.created_at, runs.c.id)
 
 step_runs = sa.Table(
     "step_runs",

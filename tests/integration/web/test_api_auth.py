@@ -72,6 +72,14 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/editor/step-fields"): "editor",
     ("POST", "/editor/check"): "editor",
     ("POST", "/editor/check-toml"): "editor",
+    # the runs pages (web/ui/runs.py)
+    ("GET", "/runs"): "viewer",
+    ("GET", "/runs/{run_id}"): "viewer",
+    ("GET", "/runs/{run_id}/live"): "viewer",
+    ("POST", "/runs/{run_id}/cancel"): "operator",
+    ("POST", "/runs/{run_id}/resume"): "operator",
+    ("POST", "/runs/{run_id}/abandon"): "operator",
+    ("POST", "/runs/{run_id}/replay"): "operator",
     # the pages (web/ui/): a page without a session answers 401 with the login form
     ("GET", "/"): "viewer",
     ("GET", "/login"): None,

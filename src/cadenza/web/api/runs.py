@@ -58,22 +58,16 @@ def list_runs(
 ) -> dict[str, Any]:
     """Runs, newest first. ``cursor`` is the ``next_cursor`` of the previous page (a keyset
     on creation time and id, never an offset); ``since``/``until`` are ages (``2d``) or ISO
-    times; ``state`` a comma-separated list."""
-    from cadenza.services.history import parse_states
+    times; ``state`` a comma-separated list. The same history service as the runs page
+    (:meth:`HistoryService.runs_page`)."""
+    from cadenza.services.history import RunPageQuery, parse_states
 
-    states = parse_states(state)
-    after = _when(request, "since", since)
-    before: str | datetime | None = cursor or _when(request, "until", until)
-    rows = context(request).store.list_runs(job=job, state=states, trigger=trigger,
-                                            before=before, limit=limit + 1)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    if after is not None:
-        kept = [r for r in rows if r.created_at >= after]
-        more = more and len(kept) == len(rows)
-        rows = kept
-    return {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in rows],
-            "next_cursor": rows[-1].id if more and rows else None}
+    page = _history(request).runs_page(RunPageQuery(
+        job=job, states=parse_states(state), trigger=trigger,
+        since=_when(request, "since", since), until=_when(request, "until", until),
+        before=cursor, limit=limit))
+    return {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in page.runs],
+            "next_cursor": page.older}
 
 
 @router.get("/runs/{run_id}")

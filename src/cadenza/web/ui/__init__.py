@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from cadenza.web.ui import editor, jobs, session
+from cadenza.web.ui import editor, jobs, runs, session
 from cadenza.web.ui.auth import LoginRequired, PageViewer
 from cadenza.web.ui.errors import page_error
 from cadenza.web.ui.render import STATIC
@@ -31,4 +31,5 @@ def install(app: FastAPI) -> None:
     app.include_router(session.router)
     app.include_router(editor.router)  # before /jobs/{job_id}: /jobs/new is the editor's
     app.include_router(jobs.router)
+    app.include_router(runs.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,0 +1,266 @@
+"""The runs pages (docs/ui.md "Pages: runs"): the history (``/runs``, keyset pages over the
+store's ``(created_at, id)`` order, filters kept in the URL) and a run's page
+(``/runs/{id}``: header, steps, the live log through server-sent events, and the
+operator's actions).
+
+A run page in QUEUED or RUNNING opens one event stream (``/runs/{id}/live``): the new log
+lines as HTML, a ``change`` event when the run's state moves and ``end`` when it ended or
+needs review, on which the page reloads its header and steps. The stream only reads: closing
+the page never touches the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+import anyio.to_thread
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+
+from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
+from cadenza.services.errors import InvalidRequest, NotFound
+from cadenza.services.history import (
+    HistoryService,
+    RunPage,
+    RunPageQuery,
+    parse_since,
+    parse_states,
+)
+from cadenza.web.auth import context, services_for
+from cadenza.web.ui.auth import PageOperator, PageViewer
+from cadenza.web.ui.render import choose_language, environment, is_htmx, redact_html, render
+from cadenza.web.ui.runs_view import (
+    LEVELS,
+    LIVE_STATES,
+    PAGE_SIZE,
+    RANGES,
+    STATE_ORDER,
+    Filters,
+    actions_for,
+    note_of,
+    output_text,
+    seconds_between,
+    short_id,
+    trigger_of,
+    zone_lookup,
+)
+
+if TYPE_CHECKING:
+    from cadenza.services.auth import Principal
+    from cadenza.store import Store
+    from cadenza.store.records import RunRecord
+
+router = APIRouter(include_in_schema=False)
+
+LIVE_POLL_SECONDS = 0.5
+"""How often the live stream looks for new lines and a state change (one read each)."""
+LIVE_BATCH = 500
+"""The most lines one ``line`` event carries."""
+LOG_PAGE = 20_000
+"""The log lines a run page renders at most (the API and CLI give the rest)."""
+
+
+def _history(request: Request) -> HistoryService:
+    web = context(request)
+    store = web.store
+    return HistoryService(lambda: store, web.clock)
+
+
+def _page_query(request: Request, filters: Filters, before: str | None,
+                after: str | None) -> RunPageQuery:
+    """The history service's query for these filters (InvalidRequest naming a bad one)."""
+    now = context(request).clock.now()
+    states = parse_states(",".join(filters.states)) if filters.states else None
+
+    def when(name: str, text: str) -> Any:
+        if not text:
+            return None
+        try:
+            return parse_since(text, now)
+        except InvalidRequest:
+            raise InvalidRequest(f"{name} {text!r}: expected an age like 90s, 30m, 1h, 2d "
+                                 "or an ISO time") from None
+
+    return RunPageQuery(job=filters.job or None, states=states,
+                        trigger=filters.trigger or None, since=when("since", filters.since),
+                        until=when("until", filters.until), before=before or None,
+                        after=None if before else (after or None), limit=PAGE_SIZE)
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs_history(request: Request, me: PageViewer,
+                 before: Annotated[str | None, Query(max_length=100)] = None,
+                 after: Annotated[str | None, Query(max_length=100)] = None) -> HTMLResponse:
+    """The runs, newest first, a keyset page at a time ("older" / "newer"), filtered by job,
+    state, trigger and time range (all kept in the URL, so a view can be shared)."""
+    filters = Filters.of(request.query_params)
+    error = None
+    page = RunPage((), None, None)
+    try:
+        page = _history(request).runs_page(_page_query(request, filters, before, after))
+    except InvalidRequest as exc:
+        error = str(exc)
+    values = {"filters": filters, "page": page, "error": error,
+              "rows": [_row(run) for run in page.runs], "cursor": before or after,
+              "state_order": STATE_ORDER, "ranges": RANGES}
+    fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
+        and request.headers.get("hx-history-restore-request") != "true"
+    if fragment:  # the address bar gets the view's canonical URL (no empty filters)
+        canonical = filters.url(before=before, after=None if before else after)
+        return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
+                      headers={"HX-Push-Url": canonical})
+    return render(request, "ui/runs_list.html", values, me=me, nav="runs")
+
+
+def _row(run: RunRecord) -> dict[str, Any]:
+    """What the history shows of one run (no query: the record has it all)."""
+    return {"run": run, "trigger": trigger_of(run), "note": note_of(run),
+            "seconds": seconds_between(run.started_at, run.finished_at),
+            "short": short_id(run.id, 12)}
+
+
+def _summary_values(request: Request, me: Principal, run_id: str) -> dict[str, Any]:
+    """The header and steps of a run's page (a few reads: the run, its steps, its
+    call_job family)."""
+    web = context(request)
+    detail = _history(request).get_run(run_id)
+    store = web.store
+    run = store.get_run(run_id)
+    if run is None:  # gone between the two reads (retention)
+        raise NotFound(f"no run {run_id!r}")
+    home = web.home
+    zone = zone_lookup(home.load_config)(run) if home is not None else None
+    now = web.clock.now()
+    records = store.list_step_runs(run_id)
+    steps = [{"step": s, "seconds": seconds_between(s.started_at, s.finished_at or (
+                  now if s.started_at is not None and s.state.value == "RUNNING" else None)),
+              "output": output_text(s.output)}
+             for s in records]
+    return {"run": run, "detail": detail, "trigger": trigger_of(run, zone),
+            "steps": steps, "actions": actions_for(run, me),
+            "attempts": max([s.attempt for s in records] or [run.attempt]),
+            "live": run.state in LIVE_STATES,
+            "seconds": seconds_between(run.started_at, run.finished_at or (
+                now if run.state is RunState.RUNNING else None)),
+            "levels": LEVELS}
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(run_id: str, request: Request, me: PageViewer,
+             level: Annotated[str, Query(max_length=20)] = "DEBUG") -> HTMLResponse:
+    """A run: header, steps with their attempts, the log (live while the run is), and the
+    actions the reader may take. An htmx request for ``#run-summary`` gets that part only
+    (the page refreshes it when the stream says the run moved)."""
+    values = _summary_values(request, me, run_id)
+    if is_htmx(request) and request.headers.get("hx-target") == "run-summary":
+        return render(request, "ui/_runs_summary.html", values, me=me, nav="runs")
+    lines = context(request).store.list_logs(run_id, limit=LOG_PAGE)
+    values |= {"lines": lines, "cut": len(lines) >= LOG_PAGE,
+               "last_line": lines[-1].id if lines else 0,
+               "level": level.upper() if level.upper() in LEVELS else "DEBUG"}
+    return render(request, "ui/runs_run.html", values, me=me, nav="runs")
+
+
+def _lines_html(request: Request, lines: list[Any]) -> str:
+    """Log lines as the page's HTML (escaped, then redacted)."""
+    template = environment(choose_language(request)).get_template("ui/_runs_lines.html")
+    return redact_html(request, template.render(lines=lines))
+
+
+def _event(name: str, html: str = "", event_id: int | None = None) -> str:
+    """One server-sent event; each line of ``html`` its own ``data:`` line. A ``line``
+    event carries the id of its last line: a browser reconnecting by itself sends it back
+    (``Last-Event-ID``) and the stream goes on from there, without repeating lines."""
+    data = "\n".join(f"data: {part}" for part in (html.split("\n") if html else [""]))
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {name}\n{data}\n\n"
+
+
+async def live_events(request: Request, store: Store, run_id: str, after: int,
+                      state: str) -> AsyncIterator[str]:
+    """The stream of a run page: new log lines (``line``), a ``change`` when the state is
+    no longer ``state``, and ``end`` once the run ended or needs review. Reads only.
+
+    Between reads it waits on the event loop, not in a worker thread: a page left open
+    for a day holds no thread (each read borrows one for a moment)."""
+    seen = state
+
+    def read(after_id: int) -> tuple[RunRecord | None, list[Any]]:
+        run = store.get_run(run_id)  # first: a run's last lines commit with its end
+        return run, store.list_logs(run_id, after_id=after_id, limit=LIVE_BATCH)
+
+    while True:
+        run, lines = await anyio.to_thread.run_sync(read, after)
+        if lines:
+            after = lines[-1].id
+            yield _event("line", _lines_html(request, lines), after)
+            if len(lines) == LIVE_BATCH:
+                continue
+        if run is None or run.state in TERMINAL_RUN_STATES \
+                or run.state is RunState.NEEDS_REVIEW:
+            yield _event("end")
+            return
+        if run.state.value != seen:
+            seen = run.state.value
+            yield _event("change")
+        await anyio.sleep(LIVE_POLL_SECONDS)  # pacing a reader, not waiting for a schedule
+
+
+@router.get("/runs/{run_id}/live", response_model=None)
+def run_live(run_id: str, request: Request, me: PageViewer,
+             after: Annotated[int, Query(ge=0)] = 0,
+             state: Annotated[str, Query(max_length=20)] = "") -> StreamingResponse:
+    """The run page's event stream (see :func:`live_events`); 404 for an unknown run."""
+    store = context(request).store
+    if store.get_run(run_id) is None:
+        raise NotFound(f"no run {run_id!r}")
+    resumed = request.headers.get("last-event-id", "")
+    if resumed.isdigit():
+        after = max(after, int(resumed))
+    return StreamingResponse(live_events(request, store, run_id, after, state.upper()),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _done(request: Request, target: str) -> Response:
+    """After an action: htmx goes to ``target`` (the run's page, or the new run's)."""
+    if is_htmx(request):
+        return Response(status_code=200, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
+@router.post("/runs/{run_id}/cancel")
+def cancel_run(run_id: str, request: Request, me: PageOperator) -> Response:
+    """Cancel a queued run now, or ask the holder of a running one to stop it."""
+    with services_for(request, me) as services:
+        services.runs.cancel(run_id)
+    return _done(request, f"/runs/{run_id}")
+
+
+@router.post("/runs/{run_id}/resume")
+def resume_run(run_id: str, request: Request, me: PageOperator) -> Response:
+    """Queue a NEEDS_REVIEW run again from its checkpoint."""
+    with services_for(request, me) as services:
+        services.runs.resume(run_id)
+    return _done(request, f"/runs/{run_id}")
+
+
+@router.post("/runs/{run_id}/abandon")
+def abandon_run(run_id: str, request: Request, me: PageOperator,
+                confirm: Annotated[str, Form(max_length=200)] = "") -> Response:
+    """End a NEEDS_REVIEW run FAILED; the form must carry the run's id typed in."""
+    if confirm.strip() != run_id:
+        raise InvalidRequest(f"type the run id {run_id} to abandon it")
+    with services_for(request, me) as services:
+        services.runs.abandon(run_id)
+    return _done(request, f"/runs/{run_id}")
+
+
+@router.post("/runs/{run_id}/replay")
+def replay_run(run_id: str, request: Request, me: PageOperator) -> Response:
+    """A new run with the same request; the page goes to it."""
+    with services_for(request, me) as services:
+        new = services.runs.replay(run_id)
+    return _done(request, f"/runs/{new}")

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from cadenza.web.ui import session
+from cadenza.web.ui import admin, audit, dashboard, resources, session
 from cadenza.web.ui.auth import LoginRequired, PageViewer
 from cadenza.web.ui.errors import page_error
 from cadenza.web.ui.render import STATIC
@@ -29,4 +29,8 @@ def install(app: FastAPI) -> None:
         return RedirectResponse("/jobs", status_code=303)
 
     app.include_router(session.router)
+    app.include_router(resources.router)
+    app.include_router(audit.router)
+    app.include_router(dashboard.router)
+    app.include_router(admin.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -204,6 +204,8 @@ class EventQuery:
     actor: str | None = None
     before: int | None = None
     """Keyset cursor of newest-first pages: events older than this event id."""
+    after: int | None = None
+    """Keyset cursor of oldest-first pages: events newer than this event id."""
     newest_first: bool = False
 
 
@@ -296,7 +298,7 @@ class HistoryService:
         rows = self._store().list_events(run_id=query.run, resource_id=query.resource,
                                          event_type=event_type, since=since,
                                          limit=query.limit, actor=query.actor,
-                                         before_id=query.before,
+                                         before_id=query.before, after_id=query.after,
                                          newest_first=query.newest_first)
         return [EventView(e.event_id, e.created_at, e.event_type, e.level, e.run_id,
                           e.resource_id, e.actor, e.message, e.payload) for e in rows]

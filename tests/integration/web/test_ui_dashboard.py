@@ -1,0 +1,76 @@
+"""The dashboard (web/ui/dashboard.py): the SPEC §17 figures from the stats service, the
+window kept in the URL, charts as data-chart, an empty store."""
+
+from __future__ import annotations
+
+import json
+import re
+from html import unescape
+from pathlib import Path
+
+from tests.integration.web.api_env import START, api_env
+
+from cadenza.clock import FakeClock
+from cadenza.domain.states import RunState
+from cadenza.store.stats import run_series
+
+
+def test_dashboard_shows_the_figures_and_charts(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    with api_env(tmp_path, clock=clock) as env:
+        store = env.store
+
+        def run(job: str, end: RunState, queued: float, took: float) -> None:
+            run_id = store.create_run(job, "manual")
+            clock.advance(queued)
+            assert store.transition_run(run_id, RunState.RUNNING)
+            clock.advance(took)
+            assert store.transition_run(run_id, end, reason="test")
+            clock.advance(100)
+
+        run("hello", RunState.FAILED, 2, 10)
+        run("hello", RunState.SUCCEEDED, 4, 30)
+        run("sales-load", RunState.SUCCEEDED, 6, 20)
+        viewer = env.session("viewer")
+        page = viewer.get("/dashboard")
+        assert page.status_code == 200, page.text
+        text = page.text
+        assert 'aria-current="page">last 24 h' in text
+        for section in ("tile-queue", "tile-execution", "tile-retry", "tile-cooldown",
+                        "utilization", "errors", "recovery", "by-job"):
+            assert f'id="{section}"' in text, section
+        assert "2 min 14 s" in text  # hello recovered 134 s after its failure
+        charts = [json.loads(unescape(c)) for c in re.findall(r'data-chart="([^"]*)"', text)]
+        assert len(charts) == 2
+        runs = charts[0]
+        assert len(runs["x"]) == 25 and sum(runs["series"][0]["values"]) == 2
+        assert sum(runs["series"][1]["values"]) == 1
+        week = viewer.get("/dashboard", params={"window": "7d"}).text
+        assert 'aria-current="page">last 7 days' in week
+        assert viewer.get("/dashboard", params={"window": "1y"}).status_code == 422
+
+
+def test_an_empty_store_says_so(tmp_path: Path) -> None:
+    with api_env(tmp_path) as env:
+        page = env.session("viewer").get("/dashboard")
+    assert page.status_code == 200
+    assert "No runs in this window." in page.text and "data-chart" not in page.text
+
+
+def test_series_buckets(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    clock = FakeClock(START)
+    with api_env(tmp_path, clock=clock) as env:
+        store = env.store
+        run_id = store.create_run("hello", "manual")
+        clock.advance(30)
+        store.transition_run(run_id, RunState.RUNNING)
+        clock.advance(3600)
+        store.transition_run(run_id, RunState.SUCCEEDED, reason="test")
+        now = clock.now()
+        series = run_series(store, now - timedelta(hours=3), now, timedelta(hours=1))
+    assert len(series.x) == 4
+    assert series.succeeded == [0, 0, 0, 1] or series.succeeded == [0, 0, 1, 0]
+    assert [q for q in series.queue_mean if q is not None] == [30.0]
+    assert [e for e in series.execution_mean if e is not None] == [3600.0]

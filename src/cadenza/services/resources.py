@@ -96,6 +96,10 @@ class ProbePoint:
     latency_ms: float | None
 
 
+Probes = dict[str, list[ProbePoint]]
+"""The latest health checks of each route, by resource id, oldest first."""
+
+
 @dataclass(frozen=True)
 class ResourceDetail:
     """``resources show``: the member, its health figures and its recent history."""
@@ -179,7 +183,7 @@ class ResourceService:
         return ResourceView.of(record)
 
     def probes(self, per_member: int = 12, resource_id: str | None = None,
-               scan: int = 2000) -> dict[str, list[ProbePoint]]:
+               scan: int = 2000) -> Probes:
         """The latest ``per_member`` health checks of each route (of ``resource_id``),
         oldest first: one read of the newest ``scan`` HEALTH_CHECKED events."""
         from cadenza.domain.events import EventType
@@ -187,7 +191,7 @@ class ResourceService:
         rows = self.services.store().list_events(
             event_type=EventType.HEALTH_CHECKED, resource_id=resource_id, limit=scan,
             newest_first=True)
-        found: dict[str, list[ProbePoint]] = {}
+        found: Probes = {}
         for event in rows:
             if event.resource_id is None:
                 continue

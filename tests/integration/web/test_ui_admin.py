@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.integration.web.api_env import ApiEnv, api_env
 
 from cadenza.security import verify_password

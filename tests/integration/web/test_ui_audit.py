@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.integration.web.api_env import ApiEnv, api_env
 
 XSS = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'

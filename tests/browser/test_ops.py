@@ -16,6 +16,8 @@ from tests.browser.conftest import UI, login, make_home, shot
 from tests.e2e.serve_helpers import Served
 from tests.support.proxies import FaultProxy
 
+XSS = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
+
 POOLS = """
 [pools.egress]
 kind = "route"
@@ -68,6 +70,8 @@ def ops(tmp_path_factory: pytest.TempPathFactory,
         ui = UI(home, f"http://127.0.0.1:{served.port}", served)
         ui.run_cli("run", "hello")
         ui.run_cli("run", "hello")
+        ui.run_cli("users", "add", "mallory", "--role", "viewer", "--display-name", XSS,
+                   "--password-stdin", input="correct horse battery 9\n")
         yield ui
     finally:
         served.stop()
@@ -108,6 +112,10 @@ def test_a_viewer_finds_no_button_that_would_be_refused(ops: UI, page: Any) -> N
         assert page.locator("button", has_text=label).count() == 0, label
     page.goto(f"{ops.base}/resources/fr-2")
     assert page.locator("button", has_text="Probe").count() == 0
+    page.set_viewport_size({"width": 390, "height": 800})  # a phone: cards, no side scroll
+    page.goto(f"{ops.base}/resources")
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 392
+    page.set_viewport_size({"width": 1280, "height": 900})
     assert page.locator("nav a", has_text="Admin").count() == 0
     page.cadenza_expected = ["403"]
     answer = page.goto(f"{ops.base}/admin")
@@ -125,6 +133,8 @@ def test_admin_creates_a_token_and_sees_it_once(ops: UI, page: Any, tmp_path: Pa
     assert page.locator("#token-grafana").count() == 1
     assert page.input_value("#token-name") == ""  # ops.js empties the form
     shot(page, "admin", tmp_path)
+    assert XSS in page.locator("#user-mallory").inner_text()  # a display name, as text
+    assert page.locator("#users img").count() == 0
     page.reload()
     assert page.locator("#once-value").count() == 0
     assert value not in page.content()
@@ -139,6 +149,10 @@ def test_audit_and_dashboard(ops: UI, page: Any, tmp_path: Path) -> None:
     page.click("form.filters button[type=submit]")
     page.wait_for_url("**type=RUN_FINISHED**")
     assert page.locator("table.audit tbody tr").count() == 2
+    ops.run_cli("resources", "disable", "slot-1", "--reason", XSS)
+    page.goto(f"{ops.base}/audit?resource=slot-1")  # the reason given on the CLI, as text
+    assert XSS in page.locator("table.audit").inner_text()
+    assert page.locator("table.audit img, table.audit script").count() == 0
     page.goto(f"{ops.base}/audit")
     shot(page, "audit", tmp_path)
     page.goto(f"{ops.base}/dashboard")

@@ -74,3 +74,34 @@ def test_series_buckets(tmp_path: Path) -> None:
     assert series.succeeded == [0, 0, 0, 1] or series.succeeded == [0, 0, 1, 0]
     assert [q for q in series.queue_mean if q is not None] == [30.0]
     assert [e for e in series.execution_mean if e is not None] == [3600.0]
+
+
+def test_utilization_per_pool_from_lease_events(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    clock = FakeClock(START)
+    with api_env(tmp_path, clock=clock) as env:
+        settings = env.services.home.path / "cadenza.toml"
+        settings.write_text(settings.read_text(encoding="utf-8") + """
+[pools.slots]
+kind = "unit"
+[[pools.slots.members]]
+id = "s-1"
+[[pools.slots.members]]
+id = "s-2"
+""", encoding="utf-8")
+        resources = env.services.resources
+        assert [m.resource_id for m in resources.list()] == ["s-1", "s-2"]
+        since = clock.now()
+        store = env.store
+        store.append_event("RESOURCE_LEASED", "s-1 leased", resource_id="s-1")
+        clock.advance(1800)
+        store.append_event("RESOURCE_RELEASED", "s-1 released", resource_id="s-1")
+        clock.advance(1800)  # one hour: s-1 held half of it, s-2 none
+        assert resources.utilization(since) == {"slots": 0.25}
+        store.append_event("RESOURCE_LEASED", "s-2 leased", resource_id="s-2")
+        clock.advance(3600)  # two hours: s-1 0.5 h, s-2 1 h (still held) of 4 h
+        assert resources.utilization(since) == {"slots": 0.375}
+        # a release whose lease is before the window counts from the window's start
+        assert resources.utilization(since + timedelta(minutes=15)) == {
+            "slots": round((900 + 3600) / (2 * 6300), 4)}

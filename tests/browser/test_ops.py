@@ -162,3 +162,15 @@ def test_audit_and_dashboard(ops: UI, page: Any, tmp_path: Path) -> None:
     page.click("text=last 7 days")
     page.wait_for_url("**window=7d")
     page.wait_for_selector(".chart .uplot")
+
+
+def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any) -> None:
+    login(page, ops, "ada", next_path="/notifications")
+    page.fill("#channel-mail input[name=to]", "ops@example.org")
+    page.locator("#channel-mail button", has_text="Send test").click()
+    result = page.locator("#test-result .flash")
+    result.wait_for()
+    assert "Test message through mail" in result.inner_text()
+    assert "ops@example.org" in result.inner_text()
+    page.reload()
+    assert "ops@example.org" in page.locator("main table").last.inner_text()

@@ -22,7 +22,8 @@ from cadenza.web.ui.render import is_htmx, render
 
 router = APIRouter(include_in_schema=False)
 DOCS = "https://github.com/cadenza-scheduler/cadenza/blob/main/docs/pools.md"
-"""Where the empty page sends a reader to learn how to declare a pool."""
+"""Where the empty page sends a reader to learn how to declare a pool (docs/pools.md of
+the project's repository; the lead sets the project's public URL at merge)."""
 SPARK_W, SPARK_H = 64.0, 18.0
 
 

@@ -18,6 +18,7 @@ run goes on; the member is not returned to the pool at its end).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -204,15 +205,16 @@ class ResourceService:
                                      _number(payload.get("latency_ms"))))
         return {rid: points[::-1] for rid, points in found.items()}
 
-    def utilization(self, since: datetime, scan: int = 20000) -> dict[str, float]:
+    def utilization(self, since: datetime, scan: int = 20000,
+                    members: Sequence[ResourceView] | None = None) -> dict[str, float]:
         """Each pool's share of member time spent LEASED or RUNNING since ``since`` (SPEC
         §17), from the RESOURCE_LEASED and RESOURCE_RELEASED events of the window (two
-        reads) and the members' state now."""
+        reads) and the members' state now (``members``: as :meth:`list` just gave them)."""
         from cadenza.domain.events import EventType
 
         store = self.services.store()
         now = self.services.clock.now()
-        members = self.list()
+        members = self.list() if members is None else members
         busy = {ResourceState.LEASED, ResourceState.RUNNING}
         changes: list[tuple[datetime, str, bool]] = []
         for kind, taken in ((EventType.RESOURCE_LEASED, True),

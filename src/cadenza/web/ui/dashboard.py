@@ -37,7 +37,7 @@ def dashboard_page(me: PageViewer, request: Request,
     buckets = series(web.store, web.clock, window)
     with services_for(request, me) as services:
         members = services.resources.list()
-        utilization = services.resources.utilization(figures.since)
+        utilization = services.resources.utilization(figures.since, members=members)
     cooling = [m for m in members if m.state is ResourceState.COOLDOWN]
     document: dict[str, Any] = figures.as_json()
     runs_chart = {"bars": True, "ylabel": "runs", "x": buckets.x,

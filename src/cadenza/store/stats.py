@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -141,40 +141,66 @@ class RunSeries:
 
 
 def run_series(store: StoreCore, since: datetime, until: datetime, step: timedelta) -> RunSeries:
-    """:class:`RunSeries` of the runs started or ended between ``since`` and ``until``
-    (one read of four columns)."""
+    """:class:`RunSeries` of the runs created between ``since`` and ``until`` (the runs of
+    :func:`run_stats`), aggregated by the database: two grouped reads over the
+    ``created_at`` index, one row per bucket and state, whatever the number of runs."""
     count = max(1, int((until - since) / step) + 1)
+    seconds = step.total_seconds()
     with store.read() as c:
-        rows = c.execute(sa.select(
-            runs.c.state, runs.c.created_at, runs.c.scheduled_for, runs.c.started_at,
-            runs.c.finished_at,
-        ).where(sa.or_(runs.c.finished_at >= since, runs.c.started_at >= since))).all()
+        name = c.dialect.name
+        start = sa.literal(since.timestamp(), sa.Float)
+
+        def bucket(column: Any) -> Any:
+            offset = (_epoch(name, column) - start) / seconds
+            return sa.cast(sa.func.floor(offset) if name != "sqlite" else offset, sa.Integer)
+
+        window = sa.and_(runs.c.created_at >= since, runs.c.created_at <= until)
+        ended = bucket(runs.c.finished_at).label("b")
+        ends = c.execute(sa.select(
+            ended, runs.c.state, sa.func.count(),
+            sa.func.sum(_epoch(name, runs.c.finished_at) - _epoch(name, runs.c.started_at)),
+            sa.func.count(runs.c.started_at),
+        ).where(window, runs.c.finished_at.is_not(None)).group_by(ended, runs.c.state)).all()
+        ready = sa.case((sa.and_(runs.c.scheduled_for.is_not(None),
+                                 runs.c.scheduled_for > runs.c.created_at),
+                         _epoch(name, runs.c.scheduled_for)),
+                        else_=_epoch(name, runs.c.created_at))
+        wait = _epoch(name, runs.c.started_at) - ready
+        began = bucket(runs.c.started_at).label("b")
+        starts = c.execute(sa.select(
+            began, sa.func.count(),
+            sa.func.sum(sa.case((wait < 0, 0.0), else_=wait)),
+        ).where(window, runs.c.started_at.is_not(None)).group_by(began)).all()
     ok, bad = [0] * count, [0] * count
-    queue: list[list[float]] = [[] for _ in range(count)]
-    execution: list[list[float]] = [[] for _ in range(count)]
+    run_seconds, run_count = [0.0] * count, [0] * count
+    queue_seconds, queue_count = [0.0] * count, [0] * count
+    for index, state, n, took, timed in ends:
+        if index is None or not 0 <= int(index) < count:
+            continue
+        i = int(index)
+        if state == "SUCCEEDED":
+            ok[i] += int(n)
+        elif state in ("FAILED", "CANCELED", "NEEDS_REVIEW"):
+            bad[i] += int(n)
+        if took is not None:
+            run_seconds[i] += float(took)
+            run_count[i] += int(timed)
+    for index, n, waited in starts:
+        if index is not None and 0 <= int(index) < count:
+            queue_seconds[int(index)] += float(waited or 0.0)
+            queue_count[int(index)] += int(n)
 
-    def slot(at: datetime) -> int | None:
-        index = int((_aware(at) - since) / step)
-        return index if 0 <= index < count else None
-
-    for state, created, scheduled, started, finished in rows:
-        if started is not None and (i := slot(started)) is not None:
-            ready = max(_aware(created), _aware(scheduled or created))
-            queue[i].append(max(0.0, (_aware(started) - ready).total_seconds()))
-        if finished is not None and (i := slot(finished)) is not None:
-            if state == "SUCCEEDED":
-                ok[i] += 1
-            elif state in ("FAILED", "CANCELED", "NEEDS_REVIEW"):
-                bad[i] += 1
-            if started is not None:
-                execution[i].append((_aware(finished) - _aware(started)).total_seconds())
-
-    def mean(values: list[float]) -> float | None:
-        return round(sum(values) / len(values), 3) if values else None
+    def mean(total: float, n: int) -> float | None:
+        return round(total / n, 3) if n else None
 
     return RunSeries([int((since + i * step).timestamp()) for i in range(count)], ok, bad,
-                     [mean(v) for v in queue], [mean(v) for v in execution])
+                     [mean(queue_seconds[i], queue_count[i]) for i in range(count)],
+                     [mean(run_seconds[i], run_count[i]) for i in range(count)])
 
 
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+def _epoch(dialect: str, column: Any) -> Any:
+    """A timestamp column as Unix seconds (fractional) in SQL: SQLite keeps naive UTC
+    text (``julianday``), PostgreSQL a ``timestamptz`` (``extract(epoch ...)``)."""
+    if dialect == "sqlite":
+        return (sa.func.julianday(column) - 2440587.5) * 86400.0
+    return sa.cast(sa.extract("epoch", column), sa.Float)

@@ -8,6 +8,7 @@ import re
 from html import unescape
 from pathlib import Path
 
+import pytest
 from tests.integration.web.api_env import START, api_env
 
 from cadenza.clock import FakeClock
@@ -57,23 +58,33 @@ def test_an_empty_store_says_so(tmp_path: Path) -> None:
     assert "No runs in this window." in page.text and "data-chart" not in page.text
 
 
-def test_series_buckets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_series_buckets(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     from datetime import timedelta
 
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
     clock = FakeClock(START)
-    with api_env(tmp_path, clock=clock) as env:
+    with api_env(tmp_path, clock=clock, store_url=url) as env:
         store = env.store
-        run_id = store.create_run("hello", "manual")
-        clock.advance(30)
-        store.transition_run(run_id, RunState.RUNNING)
-        clock.advance(3600)
-        store.transition_run(run_id, RunState.SUCCEEDED, reason="test")
         now = clock.now()
-        series = run_series(store, now - timedelta(hours=3), now, timedelta(hours=1))
-    assert len(series.x) == 4
-    assert series.succeeded == [0, 0, 0, 1] or series.succeeded == [0, 0, 1, 0]
-    assert [q for q in series.queue_mean if q is not None] == [30.0]
-    assert [e for e in series.execution_mean if e is not None] == [3600.0]
+        first = store.create_run("hello", "manual")
+        clock.advance(30.5)
+        store.transition_run(first, RunState.RUNNING)
+        clock.advance(3600)  # ends in the second hour
+        store.transition_run(first, RunState.SUCCEEDED, reason="test")
+        second = store.create_run("hello", "manual")
+        clock.advance(1.25)
+        store.transition_run(second, RunState.RUNNING)
+        clock.advance(10)
+        store.transition_run(second, RunState.FAILED, reason="test")
+        series = run_series(store, now, now + timedelta(hours=3), timedelta(hours=1))
+        before = run_series(store, now + timedelta(hours=2), now + timedelta(hours=3),
+                            timedelta(hours=1))
+    assert len(series.x) == 4 and series.x[1] - series.x[0] == 3600
+    assert series.succeeded == [0, 1, 0, 0] and series.failed == [0, 1, 0, 0]
+    assert series.queue_mean == [30.5, 1.25, None, None]
+    assert series.execution_mean == [None, 1805.0, None, None]
+    assert sum(before.succeeded) == 0  # runs created before the window are not in it
 
 
 def test_utilization_per_pool_from_lease_events(tmp_path: Path) -> None:

@@ -101,6 +101,7 @@ def test_a_route_going_cooldown_shows_on_resources(ops: UI, page: Any,
         page.wait_for_url(f"{ops.base}/resources/fr-1")
         assert page.locator(".chart .uplot").count() == 1
         assert "HEALTH_CHECKED" in page.locator("table.cards").inner_text()
+        shot(page, "resource", tmp_path)
     finally:
         proxies[0].resume()
 
@@ -164,7 +165,8 @@ def test_audit_and_dashboard(ops: UI, page: Any, tmp_path: Path) -> None:
     page.wait_for_selector(".chart .uplot")
 
 
-def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any) -> None:
+def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any,
+                                                      tmp_path: Path) -> None:
     login(page, ops, "ada", next_path="/notifications")
     page.fill("#channel-mail input[name=to]", "ops@example.org")
     page.locator("#channel-mail button", has_text="Send test").click()
@@ -172,5 +174,6 @@ def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any) -> Non
     result.wait_for()
     assert "Test message through mail" in result.inner_text()
     assert "ops@example.org" in result.inner_text()
+    shot(page, "notifications", tmp_path)
     page.reload()
     assert "ops@example.org" in page.locator("main table").last.inner_text()

@@ -116,3 +116,23 @@ id = "s-2"
         # a release whose lease is before the window counts from the window's start
         assert resources.utilization(since + timedelta(minutes=15)) == {
             "slots": round((900 + 3600) / (2 * 6300), 4)}
+
+
+def test_figures_are_read_again_after_half_a_minute(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    with api_env(tmp_path, clock=clock) as env:
+        viewer = env.session("viewer")
+
+        def runs_tile() -> str:
+            page = viewer.get("/dashboard").text
+            found = re.search(r'id="tile-runs"><div class="label">Runs</div>'
+                              r'<div class="value">(\d+)<', page)
+            assert found is not None
+            return found.group(1)
+
+        assert runs_tile() == "0"
+        env.store.create_run("hello", "manual")
+        clock.advance(10)
+        assert runs_tile() == "0"  # kept for 30 s
+        clock.advance(21)
+        assert runs_tile() == "1"

@@ -76,6 +76,7 @@ def test_notifications_log_and_send_test_for_admins(env: ApiEnv) -> None:
                       headers={"HX-Request": "true"})
     assert sent.status_code == 200, sent.text
     assert "Test message through mail" in sent.text and "ops@example.org" in sent.text
+    assert '<div id="deliveries" hx-swap-oob="innerHTML">' in sent.text  # the log, anew
     rows = admin.get("/notifications").text
     assert "ops@example.org" in rows and "No notifications sent yet" not in rows
     assert env.session("operator").post("/notifications/channels/mail/test",

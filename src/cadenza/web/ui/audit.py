@@ -113,9 +113,11 @@ def notifications_page(
 def send_test(channel: str, me: PageAdmin, request: Request,
               to: Annotated[str, Form(max_length=2000)] = "") -> HTMLResponse:
     """Send the test message through ``channel`` (to ``to``: addresses, ``user:X`` or
-    ``role:X``, separated by commas or spaces); each delivery's outcome in a message."""
+    ``role:X``, separated by commas or spaces); each delivery's outcome in a message, and
+    the delivery log swapped anew (out of band)."""
     recipients = [part for part in to.replace(",", " ").split() if part]
     with services_for(request, me) as services:
         sent = services.notifications.test(channel, recipients)
+        rows = services.notifications.list(limit=200)
     return render(request, "ui/_audit_test_result.html",
-                  {"channel": channel, "sent": sent}, me=me)
+                  {"channel": channel, "sent": sent, "rows": rows}, me=me)

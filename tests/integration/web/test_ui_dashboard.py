@@ -13,7 +13,7 @@ from tests.integration.web.api_env import START, api_env
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
-from cadenza.store.stats import run_series
+from cadenza.store.stats import run_series, run_stats
 
 
 def test_dashboard_shows_the_figures_and_charts(tmp_path: Path) -> None:
@@ -80,6 +80,10 @@ def test_series_buckets(tmp_path: Path, backend: str, request: pytest.FixtureReq
         series = run_series(store, now, now + timedelta(hours=3), timedelta(hours=1))
         before = run_series(store, now + timedelta(hours=2), now + timedelta(hours=3),
                             timedelta(hours=1))
+        figures = run_stats(store, now)
+    assert figures.runs_by_state == {"SUCCEEDED": 1, "FAILED": 1}
+    assert (figures.queue.count, figures.queue.max) == (2, 30.5)
+    assert (figures.execution.mean, figures.execution.max) == (1805.0, 3600.0)
     assert len(series.x) == 4 and series.x[1] - series.x[0] == 3600
     assert series.succeeded == [0, 1, 0, 0] and series.failed == [0, 1, 0, 0]
     assert series.queue_mean == [30.5, 1.25, None, None]

@@ -113,3 +113,15 @@ def test_users(store: Store) -> None:
     assert events[2].payload["changed"] == ["disabled", "password_hash"]
     dumped = repr(events)
     assert "argon2id" not in dumped
+
+
+def test_events_newest_first_pages_and_actor(store: Store) -> None:
+    ids = [store.append_event("CONFIG_CHANGED", f"change {i}",
+                              actor="user:ana" if i % 2 else "user:bob") for i in range(7)]
+    first = store.list_events(newest_first=True, limit=3)
+    assert [e.event_id for e in first] == ids[:-4:-1]
+    older = store.list_events(newest_first=True, limit=3, before_id=first[-1].event_id)
+    assert [e.event_id for e in older] == ids[3:0:-1]
+    assert [e.message for e in store.list_events(actor="user:ana")] == [
+        "change 1", "change 3", "change 5"]
+    assert store.list_events(actor="user:ana", before_id=ids[1]) == []

@@ -228,6 +228,12 @@ class EventQuery:
     type: str | None = None
     since: str | None = None
     limit: int = 200
+    actor: str | None = None
+    before: int | None = None
+    """Keyset cursor of newest-first pages: events older than this event id."""
+    after: int | None = None
+    """Keyset cursor of oldest-first pages: events newer than this event id."""
+    newest_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -356,12 +362,14 @@ class HistoryService:
             self.clock.sleep(poll)
 
     def events(self, query: EventQuery) -> list[EventView]:
-        """Audit events, oldest first, filtered."""
+        """Audit events, oldest first (``newest_first``: newest first), filtered."""
         event_type = check_type(query.type) if query.type is not None else None
         since = parse_since(query.since, self.clock.now()) if query.since else None
         rows = self._store().list_events(run_id=query.run, resource_id=query.resource,
                                          event_type=event_type, since=since,
-                                         limit=query.limit)
+                                         limit=query.limit, actor=query.actor,
+                                         before_id=query.before, after_id=query.after,
+                                         newest_first=query.newest_first)
         return [EventView(e.event_id, e.created_at, e.event_type, e.level, e.run_id,
                           e.resource_id, e.actor, e.message, e.payload) for e in rows]
 

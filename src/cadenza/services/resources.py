@@ -6,6 +6,8 @@ Operations::
     show(resource_id) -> ResourceDetail       the member and its recent health history
     enable(resource_id, reason=None)          DISABLED or FAULT -> AVAILABLE (an event, actor)
     disable(resource_id, reason=None)         any -> DISABLED (an event, actor)
+    probes(per_member=12, resource_id=None)   the latest health checks of each route
+    utilization(since) -> {pool: share}       share of member time LEASED or RUNNING
 
 Listing first syncs the configured members into the store (as a node's start does), so a
 home that never served shows its pools. ``enable`` and ``disable`` are operator actions:
@@ -16,6 +18,7 @@ run goes on; the member is not returned to the pool at its end).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -82,6 +85,20 @@ class HistoryLine:
     def as_json(self) -> dict[str, Any]:
         return {"at": self.at, "event_type": self.event_type, "message": self.message,
                 "actor": self.actor}
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """One health check of a route, for the resources page's sparkline."""
+
+    at: datetime
+    ok: bool
+    score: float | None
+    latency_ms: float | None
+
+
+Probes = dict[str, list[ProbePoint]]
+"""The latest health checks of each route, by resource id, oldest first."""
 
 
 @dataclass(frozen=True)
@@ -165,3 +182,71 @@ class ResourceService:
         record = store.get_resource(resource_id)
         assert record is not None
         return ResourceView.of(record)
+
+    def probes(self, per_member: int = 12, resource_id: str | None = None,
+               scan: int = 2000) -> Probes:
+        """The latest ``per_member`` health checks of each route (of ``resource_id``),
+        oldest first: one read of the newest ``scan`` HEALTH_CHECKED events."""
+        from cadenza.domain.events import EventType
+
+        rows = self.services.store().list_events(
+            event_type=EventType.HEALTH_CHECKED, resource_id=resource_id, limit=scan,
+            newest_first=True)
+        found: Probes = {}
+        for event in rows:
+            if event.resource_id is None:
+                continue
+            points = found.setdefault(event.resource_id, [])
+            if len(points) >= per_member:
+                continue
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            points.append(ProbePoint(event.created_at, bool(payload.get("ok")),
+                                     _number(payload.get("score")),
+                                     _number(payload.get("latency_ms"))))
+        return {rid: points[::-1] for rid, points in found.items()}
+
+    def utilization(self, since: datetime, scan: int = 20000,
+                    members: Sequence[ResourceView] | None = None) -> dict[str, float]:
+        """Each pool's share of member time spent LEASED or RUNNING since ``since`` (SPEC
+        §17), from the RESOURCE_LEASED and RESOURCE_RELEASED events of the window (two
+        reads) and the members' state now (``members``: as :meth:`list` just gave them)."""
+        from cadenza.domain.events import EventType
+
+        store = self.services.store()
+        now = self.services.clock.now()
+        members = self.list() if members is None else members
+        busy = {ResourceState.LEASED, ResourceState.RUNNING}
+        changes: list[tuple[datetime, str, bool]] = []
+        for kind, taken in ((EventType.RESOURCE_LEASED, True),
+                            (EventType.RESOURCE_RELEASED, False)):
+            for event in store.list_events(event_type=kind, since=since, limit=scan):
+                if event.resource_id is not None:
+                    changes.append((event.created_at, event.resource_id, taken))
+        changes.sort(key=lambda c: c[0])
+        held: dict[str, datetime] = {}
+        used: dict[str, float] = {}
+        seen: set[str] = set()
+        for at, rid, taken in changes:
+            if taken:
+                held[rid] = at
+            else:
+                start = held.pop(rid, None) or (since if rid not in seen else at)
+                used[rid] = used.get(rid, 0.0) + max(0.0, (at - start).total_seconds())
+            seen.add(rid)
+        window = max(1.0, (now - since).total_seconds())
+        totals: dict[str, list[float]] = {}
+        for member in members:
+            rid = member.resource_id
+            seconds = used.get(rid, 0.0)
+            if rid in held:
+                seconds += (now - held[rid]).total_seconds()
+            elif member.state in busy and rid not in seen:
+                seconds = window  # held the whole window
+            pool = totals.setdefault(member.pool, [0.0, 0.0])
+            pool[0] += min(seconds, window)
+            pool[1] += window
+        return {pool: round(s / w, 4) if w else 0.0 for pool, (s, w) in totals.items()}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

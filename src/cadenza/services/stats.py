@@ -11,7 +11,7 @@ from cadenza.services.history import parse_since
 if TYPE_CHECKING:
     from cadenza.clock import Clock
     from cadenza.store import Store
-    from cadenza.store.stats import RunStats
+    from cadenza.store.stats import RunSeries, RunStats
 
 DEFAULT_WINDOW = "7d"
 
@@ -27,3 +27,15 @@ def stats(store: Store, clock: Clock, since: str | None = None) -> RunStats:
     now = clock.now()
     start = parse_since(since or DEFAULT_WINDOW, now)
     return replace(run_stats(store, start), pools=pool_stats(store, start, now))
+
+
+def series(store: Store, clock: Clock, window: str) -> RunSeries:
+    """The dashboard's charts over ``window`` (``24h``: hourly buckets, ``7d``: 6-hourly)."""
+    from datetime import timedelta
+
+    from cadenza.store.stats import run_series
+
+    step = timedelta(hours=1) if window == "24h" else timedelta(hours=6)
+    now = clock.now()
+    since = parse_since(window, now)
+    return run_series(store, since.replace(minute=0, second=0, microsecond=0), now, step)

@@ -64,11 +64,15 @@ class EventsRepository(StoreCore):
         limit: int = 1000,
         after_id: int | None = None,
         newest_first: bool = False,
+        before_id: int | None = None,
+        actor: str | None = None,
     ) -> list[EventRecord]:
         """Events matching every given filter, oldest first (``newest_first`` reverses).
 
         ``since`` keeps events created at or after that time; ``after_id`` is a keyset cursor
-        (events with a larger ``event_id``), e.g. for following the log.
+        (events with a larger ``event_id``), e.g. for following the log; ``before_id`` the
+        cursor of newest-first pages (events with a smaller ``event_id``); ``actor`` keeps the
+        events of one actor (``user:ana``).
         """
         query = sa.select(event_log)
         if run_id is not None:
@@ -81,6 +85,10 @@ class EventsRepository(StoreCore):
             query = query.where(event_log.c.created_at >= require_aware(since, "since"))
         if after_id is not None:
             query = query.where(event_log.c.event_id > after_id)
+        if before_id is not None:
+            query = query.where(event_log.c.event_id < before_id)
+        if actor is not None:
+            query = query.where(event_log.c.actor == actor)
         order = event_log.c.event_id.desc() if newest_first else event_log.c.event_id
         with self.read() as c:
             rows = c.execute(query.order_by(order).limit(limit)).all()

@@ -204,6 +204,8 @@ class EventQueries(Protocol):
         limit: int = ...,
         after_id: int | None = ...,
         newest_first: bool = ...,
+        before_id: int | None = ...,
+        actor: str | None = ...,
     ) -> list[EventRecord]:
         """Events matching every given filter."""
         ...

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from cadenza.web.ui import editor, jobs, runs, session
+from cadenza.web.ui import admin, audit, dashboard, editor, jobs, resources, runs, session
 from cadenza.web.ui.auth import LoginRequired, PageViewer
 from cadenza.web.ui.errors import page_error
 from cadenza.web.ui.render import STATIC
@@ -32,4 +32,8 @@ def install(app: FastAPI) -> None:
     app.include_router(editor.router)  # before /jobs/{job_id}: /jobs/new is the editor's
     app.include_router(jobs.router)
     app.include_router(runs.router)
+    app.include_router(resources.router)
+    app.include_router(audit.router)
+    app.include_router(dashboard.router)
+    app.include_router(admin.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -1,0 +1,180 @@
+"""The operations pages in Chromium against a real `cadenza serve` (web/ui/resources.py,
+audit.py, dashboard.py, admin.py): a route going COOLDOWN shows on /resources, a viewer
+finds no Probe/Enable/Disable, an admin creates a token and sees it once; screenshots
+``resources``, ``audit``, ``dashboard`` and ``admin``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import UI, login, make_home, shot
+from tests.e2e.serve_helpers import Served
+from tests.support.proxies import FaultProxy
+
+XSS = '<script>alert(1)</script>"><img src=x onerror=alert(1)>'
+
+POOLS = """
+[pools.egress]
+kind = "route"
+cooldown = "10m"
+[pools.egress.health]
+interval = "1h"
+timeout = "2s"
+threshold = 90
+[[pools.egress.members]]
+id = "fr-1"
+proxy = "{one}"
+region = "FR"
+[[pools.egress.members]]
+id = "fr-2"
+proxy = "{two}"
+region = "FR"
+
+[pools.slots]
+kind = "unit"
+[[pools.slots.members]]
+id = "slot-1"
+[[pools.slots.members]]
+id = "slot-2"
+"""
+
+
+@pytest.fixture(scope="module")
+def proxies() -> Iterator[tuple[FaultProxy, FaultProxy]]:
+    one, two = FaultProxy(), FaultProxy()
+    try:
+        yield one, two
+    finally:
+        one.close()
+        two.close()
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory,
+        proxies: tuple[FaultProxy, FaultProxy]) -> Iterator[UI]:
+    """The demo home with a route pool through two fault proxies and a unit pool, two
+    runs of `hello` (for the dashboard and the audit log), served."""
+    home = make_home(tmp_path_factory.mktemp("ops"))
+    settings = home / "cadenza.toml"
+    settings.write_text(settings.read_text(encoding="utf-8")
+                        + POOLS.format(one=proxies[0].url, two=proxies[1].url),
+                        encoding="utf-8")
+    served = Served(home)
+    try:
+        served.wait_ready()
+        ui = UI(home, f"http://127.0.0.1:{served.port}", served)
+        ui.run_cli("run", "hello")
+        ui.run_cli("run", "hello")
+        ui.run_cli("users", "add", "mallory", "--role", "viewer", "--display-name", XSS,
+                   "--password-stdin", input="correct horse battery 9\n")
+        yield ui
+    finally:
+        served.stop()
+
+
+def test_a_route_going_cooldown_shows_on_resources(ops: UI, page: Any,
+                                                   proxies: tuple[FaultProxy, FaultProxy],
+                                                   tmp_path: Path) -> None:
+    login(page, ops, "otto", next_path="/resources")
+    row = page.locator("#member-fr-1")
+    assert row.get_attribute("data-state") in ("AVAILABLE", "COOLDOWN")
+    page.locator("#member-fr-2 button", has_text="Probe").click()
+    page.wait_for_selector("#pools .flash.ok")  # fr-2's proxy answers: the probe passed
+    proxies[0].refuse()  # fr-1's proxy stops listening
+    try:
+        page.locator("#member-fr-1 button", has_text="Probe").click()
+        page.wait_for_selector('#member-fr-1[data-state="COOLDOWN"]')
+        assert "probe failed" in page.locator("#pools .flash").inner_text()
+        cooldown = page.locator("#member-fr-1 td[data-label=Cooldown] time[data-rel]")
+        assert re.search(r"in \d+ minutes?", cooldown.inner_text())
+        assert page.locator("#member-fr-1 svg.spark circle").count() >= 1
+        # a change made elsewhere (the CLI) shows at the next refresh, without a reload
+        ops.run_cli("resources", "disable", "slot-2")
+        page.wait_for_selector('#member-slot-2[data-state="DISABLED"]', timeout=20_000)
+        shot(page, "resources", tmp_path)
+        page.click("#member-fr-1 a")
+        page.wait_for_url(f"{ops.base}/resources/fr-1")
+        assert page.locator(".chart .uplot").count() == 1
+        assert "HEALTH_CHECKED" in page.locator("table.cards").inner_text()
+        shot(page, "resource", tmp_path)
+    finally:
+        proxies[0].resume()
+
+
+def test_a_viewer_finds_no_button_that_would_be_refused(ops: UI, page: Any) -> None:
+    login(page, ops, "vera", next_path="/resources")
+    page.wait_for_selector("#member-fr-1")
+    for label in ("Probe", "Enable", "Disable"):
+        assert page.locator("button", has_text=label).count() == 0, label
+    page.goto(f"{ops.base}/resources/fr-2")
+    assert page.locator("button", has_text="Probe").count() == 0
+    page.set_viewport_size({"width": 390, "height": 800})  # a phone: cards, no side scroll
+    page.goto(f"{ops.base}/resources")
+    assert page.evaluate("document.scrollingElement.scrollWidth") <= 392
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert page.locator("nav a", has_text="Admin").count() == 0
+    page.cadenza_expected = ["403"]
+    answer = page.goto(f"{ops.base}/admin")
+    assert answer is not None and answer.status == 403
+
+
+def test_admin_creates_a_token_and_sees_it_once(ops: UI, page: Any, tmp_path: Path) -> None:
+    login(page, ops, "ada", next_path="/admin")
+    page.click("text=Create a token")
+    page.fill("#token-name", "grafana")
+    page.select_option("#token-role", "viewer")
+    page.click("button:has-text('Create token')")
+    value = page.locator("#once-value").inner_text()
+    assert value.startswith("cdz_") and len(value) > 24
+    assert page.locator("#token-grafana").count() == 1
+    assert page.input_value("#token-name") == ""  # ops.js empties the form
+    shot(page, "admin", tmp_path)
+    assert XSS in page.locator("#user-mallory").inner_text()  # a display name, as text
+    assert page.locator("#users img").count() == 0
+    page.reload()
+    assert page.locator("#once-value").count() == 0
+    assert value not in page.content()
+    page.locator("#token-grafana button", has_text="Revoke").click()
+    page.wait_for_selector("#token-grafana .state-disabled")
+
+
+def test_audit_and_dashboard(ops: UI, page: Any, tmp_path: Path) -> None:
+    login(page, ops, "ada", next_path="/audit")
+    assert page.locator("table.audit tbody tr").count() > 0
+    page.select_option("#f-type", "RUN_FINISHED")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**type=RUN_FINISHED**")
+    assert page.locator("table.audit tbody tr").count() == 2
+    ops.run_cli("resources", "disable", "slot-1", "--reason", XSS)
+    page.goto(f"{ops.base}/audit?resource=slot-1")  # the reason given on the CLI, as text
+    assert XSS in page.locator("table.audit").inner_text()
+    assert page.locator("table.audit img, table.audit script").count() == 0
+    page.goto(f"{ops.base}/audit")
+    shot(page, "audit", tmp_path)
+    page.goto(f"{ops.base}/dashboard")
+    page.wait_for_selector(".chart .uplot")
+    assert page.locator(".chart .uplot").count() == 2
+    shot(page, "dashboard", tmp_path)
+    page.click("text=last 7 days")
+    page.wait_for_url("**window=7d")
+    page.wait_for_selector(".chart .uplot")
+
+
+def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any,
+                                                      tmp_path: Path) -> None:
+    login(page, ops, "ada", next_path="/notifications")
+    page.fill("#channel-mail input[name=to]", "ops@example.org")
+    page.locator("#channel-mail button", has_text="Send test").click()
+    result = page.locator("#test-result .flash")
+    result.wait_for()
+    assert "Test message through mail" in result.inner_text()
+    assert "ops@example.org" in result.inner_text()
+    # the log below is swapped anew with the delivery
+    page.wait_for_selector("#deliveries table")
+    assert "ops@example.org" in page.locator("#deliveries").inner_text()
+    shot(page, "notifications", tmp_path)

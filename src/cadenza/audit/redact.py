@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -313,16 +314,25 @@ class Redactor:
         contains a secret, in which case the redacted text replaces them. The input is never
         modified.
         """
-        return self._redact(value, self._state(), set())
+        return self._redact(value, self._state(), set(), {})
 
-    def _redact(self, value: Any, state: _Compiled, path: set[int]) -> Any:
+    def _redact(self, value: Any, state: _Compiled, path: set[int],
+                memo: dict[str, str | None]) -> Any:
+        """``memo``: the strings of this call already redacted (None: unchanged). A value's
+        keys and many of its strings repeat (every run of a list has the same keys, a job
+        name and a state): each distinct string is scanned once per call."""
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, str):
-            if value.strip() in state.whole:
-                return REDACTED
-            redacted = _redact_spans(value, state)
-            return value if redacted == value else redacted
+            done = memo.get(value, _UNSEEN)
+            if done is _UNSEEN:
+                if value.strip() in state.whole:
+                    done = REDACTED
+                else:
+                    redacted = _redact_spans(value, state)
+                    done = None if redacted == value else redacted
+                memo[value] = done
+            return value if done is None else done
         if isinstance(value, int | float):
             try:
                 text = str(value)
@@ -331,7 +341,7 @@ class Redactor:
             return value if _redact_spans(text, state) == text else REDACTED
         if isinstance(value, bytes | bytearray):
             decoded = bytes(value).decode("utf-8", "surrogateescape")
-            redacted = self._redact(decoded, state, path)
+            redacted = self._redact(decoded, state, path, memo)
             if redacted is decoded:
                 return type(value)(value)
             return type(value)(str(redacted).encode("utf-8", "surrogateescape"))
@@ -340,35 +350,47 @@ class Redactor:
                 return REDACTED
             path.add(id(value))
             try:
-                return self._redact_container(value, state, path)
+                return self._redact_container(value, state, path, memo)
             finally:
                 path.discard(id(value))
         try:
             text = str(value)
         except Exception:  # an object that cannot even print itself is not shown
             return REDACTED
-        redacted = self._redact(text, state, path)
+        redacted = self._redact(text, state, path, memo)
         return value if redacted is text else redacted
 
-    def _redact_container(self, value: Any, state: _Compiled, path: set[int]) -> Any:
+    def _redact_container(self, value: Any, state: _Compiled, path: set[int],
+                          memo: dict[str, str | None]) -> Any:
         if isinstance(value, Mapping):
             out: dict[Any, Any] = {}
             for key, item in value.items():
-                secret_key = isinstance(key, str) and is_secret_key(key)
-                new_key = self._redact(key, state, path) if isinstance(key, str | bytes) else key
-                out[new_key] = _mask_whole(item) if secret_key else self._redact(item, state, path)
+                secret_key = isinstance(key, str) and _is_secret_key_cached(key)
+                new_key = (self._redact(key, state, path, memo) if isinstance(key, str | bytes)
+                           else key)
+                out[new_key] = (_mask_whole(item) if secret_key
+                                else self._redact(item, state, path, memo))
             return out
         if isinstance(value, tuple):
             if len(value) == 2 and isinstance(value[0], str) and is_secret_key(value[0]):
-                items = [self._redact(value[0], state, path), _mask_whole(value[1])]
+                items = [self._redact(value[0], state, path, memo), _mask_whole(value[1])]
             else:
-                items = [self._redact(item, state, path) for item in value]
+                items = [self._redact(item, state, path, memo) for item in value]
             if hasattr(value, "_fields"):  # a named tuple keeps its type
                 return type(value)(*items)
             return tuple(items)
         if isinstance(value, list):
-            return [self._redact(item, state, path) for item in value]
-        return type(value)(self._redact(item, state, path) for item in value)
+            return [self._redact(item, state, path, memo) for item in value]
+        return type(value)(self._redact(item, state, path, memo) for item in value)
+
+
+_UNSEEN: Any = object()
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_key_cached(name: str) -> bool:
+    """:func:`is_secret_key`, remembered: the keys of structured values are few and repeat."""
+    return is_secret_key(name)
 
 
 def _mask_whole(value: Any) -> Any:

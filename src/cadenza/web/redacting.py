@@ -23,9 +23,14 @@ def redacting_response(home: Home | None) -> type[JSONResponse]:
 
     class RedactedJSONResponse(JSONResponse):
         def render(self, content: Any) -> bytes:
-            if home is not None:
-                content = home.redactor.redact_value(jsonable_encoder(content))
-            return super().render(content)
+            if home is None:
+                return super().render(content)
+            # FastAPI hands over its serialized answer (JSON types only): redacted and
+            # dumped as it is. Anything else (a type json cannot dump) is encoded first.
+            try:
+                return super().render(home.redactor.redact_value(content))
+            except TypeError:
+                return super().render(home.redactor.redact_value(jsonable_encoder(content)))
 
     return RedactedJSONResponse
 

@@ -82,3 +82,30 @@ def test_the_budget_starts_are_read_by_job_and_start_time(sqlite_url: str) -> No
         assert "ix_runs_job_started" in plans[0], plans[0]
     finally:
         store.close()
+
+
+def test_history_pages_are_index_ranges_at_any_depth(sqlite_url: str) -> None:
+    """``list_runs`` by state reads (state, created_at, id) in order (no sort of every run
+    in that state), and a cursor page is a range on created_at, not a scan down from the
+    newest run (W6, migration 0012)."""
+    store = Store.open(sqlite_url)
+    try:
+        ids = store.create_runs([NewRun(f"j{k % 3}", "manual:t") for k in range(30)])
+        by_state = _plans(store, lambda: store.list_runs(state="QUEUED", limit=5),
+                          words="ORDER BY")
+        assert len(by_state) == 1
+        assert "ix_runs_state_created_at_id" in by_state[0], by_state
+        assert "TEMP B-TREE FOR ORDER BY" not in by_state[0], by_state
+        several = _plans(store, lambda: store.list_runs(state=["QUEUED", "FAILED"], limit=5),
+                         words="ORDER BY")
+        assert len(several) == 2 and all("ix_runs_state_created_at_id" in p and
+                                          "TEMP B-TREE FOR ORDER BY" not in p
+                                          for p in several), several
+        deep = _plans(store, lambda: store.list_runs(before=ids[3], limit=5),
+                      words="ORDER BY")
+        assert len(deep) == 1 and "created_at<" in deep[0].replace(" ", ""), deep
+        job_deep = _plans(store, lambda: store.list_runs(job="j1", before=ids[3], limit=5),
+                          words="ORDER BY")
+        assert "job_id=? AND created_at<?" in job_deep[0], job_deep
+    finally:
+        store.close()

@@ -252,6 +252,46 @@ def test_list_runs_filters_and_pages_newest_first(store: Store, clock: FakeClock
     assert ids[-1] not in {r.id for r in store.list_runs(before=newest.created_at)}
 
 
+def test_history_pages_by_states_and_after_a_pruned_cursor(store: Store,
+                                                          clock: FakeClock) -> None:
+    """Several states are merged newest first (one ordered range each); pages by state
+    follow the keyset across runs sharing a created_at; a cursor whose run is gone still
+    pages by the time in its id (W6, migration 0012)."""
+    ids = []
+    for i in range(12):
+        run_id = store.create_run(f"j{i % 3}", "manual")
+        assert run_id
+        ids.append(run_id)
+        if i % 4 == 3:
+            clock.advance(1)  # four runs per created_at: the id breaks the ties
+    for k in (1, 4, 7, 10):
+        store.transition_run_or_raise(ids[k], R.RUNNING)
+    running = [ids[k] for k in (10, 7, 4, 1)]
+    queued = [i for i in ids[::-1] if i not in running]
+    assert [r.id for r in store.list_runs(state=[R.RUNNING, R.QUEUED])] == ids[::-1]
+    assert [r.id for r in store.list_runs(state=["RUNNING", "QUEUED"], limit=5)] == \
+        ids[::-1][:5]
+    pages: list[str] = []
+    before: str | None = None
+    while True:
+        page = store.list_runs(state=R.QUEUED, limit=3, before=before)
+        if not page:
+            break
+        pages.extend(r.id for r in page)
+        before = page[-1].id
+    assert pages == queued
+    merged = store.list_runs(state=[R.QUEUED, R.RUNNING], limit=4, before=ids[6])
+    assert [r.id for r in merged] == ids[5::-1][:4]
+    assert [r.id for r in store.list_runs(job="j1", state=[R.RUNNING, R.QUEUED])] == \
+        ids[::-1][1::3]
+    # A cursor whose run was pruned: the runs before it by id, from an index range.
+    with store.write() as c:
+        c.execute(sa.delete(runs).where(runs.c.id == ids[6]))
+    assert [r.id for r in store.list_runs(before=ids[6])] == ids[5::-1]
+    assert [r.id for r in store.list_runs(before="not-a-run-id")] == \
+        [i for i in ids[::-1] if i != ids[6]]  # every id sorts below it
+
+
 def test_a_heartbeat_renews_only_the_current_lease(store: Store, clock: FakeClock) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id

@@ -24,6 +24,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
 from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.store.children import ChildRuns
+from cadenza.store.codec import run_id_time
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
@@ -270,7 +271,12 @@ class HistoryService:
 
     def runs_page(self, query: RunPageQuery) -> RunPage:
         """One keyset page of the history: one query on the store's ``(created_at, id)``
-        order (plus the cursor's own row), never an offset or a count."""
+        order (plus the cursor's own row), never an offset or a count. InvalidRequest for a
+        cursor that is not a run id (a made-up one would not be an index range)."""
+        for cursor in (query.before, query.after):
+            if cursor is not None and run_id_time(cursor) is None:
+                raise InvalidRequest(f"invalid cursor {cursor!r}: give the cursor of a page "
+                                     "(a run id)")
         store = self._store()
         filters: dict[str, Any] = {"job": query.job, "state": query.states,
                                    "trigger": query.trigger}

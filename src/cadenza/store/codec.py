@@ -171,3 +171,24 @@ class RunIdFactory:
 
 new_run_id = RunIdFactory()
 """The process-wide run id factory."""
+
+_DIGIT = {c: k for k, c in enumerate(_CROCKFORD)}
+
+
+def run_id_time(run_id: str) -> datetime | None:
+    """The millisecond a run id was made at (its first 10 digits), or ``None`` when
+    ``run_id`` is not shaped like one. A run's ``created_at`` is never later than the end of
+    that millisecond: the factory takes the ``now`` of the run's creation and only moves
+    forward from it."""
+    if len(run_id) != 26:
+        return None
+    ms = 0
+    for c in run_id[:10]:
+        digit = _DIGIT.get(c)
+        if digit is None:
+            return None
+        ms = ms * 32 + digit
+    try:
+        return _EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return None

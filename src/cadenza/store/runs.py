@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,7 +25,7 @@ from cadenza.domain.states import (
     StepState,
 )
 from cadenza.store.boundaries import EndedRun
-from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
+from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, run_id_time
 from cadenza.store.records import CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
@@ -443,7 +443,13 @@ class RunsRepository(StepRunsRepository):
                     sa.select(runs.c.created_at).where(runs.c.id == before)
                 ).scalar()
                 if cursor_at is None:
+                    # A run pruned meanwhile: its id still says when it was made, which
+                    # bounds created_at (an index range, not a sort of the whole history).
+                    made = run_id_time(before)
                     query = query.where(runs.c.id < before)
+                    if made is not None:
+                        query = query.where(
+                            runs.c.created_at < made + timedelta(milliseconds=1))
                 else:
                     # "<= t AND (< t OR id <)": one index range on created_at (the
                     # equivalent "< t OR (= t AND id <)" makes SQLite sort every older run)

@@ -53,6 +53,11 @@ def test_runs_pages_by_cursor_and_filters(env: ApiEnv) -> None:
     assert bad.status_code == 422 and "unknown state SLEEPING" in bad.json()["error"]
     bad_since = operator.get("/api/runs", params={"since": "yesterday"})
     assert bad_since.status_code == 422 and bad_since.json()["error"].startswith("since ")
+    # A cursor is a run id (a keyset), nothing else: a page never scans for a made-up one.
+    bad_cursor = operator.get("/api/runs", params={"cursor": "page-2"})
+    assert bad_cursor.status_code == 422 and "invalid cursor" in bad_cursor.json()["error"]
+    several = operator.get("/api/runs", params={"state": "queued,canceled", "limit": 20})
+    assert [r["id"] for r in several.json()["runs"]][-1] == made[0]
 
 
 def test_events_cursor_log_and_actions(env: ApiEnv) -> None:

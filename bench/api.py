@@ -178,6 +178,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SERVER_PID: list[int] = []  # the served process, for its CPU time
+
+
 @contextmanager
 def served(args: argparse.Namespace, target: Target) -> Iterator[str]:
     """A ``cadenza serve`` process over the store; its base URL."""
@@ -203,8 +212,10 @@ def served(args: argparse.Namespace, target: Target) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"cadenza serve did not answer; see {log.name}")
             time.sleep(0.2)
+        SERVER_PID[:] = [proc.pid]
         yield base
     finally:
+        SERVER_PID.clear()
         proc.terminate()
         try:
             proc.wait(30)
@@ -355,19 +366,29 @@ def measure(args: argparse.Namespace, base: str, paths: dict[str, str], info: Fi
         load = os.getloadavg()[0]
         for t in threads:
             t.start()
+        cpu: dict[str, float] = {}
+        time.sleep(max(0.0, warm_until - time.perf_counter()))
+        cpu_at = (time.process_time(), *(cpu_seconds(p) for p in SERVER_PID))
         for t in threads:
             t.join()
+        spent = [time.process_time() - cpu_at[0],
+                 *(cpu_seconds(p) - c for p, c in zip(SERVER_PID, cpu_at[1:], strict=True))]
         load = max(load, os.getloadavg()[0])
     finally:
         if producer is not None:
             producer.stop.set()
             producer.join()
         cleanup()
+    done = sum(map(len, samples.times.values()))
+    cpu["clients_ms_per_request"] = round(spent[0] * 1000 / max(1, done), 2)
+    if len(spent) > 1:  # the server's threads: HTTP, and the node draining runs
+        cpu["server_ms_per_request"] = round(spent[1] * 1000 / max(1, done), 2)
+        cpu["server_share_of_a_core"] = round(spent[1] / args.seconds, 2)
     result: dict[str, Any] = {
         "endpoints": {name: percentiles(samples.times[name]) | {"path": paths[name]}
                       for name in paths if name in samples.times},
         "errors": len(samples.errors), "first_errors": samples.errors[:5],
-        "requests_per_s": round(sum(map(len, samples.times.values())) / args.seconds, 1),
+        "requests_per_s": round(done / args.seconds, 1), "cpu": cpu,
         "load_average_1m_max": round(load, 2),
     }
     if producer is not None and store is not None:

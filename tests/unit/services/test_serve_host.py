@@ -14,3 +14,23 @@ from cadenza.services.serve import exposed_host
 ])
 def test_exposed_host(host: str, exposed: bool) -> None:
     assert exposed_host(host) is exposed
+
+
+def test_the_listening_socket_gives_connections_without_nagle() -> None:
+    """The accepted connections say TCP (asyncio then sets TCP_NODELAY on them) and carry
+    TCP_NODELAY already: with Nagle's algorithm on, each answer's body waited for the
+    client's delayed ACK, 40 ms per request on a kept-alive connection (W6)."""
+    import socket
+
+    from cadenza.services.serve import listen
+
+    server = listen("127.0.0.1", 0)
+    client = socket.create_connection(server.getsockname()[:2])
+    accepted, _ = server.accept()
+    try:
+        assert server.proto == socket.IPPROTO_TCP
+        assert accepted.proto == socket.IPPROTO_TCP
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        for sock in (accepted, client, server):
+            sock.close()

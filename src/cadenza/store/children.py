@@ -120,16 +120,18 @@ class ChildRuns:
             row = c.execute(query).first()
         return None if row is None else _child(row)
 
-    def children(self, parent_run_id: str) -> list[ChildRecord]:
+    def children(self, parent_run_id: str, *,
+                 conn: sa.Connection | None = None) -> list[ChildRecord]:
         """Every child of ``parent_run_id``, oldest first."""
         query = (sa.select(*_CHILD_COLUMNS).where(runs.c.parent_run_id == parent_run_id)
                  .order_by(runs.c.created_at, runs.c.id))
-        with self.store.read() as c:
+        with self.store._reading(conn) as c:
             return [_child(row) for row in c.execute(query)]
 
-    def parent(self, run_id: str) -> tuple[str, str] | None:
+    def parent(self, run_id: str, *,
+               conn: sa.Connection | None = None) -> tuple[str, str] | None:
         """(parent run id, parent step) of ``run_id``, or None for a run no call_job made."""
-        with self.store.read() as c:
+        with self.store._reading(conn) as c:
             row = c.execute(sa.select(runs.c.parent_run_id, runs.c.parent_step)
                             .where(runs.c.id == run_id)).first()
         if row is None or row.parent_run_id is None:

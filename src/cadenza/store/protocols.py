@@ -251,7 +251,8 @@ class HistoryQueries(EventQueries, Protocol):
         """Runs, newest first, keyset-paged by ``before`` (older) or ``after`` (newer)."""
         ...
 
-    def list_step_runs(self, run_id: str) -> list[StepRunRecord]:
+    def list_step_runs(self, run_id: str, *,
+                       conn: sa.Connection | None = ...) -> list[StepRunRecord]:
         """Every attempt of every step of a run."""
         ...
 

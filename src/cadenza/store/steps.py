@@ -212,9 +212,11 @@ class StepRunsRepository(Transitions):
         return self._compare_and_swap(STEP_MACHINE, step_run_id, to, conn, change, record,
                                       at=at)
 
-    def list_step_runs(self, run_id: str) -> list[StepRunRecord]:
-        """Every attempt of every step of ``run_id``, in creation order."""
-        with self.read() as c:
+    def list_step_runs(self, run_id: str, *,
+                       conn: sa.Connection | None = None) -> list[StepRunRecord]:
+        """Every attempt of every step of ``run_id``, in creation order (in the caller's
+        transaction when given)."""
+        with self._reading(conn) as c:
             rows = c.execute(
                 sa.select(step_runs).where(step_runs.c.run_id == run_id).order_by(step_runs.c.id)
             ).all()

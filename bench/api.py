@@ -336,6 +336,16 @@ def stream_done(store: Store) -> int:
             runs.c.job_id == STREAM_JOB, runs.c.state == "SUCCEEDED")).scalar_one())
 
 
+def forget_stream(store: Store) -> None:
+    """Delete the runs of ``stream`` and their events: a reused database stays the fill."""
+    from cadenza.store.tables import event_log, runs
+
+    mine = sa.select(runs.c.id).where(runs.c.job_id == STREAM_JOB).scalar_subquery()
+    with store.write() as c:
+        c.execute(sa.delete(event_log).where(event_log.c.run_id.in_(mine)))
+        c.execute(sa.delete(runs).where(runs.c.job_id == STREAM_JOB))  # steps, logs: cascade
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
 
@@ -534,8 +544,11 @@ def main(argv: list[str] | None = None) -> None:
                 if args.base_url:
                     report["http"] = measure(args, args.base_url, paths, target.info, None)
                 else:
-                    with served(args, target) as base:
-                        report["http"] = measure(args, base, paths, target.info, store)
+                    try:
+                        with served(args, target) as base:
+                            report["http"] = measure(args, base, paths, target.info, store)
+                    finally:
+                        forget_stream(store)
         finally:
             store.close()
     print(json.dumps(report, indent=1))

@@ -124,7 +124,8 @@ def filled_store(args: argparse.Namespace) -> Iterator[Target]:
         url = f"sqlite:///{path.as_posix()}"
         exists = path.exists()
     else:
-        name = key.replace("-", "_").replace("api_postgresql", "cadenza_bench_api")
+        name = args.pg_database or key.replace("-", "_").replace("api_postgresql",
+                                                                 "cadenza_bench_api")
         url = _pg_url(args.pg_url, name)
         exists = _pg_exists(args.pg_url, name)
     if not (args.reuse and exists and sidecar.exists()):
@@ -501,6 +502,9 @@ def main(argv: list[str] | None = None) -> None:
                                                           "/tmp/cadenza-bench-api"))
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", PG_ADMIN),
                         help="an admin URL; the bench's database is created beside it")
+    parser.add_argument("--pg-database", default=None,
+                        help="the PostgreSQL database to fill or reuse (default: named "
+                             "after the sizes)")
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=5)

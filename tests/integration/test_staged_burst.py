@@ -390,6 +390,26 @@ def assert_claimed_at_fire_and_ran(node: Node, store: Store, clock: FakeClock, c
     return runs
 
 
+def test_a_run_held_far_ahead_is_not_staged_until_its_last_seconds(
+    tmp_path: Path, store_url: str, calls: Path
+) -> None:
+    """A run held by not_before an hour ahead is not staged at each decision of the hour
+    (the decisions re-staged it and checkpointed the WAL, W6): only within
+    STAGE_MAX_AHEAD of its time."""
+    home = node_home(tmp_path, store_url, jobs=1)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=2, scheduler=False) as (node, store):
+        later = FIRE + timedelta(hours=1)
+        (run_id,) = store.create_runs([NewRun("j00", "manual:t", not_before=later)])
+        assert node.dispatch_once(AHEAD) == later
+        assert node.dispatcher._stage is None
+        near = later - timedelta(seconds=2)
+        clock.set(near)
+        assert node.dispatch_once(near) == later
+        stage = node.dispatcher._stage
+        assert stage is not None and stage.due == later and set(stage.staged) == {run_id}
+
+
 def test_a_stage_claimed_too_late_is_left_to_the_ordinary_decision(
     tmp_path: Path, store_url: str, calls: Path
 ) -> None:

@@ -73,6 +73,11 @@ log = logging.getLogger("cadenza.node")
 POLL_SECONDS = 1.0
 STAGE_MIN_AHEAD = 0.1
 """Seconds before a due time under which its runs are not staged any more."""
+STAGE_MAX_AHEAD = 10.0
+"""Seconds before a due time beyond which its runs are not staged yet: staging is for the
+fires the scheduler records ahead (2 s); a run held by ``not_before`` for an hour is staged
+in its last seconds, not at every decision of the hour (each decision re-staged such runs
+when they outnumbered the free workers, and checkpointed the WAL: W6, docs/benchmarks.md)."""
 CHAIN_THREADS = 2
 """Step threads woken per chunk of a staged burst to take its chained run starts."""
 STAGE_START_WAIT = 10.0
@@ -255,7 +260,7 @@ class Dispatcher:
         ahead = (due - now).total_seconds()
         current = self._current
         stage = self._stage
-        if ahead < STAGE_MIN_AHEAD or self.stop_event.is_set():
+        if not STAGE_MIN_AHEAD <= ahead <= STAGE_MAX_AHEAD or self.stop_event.is_set():
             return
         candidates = self.store.queued_candidates(due, STAGE_CANDIDATES)
         ready = [c for c in candidates if c.not_before is None or c.not_before <= due]

@@ -418,25 +418,27 @@ def measure(args: argparse.Namespace, base: str, paths: dict[str, str], info: Fi
 
 def store_calls(store: Store, info: FillInfo,
                 rng: random.Random) -> dict[str, Any]:
-    """What each default endpoint asks of the store (the calls of web/api/runs.py)."""
-    from cadenza.services.history import HistoryService
+    """What each default endpoint asks of the history service and the store (the calls of
+    web/api/runs.py; the runs page is to call ``runs_page`` too)."""
+    from cadenza.services.history import HistoryService, PageQuery
 
     history = HistoryService(lambda: store, store.clock)
+
+    def page(**query: Any) -> Any:
+        return history.runs_page(PageQuery(limit=50, **query))
+
     return {
-        "runs_newest": lambda: store.list_runs(limit=51),
-        "runs_by_job": lambda: store.list_runs(job=rng.choice(info.jobs), limit=51),
-        "runs_by_state": lambda: store.list_runs(state=[rng.choice(STATES)], limit=51),
-        "runs_deep_page": lambda: store.list_runs(before=rng.choice(info.deep_runs),
-                                                  limit=51),
-        "runs_by_job_deep": lambda: store.list_runs(job=rng.choice(info.jobs),
-                                                    before=rng.choice(info.deep_runs),
-                                                    limit=51),
+        "runs_newest": lambda: page(),
+        "runs_by_job": lambda: page(job=rng.choice(info.jobs)),
+        "runs_by_state": lambda: page(states=(RunState(rng.choice(STATES)),)),
+        "runs_deep_page": lambda: page(cursor=rng.choice(info.deep_runs)),
+        "runs_by_job_deep": lambda: page(job=rng.choice(info.jobs),
+                                         cursor=rng.choice(info.deep_runs)),
+        "runs_failed_or_review": lambda: page(states=(RunState.FAILED,
+                                                      RunState.NEEDS_REVIEW)),
         "run": lambda: history.get_run(rng.choice(info.sample_runs)),
         "events_of_run": lambda: store.list_events(run_id=rng.choice(info.sample_runs),
                                                    limit=201),
-        "history_list_runs": lambda: history.list_runs(
-            __import__("cadenza.services.history", fromlist=["RunQuery"]).RunQuery(
-                states=(RunState.FAILED,), limit=50)),
     }
 
 

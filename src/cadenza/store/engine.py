@@ -34,6 +34,16 @@ SQLITE_MINIMUM = (3, 35)
 """RETURNING (3.35) and UPDATE ... FROM (3.33) are used by the executor's write path."""
 READ_ONLY = "cadenza_read_only"
 """Execution option: this connection's transactions only read (SQLite: deferred BEGIN)."""
+SQLITE_POOL = (20, 20)
+"""(connections kept open, more opened under load and closed after use) for a SQLite file.
+A served node uses a connection per API request in progress (10 clients: 10) beside its
+dispatcher, group commit and workers: with SQLAlchemy's default of 5 kept, every other
+request opened a connection (PRAGMAs, WAL check) and read its pages into an empty cache
+(W6, docs/benchmarks.md). A SQLite connection costs a few file handles and its page cache."""
+POSTGRESQL_POOL = (10, 10)
+"""The same for PostgreSQL (default 5 + 10): a new connection is a server process, so
+keep as many as a node uses at once, with at most 20 per process (mind max_connections
+when many nodes share a server)."""
 
 
 def describe_url(url: sa.URL) -> str:
@@ -93,6 +103,7 @@ def _sqlite_engine(url: sa.URL, synchronous: str) -> sa.Engine:
         # One shared connection, or every connection would see its own empty database.
         kwargs["poolclass"] = StaticPool
     else:
+        kwargs["pool_size"], kwargs["max_overflow"] = SQLITE_POOL
         ensure_local_directory(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
     engine = sa.create_engine(
@@ -139,4 +150,6 @@ def _postgresql_engine(url: sa.URL) -> sa.Engine:
             f"unsupported PostgreSQL driver in {describe_url(url)}: use postgresql+psycopg://"
         )
     connect_args = {"connect_timeout": 10, "application_name": "cadenza"}
-    return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    size, overflow = POSTGRESQL_POOL
+    return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args,
+                            pool_size=size, max_overflow=overflow)

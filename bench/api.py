@@ -420,20 +420,20 @@ def store_calls(store: Store, info: FillInfo,
                 rng: random.Random) -> dict[str, Any]:
     """What each default endpoint asks of the history service and the store (the calls of
     web/api/runs.py; the runs page is to call ``runs_page`` too)."""
-    from cadenza.services.history import HistoryService, PageQuery
+    from cadenza.services.history import HistoryService, RunPageQuery
 
     history = HistoryService(lambda: store, store.clock)
 
     def page(**query: Any) -> Any:
-        return history.runs_page(PageQuery(limit=50, **query))
+        return history.runs_page(RunPageQuery(limit=50, **query))
 
     return {
         "runs_newest": lambda: page(),
         "runs_by_job": lambda: page(job=rng.choice(info.jobs)),
         "runs_by_state": lambda: page(states=(RunState(rng.choice(STATES)),)),
-        "runs_deep_page": lambda: page(cursor=rng.choice(info.deep_runs)),
+        "runs_deep_page": lambda: page(before=rng.choice(info.deep_runs)),
         "runs_by_job_deep": lambda: page(job=rng.choice(info.jobs),
-                                         cursor=rng.choice(info.deep_runs)),
+                                         before=rng.choice(info.deep_runs)),
         "runs_failed_or_review": lambda: page(states=(RunState.FAILED,
                                                       RunState.NEEDS_REVIEW)),
         "run": lambda: history.get_run(rng.choice(info.sample_runs)),

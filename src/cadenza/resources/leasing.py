@@ -1,5 +1,6 @@
-"""Resource leases: taken inside the run's claim, started with its first step, released at
-its end (SPEC §8; docs/pools.md).
+"""Resource leases: taken inside the run's claim (a step's: at that step's start), started
+with the step, released at the run's end (a step's: at that step's end) (SPEC §8;
+docs/pools.md).
 
 :class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
 anyway (leasing adds no commit):
@@ -16,8 +17,14 @@ anyway (leasing adds no commit):
   on another, so two claims cannot deadlock whatever order they take members in. A member
   of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
   there first (routes with ``[health]`` come back through their probes instead).
+* **the step lease hook** (:attr:`~cadenza.store.boundaries.BoundaryWriter.step_lease_hook`):
+  a step's own ``requires`` (and an http step's ``via``) beyond what the run holds is taken
+  at that step's start, in the boundary's transaction, the same way (``lease_step`` names
+  the step), and returned at its end (RUNNING -> COOLDOWN); a step that cannot have it
+  sends its run back to QUEUED with a wait_reason, no attempt spent. A staged claim, which
+  writes the first step's start, takes that step's needs with the run's.
 * **the step start hook** (:meth:`~cadenza.store.boundaries.BoundaryWriter.add_step_start_hook`):
-  LEASED -> RUNNING when the run's first step starts.
+  LEASED -> RUNNING when the run's first step starts (or the step that leased them).
 * **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
   ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT
   for the member a :class:`cadenza.ResourceFault` named (every route the run held when it
@@ -45,7 +52,7 @@ from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Pool, PoolMember
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
-from cadenza.store.boundaries import EndedRun
+from cadenza.store.boundaries import EndedRun, StepChange
 from cadenza.store.hotsql import Dialect, insert_rows
 
 _AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
@@ -53,17 +60,34 @@ _COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
 
 
 def job_needs(job: JobConfig) -> dict[str, int]:
-    """Pool -> members a run of ``job`` holds: the job's ``requires``, each step's
-    ``requires`` and an http step's ``via = POOL`` (one route of POOL, unless the run
-    holds one already), the largest count per pool. All are taken with the run's claim and
-    held for the whole run (docs/pools.md says why)."""
-    needs = dict(job.requires)
+    """Pool -> members a run of ``job`` holds for its whole run: the job's ``requires``,
+    taken with the run's claim (a step's own needs are :func:`step_needs`)."""
+    return dict(job.requires)
+
+
+def step_needs(job: JobConfig) -> dict[str, dict[str, int]]:
+    """Step name -> pool -> members the run must hold while that step runs: the step's
+    ``requires``, and for an http step's ``via = POOL`` one route of POOL. What the run
+    already holds of a pool (its job's ``requires``, routes bound to its members) counts:
+    the step's start takes only the difference, its end returns that (docs/pools.md)."""
+    out: dict[str, dict[str, int]] = {}
     for step in job.steps:
-        for pool, count in step.requires.items():
-            needs[pool] = max(needs.get(pool, 0), count)
+        needs = dict(step.requires)
         via = getattr(step, "via", None)
         if isinstance(via, str) and needs.get(via, 0) < 1:
             needs[via] = 1
+        if needs:
+            out[step.name] = needs
+    return out
+
+
+def peak_needs(job: JobConfig) -> dict[str, int]:
+    """Pool -> the most members a run of ``job`` holds at once (the job's ``requires`` or
+    a step's, the larger per pool): what ``cadenza simulate`` holds for the whole run."""
+    needs = job_needs(job)
+    for per_step in step_needs(job).values():
+        for pool, count in per_step.items():
+            needs[pool] = max(needs.get(pool, 0), count)
     return needs
 
 
@@ -75,7 +99,11 @@ class PoolPlan:
     members: Mapping[str, tuple[str, PoolMember]] = field(default_factory=dict)
     """resource id -> (pool, member)."""
     needs: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    """job id -> pool -> count (jobs that need nothing are absent)."""
+    """job id -> pool -> count held for the whole run (jobs that need nothing are absent)."""
+    steps: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    """job id -> step -> pool -> count held while that step runs (:func:`step_needs`)."""
+    peak: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """job id -> pool -> the most held at once (:func:`peak_needs`; ``cadenza simulate``)."""
 
     @classmethod
     def of(cls, config: LoadedConfig) -> PoolPlan:
@@ -83,7 +111,15 @@ class PoolPlan:
         pools = dict(config.settings.pools)
         members = {m.id: (name, m) for name, pool in pools.items() for m in pool.members}
         needs = {job_id: n for job_id, job in config.jobs.items() if (n := job_needs(job))}
-        return cls(pools, members, needs)
+        steps = {job_id: s for job_id, job in config.jobs.items() if (s := step_needs(job))}
+        peak = {job_id: p for job_id, job in config.jobs.items() if (p := peak_needs(job))}
+        return cls(pools, members, needs, steps, peak)
+
+    def step(self, job_id: str, step: str | None) -> Mapping[str, int]:
+        """What ``step`` of ``job_id`` needs while it runs (pool -> count)."""
+        if step is None:
+            return {}
+        return self.steps.get(job_id, {}).get(step, {})
 
     def cooldown(self, pool: str) -> timedelta:
         """The pool's cooldown (30 s for a pool no longer configured)."""
@@ -124,7 +160,11 @@ def _at(when: datetime) -> str:
 
 
 class PoolLeaser:
-    """The claim, step start and run end hooks of the pools (see the module docstring)."""
+    """The claim, step and run end hooks of the pools (see the module docstring)."""
+
+    leases_steps = True
+    """The claim hook takes ``steps`` (run id -> the step its claim starts): a staged
+    claim, which writes the first step's start, takes that step's needs with the run's."""
 
     def __init__(self, plan: PoolPlan, *, postgres: bool,
                  redact: Callable[[str], str] = str) -> None:
@@ -137,7 +177,8 @@ class PoolLeaser:
         self._lease_sql = _LEASE.format(m=self._d.mark,
                                         lock=_SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
-        self._jobs: set[str] = set(plan.needs)
+        self._jobs: set[str] = set(plan.needs) | set(plan.steps)
+        self._step_jobs: set[str] = set(plan.steps)
         self.changes = 0
         """Bumped by every release or return to AVAILABLE in this process: admission may
         try a run the pools refused again once it moved (see :meth:`may_try`)."""
@@ -151,7 +192,8 @@ class PoolLeaser:
         being watched at their runs' ends (a run claimed before the reload holds them)."""
         with self._lock:
             self.plan = plan
-            self._jobs |= set(plan.needs)
+            self._jobs |= set(plan.needs) | set(plan.steps)
+            self._step_jobs |= set(plan.steps)
             self.changes += 1
 
     def needs(self, job_id: str) -> Mapping[str, int]:
@@ -201,22 +243,29 @@ class PoolLeaser:
     # -- the claim hook --------------------------------------------------------------------
 
     def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
-                 now: datetime) -> Mapping[str, str]:
-        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait."""
+                 now: datetime, steps: Mapping[str, str] | None = None) -> Mapping[str, str]:
+        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait.
+        ``steps``: run id -> the step whose start the claim writes too (a staged claim):
+        that step's needs are taken with the run's, all or nothing."""
         plan = self.plan
-        wanted = [(run_id, needs) for run_id, job_id in taken
-                  if (needs := plan.needs.get(job_id))]
+        wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]] = []
+        for run_id, job_id in taken:
+            step = None if steps is None else steps.get(run_id)
+            needs, own = plan.needs.get(job_id, {}), plan.step(job_id, step)
+            if needs or own:
+                wanted.append((run_id, needs, step, own))
         if not wanted:
             return {}
-        pools = sorted({pool for _, needs in wanted for pool in needs})
+        pools = sorted({pool for _, needs, _, own in wanted for pool in (*needs, *own)})
         cursor = conn.connection.cursor()
         try:
             snapshot = self._snapshot(cursor, pools)
             events: list[_Event] = []
             self._cooldowns_over(cursor, snapshot, now, events)
             refused: dict[str, str] = {}
-            for run_id, needs in wanted:
-                why = self._lease_run(cursor, run_id, needs, snapshot, now, events)
+            for run_id, needs, step, own in wanted:
+                why = self._lease_run(cursor, run_id, needs, snapshot, now, events,
+                                      step=step, step_needs=own)
                 if why is not None:
                     refused[run_id] = why[0]
                     self._remember(run_id, why[1])
@@ -270,48 +319,80 @@ class PoolLeaser:
                 and (member.cooldown_until is None or member.cooldown_until <= now))
 
     def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
-                   snapshot: dict[str, _Member], now: datetime,
-                   events: list[_Event]) -> tuple[str, datetime | None] | None:
+                   snapshot: dict[str, _Member], now: datetime, events: list[_Event], *,
+                   step: str | None = None, step_needs: Mapping[str, int] | None = None,
+                   held: Mapping[str, int] | None = None,
+                   remember: bool = True) -> tuple[str, datetime | None] | None:
+        """Take ``needs`` for the whole run, then what ``step`` needs beyond what the run
+        holds (``held``: pool -> members it holds already, plus what was just taken),
+        all or nothing: on a refusal everything taken here is put back (nobody saw it)."""
         mine: list[tuple[_Member, datetime]] = []
         pending: list[_Event] = []
-        for pool in sorted(needs):
-            count = needs[pool]
-            candidates = [m for m in snapshot.values() if m.pool == pool
-                          and self._free(m, now)
-                          and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
-            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
-                                           m.updated_at, m.resource_id))
-            got = 0
-            for member in candidates:
-                if got == count:
-                    break
-                if not self._take(cursor, member, run_id, now, events, pending, mine):
-                    continue
-                route = snapshot.get(member.route_id) if member.route_id else None
-                if route is not None and not self._take(cursor, route, run_id, now, events,
-                                                        pending, mine):
-                    self._undo(cursor, run_id, [mine.pop()])
-                    pending.pop()
-                    continue
-                got += 1
-            if got < count:
-                self._undo(cursor, run_id, mine)
-                return self._reason(pool, count, snapshot, now)
+        wants = [(pool, needs[pool], None) for pool in sorted(needs)]
+        for pool, count, lease_step in wants:
+            why = self._take_pool(cursor, run_id, pool, count, lease_step, snapshot, now,
+                                  events, pending, mine)
+            if why is not None:
+                return why
+        if step is not None and step_needs:
+            counts = dict(held or {})
+            for member, _ in mine:
+                counts[member.pool] = counts.get(member.pool, 0) + 1
+            for pool in sorted(step_needs):
+                extra = step_needs[pool] - counts.get(pool, 0)
+                if extra > 0:
+                    why = self._take_pool(cursor, run_id, pool, extra, step, snapshot, now,
+                                          events, pending, mine, shown=step_needs[pool])
+                    if why is not None:
+                        return why
         events.extend(pending)
-        with self._lock:
-            if len(self._held) > 100_000:
-                self._held.clear()
-            self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
-                                  for m, _ in mine]
+        if remember:
+            with self._lock:
+                if len(self._held) > 100_000:
+                    self._held.clear()
+                self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
+                                      for m, _ in mine]
         return None
 
-    def _take(self, cursor: Any, member: _Member, run_id: str, now: datetime,
-              events: list[_Event], pending: list[_Event],
+    def _take_pool(self, cursor: Any, run_id: str, pool: str, count: int,
+                   lease_step: str | None, snapshot: dict[str, _Member], now: datetime,
+                   events: list[_Event], pending: list[_Event],
+                   mine: list[tuple[_Member, datetime]],
+                   shown: int | None = None) -> tuple[str, datetime | None] | None:
+        """Take ``count`` members of ``pool`` (each with its bound route); on a refusal,
+        put back everything in ``mine`` and say why."""
+        candidates = [m for m in snapshot.values() if m.pool == pool
+                      and self._free(m, now)
+                      and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
+        candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                       m.updated_at, m.resource_id))
+        got = 0
+        for member in candidates:
+            if got == count:
+                break
+            if not self._take(cursor, member, run_id, lease_step, now, pending, mine):
+                continue
+            route = snapshot.get(member.route_id) if member.route_id else None
+            if route is not None and not self._take(cursor, route, run_id, lease_step, now,
+                                                    pending, mine):
+                self._undo(cursor, run_id, [mine.pop()])
+                pending.pop()
+                continue
+            got += 1
+        if got < count:
+            self._undo(cursor, run_id, mine)
+            return self._reason(pool, shown if shown is not None else count, snapshot, now,
+                                lease_step)
+        return None
+
+    def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
+              now: datetime, pending: list[_Event],
               mine: list[tuple[_Member, datetime]]) -> bool:
         d = self._d
         if member.state != _AVAILABLE:
             return False  # its cooldown could not be ended here (another claim holds it)
-        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), member.resource_id]
+        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), lease_step,
+                                         member.resource_id]
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
         if done is None:
@@ -319,12 +400,17 @@ class PoolLeaser:
             return False
         mine.append((member, member.updated_at))
         member.state, member.lease_owner = _LEASED, run_id
+        payload: dict[str, Any] = {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool,
+                                   "run_id": run_id, "epoch": int(done[0]),
+                                   "route_id": member.route_id}
+        whose = f"run {run_id}"
+        if lease_step is not None:
+            payload["step"] = lease_step
+            whose += f" for step {lease_step}"
         pending.append(_Event(
             EventType.RESOURCE_LEASED, member.resource_id, run_id,
             f"resource {member.resource_id} ({member.kind} of pool {member.pool}) leased by "
-            f"run {run_id}",
-            {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool, "run_id": run_id,
-             "epoch": int(done[0]), "route_id": member.route_id}))
+            f"{whose}", payload))
         return True
 
     def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
@@ -337,12 +423,14 @@ class PoolLeaser:
         taken.clear()
 
     def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
-                now: datetime) -> tuple[str, datetime | None]:
-        """Why a run waits for ``pool``, and when to look again at the latest."""
+                now: datetime, step: str | None = None) -> tuple[str, datetime | None]:
+        """Why a run waits for ``pool`` (for ``step``), and when to look again at the
+        latest."""
         members = [m for m in snapshot.values() if m.pool == pool]
         recheck = now + RECHECK
+        what = f"{count} of pool {pool}" + (f" for step {step}" if step is not None else "")
         if not members:
-            return (f"waiting for {count} of pool {pool}: the pool has no members", recheck)
+            return (f"waiting for {what}: the pool has no members", recheck)
         cooling = [m for m in members if m.state == _COOLDOWN]
         held = sorted({m.lease_owner for m in members
                        if m.state in (_LEASED, _RUNNING) and m.lease_owner})
@@ -371,8 +459,7 @@ class PoolLeaser:
                 if route is None or not self._free(route, now):
                     parts.append(f"{m.resource_id} is bound to route {m.route_id}, which is "
                                  f"{state}")
-        return (f"waiting for {count} of pool {pool}: " + ", ".join(parts or ["none free"]),
-                recheck)
+        return (f"waiting for {what}: " + ", ".join(parts or ["none free"]), recheck)
 
     # -- the step start hook ---------------------------------------------------------------
 
@@ -391,11 +478,75 @@ class PoolLeaser:
             rows = cursor.fetchall()
             self._write(cursor, [_Event(
                 EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
-                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
+                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started"
+                + (f" step {row[4]}" if row[4] is not None else ""),
                 {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
-                 "epoch": int(row[3])}) for row in rows], now)
+                 "epoch": int(row[3]), **({"step": row[4]} if row[4] is not None else {})})
+                for row in rows], now)
         finally:
             cursor.close()
+
+    # -- the step hook ---------------------------------------------------------------------
+
+    def steps_changed(self, conn: sa.Connection, changes: Sequence[StepChange],
+                      now: datetime) -> Mapping[str, str]:
+        """At boundaries that end a step and / or start one (the run goes on): return what
+        the step that ended leased (RUNNING -> COOLDOWN, LEASED -> AVAILABLE), then take
+        what the step that starts needs beyond what the run holds, all or nothing.
+        ``{run_id: why}`` for the runs whose step cannot have it: their boundary puts the
+        run back in the queue instead (``record_boundaries``), and admission leaves them
+        alone as it does a refused claim."""
+        plan = self.plan
+        mine = [c for c in changes if c.job_id in self._step_jobs]
+        if not mine:
+            return {}
+        d = self._d
+        ids = sorted({c.run_id for c in mine})
+        refused: dict[str, str] = {}
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_HELD_STEPS.format(marks=d.marks(len(ids)),
+                                              lock=" FOR UPDATE" if d.postgres else ""), ids)
+            held: dict[str, list[Any]] = {}
+            for row in cursor.fetchall():
+                held.setdefault(row[4], []).append(row)
+            events: list[_Event] = []
+            ended = [row for c in mine if c.ended is not None
+                     for row in held.get(c.run_id, ()) if row[6] == c.ended]
+            if ended:
+                cooldowns: list[list[Any]] = []
+                gone: list[str] = []
+                self._release_all(cursor, [row[:6] for row in ended], now, events,
+                                  cooldowns, gone, steps={row[0]: row[6] for row in ended})
+                self._after_release(cursor, cooldowns, gone, events)
+                released = {row[0] for row in ended}
+                held = {run: [row for row in rows if row[0] not in released]
+                        for run, rows in held.items()}
+            starting = [(c, own) for c in mine
+                        if (own := plan.step(c.job_id, c.starting)) and c.starting is not None]
+            if starting:
+                pools = sorted({pool for _, own in starting for pool in own})
+                snapshot = self._snapshot(cursor, pools)
+                self._cooldowns_over(cursor, snapshot, now, events)
+                for change, own in starting:
+                    counts: dict[str, int] = {}
+                    for row in held.get(change.run_id, ()):
+                        counts[row[1]] = counts.get(row[1], 0) + 1
+                    why = self._lease_run(cursor, change.run_id, {}, snapshot, now, events,
+                                          step=change.starting, step_needs=own, held=counts,
+                                          remember=False)
+                    if why is not None:
+                        refused[change.run_id] = why[0]
+                        self._remember(change.run_id, why[1])
+            self._write(cursor, events, now)
+        finally:
+            cursor.close()
+        with self._lock:  # ctx.resources reads the store for these runs from now on
+            for run_id in ids:
+                self._held.pop(run_id, None)
+        if ended:
+            self._moved()
+        return refused
 
     # -- the run end hook ------------------------------------------------------------------
 
@@ -458,6 +609,14 @@ class PoolLeaser:
                  "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
             if rid not in plan.members:
                 gone.append(rid)
+        self._after_release(cursor, cooldowns, gone, events)
+        self._write(cursor, events, now)
+
+    def _after_release(self, cursor: Any, cooldowns: list[list[Any]], gone: list[str],
+                       events: list[_Event]) -> None:
+        """The cooldowns' ends (``resource_health``) and the members removed from the
+        configuration, deleted now that they are released."""
+        d = self._d
         for row in cooldowns:
             cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
                            row)
@@ -466,13 +625,13 @@ class PoolLeaser:
             events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
                                  f"resource {rid} removed: no longer in the configuration",
                                  {"from": None, "to": None, "removed": True}))
-        self._write(cursor, events, now)
 
     def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
                      events: list[_Event], cooldowns: list[list[Any]],
-                     gone: list[str]) -> None:
+                     gone: list[str], steps: Mapping[str, str] | None = None) -> None:
         """Release every member of ``held`` (no fault among them) with one UPDATE: the
-        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite)."""
+        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite).
+        ``steps``: resource id -> the step whose end releases it (a step's lease)."""
         d = self._d
         plan = self.plan
         stamp = d.ts(now)
@@ -490,11 +649,15 @@ class PoolLeaser:
                 to, why = _COOLDOWN, f"released; cooling down until {_at(until)}"
                 if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
                     cooldowns.append([rid, d.ts(until), stamp])
+            payload = {"from": state, "to": to, "pool": pool, "run_id": owner,
+                       "epoch": int(epoch), "reason": why}
+            step = None if steps is None else steps.get(rid)
+            if step is not None:
+                why = why.replace("released", f"released at the end of step {step}", 1)
+                payload.update(reason=why, step=step)
             events.append(_Event(
                 EventType.RESOURCE_RELEASED, rid, owner,
-                f"resource {rid} {state} -> {to}: {why} (run {owner})",
-                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
-                 "reason": why}))
+                f"resource {rid} {state} -> {to}: {why} (run {owner})", payload))
             if rid not in plan.members:
                 gone.append(rid)
 
@@ -540,24 +703,33 @@ _COOLDOWNS_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id I
 _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
-    " lease_epoch = lease_epoch + 1, updated_at = {m}"
+    " lease_epoch = lease_epoch + 1, updated_at = {m}, lease_step = {m}"
     " WHERE resource_id = {m} AND state = 'AVAILABLE'{lock} RETURNING lease_epoch")
-"""AVAILABLE -> LEASED, conditional; the lease ends with the run's."""
+"""AVAILABLE -> LEASED, conditional; the lease ends with the run's (``lease_step``: the
+step that holds it, NULL for the whole run)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = 'AVAILABLE', lease_owner = NULL, lease_until = NULL,"
-         " lease_epoch = lease_epoch - 1, updated_at = {m} WHERE resource_id = {m}"
+         " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
+         " WHERE resource_id = {m}"
          " AND lease_owner = {m} AND state = 'LEASED'")
 _START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
-          " AND lease_owner IN ({marks}) RETURNING resource_id, pool, lease_owner, lease_epoch")
+          " AND lease_owner IN ({marks})"
+          " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
 _HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
          " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
          " ORDER BY resource_id{lock}")
+_HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch, lease_step"
+               " FROM resources WHERE lease_owner IN ({marks})"
+               " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
+"""What the runs of a step hook hold, with the step that holds each member."""
 _RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
+            " lease_step = NULL,"
             " updated_at = {m}, last_error = coalesce({m}, last_error)"
             " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
 _RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
-                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, updated_at = {m}"
+                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL,"
+                " lease_step = NULL, updated_at = {m}"
                 " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
 _FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
            " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"

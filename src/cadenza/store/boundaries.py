@@ -11,7 +11,10 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
 1. one fencing read of the runs concerned (``FOR UPDATE`` on PostgreSQL; SQLite's
    ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
    is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
-2. step ends (:data:`END_STEP`), step starts as INSERTs, the run's parameters
+2. step ends (:data:`END_STEP`); the step lease hook (:class:`StepLeaseHook`: the pools
+   return what the step that ended held and take what the next step needs; a run whose
+   step cannot have it goes back to QUEUED in this boundary instead of starting it);
+   step starts as INSERTs, the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
 3. the run end hooks (:meth:`BoundaryWriter.add_run_end_hook`), in the order added, with the runs
@@ -47,8 +50,8 @@ lock and the error mapping of :meth:`~cadenza.store.core.StoreCore.write` still 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -64,7 +67,7 @@ from cadenza.domain.states import (
     StepState,
     is_allowed,
 )
-from cadenza.store.boundary import Boundary, BoundaryResult, RunEnd
+from cadenza.store.boundary import Boundary, BoundaryResult, LogLine, RunEnd
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
 from cadenza.store.hotsql import (
@@ -133,6 +136,30 @@ class StepStartHook(Protocol):
 
     def __call__(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
                  now: datetime) -> None:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepChange:
+    """A boundary of a run that goes on: the step that ended in it (``None``: its first
+    boundary) and the step that starts RUNNING in it (``None``: only skips, or nothing)."""
+
+    run_id: str
+    job_id: str
+    ended: str | None
+    starting: str | None
+
+
+class StepLeaseHook(Protocol):
+    """Called in the transaction of a batch of boundaries, before the step starts are
+    written, with the boundaries that end a step or start one without ending their run:
+    the resource pools return what the step that ended held and take what the starting
+    step needs. Returns ``{run_id: why}`` for the runs whose step cannot start now: their
+    boundary ends the run instead (QUEUED, ``wait_reason`` = why, no attempt spent; see
+    :meth:`BoundaryWriter.record_boundaries`). Raising rolls the batch back."""
+
+    def __call__(self, conn: sa.Connection, changes: Sequence[StepChange],
+                 now: datetime) -> Mapping[str, str]:
         ...
 
 
@@ -207,6 +234,10 @@ class BoundaryWriter(StoreCore):
         a run or takes it out of RUNNING (cancel, abandon)."""
         self.run_end_hooks = (*self.run_end_hooks, hook)
 
+    step_lease_hook: StepLeaseHook | None = None
+    """What a step's start takes and its end returns (the pools), in the boundary's
+    transaction; may send a run back to the queue (see :class:`StepLeaseHook`)."""
+
     step_start_hooks: tuple[StepStartHook, ...] = ()
     """What else a step start writes in its transaction (the pools: LEASED -> RUNNING)."""
 
@@ -234,6 +265,10 @@ class BoundaryWriter(StoreCore):
 
         Returns one :class:`BoundaryResult` per boundary, in order: ``applied`` and the ids of
         the step runs it created, or the run's state when refused (``None``: no such run).
+        An applied boundary's state is RUNNING, or QUEUED when the :attr:`step_lease_hook`
+        refused its step's resources: its RUNNING start was dropped and the run ended
+        QUEUED instead (``wait_reason`` and a WARNING log line say why; no attempt spent;
+        the checkpoint, if any, still names that step).
         Columns changed: a step end sets state, reason, rows, output_json (redacted), error
         (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
@@ -268,19 +303,26 @@ class BoundaryWriter(StoreCore):
         seen = {row[0]: row for row in cursor.fetchall()}
         now = self._now()
         stamp = d.ts(now)
-        live: list[Boundary] = []
+        applied = list(boundaries)
         refused: dict[int, RunState | None] = {}
         for k, b in enumerate(boundaries):
             row = seen.get(b.run_id)
             if row is None or row[1] != _RUNNING or row[2] != b.epoch:
                 refused[k] = RunState(row[1]) if row is not None else None
-            else:
-                live.append(b)
+        live = [b for k, b in enumerate(applied) if k not in refused]
         new_ids: dict[int, list[int]] = {}
         events: list[dict[str, Any]] = []
         redact = self.redactor
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
         update_rows(cursor, d, END_STEP, ends, stamp, "step end")
+        waiting: Mapping[str, str] = {}
+        if self.step_lease_hook is not None:
+            waiting = self._step_leases(c, live, seen, now)
+            if waiting:
+                applied = [_wait(b, waiting[b.run_id], now)
+                           if k not in refused and b.run_id in waiting else b
+                           for k, b in enumerate(applied)]
+                live = [b for k, b in enumerate(applied) if k not in refused]
         self._start_steps(cursor, d, live, stamp, new_ids)
         if self.step_start_hooks:
             starting = [(b.run_id, seen[b.run_id][3]) for b in live
@@ -312,9 +354,26 @@ class BoundaryWriter(StoreCore):
                 [tuple(row[c] for c in EVENT_COLUMNS) for row in events])
         return [
             BoundaryResult(False, (), refused[k]) if k in refused
-            else BoundaryResult(True, tuple(new_ids[id(b)]), RunState.RUNNING)
-            for k, b in enumerate(boundaries)
+            else BoundaryResult(True, tuple(new_ids[id(b)]),
+                                RunState.QUEUED if b.run_id in waiting else RunState.RUNNING)
+            for k, b in enumerate(applied)
         ]
+
+    def _step_leases(self, c: sa.Connection, live: list[Boundary], seen: Mapping[str, Any],
+                     now: datetime) -> Mapping[str, str]:
+        """Call the step lease hook with the boundaries of ``live`` that end or start a
+        step and do not end their run; ``{run_id: why}`` for the runs that must wait."""
+        hook = self.step_lease_hook
+        assert hook is not None
+        changes: list[StepChange] = []
+        for b in live:
+            if b.run_end is not None:
+                continue  # the run end hooks release everything the run holds
+            starting = next((s.step for s in b.starts if s.state is StepState.RUNNING), None)
+            ended = b.step_end.step if b.step_end is not None else None
+            if starting is not None or ended is not None:
+                changes.append(StepChange(b.run_id, seen[b.run_id][3], ended, starting))
+        return hook(c, changes, now) if changes else {}
 
     def _start_steps(self, cursor: Any, d: Dialect, live: list[Boundary], stamp: Any,
                      new_ids: dict[int, list[int]]) -> None:
@@ -436,6 +495,17 @@ class BoundaryWriter(StoreCore):
                                         "finished_at": now, "duration_s": duration},
                       b.actor, stamp),
         ]
+
+
+def _wait(b: Boundary, why: str, now: datetime) -> Boundary:
+    """``b`` whose step start the step lease hook refused: the step is not started, the run
+    goes back to QUEUED with ``why`` as its wait_reason, no attempt spent (it resumes at
+    that step from its checkpoint)."""
+    step = next(s.step for s in b.starts if s.state is StepState.RUNNING)
+    line = LogLine(now, "WARNING", step, f"run QUEUED again: {why}")
+    return replace(b, starts=[s for s in b.starts if s.state is not StepState.RUNNING],
+                   run_end=RunEnd(RunState.QUEUED, b.rows, None, why, wait_reason=why),
+                   logs=[*b.logs, line])
 
 
 def _step_event(state: StepState) -> tuple[EventType, Level]:

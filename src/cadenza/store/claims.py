@@ -292,12 +292,20 @@ class RunClaims(BoundaryWriter, LeaseClock):
         return claimed
 
     def _hook(self, c: sa.Connection, cursor: Any, d: Dialect,
-              taken: list[tuple[str, str]], now: datetime) -> Mapping[str, str]:
-        """Call the claim hook, if any, on ``taken``; give back the runs it refuses."""
+              taken: list[tuple[str, str]], now: datetime,
+              steps: Mapping[str, str] | None = None) -> Mapping[str, str]:
+        """Call the claim hook, if any, on ``taken``; give back the runs it refuses.
+        ``steps``: run id -> the step whose start this claim writes too (a staged claim),
+        for a hook that declares ``leases_steps`` (the pools: that step's own needs are
+        taken with the run's, all or nothing)."""
         hook = self.claim_hook
         if hook is None or not taken:
             return {}
-        refused = hook(c, taken, now)
+        if steps and getattr(hook, "leases_steps", False):
+            refused = cast("Mapping[str, str]",
+                           cast("Any", hook)(c, taken, now, steps=steps))
+        else:
+            refused = hook(c, taken, now)
         if refused:
             stamp = d.ts(now)
             cursor.executemany(_GIVE_BACK.format(m=d.mark), [
@@ -365,7 +373,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
                             fresh=True, returning="id")
             taken = {row[0] for row in rows}
             mine = [s for s in staged if s.run_id in taken]
-            refused = self._hook(conn, cursor, d, [(s.run_id, s.job_id) for s in mine], now)
+            refused = self._hook(conn, cursor, d, [(s.run_id, s.job_id) for s in mine], now,
+                                 steps={s.run_id: s.step[0] for s in mine})
             if refused:
                 mine = [s for s in mine if s.run_id not in refused]
             if not mine:

@@ -120,20 +120,21 @@ def test_a_steps_unit_is_held_only_during_that_step(tmp_path: Path, store_url: s
         assert unit.lease_step is None
         assert b.resource_events("u-1") == [
             ("RESOURCE_STATE_CHANGED", None, "AVAILABLE"),
-            ("RESOURCE_LEASED", "AVAILABLE", "LEASED"),
-            ("RESOURCE_STATE_CHANGED", "LEASED", "RUNNING"),
+            ("RESOURCE_LEASED", "AVAILABLE", "RUNNING"),  # leased and started: one event
             ("RESOURCE_RELEASED", "RUNNING", "COOLDOWN"),
         ]
-        leased, _running, released = b.store.list_events(resource_id="u-1")[1:]
+        leased, released = b.store.list_events(resource_id="u-1")[1:]
         assert leased.payload["step"] == "use" and released.payload["step"] == "use"
+        assert leased.message == (f"resource u-1 (unit of pool units) leased by run {run_id} "
+                                  f"for step use; LEASED -> RUNNING: run {run_id} started "
+                                  "step use")
         assert released.message.startswith(
             "resource u-1 RUNNING -> COOLDOWN: released at the end of step use; cooling down "
             "until")
         # Written in the transactions of the step's start and of its end.
         events = _ids(b, run_id)
         order = [events.index(e) for e in [
-            ("STEP_STARTED", "prepare"), ("RESOURCE_LEASED", "u-1"),
-            ("RESOURCE_STATE_CHANGED", "u-1"), ("STEP_STARTED", "use"),
+            ("STEP_STARTED", "prepare"), ("RESOURCE_LEASED", "u-1"), ("STEP_STARTED", "use"),
             ("RESOURCE_RELEASED", "u-1"), ("STEP_STARTED", "after")]]
         assert order == sorted(order)
         with b.store.read() as c:

@@ -256,7 +256,7 @@ class Executor:
         boundary (resolved parameters, first step's start). Hand each :class:`Started` to a
         worker, which calls :meth:`Started.go`."""
         runs = self.store.claim_runs(self.owner, lease_until, limit=limit, job_ids=job_ids,
-                                     run_ids=run_ids, conn=conn)
+                                     run_ids=run_ids, conn=conn, starting=True)
         trackers = []
         for run in runs:
             tracker, control = self._tracker(run, observer)
@@ -267,6 +267,7 @@ class Executor:
             trackers.append((tracker, control))
         firsts = self.store.record_boundaries([t.first_boundary() for t, _ in trackers],
                                               conn=conn)
+        self.store.claim_written(conn)
         return [Started(t, first, self.keeper, control)
                 for (t, control), first in zip(trackers, firsts, strict=True)]
 

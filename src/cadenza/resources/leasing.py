@@ -143,6 +143,9 @@ class _Member:
     updated_at: datetime
     score: float | None
     cooldown_until: datetime | None
+    epoch: int = 0
+    was_cooling: bool = False
+    """Taken by this claim out of a passed cooldown (an undo puts it back COOLDOWN)."""
 
 
 @dataclass
@@ -183,6 +186,11 @@ class PoolLeaser:
         """Bumped by every release or return to AVAILABLE in this process: admission may
         try a run the pools refused again once it moved (see :meth:`may_try`)."""
         self._blocked: dict[str, tuple[int, datetime | None]] = {}
+        self._unwritten: dict[int, tuple[Any, list[_Event]]] = {}
+        """id(connection) -> (its transaction, lease events not written yet): when the
+        leased members' step starts in the same transaction (a claim that writes the first
+        step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
+        (:meth:`started`); :meth:`flush` writes what is left."""
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""
@@ -243,10 +251,14 @@ class PoolLeaser:
     # -- the claim hook --------------------------------------------------------------------
 
     def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
-                 now: datetime, steps: Mapping[str, str] | None = None) -> Mapping[str, str]:
+                 now: datetime, steps: Mapping[str, str] | None = None,
+                 starting: bool = False) -> Mapping[str, str]:
         """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait.
         ``steps``: run id -> the step whose start the claim writes too (a staged claim):
-        that step's needs are taken with the run's, all or nothing."""
+        that step's needs are taken with the run's, all or nothing. ``starting``: the
+        caller writes the runs' first step starts in this transaction and then calls
+        :meth:`flush`: the lease events wait for them (one event per member for both
+        changes)."""
         plan = self.plan
         wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]] = []
         for run_id, job_id in taken:
@@ -261,7 +273,6 @@ class PoolLeaser:
         try:
             snapshot = self._snapshot(cursor, pools)
             events: list[_Event] = []
-            self._cooldowns_over(cursor, snapshot, now, events)
             refused: dict[str, str] = {}
             for run_id, needs, step, own in wanted:
                 why = self._lease_run(cursor, run_id, needs, snapshot, now, events,
@@ -269,10 +280,43 @@ class PoolLeaser:
                 if why is not None:
                     refused[run_id] = why[0]
                     self._remember(run_id, why[1])
-            self._write(cursor, events, now)
+            if starting:
+                self._defer(conn, events)
+            else:
+                self._write(cursor, events, now)
         finally:
             cursor.close()
         return refused
+
+    def _defer(self, conn: sa.Connection, events: list[_Event]) -> None:
+        """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
+        transaction."""
+        if not events:
+            return
+        tx = conn.get_transaction()
+        with self._lock:
+            found = self._unwritten.get(id(conn))
+            if found is None or found[0] is not tx:  # a transaction that failed: gone
+                found = (tx, [])
+                self._unwritten[id(conn)] = found
+            found[1].extend(events)
+
+    def _unwritten_of(self, conn: sa.Connection) -> list[_Event]:
+        tx = conn.get_transaction()
+        with self._lock:
+            found = self._unwritten.pop(id(conn), None)
+        return [] if found is None or found[0] is not tx else found[1]
+
+    def flush(self, conn: sa.Connection, now: datetime) -> None:
+        """Write the lease events still waiting in ``conn``'s transaction (runs whose
+        first boundary started no step)."""
+        events = self._unwritten_of(conn)
+        if events:
+            cursor = conn.connection.cursor()
+            try:
+                self._write(cursor, events, now)
+            finally:
+                cursor.close()
 
     def _snapshot(self, cursor: Any, pools: list[str]) -> dict[str, _Member]:
         d = self._d
@@ -280,35 +324,14 @@ class PoolLeaser:
         cursor.execute(_SNAPSHOT.format(marks=marks), [*pools, *pools])
         read = d.read_ts
         out: dict[str, _Member] = {}
-        for rid, pool, kind, state, route, owner, updated, score, cooldown in cursor.fetchall():
+        for (rid, pool, kind, state, route, owner, updated, score, cooldown,
+             epoch) in cursor.fetchall():
             updated_at = read(updated)
             assert updated_at is not None
             out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
-                               None if score is None else float(score), read(cooldown))
+                               None if score is None else float(score), read(cooldown),
+                               int(epoch))
         return out
-
-    def _cooldowns_over(self, cursor: Any, snapshot: dict[str, _Member], now: datetime,
-                        events: list[_Event]) -> None:
-        """COOLDOWN -> AVAILABLE, in one statement, for the members of the snapshot whose
-        cooldown has passed (pools without probes), before anything is leased."""
-        over = sorted(m.resource_id for m in snapshot.values()
-                      if m.state == _COOLDOWN and self._free(m, now))
-        if not over:
-            return
-        d = self._d
-        marks = d.marks(len(over))
-        lock = (f" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id IN"
-                f" ({marks}) FOR UPDATE SKIP LOCKED)") if d.postgres else ""
-        cursor.execute(_COOLDOWNS_OVER.format(marks=marks, lock=lock),
-                       over + (over if d.postgres else []))
-        for (rid,) in cursor.fetchall():
-            member = snapshot[rid]
-            member.state = _AVAILABLE
-            events.append(_Event(
-                EventType.RESOURCE_STATE_CHANGED, rid, None,
-                f"resource {rid} COOLDOWN -> AVAILABLE: cooldown over",
-                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
-                 "reason": "cooldown over"}))
 
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
@@ -389,37 +412,49 @@ class PoolLeaser:
               now: datetime, pending: list[_Event],
               mine: list[tuple[_Member, datetime]]) -> bool:
         d = self._d
-        if member.state != _AVAILABLE:
-            return False  # its cooldown could not be ended here (another claim holds it)
+        if not self._free(member, now):
+            return False
+        was = member.state
+        # Compare and swap on the state and the lease epoch the snapshot saw: a member whose
+        # cooldown has passed goes COOLDOWN -> AVAILABLE -> LEASED in this one statement
+        # (both transitions in its event), unless someone moved it since.
         cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), lease_step,
-                                         member.resource_id]
+                                         member.resource_id, was, member.epoch]
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
         if done is None:
             member.state = _LEASED  # someone else's now, as far as this claim can tell
             return False
         mine.append((member, member.updated_at))
-        member.state, member.lease_owner = _LEASED, run_id
-        payload: dict[str, Any] = {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool,
+        member.state, member.lease_owner, member.epoch = _LEASED, run_id, int(done[0])
+        member.was_cooling = was == _COOLDOWN
+        payload: dict[str, Any] = {"from": was, "to": _LEASED, "pool": member.pool,
                                    "run_id": run_id, "epoch": int(done[0]),
                                    "route_id": member.route_id}
         whose = f"run {run_id}"
         if lease_step is not None:
             payload["step"] = lease_step
             whose += f" for step {lease_step}"
-        pending.append(_Event(
-            EventType.RESOURCE_LEASED, member.resource_id, run_id,
-            f"resource {member.resource_id} ({member.kind} of pool {member.pool}) leased by "
-            f"{whose}", payload))
+        message = (f"resource {member.resource_id} ({member.kind} of pool {member.pool}) "
+                   f"leased by {whose}")
+        if was == _COOLDOWN:
+            payload["transitions"] = [[_COOLDOWN, _AVAILABLE, "cooldown over"],
+                                      [_AVAILABLE, _LEASED, "leased"]]
+            message = message.replace(") leased by", ") COOLDOWN -> AVAILABLE: cooldown over; "
+                                                     "leased by", 1)
+        pending.append(_Event(EventType.RESOURCE_LEASED, member.resource_id, run_id,
+                              message, payload))
         return True
 
     def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
         """Put back what this claim leased for ``run_id`` (nobody saw it)."""
         d = self._d
         for member, updated_at in reversed(taken):
+            before = _COOLDOWN if member.was_cooling else _AVAILABLE
             cursor.execute(_UNDO.format(m=d.mark),
-                           [d.ts(updated_at), member.resource_id, run_id])
-            member.state, member.lease_owner = _AVAILABLE, None
+                           [before, d.ts(updated_at), member.resource_id, run_id])
+            member.state, member.lease_owner = before, None
+            member.epoch -= 1
         taken.clear()
 
     def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
@@ -476,13 +511,29 @@ class PoolLeaser:
             cursor.execute(_START.format(m=d.mark, marks=d.marks(len(ids))),
                            [d.ts(now), *ids])
             rows = cursor.fetchall()
-            self._write(cursor, [_Event(
-                EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
-                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started"
-                + (f" step {row[4]}" if row[4] is not None else ""),
-                {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
-                 "epoch": int(row[3]), **({"step": row[4]} if row[4] is not None else {})})
-                for row in rows], now)
+            unwritten = self._unwritten_of(conn)
+            leases = {(e.resource_id, e.run_id): e for e in unwritten}
+            events: list[_Event] = []
+            for rid, pool, owner, epoch, step in rows:
+                why = f"run {owner} started" + (f" step {step}" if step is not None else "")
+                lease = leases.pop((rid, owner), None)
+                if lease is not None:  # leased in this transaction: one event for both
+                    lease.payload["transitions"] = [
+                        *lease.payload.get("transitions",
+                                           [[lease.payload["from"], _LEASED, "leased"]]),
+                        [_LEASED, _RUNNING, why]]
+                    lease.payload["to"] = _RUNNING
+                    lease.message += f"; LEASED -> RUNNING: {why}"
+                    events.append(lease)
+                    continue
+                events.append(_Event(
+                    EventType.RESOURCE_STATE_CHANGED, rid, owner,
+                    f"resource {rid} LEASED -> RUNNING: {why}",
+                    {"from": _LEASED, "to": _RUNNING, "pool": pool, "run_id": owner,
+                     "epoch": int(epoch), **({"step": step} if step is not None else {})}))
+            # Leases of runs that start nothing here (none in practice): as they were.
+            events[:0] = [e for e in unwritten if (e.resource_id, e.run_id) in leases]
+            self._write(cursor, events, now)
         finally:
             cursor.close()
 
@@ -527,17 +578,19 @@ class PoolLeaser:
             if starting:
                 pools = sorted({pool for _, own in starting for pool in own})
                 snapshot = self._snapshot(cursor, pools)
-                self._cooldowns_over(cursor, snapshot, now, events)
                 for change, own in starting:
                     counts: dict[str, int] = {}
                     for row in held.get(change.run_id, ()):
                         counts[row[1]] = counts.get(row[1], 0) + 1
-                    why = self._lease_run(cursor, change.run_id, {}, snapshot, now, events,
+                    leased: list[_Event] = []
+                    why = self._lease_run(cursor, change.run_id, {}, snapshot, now, leased,
                                           step=change.starting, step_needs=own, held=counts,
                                           remember=False)
                     if why is not None:
                         refused[change.run_id] = why[0]
                         self._remember(change.run_id, why[1])
+                    else:  # the step starts in this transaction: see started()
+                        self._defer(conn, leased)
             self._write(cursor, events, now)
         finally:
             cursor.close()
@@ -693,23 +746,22 @@ class PoolLeaser:
 
 _SNAPSHOT = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
-    " h.score, h.cooldown_until FROM resources r LEFT JOIN resource_health h"
+    " h.score, h.cooldown_until, r.lease_epoch FROM resources r LEFT JOIN resource_health h"
     " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
     " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
 """The members of the pools a claim needs, and the routes bound to them."""
-_COOLDOWNS_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id IN ({marks})"
-                   " AND state = 'COOLDOWN'{lock} RETURNING resource_id")
-"""Cooldowns that have passed (updated_at kept: it stays the member's last use)."""
 _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
     " lease_epoch = lease_epoch + 1, updated_at = {m}, lease_step = {m}"
-    " WHERE resource_id = {m} AND state = 'AVAILABLE'{lock} RETURNING lease_epoch")
-"""AVAILABLE -> LEASED, conditional; the lease ends with the run's (``lease_step``: the
-step that holds it, NULL for the whole run)."""
+    " WHERE resource_id = {m} AND state = {m} AND lease_epoch = {m}{lock}"
+    " RETURNING lease_epoch")
+"""AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
+and swap on the state and epoch the claim's snapshot saw; the lease ends with the run's
+(``lease_step``: the step that holds it, NULL for the whole run)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
-_UNDO = ("UPDATE resources SET state = 'AVAILABLE', lease_owner = NULL, lease_until = NULL,"
+_UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
          " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
          " WHERE resource_id = {m}"
          " AND lease_owner = {m} AND state = 'LEASED'")

@@ -248,11 +248,17 @@ class RunClaims(BoundaryWriter, LeaseClock):
         run_ids: Iterable[str] | None = None,
         job_ids: Iterable[str] | None = None,
         conn: sa.Connection | None = None,
+        starting: bool = False,
     ) -> list[RunRecord]:
         """Take up to ``limit`` QUEUED runs whose ``not_before`` has passed (highest priority,
         then earliest scheduled time: admission's order), optionally only among ``run_ids``
         and runs of ``job_ids``, for ``owner`` until ``lease_until`` (see the module
         docstring for the columns changed and the claim hook).
+
+        ``starting``: the caller records the runs' first boundaries in ``conn``'s
+        transaction and then calls :meth:`claim_written` (a claim hook may leave what it
+        records of a start to the start: the pools write one event per member leased and
+        started).
 
         Writes one RUN_STATE_CHANGED per claimed run. Admission rules (concurrency caps,
         windows, budgets) are not applied here: the caller decides which runs may start.
@@ -279,7 +285,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 # RETURNING has no order: give them back in the order they were chosen.
                 claimed.sort(key=lambda run: (-run.priority, run.scheduled_for or run.created_at,
                                               run.id))
-                refused = self._hook(c, cursor, d, [(r.id, r.job_id) for r in claimed], now)
+                refused = self._hook(c, cursor, d, [(r.id, r.job_id) for r in claimed], now,
+                                     starting=starting and conn is not None)
                 if refused:
                     claimed = [r for r in claimed if r.id not in refused]
                 stamp = d.ts(now)
@@ -293,17 +300,19 @@ class RunClaims(BoundaryWriter, LeaseClock):
 
     def _hook(self, c: sa.Connection, cursor: Any, d: Dialect,
               taken: list[tuple[str, str]], now: datetime,
-              steps: Mapping[str, str] | None = None) -> Mapping[str, str]:
+              steps: Mapping[str, str] | None = None,
+              starting: bool = False) -> Mapping[str, str]:
         """Call the claim hook, if any, on ``taken``; give back the runs it refuses.
         ``steps``: run id -> the step whose start this claim writes too (a staged claim),
         for a hook that declares ``leases_steps`` (the pools: that step's own needs are
-        taken with the run's, all or nothing)."""
+        taken with the run's, all or nothing); ``starting``: the first step starts are
+        written in this transaction, then :meth:`claim_written` is called."""
         hook = self.claim_hook
         if hook is None or not taken:
             return {}
-        if steps and getattr(hook, "leases_steps", False):
+        if (steps or starting) and getattr(hook, "leases_steps", False):
             refused = cast("Mapping[str, str]",
-                           cast("Any", hook)(c, taken, now, steps=steps))
+                           cast("Any", hook)(c, taken, now, steps=steps, starting=starting))
         else:
             refused = hook(c, taken, now)
         if refused:
@@ -374,7 +383,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
             taken = {row[0] for row in rows}
             mine = [s for s in staged if s.run_id in taken]
             refused = self._hook(conn, cursor, d, [(s.run_id, s.job_id) for s in mine], now,
-                                 steps={s.run_id: s.step[0] for s in mine})
+                                 steps={s.run_id: s.step[0] for s in mine}, starting=True)
             if refused:
                 mine = [s for s in mine if s.run_id not in refused]
             if not mine:
@@ -396,9 +405,17 @@ class RunClaims(BoundaryWriter, LeaseClock):
             update_rows(cursor, d, RUN_PARAMS, [
                 {"id": s.run_id, "epoch": 1, "now": stamp, "params": s.params_json}
                 for s in mine if s.params_json is not None], stamp, "run params")
+            self.claim_written(conn, now)
         finally:
             cursor.close()
         return ids
+
+    def claim_written(self, conn: sa.Connection, now: datetime | None = None) -> None:
+        """A claim made with ``starting`` and its first boundaries are written in
+        ``conn``'s transaction: the claim hook writes what it still holds back."""
+        flush = getattr(self.claim_hook, "flush", None)
+        if flush is not None:
+            flush(conn, now if now is not None else self._now())
 
     def fresh_queued_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
         """The runs of ``run_ids`` that are QUEUED and were never claimed (epoch 0), in

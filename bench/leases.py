@@ -89,14 +89,17 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
         while not os.path.exists(stop):
             asked = micros()
             with store.write() as conn:
+                # As Executor.claim_and_start: the claim, then the first step's start in
+                # the same transaction (one event per unit for its lease and its start).
                 claimed = store.claim_runs(owner, clock.now() + timedelta(seconds=ttl),
-                                           job_ids=["lease"], conn=conn)
+                                           job_ids=["lease"], conn=conn, starting=True)
                 if claimed:
                     run = claimed[0]
                     started = store.record_boundaries(
                         [Boundary(run.id, run.lease_epoch,
                                   starts=[StepStart("s", "python", run.lease_epoch)])],
                         conn=conn)
+                store.claim_written(conn)
             if not claimed:
                 if not store.due_queued_ids(clock.now()):
                     # Nothing queued: done, unless a run is still out (a killed worker's,

@@ -156,6 +156,10 @@ class _Event:
     message: str
     payload: dict[str, Any]
     level: Level = Level.INFO
+    redact: bool = False
+    """Whether the message and the reason quote text from outside (a fault's error): the
+    others are built from ids, states, times and names from the configuration files,
+    which hold no secret values (secrets go by reference), so they skip the redactor."""
 
 
 def _at(when: datetime) -> str:
@@ -659,7 +663,8 @@ class PoolLeaser:
             events.append(_Event(
                 kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
                 {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
-                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
+                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO,
+                redact=to == _FAULT))
             if rid not in plan.members:
                 gone.append(rid)
         self._after_release(cursor, cooldowns, gone, events)
@@ -738,9 +743,11 @@ class PoolLeaser:
         redact = self.redact
         stamp = self._d.ts(now)
         insert_rows(cursor, self._d, "event_log", _EVENT_COLUMNS, [
-            (e.run_id, e.resource_id, e.kind.value, e.level.value, redact(e.message),
+            (e.run_id, e.resource_id, e.kind.value, e.level.value,
+             redact(e.message) if e.redact else e.message,
              json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
-                         for k, v in e.payload.items()}, sort_keys=True, default=str),
+                         for k, v in e.payload.items()} if e.redact else e.payload,
+                        sort_keys=True, default=str),
              stamp, "system") for e in events])
 
 

@@ -53,7 +53,7 @@ from cadenza.config.schema_settings import Pool, PoolMember
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.boundaries import EndedRun, StepChange
-from cadenza.store.hotsql import Dialect, insert_rows
+from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
 
 _AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 _COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
@@ -195,6 +195,9 @@ class PoolLeaser:
         leased members' step starts in the same transaction (a claim that writes the first
         step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
         (:meth:`started`); :meth:`flush` writes what is left."""
+        self.emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
+        """The store's ``emit_events`` (set by ``install_leaser``): the events go with the
+        transaction's other events, one INSERT for all."""
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""
@@ -287,7 +290,7 @@ class PoolLeaser:
             if starting:
                 self._defer(conn, events)
             else:
-                self._write(cursor, events, now)
+                self._write(conn, cursor, events, now)
         finally:
             cursor.close()
         return refused
@@ -318,7 +321,7 @@ class PoolLeaser:
         if events:
             cursor = conn.connection.cursor()
             try:
-                self._write(cursor, events, now)
+                self._write(conn, cursor, events, now)
             finally:
                 cursor.close()
 
@@ -537,7 +540,7 @@ class PoolLeaser:
                      "epoch": int(epoch), **({"step": step} if step is not None else {})}))
             # Leases of runs that start nothing here (none in practice): as they were.
             events[:0] = [e for e in unwritten if (e.resource_id, e.run_id) in leases]
-            self._write(cursor, events, now)
+            self._write(conn, cursor, events, now)
         finally:
             cursor.close()
 
@@ -595,7 +598,7 @@ class PoolLeaser:
                         self._remember(change.run_id, why[1])
                     else:  # the step starts in this transaction: see started()
                         self._defer(conn, leased)
-            self._write(cursor, events, now)
+            self._write(conn, cursor, events, now)
         finally:
             cursor.close()
         with self._lock:  # ctx.resources reads the store for these runs from now on
@@ -624,13 +627,13 @@ class PoolLeaser:
             held = cursor.fetchall()
             if not held:
                 return
-            self._release(cursor, held, mine, now)
+            self._release(conn, cursor, held, mine, now)
         finally:
             cursor.close()
         self._moved()
 
-    def _release(self, cursor: Any, held: Sequence[Any], mine: list[EndedRun],
-                 now: datetime) -> None:
+    def _release(self, conn: sa.Connection, cursor: Any, held: Sequence[Any],
+                 mine: list[EndedRun], now: datetime) -> None:
         d = self._d
         faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
         plan = self.plan
@@ -668,7 +671,7 @@ class PoolLeaser:
             if rid not in plan.members:
                 gone.append(rid)
         self._after_release(cursor, cooldowns, gone, events)
-        self._write(cursor, events, now)
+        self._write(conn, cursor, events, now)
 
     def _after_release(self, cursor: Any, cooldowns: list[list[Any]], gone: list[str],
                        events: list[_Event]) -> None:
@@ -737,18 +740,25 @@ class PoolLeaser:
             found[run_id] = (named, error or "resource fault")
         return found
 
-    def _write(self, cursor: Any, events: list[_Event], now: datetime) -> None:
+    def _write(self, conn: sa.Connection, cursor: Any, events: list[_Event],
+               now: datetime) -> None:
+        """Write ``events`` in ``conn``'s transaction (through :attr:`emit`, the store's
+        ``emit_events``, when installed: with the transaction's other events)."""
         if not events:
             return
         redact = self.redact
         stamp = self._d.ts(now)
-        insert_rows(cursor, self._d, "event_log", _EVENT_COLUMNS, [
+        rows = [
             (e.run_id, e.resource_id, e.kind.value, e.level.value,
              redact(e.message) if e.redact else e.message,
              json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
                          for k, v in e.payload.items()} if e.redact else e.payload,
                         sort_keys=True, default=str),
-             stamp, "system") for e in events])
+             stamp, "system") for e in events]
+        if self.emit is not None:
+            self.emit(conn, rows)
+        else:
+            insert_rows(cursor, self._d, "event_log", AUDIT_COLUMNS, rows)
 
 
 _SNAPSHOT = (
@@ -797,8 +807,6 @@ _GONE = "DELETE FROM resources WHERE resource_id = {m}"
 _HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
 _HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
                   " excluded.cooldown_until, updated_at = excluded.updated_at")
-_EVENT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
-                  "created_at", "actor")
 
 
 RECHECK = timedelta(seconds=30)

@@ -47,6 +47,7 @@ def install_leaser(store: Store, plan: PoolPlan) -> PoolLeaser:
         if leaser is None:
             leaser = PoolLeaser(plan, postgres=store.dialect == "postgresql",
                                 redact=store.redactor.redact_text)
+            leaser.emit = store.emit_events
             store.claim_hook = leaser
             store.step_lease_hook = leaser.steps_changed
             store.add_step_start_hook(leaser.started)

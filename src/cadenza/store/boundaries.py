@@ -71,7 +71,7 @@ from cadenza.store.boundary import Boundary, BoundaryResult, LogLine, RunEnd
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
 from cadenza.store.hotsql import (
-    EVENT_COLUMNS,
+    AUDIT_COLUMNS,
     LOG_COLUMNS,
     STEP_COLUMNS,
     BatchUpdate,
@@ -246,6 +246,50 @@ class BoundaryWriter(StoreCore):
         start (a boundary's, a staged claim's first step)."""
         self.step_start_hooks = (*self.step_start_hooks, hook)
 
+    def _collect(self, conn: sa.Connection) -> bool:
+        """Collect the event rows emitted in ``conn``'s transaction from now on, for one
+        multi-row INSERT with the batch's own (:meth:`emit_events`); False when they are
+        collected already (the caller then leaves the end to whoever started)."""
+        collecting = self.__dict__.setdefault("_collecting", {})
+        tx = conn.get_transaction()
+        found = collecting.get(id(conn))
+        if found is not None and found[0] is tx:
+            return False
+        collecting[id(conn)] = (tx, [])
+        return True
+
+    def _collected(self, conn: sa.Connection, *, end: bool) -> list[tuple[Any, ...]]:
+        """The rows collected in ``conn``'s transaction so far (taken; ``end``: stop
+        collecting)."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if collecting is None or found is None or found[0] is not conn.get_transaction():
+            return []
+        if end:
+            del collecting[id(conn)]
+        rows = list(found[1])
+        found[1].clear()
+        return rows
+
+    def emit_events(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write ``event_log`` rows (:data:`~cadenza.store.hotsql.AUDIT_COLUMNS`, values
+        already redacted) in ``conn``'s transaction: with the transaction's coming
+        multi-row INSERT of events (a batch of boundaries, a claim that starts its runs),
+        or now. What the hooks write (the pools' leases and releases) goes this way: one
+        statement for a batch's events, not one per hook."""
+        if not rows:
+            return
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is not None and found[0] is conn.get_transaction():
+            found[1].extend(rows)
+            return
+        cursor = conn.connection.cursor()
+        try:
+            insert_rows(cursor, self._sql(), "event_log", AUDIT_COLUMNS, list(rows))
+        finally:
+            cursor.close()
+
     def _call_run_end_hooks(self, conn: sa.Connection, ended: Sequence[EndedRun],
                             now: datetime) -> None:
         """Call every run end hook with ``ended`` (nothing when empty)."""
@@ -290,13 +334,14 @@ class BoundaryWriter(StoreCore):
         d = self._sql()
         with self._joined(conn) as c:
             cursor = c.connection.cursor()
+            mine = self._collect(c)
             try:
-                return self._record(c, cursor, d, boundaries)
+                return self._record(c, cursor, d, boundaries, mine)
             finally:
                 cursor.close()
 
     def _record(self, c: sa.Connection, cursor: Any, d: Dialect,
-                boundaries: Sequence[Boundary]) -> list[BoundaryResult]:
+                boundaries: Sequence[Boundary], collecting: bool) -> list[BoundaryResult]:
         ids = sorted({b.run_id for b in boundaries})
         fence = _FENCE.format(marks=d.marks(len(ids))) + (" FOR UPDATE" if d.postgres else "")
         cursor.execute(fence, ids)
@@ -350,8 +395,9 @@ class BoundaryWriter(StoreCore):
             fence = seen[b.run_id]
             events.extend(self._events(b, new_ids[id(b)], fence[3], d.read_ts(fence[4]), now,
                                        d))
-        insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
-                [tuple(row[c] for c in EVENT_COLUMNS) for row in events])
+        # The hooks' events (and a claim's, in its transaction) with the batch's own.
+        insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, self._collected(c, end=collecting)
+                    + [tuple(row[k] for k in AUDIT_COLUMNS) for row in events])
         return [
             BoundaryResult(False, (), refused[k]) if k in refused
             else BoundaryResult(True, tuple(new_ids[id(b)]),

@@ -46,6 +46,7 @@ from cadenza.store.boundaries import RUN_PARAMS, BoundaryWriter, event_row
 from cadenza.store.boundary import Boundary, NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
 from cadenza.store.hotsql import (
+    AUDIT_COLUMNS,
     EVENT_COLUMNS,
     STEP_COLUMNS,
     Dialect,
@@ -275,6 +276,9 @@ class RunClaims(BoundaryWriter, LeaseClock):
         with self._joined(conn) as c:
             now = self._now()
             cursor = c.connection.cursor()
+            starting = starting and conn is not None
+            if starting:
+                self._collect(c)  # the events go with the first boundaries' (see above)
             try:
                 names, rows = _take(cursor, d, owner=owner, until=self.lease_end(until, now),
                                     now=now, limit=limit, run_ids=ids, job_ids=jobs)
@@ -286,14 +290,13 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 claimed.sort(key=lambda run: (-run.priority, run.scheduled_for or run.created_at,
                                               run.id))
                 refused = self._hook(c, cursor, d, [(r.id, r.job_id) for r in claimed], now,
-                                     starting=starting and conn is not None)
+                                     starting=starting)
                 if refused:
                     claimed = [r for r in claimed if r.id not in refused]
                 stamp = d.ts(now)
                 events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until, stamp)
                           for run in claimed]
-                insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
-                            [tuple(e[k] for k in EVENT_COLUMNS) for e in events])
+                self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])
             finally:
                 cursor.close()
         return claimed
@@ -375,6 +378,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
         now = require_aware(now, "now") if now is not None else self._now()
         stamp = d.ts(now)
         cursor = conn.connection.cursor()
+        collecting = self._collect(conn)
+        ok = False
         try:
             _, rows = _take(cursor, d, owner=owner,
                             until=self.lease_end(lease_until, now), now=now,
@@ -387,6 +392,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
             if refused:
                 mine = [s for s in mine if s.run_id not in refused]
             if not mine:
+                ok = True
                 return {}
             running = StepState.RUNNING.value
             returned = insert_rows(cursor, d, "step_runs", STEP_COLUMNS, [
@@ -395,19 +401,27 @@ class RunClaims(BoundaryWriter, LeaseClock):
             ids = {run_id: int(step_run_id) for step_run_id, run_id in returned}
             for start_hook in self.step_start_hooks:
                 start_hook(conn, [(s.run_id, s.job_id) for s in mine], now)
-            events = [(s.run_id, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
+            events = [(s.run_id, None, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
             for s in mine:
                 text = str(ids[s.run_id])
-                events.extend((s.run_id, kind, level, message,
+                events.extend((s.run_id, None, kind, level, message,
                                payload.replace(_SENTINEL, text), stamp, actor)
                               for kind, level, message, payload, actor in s.events[1:])
-            insert_rows(cursor, d, "event_log", EVENT_COLUMNS, events)
+            insert_rows(cursor, d, "event_log", AUDIT_COLUMNS,
+                        self._collected(conn, end=collecting) + events)
             update_rows(cursor, d, RUN_PARAMS, [
                 {"id": s.run_id, "epoch": 1, "now": stamp, "params": s.params_json}
                 for s in mine if s.params_json is not None], stamp, "run params")
-            self.claim_written(conn, now)
+            ok = True
         finally:
-            cursor.close()
+            try:
+                if collecting and ok is not None:
+                    rest = self._collected(conn, end=True)
+                    if rest and ok:  # none in practice: what the hooks emitted after
+                        insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, rest)
+            finally:
+                cursor.close()
+        self.claim_written(conn, now)
         return ids
 
     def claim_written(self, conn: sa.Connection, now: datetime | None = None) -> None:
@@ -416,6 +430,13 @@ class RunClaims(BoundaryWriter, LeaseClock):
         flush = getattr(self.claim_hook, "flush", None)
         if flush is not None:
             flush(conn, now if now is not None else self._now())
+        rows = self._collected(conn, end=True)
+        if rows:
+            cursor = conn.connection.cursor()
+            try:
+                insert_rows(cursor, self._sql(), "event_log", AUDIT_COLUMNS, rows)
+            finally:
+                cursor.close()
 
     def fresh_queued_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
         """The runs of ``run_ids`` that are QUEUED and were never claimed (epoch 0), in

@@ -247,3 +247,39 @@ def test_a_staged_claim_takes_its_first_steps_needs_all_or_nothing(
         assert waiting.wait_reason == (f"waiting for 1 of pool units for step prepare: "
                                        f"1 leased by run {first}")
         assert b.store.list_events(run_id=second)[-1].event_type == "RUN_CREATED"
+
+
+def test_a_claim_batch_that_lost_a_race_puts_back_what_it_took(
+        tmp_path: Path, store_url: str) -> None:
+    """The claim leases a batch's members with one compare-and-swap UPDATE; a member that
+    changed since the snapshot fails it: what the run took besides is put back (nobody
+    sees it) and the run is leased one member at a time."""
+    from tests.integration.pools_home import python_job
+
+    from cadenza.resources.pools import leaser_of
+
+    with pool_bench(tmp_path / "home", python_job("scrape", "show", "units = 1"),
+                    store_url=store_url) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        before = {r.resource_id: r.lease_epoch for r in b.store.list_resources()}
+        real = leaser._snapshot
+
+        def stale(cursor: Any, pools: list[str]) -> Any:
+            found = real(cursor, pools)
+            found["u-1"].epoch += 7  # someone leased and released u-1 since, as it were
+            return found
+
+        leaser._snapshot = stale  # type: ignore[method-assign]
+        run_id = b.enqueue("scrape")
+        until = b.clock.now() + timedelta(seconds=30)
+        assert [r.id for r in b.store.claim_runs("node-a:1:1", until, run_ids=[run_id])]
+        leaser._snapshot = real  # type: ignore[method-assign]
+        states = {r.resource_id: (r.state, r.lease_owner, r.lease_epoch)
+                  for r in b.store.list_resources()}
+        assert states["u-2"] == (X.LEASED, run_id, before["u-2"] + 1)
+        assert states["u-1"] == (X.AVAILABLE, None, before["u-1"])
+        assert states["fr-1"] == (X.AVAILABLE, None, before["fr-1"])  # taken, then put back
+        leased = [e.resource_id for e in b.store.list_events(run_id=run_id)
+                  if e.event_type == "RESOURCE_LEASED"]
+        assert leased == ["u-2"]

@@ -281,7 +281,8 @@ class PoolLeaser:
             snapshot = self._snapshot(cursor, pools)
             events: list[_Event] = []
             refused: dict[str, str] = {}
-            for run_id, needs, step, own in wanted:
+            again = self._lease_batch(cursor, wanted, snapshot, now, events)
+            for run_id, needs, step, own in again:  # one by one: why, or a race lost
                 why = self._lease_run(cursor, run_id, needs, snapshot, now, events,
                                       step=step, step_needs=own)
                 if why is not None:
@@ -347,6 +348,106 @@ class PoolLeaser:
             return True
         return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
                 and (member.cooldown_until is None or member.cooldown_until <= now))
+
+    def _lease_batch(self, cursor: Any,
+                     wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]],
+                     snapshot: dict[str, _Member], now: datetime,
+                     events: list[_Event]) -> list[tuple[str, Mapping[str, int], str | None,
+                                                         Mapping[str, int]]]:
+        """Lease for every run of ``wanted`` that the snapshot can serve, with one
+        multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`): the members are chosen
+        by the same rules as :meth:`_lease_run`, run after run. Returns the runs left to
+        :meth:`_lease_run` (one by one): those the snapshot cannot serve (it says why) and
+        those one of whose members changed since the snapshot (their other members are
+        put back first, nobody saw them)."""
+        planned = []
+        rest = []
+        for item in wanted:
+            run_id, needs, step, own = item
+            chosen = self._choose(run_id, needs, step, own, snapshot, now)
+            if chosen is None:
+                rest.append(item)
+            else:
+                planned.append((item, chosen))
+        rows = [(m.resource_id, item[0], lease_step, was, epoch)
+                for item, chosen in planned for m, lease_step, was, epoch, _ in chosen]
+        if not rows:
+            return rest
+        d = self._d
+        ids = [row[0] for row in rows]
+        values = ", ".join([_LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
+        cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values,
+                                                      marks=d.marks(len(ids))),
+                       [d.ts(now), *[v for row in rows for v in row],
+                        *(ids if d.postgres else [])])
+        done = {rid: int(epoch) for rid, epoch in cursor.fetchall()}
+        for item, chosen in planned:
+            run_id = item[0]
+            if all(m.resource_id in done for m, *_ in chosen):
+                held = []
+                for member, lease_step, was, _epoch, _updated in chosen:
+                    member.epoch = done[member.resource_id]
+                    member.was_cooling = was == _COOLDOWN
+                    events.append(self._lease_event(member, was, run_id, lease_step))
+                    held.append((member.resource_id, member.pool, member.kind,
+                                 member.route_id))
+                with self._lock:
+                    if len(self._held) > 100_000:
+                        self._held.clear()
+                    self._held[run_id] = held
+                continue
+            for member, _step, was, epoch, updated in chosen:  # a race lost: put back
+                if member.resource_id in done:
+                    member.epoch, member.was_cooling = done[member.resource_id], was == _COOLDOWN
+                    self._undo(cursor, run_id, [(member, updated)])
+                    member.state, member.epoch = was, epoch
+                else:
+                    member.state = _LEASED  # someone else's, as far as this claim can tell
+            rest.append(item)
+        return rest
+
+    def _choose(self, run_id: str, needs: Mapping[str, int], step: str | None,
+                step_needs: Mapping[str, int], snapshot: dict[str, _Member], now: datetime
+                ) -> list[tuple[_Member, str | None, str, int, datetime]] | None:
+        """The members :meth:`_lease_run` would take for ``run_id`` if every
+        compare-and-swap succeeded (each with its lease step, state, epoch and last use),
+        marked taken in ``snapshot``; None (nothing marked) when it cannot have them."""
+        chosen: list[tuple[_Member, str | None, str, int, datetime]] = []
+        taken: set[str] = set()
+
+        def pick(pool: str, count: int, lease_step: str | None) -> bool:
+            candidates = [m for m in snapshot.values() if m.pool == pool
+                          and m.resource_id not in taken and self._free(m, now)
+                          and (m.route_id is None
+                               or (m.route_id not in taken
+                                   and self._free(snapshot.get(m.route_id), now)))]
+            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                           m.updated_at, m.resource_id))
+            got = 0
+            for member in candidates[:count]:
+                for one in (member, snapshot.get(member.route_id) if member.route_id
+                            else None):
+                    if one is not None:
+                        taken.add(one.resource_id)
+                        chosen.append((one, lease_step, one.state, one.epoch,
+                                       one.updated_at))
+                got += 1
+            return got >= count
+
+        for pool in sorted(needs):
+            if not pick(pool, needs[pool], None):
+                return None
+        if step is not None and step_needs:
+            counts: dict[str, int] = {}
+            for member, *_ in chosen:
+                counts[member.pool] = counts.get(member.pool, 0) + 1
+            for pool in sorted(step_needs):
+                extra = step_needs[pool] - counts.get(pool, 0)
+                if extra > 0 and not pick(pool, extra, step):
+                    return None
+        for member, *_ in chosen:
+            member.state, member.lease_owner = _LEASED, run_id
+        return chosen
 
     def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
                    snapshot: dict[str, _Member], now: datetime, events: list[_Event], *,
@@ -435,8 +536,15 @@ class PoolLeaser:
         mine.append((member, member.updated_at))
         member.state, member.lease_owner, member.epoch = _LEASED, run_id, int(done[0])
         member.was_cooling = was == _COOLDOWN
+        pending.append(self._lease_event(member, was, run_id, lease_step))
+        return True
+
+    def _lease_event(self, member: _Member, was: str, run_id: str,
+                     lease_step: str | None) -> _Event:
+        """RESOURCE_LEASED for ``member`` leased out of ``was`` (AVAILABLE, or COOLDOWN:
+        both transitions in one event)."""
         payload: dict[str, Any] = {"from": was, "to": _LEASED, "pool": member.pool,
-                                   "run_id": run_id, "epoch": int(done[0]),
+                                   "run_id": run_id, "epoch": member.epoch,
                                    "route_id": member.route_id}
         whose = f"run {run_id}"
         if lease_step is not None:
@@ -449,9 +557,7 @@ class PoolLeaser:
                                       [_AVAILABLE, _LEASED, "leased"]]
             message = message.replace(") leased by", ") COOLDOWN -> AVAILABLE: cooldown over; "
                                                      "leased by", 1)
-        pending.append(_Event(EventType.RESOURCE_LEASED, member.resource_id, run_id,
-                              message, payload))
-        return True
+        return _Event(EventType.RESOURCE_LEASED, member.resource_id, run_id, message, payload)
 
     def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
         """Put back what this claim leased for ``run_id`` (nobody saw it)."""
@@ -776,6 +882,25 @@ _LEASE = (
 """AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
 and swap on the state and epoch the claim's snapshot saw; the lease ends with the run's
 (``lease_step``: the step that holds it, NULL for the whole run)."""
+_LEASE_ROW = {False: "({m}, {m}, {m}, {m}, {m})",
+              True: "({m}::text, {m}::text, {m}::text, {m}::text, {m}::int)"}
+_LEASE_MANY = {
+    False: "UPDATE resources SET state = 'LEASED', lease_owner = v.column2,"
+           " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
+           " lease_epoch = resources.lease_epoch + 1, updated_at = {m},"
+           " lease_step = v.column3 FROM (VALUES {values}) AS v"
+           " WHERE resources.resource_id = v.column1 AND resources.state = v.column4"
+           " AND resources.lease_epoch = v.column5 RETURNING resource_id, lease_epoch",
+    True: "UPDATE resources AS r SET state = 'LEASED', lease_owner = v.run_id,"
+          " lease_until = (SELECT lease_until FROM runs WHERE id = v.run_id),"
+          " lease_epoch = r.lease_epoch + 1, updated_at = {m}, lease_step = v.step"
+          " FROM (VALUES {values}) AS v(rid, run_id, step, state, epoch)"
+          " WHERE r.resource_id = v.rid AND r.state = v.state AND r.lease_epoch = v.epoch"
+          " AND r.resource_id IN (SELECT resource_id FROM resources"
+          " WHERE resource_id IN ({marks}) FOR UPDATE SKIP LOCKED)"
+          " RETURNING r.resource_id, r.lease_epoch",
+}
+""":data:`_LEASE` for many members at once (rows: id, run, step, state, epoch seen)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"

@@ -283,3 +283,25 @@ def test_a_claim_batch_that_lost_a_race_puts_back_what_it_took(
         leased = [e.resource_id for e in b.store.list_events(run_id=run_id)
                   if e.event_type == "RESOURCE_LEASED"]
         assert leased == ["u-2"]
+
+
+def test_a_claim_by_job_asks_the_pools_first(tmp_path: Path, store_url: str) -> None:
+    """``claim_runs(job_ids=...)`` claims nothing while no member of a pool its jobs need is
+    free: no claim made only to be given back (no epoch spent, no event)."""
+    with pool_bench(tmp_path / "home", THREE_STEPS, store_url=store_url,
+                    pools=ONE_UNIT) as b:
+        until = b.clock.now() + timedelta(seconds=30)
+        holder, waiting = b.enqueue("holder"), b.enqueue("holder")
+        assert [r.id for r in b.store.claim_runs("node-a:1:1", until, run_ids=[holder])]
+        assert b.store.claim_runs("node-a:1:1", until, job_ids=["holder"]) == []
+        run = b.store.get_run(waiting)
+        assert run is not None and run.lease_epoch == 0 and run.state is RunState.QUEUED
+        assert [e.event_type for e in b.store.list_events(run_id=waiting)] == ["RUN_CREATED"]
+        # A job that needs no pool at its claim is claimed as ever.
+        scrape = b.enqueue("scrape")
+        assert [r.id for r in b.store.claim_runs("node-a:1:1", until, limit=2,
+                                                 job_ids=["holder", "scrape"])] == [scrape]
+        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        b.clock.advance(10)  # u-1 cooled down (10 s)
+        assert [r.id for r in b.store.claim_runs("node-a:1:1", until,
+                                                 job_ids=["holder"])] == [waiting]

@@ -296,6 +296,28 @@ class PoolLeaser:
             cursor.close()
         return refused
 
+    def serves(self, conn: sa.Connection, job_ids: Sequence[str], now: datetime) -> bool:
+        """Whether a run of one of ``job_ids`` might have what it needs now (one read):
+        False only when, for each of them, some pool it needs has no free member (a claim
+        by job ids asks first, so that contention does not claim runs only to give them
+        back). Optimistic: counts and bound routes are the claim's to check."""
+        plan = self.plan
+        needed = [plan.needs.get(job_id, {}) for job_id in job_ids]
+        if any(not needs for needs in needed):
+            return True
+        pools = sorted({pool for needs in needed for pool in needs})
+        if any(plan.probed(pool) for pool in pools):
+            return True  # their cooldowns end through probes: let the claim say why
+        d = self._d
+        cursor = conn.connection.cursor()
+        try:
+            cursor.execute(_FREE_POOLS.format(m=d.mark, marks=d.marks(len(pools))),
+                           [*pools, d.ts(now)])
+            free = {row[0] for row in cursor.fetchall()}
+        finally:
+            cursor.close()
+        return any(all(pool in free for pool in needs) for needs in needed)
+
     def _defer(self, conn: sa.Connection, events: list[_Event]) -> None:
         """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
         transaction."""
@@ -882,6 +904,11 @@ _LEASE = (
 """AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
 and swap on the state and epoch the claim's snapshot saw; the lease ends with the run's
 (``lease_step``: the step that holds it, NULL for the whole run)."""
+_FREE_POOLS = (
+    "SELECT DISTINCT r.pool FROM resources r LEFT JOIN resource_health h"
+    " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) AND (r.state = 'AVAILABLE'"
+    " OR (r.state = 'COOLDOWN' AND (h.cooldown_until IS NULL OR h.cooldown_until <= {m})))")
+"""The pools among some that have a member free now (:meth:`PoolLeaser.serves`)."""
 _LEASE_ROW = {False: "({m}, {m}, {m}, {m}, {m})",
               True: "({m}::text, {m}::text, {m}::text, {m}::text, {m}::int)"}
 _LEASE_MANY = {

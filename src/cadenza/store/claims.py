@@ -261,6 +261,10 @@ class RunClaims(BoundaryWriter, LeaseClock):
         records of a start to the start: the pools write one event per member leased and
         started).
 
+        Among ``job_ids``, a claim hook with a ``serves(conn, job_ids, now)`` method (the
+        pools) is asked first whether any of those jobs could have what it needs: when none
+        could, nothing is claimed (no claim made only to be given back).
+
         Writes one RUN_STATE_CHANGED per claimed run. Admission rules (concurrency caps,
         windows, budgets) are not applied here: the caller decides which runs may start.
         Returns the claimed runs as they are after the change, in admission order.
@@ -275,6 +279,9 @@ class RunClaims(BoundaryWriter, LeaseClock):
         d = self._sql()
         with self._joined(conn) as c:
             now = self._now()
+            serves = getattr(self.claim_hook, "serves", None)
+            if jobs is not None and serves is not None and not serves(c, jobs, now):
+                return []  # nothing free for any of these jobs: no claim to give back
             cursor = c.connection.cursor()
             starting = starting and conn is not None
             if starting:

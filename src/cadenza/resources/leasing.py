@@ -750,12 +750,27 @@ class PoolLeaser:
                 self._held.pop(run_id, None)
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(_HELD.format(marks=d.marks(len(ids)),
-                                        lock=" FOR UPDATE" if d.postgres else ""), ids)
-            held = cursor.fetchall()
-            if not held:
-                return
-            self._release(conn, cursor, held, mine, now)
+            if d.postgres and not self._faults(
+                    cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):
+                # No fault to sort out: read and release in one statement (a round trip).
+                cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
+                               [*ids, d.ts(now)])
+                held = sorted(cursor.fetchall())
+                if not held:
+                    return
+                events: list[_Event] = []
+                cooldowns: list[list[Any]] = []
+                gone: list[str] = []
+                self._release_all(cursor, held, now, events, cooldowns, gone, updated=True)
+                self._after_release(cursor, cooldowns, gone, events)
+                self._write(conn, cursor, events, now)
+            else:
+                cursor.execute(_HELD.format(marks=d.marks(len(ids)),
+                                            lock=" FOR UPDATE" if d.postgres else ""), ids)
+                held = cursor.fetchall()
+                if not held:
+                    return
+                self._release(conn, cursor, held, mine, now)
         finally:
             cursor.close()
         self._moved()
@@ -817,18 +832,21 @@ class PoolLeaser:
 
     def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
                      events: list[_Event], cooldowns: list[list[Any]],
-                     gone: list[str], steps: Mapping[str, str] | None = None) -> None:
+                     gone: list[str], steps: Mapping[str, str] | None = None,
+                     updated: bool = False) -> None:
         """Release every member of ``held`` (no fault among them) with one UPDATE: the
         rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite).
-        ``steps``: resource id -> the step whose end releases it (a step's lease)."""
+        ``steps``: resource id -> the step whose end releases it (a step's lease);
+        ``updated``: the rows are released already (:data:`_RELEASE_HELD`)."""
         d = self._d
         plan = self.plan
         stamp = d.ts(now)
         ids = [row[0] for row in held]
-        cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
-                       [stamp, *ids])
-        if cursor.rowcount != len(ids):
-            raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+        if not updated:
+            cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
+                           [stamp, *ids])
+            if cursor.rowcount != len(ids):
+                raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
         for rid, pool, _kind, state, owner, epoch in held:
             if state == _LEASED:
                 to, why = _AVAILABLE, "released unused"
@@ -952,6 +970,14 @@ _RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'A
                 " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL,"
                 " lease_step = NULL, updated_at = {m}"
                 " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
+_RELEASE_HELD = (
+    "WITH old AS (SELECT resource_id, state, lease_owner, lease_epoch FROM resources"
+    " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING') FOR UPDATE)"
+    " UPDATE resources AS r SET state = CASE WHEN old.state = 'LEASED' THEN 'AVAILABLE'"
+    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
+    " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
+    " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
+"""PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
 _FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
            " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
            " GROUP BY run_id)")

@@ -2,8 +2,10 @@
 
 8 worker processes (``-w``) contend for a pool of 4 units (``--units``) over N leases
 (``-n``, default 20,000), each held ``--hold`` (5 ms). A lease is the product's path: a run
-of job ``lease`` claimed through ``Store.claim_runs`` (its claim hook leases one unit, all
-or nothing), its first step start in the same transaction (LEASED -> RUNNING), the hold,
+of job ``lease`` claimed through ``Store.claim_runs`` as ``Executor.claim_and_start`` does
+(by job ids the pools are asked first: while no unit is free nothing is claimed; then its
+claim hook leases one unit, all or nothing), its first step start in the same transaction
+(LEASED -> RUNNING, one event with the lease), the hold,
 then the run's end through ``Store.record_boundaries`` (the run end hook releases the
 unit, RUNNING -> COOLDOWN; cooldown 0: the next claim takes it back). A worker that finds
 every unit held waits up to 2 ms for a release before it claims again.

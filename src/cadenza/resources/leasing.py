@@ -755,13 +755,14 @@ class PoolLeaser:
                 # No fault to sort out: read and release in one statement (a round trip).
                 cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
                                [*ids, d.ts(now)])
-                held = sorted(cursor.fetchall())
-                if not held:
+                released = sorted(cursor.fetchall())
+                if not released:
                     return
                 events: list[_Event] = []
                 cooldowns: list[list[Any]] = []
                 gone: list[str] = []
-                self._release_all(cursor, held, now, events, cooldowns, gone, updated=True)
+                self._release_all(cursor, released, now, events, cooldowns, gone,
+                                  updated=True)
                 self._after_release(cursor, cooldowns, gone, events)
                 self._write(conn, cursor, events, now)
             else:

@@ -195,6 +195,8 @@ class PoolLeaser:
         leased members' step starts in the same transaction (a claim that writes the first
         step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
         (:meth:`started`); :meth:`flush` writes what is left."""
+        self._snapshots: dict[int, tuple[Any, frozenset[str], dict[str, _Member]]] = {}
+        """id(connection) -> the snapshot :meth:`serves` read in its transaction."""
         self.emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
         """The store's ``emit_events`` (set by ``install_leaser``): the events go with the
         transaction's other events, one INSERT for all."""
@@ -278,7 +280,13 @@ class PoolLeaser:
         pools = sorted({pool for _, needs, _, own in wanted for pool in (*needs, *own)})
         cursor = conn.connection.cursor()
         try:
-            snapshot = self._snapshot(cursor, pools)
+            with self._lock:
+                read = self._snapshots.pop(id(conn), None)
+            if (read is not None and read[0] is conn.get_transaction()
+                    and read[1].issuperset(pools)):
+                snapshot = read[2]  # read by serves() in this transaction, just before
+            else:
+                snapshot = self._snapshot(cursor, pools)
             events: list[_Event] = []
             refused: dict[str, str] = {}
             again = self._lease_batch(cursor, wanted, snapshot, now, events)
@@ -297,25 +305,25 @@ class PoolLeaser:
         return refused
 
     def serves(self, conn: sa.Connection, job_ids: Sequence[str], now: datetime) -> bool:
-        """Whether a run of one of ``job_ids`` might have what it needs now (one read):
-        False only when, for each of them, some pool it needs has no free member (a claim
-        by job ids asks first, so that contention does not claim runs only to give them
-        back). Optimistic: counts and bound routes are the claim's to check."""
+        """Whether a run of one of ``job_ids`` might have what it needs now: False only
+        when, for each of them, some pool it needs has no free member (a claim by job ids
+        asks first, so that contention does not claim runs only to give them back).
+        Optimistic: counts and bound routes are the claim's to check. Its one read is the
+        pools' snapshot, which the claim that follows in the same transaction leases from
+        (its compare-and-swap catches whatever changed in between)."""
         plan = self.plan
         needed = [plan.needs.get(job_id, {}) for job_id in job_ids]
         if any(not needs for needs in needed):
             return True
         pools = sorted({pool for needs in needed for pool in needs})
-        if any(plan.probed(pool) for pool in pools):
-            return True  # their cooldowns end through probes: let the claim say why
-        d = self._d
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(_FREE_POOLS.format(m=d.mark, marks=d.marks(len(pools))),
-                           [*pools, d.ts(now)])
-            free = {row[0] for row in cursor.fetchall()}
+            snapshot = self._snapshot(cursor, pools)
         finally:
             cursor.close()
+        with self._lock:  # the claim that follows in this transaction leases from it
+            self._snapshots[id(conn)] = (conn.get_transaction(), frozenset(pools), snapshot)
+        free = {m.pool for m in snapshot.values() if self._free(m, now)}
         return any(all(pool in free for pool in needs) for needs in needed)
 
     def _defer(self, conn: sa.Connection, events: list[_Event]) -> None:
@@ -923,11 +931,6 @@ _LEASE = (
 """AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
 and swap on the state and epoch the claim's snapshot saw; the lease ends with the run's
 (``lease_step``: the step that holds it, NULL for the whole run)."""
-_FREE_POOLS = (
-    "SELECT DISTINCT r.pool FROM resources r LEFT JOIN resource_health h"
-    " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) AND (r.state = 'AVAILABLE'"
-    " OR (r.state = 'COOLDOWN' AND (h.cooldown_until IS NULL OR h.cooldown_until <= {m})))")
-"""The pools among some that have a member free now (:meth:`PoolLeaser.serves`)."""
 _LEASE_ROW = {False: "({m}, {m}, {m}, {m}, {m})",
               True: "({m}::text, {m}::text, {m}::text, {m}::text, {m}::int)"}
 _LEASE_MANY = {

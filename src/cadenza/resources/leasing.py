@@ -290,6 +290,8 @@ class PoolLeaser:
             events: list[_Event] = []
             refused: dict[str, str] = {}
             again = self._lease_batch(cursor, wanted, snapshot, now, events)
+            if again and self._d.postgres:  # others may have moved since the snapshot
+                snapshot = self._snapshot(cursor, pools)
             for run_id, needs, step, own in again:  # one by one: why, or a race lost
                 why = self._lease_run(cursor, run_id, needs, snapshot, now, events,
                                       step=step, step_needs=own)
@@ -385,11 +387,12 @@ class PoolLeaser:
                      events: list[_Event]) -> list[tuple[str, Mapping[str, int], str | None,
                                                          Mapping[str, int]]]:
         """Lease for every run of ``wanted`` that the snapshot can serve, with one
-        multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`): the members are chosen
-        by the same rules as :meth:`_lease_run`, run after run. Returns the runs left to
-        :meth:`_lease_run` (one by one): those the snapshot cannot serve (it says why) and
-        those one of whose members changed since the snapshot (their other members are
-        put back first, nobody saw them)."""
+        multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`, on the state each member
+        had in the snapshot): the members are chosen by the same rules as
+        :meth:`_lease_run`, run after run. Returns the runs left to :meth:`_lease_run`
+        (one by one): those the snapshot cannot serve (it says why) and those one of whose
+        members changed since the snapshot (their other members are put back first,
+        nobody saw them)."""
         planned = []
         rest = []
         for item in wanted:
@@ -399,8 +402,8 @@ class PoolLeaser:
                 rest.append(item)
             else:
                 planned.append((item, chosen))
-        rows = [(m.resource_id, item[0], lease_step, was, epoch)
-                for item, chosen in planned for m, lease_step, was, epoch, _ in chosen]
+        rows = [(m.resource_id, item[0], lease_step, was)
+                for item, chosen in planned for m, lease_step, was, _epoch, _ in chosen]
         if not rows:
             return rest
         d = self._d
@@ -408,7 +411,7 @@ class PoolLeaser:
         values = ", ".join([_LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
         cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values,
                                                       marks=d.marks(len(ids))),
-                       [d.ts(now), *[v for row in rows for v in row],
+                       [d.ts(now), *[v for row in rows for v in row], d.ts(now),
                         *(ids if d.postgres else [])])
         done = {rid: int(epoch) for rid, epoch in cursor.fetchall()}
         for item, chosen in planned:
@@ -553,11 +556,11 @@ class PoolLeaser:
         if not self._free(member, now):
             return False
         was = member.state
-        # Compare and swap on the state and the lease epoch the snapshot saw: a member whose
-        # cooldown has passed goes COOLDOWN -> AVAILABLE -> LEASED in this one statement
-        # (both transitions in its event), unless someone moved it since.
+        # Compare and swap on the state the snapshot saw: a member whose cooldown has
+        # passed goes COOLDOWN -> AVAILABLE -> LEASED in this one statement (both
+        # transitions in its event), unless someone moved it since.
         cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), lease_step,
-                                         member.resource_id, was, member.epoch]
+                                         member.resource_id, was, d.ts(now)]
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
         if done is None:
@@ -926,30 +929,36 @@ _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
     " lease_epoch = lease_epoch + 1, updated_at = {m}, lease_step = {m}"
-    " WHERE resource_id = {m} AND state = {m} AND lease_epoch = {m}{lock}"
-    " RETURNING lease_epoch")
+    " WHERE resource_id = {m} AND state = {m} AND (state = 'AVAILABLE' OR NOT EXISTS"
+    " (SELECT 1 FROM resource_health h WHERE h.resource_id = resources.resource_id"
+    " AND h.cooldown_until > {m})){lock} RETURNING lease_epoch")
 """AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
-and swap on the state and epoch the claim's snapshot saw; the lease ends with the run's
-(``lease_step``: the step that holds it, NULL for the whole run)."""
-_LEASE_ROW = {False: "({m}, {m}, {m}, {m}, {m})",
-              True: "({m}::text, {m}::text, {m}::text, {m}::text, {m}::int)"}
+and swap on the state the claim's snapshot saw (a COOLDOWN member only while its cooldown
+is over); the lease ends with the run's (``lease_step``: the step that holds it, NULL for
+the whole run)."""
+_LEASE_ROW = {False: "({m}, {m}, {m}, {m})",
+              True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
 _LEASE_MANY = {
     False: "UPDATE resources SET state = 'LEASED', lease_owner = v.column2,"
            " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
            " lease_epoch = resources.lease_epoch + 1, updated_at = {m},"
            " lease_step = v.column3 FROM (VALUES {values}) AS v"
            " WHERE resources.resource_id = v.column1 AND resources.state = v.column4"
-           " AND resources.lease_epoch = v.column5 RETURNING resource_id, lease_epoch",
+           " AND (resources.state = 'AVAILABLE' OR NOT EXISTS (SELECT 1 FROM resource_health"
+           " h WHERE h.resource_id = resources.resource_id AND h.cooldown_until > {m}))"
+           " RETURNING resource_id, lease_epoch",
     True: "UPDATE resources AS r SET state = 'LEASED', lease_owner = v.run_id,"
           " lease_until = (SELECT lease_until FROM runs WHERE id = v.run_id),"
           " lease_epoch = r.lease_epoch + 1, updated_at = {m}, lease_step = v.step"
-          " FROM (VALUES {values}) AS v(rid, run_id, step, state, epoch)"
-          " WHERE r.resource_id = v.rid AND r.state = v.state AND r.lease_epoch = v.epoch"
+          " FROM (VALUES {values}) AS v(rid, run_id, step, state)"
+          " WHERE r.resource_id = v.rid AND r.state = v.state AND (r.state = 'AVAILABLE'"
+          " OR NOT EXISTS (SELECT 1 FROM resource_health h"
+          " WHERE h.resource_id = r.resource_id AND h.cooldown_until > {m}))"
           " AND r.resource_id IN (SELECT resource_id FROM resources"
           " WHERE resource_id IN ({marks}) FOR UPDATE SKIP LOCKED)"
           " RETURNING r.resource_id, r.lease_epoch",
 }
-""":data:`_LEASE` for many members at once (rows: id, run, step, state, epoch seen)."""
+""":data:`_LEASE` for many members at once (rows: id, run, step, state seen)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"

@@ -395,9 +395,10 @@ class PoolLeaser:
         nobody saw them)."""
         planned = []
         rest = []
+        order: dict[str, list[_Member]] = {}
         for item in wanted:
             run_id, needs, step, own = item
-            chosen = self._choose(run_id, needs, step, own, snapshot, now)
+            chosen = self._choose(run_id, needs, step, own, snapshot, now, order)
             if chosen is None:
                 rest.append(item)
             else:
@@ -440,26 +441,36 @@ class PoolLeaser:
         return rest
 
     def _choose(self, run_id: str, needs: Mapping[str, int], step: str | None,
-                step_needs: Mapping[str, int], snapshot: dict[str, _Member], now: datetime
+                step_needs: Mapping[str, int], snapshot: dict[str, _Member], now: datetime,
+                order: dict[str, list[_Member]]
                 ) -> list[tuple[_Member, str | None, str, int, datetime]] | None:
         """The members :meth:`_lease_run` would take for ``run_id`` if every
         compare-and-swap succeeded (each with its lease step, state, epoch and last use),
-        marked taken in ``snapshot``; None (nothing marked) when it cannot have them."""
+        marked taken in ``snapshot``; None (nothing marked) when it cannot have them.
+        ``order``: pool -> its members in the order of preference (built once per batch,
+        here, when missing; taken members are skipped as they go)."""
         chosen: list[tuple[_Member, str | None, str, int, datetime]] = []
         taken: set[str] = set()
 
         def pick(pool: str, count: int, lease_step: str | None) -> bool:
-            candidates = [m for m in snapshot.values() if m.pool == pool
-                          and m.resource_id not in taken and self._free(m, now)
-                          and (m.route_id is None
-                               or (m.route_id not in taken
-                                   and self._free(snapshot.get(m.route_id), now)))]
-            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
-                                           m.updated_at, m.resource_id))
+            ranked = order.get(pool)
+            if ranked is None:
+                ranked = sorted((m for m in snapshot.values() if m.pool == pool),
+                                key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                               m.updated_at, m.resource_id))
+                order[pool] = ranked
             got = 0
-            for member in candidates[:count]:
-                for one in (member, snapshot.get(member.route_id) if member.route_id
-                            else None):
+            for member in ranked:
+                if got == count:
+                    break
+                if member.resource_id in taken or not self._free(member, now):
+                    continue
+                route = snapshot.get(member.route_id) if member.route_id else None
+                if member.route_id is not None and (
+                        route is None or route.resource_id in taken
+                        or not self._free(route, now)):
+                    continue
+                for one in (member, route):
                     if one is not None:
                         taken.add(one.resource_id)
                         chosen.append((one, lease_step, one.state, one.epoch,

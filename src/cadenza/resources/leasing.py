@@ -38,7 +38,6 @@ RESOURCE_STATE_CHANGED in the same transaction.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,13 +49,20 @@ import sqlalchemy as sa
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Pool, PoolMember
-from cadenza.domain.events import EventType, Level
-from cadenza.domain.states import RunState
-from cadenza.store.boundaries import EndedRun, StepChange
-from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
-
-_AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
-_COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
+from cadenza.domain.events import EventType
+from cadenza.resources.releases import (
+    AVAILABLE,
+    COOLDOWN,
+    DISABLED,
+    FAULT,
+    LEASED,
+    RUNNING,
+    Releases,
+    ResourceEvent,
+    at_utc,
+)
+from cadenza.store.boundaries import StepChange
+from cadenza.store.hotsql import Dialect
 
 
 def job_needs(job: JobConfig) -> dict[str, int]:
@@ -148,25 +154,7 @@ class _Member:
     """Taken by this claim out of a passed cooldown (an undo puts it back COOLDOWN)."""
 
 
-@dataclass
-class _Event:
-    kind: EventType
-    resource_id: str
-    run_id: str | None
-    message: str
-    payload: dict[str, Any]
-    level: Level = Level.INFO
-    redact: bool = False
-    """Whether the message and the reason quote text from outside (a fault's error): the
-    others are built from ids, states, times and names from the configuration files,
-    which hold no secret values (secrets go by reference), so they skip the redactor."""
-
-
-def _at(when: datetime) -> str:
-    return when.strftime("%H:%M:%S UTC")
-
-
-class PoolLeaser:
+class PoolLeaser(Releases):
     """The claim, step and run end hooks of the pools (see the module docstring)."""
 
     leases_steps = True
@@ -190,7 +178,7 @@ class PoolLeaser:
         """Bumped by every release or return to AVAILABLE in this process: admission may
         try a run the pools refused again once it moved (see :meth:`may_try`)."""
         self._blocked: dict[str, tuple[int, datetime | None]] = {}
-        self._unwritten: dict[int, tuple[Any, list[_Event]]] = {}
+        self._unwritten: dict[int, tuple[Any, list[ResourceEvent]]] = {}
         """id(connection) -> (its transaction, lease events not written yet): when the
         leased members' step starts in the same transaction (a claim that writes the first
         step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
@@ -287,7 +275,7 @@ class PoolLeaser:
                 snapshot = read[2]  # read by serves() in this transaction, just before
             else:
                 snapshot = self._snapshot(cursor, pools)
-            events: list[_Event] = []
+            events: list[ResourceEvent] = []
             refused: dict[str, str] = {}
             again = self._lease_batch(cursor, wanted, snapshot, now, events)
             if again and self._d.postgres:  # others may have moved since the snapshot
@@ -328,7 +316,7 @@ class PoolLeaser:
         free = {m.pool for m in snapshot.values() if self._free(m, now)}
         return any(all(pool in free for pool in needs) for needs in needed)
 
-    def _defer(self, conn: sa.Connection, events: list[_Event]) -> None:
+    def _defer(self, conn: sa.Connection, events: list[ResourceEvent]) -> None:
         """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
         transaction."""
         if not events:
@@ -341,7 +329,7 @@ class PoolLeaser:
                 self._unwritten[id(conn)] = found
             found[1].extend(events)
 
-    def _unwritten_of(self, conn: sa.Connection) -> list[_Event]:
+    def _unwritten_of(self, conn: sa.Connection) -> list[ResourceEvent]:
         tx = conn.get_transaction()
         with self._lock:
             found = self._unwritten.pop(id(conn), None)
@@ -376,15 +364,15 @@ class PoolLeaser:
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
             return False  # removed from the configuration: finishes its lease, then goes
-        if member.state == _AVAILABLE:
+        if member.state == AVAILABLE:
             return True
-        return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
+        return (member.state == COOLDOWN and not self.plan.probed(member.pool)
                 and (member.cooldown_until is None or member.cooldown_until <= now))
 
     def _lease_batch(self, cursor: Any,
                      wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]],
                      snapshot: dict[str, _Member], now: datetime,
-                     events: list[_Event]) -> list[tuple[str, Mapping[str, int], str | None,
+                     events: list[ResourceEvent]) -> list[tuple[str, Mapping[str, int], str | None,
                                                          Mapping[str, int]]]:
         """Lease for every run of ``wanted`` that the snapshot can serve, with one
         multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`, on the state each member
@@ -421,7 +409,7 @@ class PoolLeaser:
                 held = []
                 for member, lease_step, was, _epoch, _updated in chosen:
                     member.epoch = done[member.resource_id]
-                    member.was_cooling = was == _COOLDOWN
+                    member.was_cooling = was == COOLDOWN
                     events.append(self._lease_event(member, was, run_id, lease_step))
                     held.append((member.resource_id, member.pool, member.kind,
                                  member.route_id))
@@ -432,11 +420,11 @@ class PoolLeaser:
                 continue
             for member, _step, was, epoch, updated in chosen:  # a race lost: put back
                 if member.resource_id in done:
-                    member.epoch, member.was_cooling = done[member.resource_id], was == _COOLDOWN
+                    member.epoch, member.was_cooling = done[member.resource_id], was == COOLDOWN
                     self._undo(cursor, run_id, [(member, updated)])
                     member.state, member.epoch = was, epoch
                 else:
-                    member.state = _LEASED  # someone else's, as far as this claim can tell
+                    member.state = LEASED  # someone else's, as far as this claim can tell
             rest.append(item)
         return rest
 
@@ -490,11 +478,11 @@ class PoolLeaser:
                 if extra > 0 and not pick(pool, extra, step):
                     return None
         for member, *_ in chosen:
-            member.state, member.lease_owner = _LEASED, run_id
+            member.state, member.lease_owner = LEASED, run_id
         return chosen
 
     def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
-                   snapshot: dict[str, _Member], now: datetime, events: list[_Event], *,
+                   snapshot: dict[str, _Member], now: datetime, events: list[ResourceEvent], *,
                    step: str | None = None, step_needs: Mapping[str, int] | None = None,
                    held: Mapping[str, int] | None = None,
                    remember: bool = True) -> tuple[str, datetime | None] | None:
@@ -502,7 +490,7 @@ class PoolLeaser:
         holds (``held``: pool -> members it holds already, plus what was just taken),
         all or nothing: on a refusal everything taken here is put back (nobody saw it)."""
         mine: list[tuple[_Member, datetime]] = []
-        pending: list[_Event] = []
+        pending: list[ResourceEvent] = []
         wants = [(pool, needs[pool], None) for pool in sorted(needs)]
         for pool, count, lease_step in wants:
             why = self._take_pool(cursor, run_id, pool, count, lease_step, snapshot, now,
@@ -531,7 +519,7 @@ class PoolLeaser:
 
     def _take_pool(self, cursor: Any, run_id: str, pool: str, count: int,
                    lease_step: str | None, snapshot: dict[str, _Member], now: datetime,
-                   events: list[_Event], pending: list[_Event],
+                   events: list[ResourceEvent], pending: list[ResourceEvent],
                    mine: list[tuple[_Member, datetime]],
                    shown: int | None = None) -> tuple[str, datetime | None] | None:
         """Take ``count`` members of ``pool`` (each with its bound route); on a refusal,
@@ -561,7 +549,7 @@ class PoolLeaser:
         return None
 
     def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
-              now: datetime, pending: list[_Event],
+              now: datetime, pending: list[ResourceEvent],
               mine: list[tuple[_Member, datetime]]) -> bool:
         d = self._d
         if not self._free(member, now):
@@ -575,19 +563,19 @@ class PoolLeaser:
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
         if done is None:
-            member.state = _LEASED  # someone else's now, as far as this claim can tell
+            member.state = LEASED  # someone else's now, as far as this claim can tell
             return False
         mine.append((member, member.updated_at))
-        member.state, member.lease_owner, member.epoch = _LEASED, run_id, int(done[0])
-        member.was_cooling = was == _COOLDOWN
+        member.state, member.lease_owner, member.epoch = LEASED, run_id, int(done[0])
+        member.was_cooling = was == COOLDOWN
         pending.append(self._lease_event(member, was, run_id, lease_step))
         return True
 
     def _lease_event(self, member: _Member, was: str, run_id: str,
-                     lease_step: str | None) -> _Event:
+                     lease_step: str | None) -> ResourceEvent:
         """RESOURCE_LEASED for ``member`` leased out of ``was`` (AVAILABLE, or COOLDOWN:
         both transitions in one event)."""
-        payload: dict[str, Any] = {"from": was, "to": _LEASED, "pool": member.pool,
+        payload: dict[str, Any] = {"from": was, "to": LEASED, "pool": member.pool,
                                    "run_id": run_id, "epoch": member.epoch,
                                    "route_id": member.route_id}
         whose = f"run {run_id}"
@@ -596,18 +584,19 @@ class PoolLeaser:
             whose += f" for step {lease_step}"
         message = (f"resource {member.resource_id} ({member.kind} of pool {member.pool}) "
                    f"leased by {whose}")
-        if was == _COOLDOWN:
-            payload["transitions"] = [[_COOLDOWN, _AVAILABLE, "cooldown over"],
-                                      [_AVAILABLE, _LEASED, "leased"]]
+        if was == COOLDOWN:
+            payload["transitions"] = [[COOLDOWN, AVAILABLE, "cooldown over"],
+                                      [AVAILABLE, LEASED, "leased"]]
             message = message.replace(") leased by", ") COOLDOWN -> AVAILABLE: cooldown over; "
                                                      "leased by", 1)
-        return _Event(EventType.RESOURCE_LEASED, member.resource_id, run_id, message, payload)
+        return ResourceEvent(EventType.RESOURCE_LEASED, member.resource_id, run_id, message,
+                             payload)
 
     def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
         """Put back what this claim leased for ``run_id`` (nobody saw it)."""
         d = self._d
         for member, updated_at in reversed(taken):
-            before = _COOLDOWN if member.was_cooling else _AVAILABLE
+            before = COOLDOWN if member.was_cooling else AVAILABLE
             cursor.execute(_UNDO.format(m=d.mark),
                            [before, d.ts(updated_at), member.resource_id, run_id])
             member.state, member.lease_owner = before, None
@@ -623,29 +612,29 @@ class PoolLeaser:
         what = f"{count} of pool {pool}" + (f" for step {step}" if step is not None else "")
         if not members:
             return (f"waiting for {what}: the pool has no members", recheck)
-        cooling = [m for m in members if m.state == _COOLDOWN]
+        cooling = [m for m in members if m.state == COOLDOWN]
         held = sorted({m.lease_owner for m in members
-                       if m.state in (_LEASED, _RUNNING) and m.lease_owner})
+                       if m.state in (LEASED, RUNNING) and m.lease_owner})
         parts: list[str] = []
         if cooling:
             ends = [m.cooldown_until for m in cooling if m.cooldown_until is not None]
             if ends:
                 soonest = min(ends)
-                parts.append(f"{len(cooling)} cooling down until {_at(soonest)}")
+                parts.append(f"{len(cooling)} cooling down until {at_utc(soonest)}")
                 if soonest > now:
                     recheck = min(recheck, soonest)
             else:
                 parts.append(f"{len(cooling)} cooling down")
-        leased = sum(1 for m in members if m.state in (_LEASED, _RUNNING))
+        leased = sum(1 for m in members if m.state in (LEASED, RUNNING))
         if leased:
             who = ", ".join(held[:3]) + ("…" if len(held) > 3 else "")
             parts.append(f"{leased} leased by run{'s' if len(held) > 1 else ''} {who}")
-        for state, word in ((_FAULT, "at fault"), (_DISABLED, "disabled")):
+        for state, word in ((FAULT, "at fault"), (DISABLED, "disabled")):
             n = sum(1 for m in members if m.state == state)
             if n:
                 parts.append(f"{n} {word}")
         for m in members:
-            if m.state == _AVAILABLE and m.route_id is not None:
+            if m.state == AVAILABLE and m.route_id is not None:
                 route = snapshot.get(m.route_id)
                 state = route.state if route is not None else "missing"
                 if route is None or not self._free(route, now):
@@ -670,23 +659,23 @@ class PoolLeaser:
             rows = cursor.fetchall()
             unwritten = self._unwritten_of(conn)
             leases = {(e.resource_id, e.run_id): e for e in unwritten}
-            events: list[_Event] = []
+            events: list[ResourceEvent] = []
             for rid, pool, owner, epoch, step in rows:
                 why = f"run {owner} started" + (f" step {step}" if step is not None else "")
                 lease = leases.pop((rid, owner), None)
                 if lease is not None:  # leased in this transaction: one event for both
                     lease.payload["transitions"] = [
                         *lease.payload.get("transitions",
-                                           [[lease.payload["from"], _LEASED, "leased"]]),
-                        [_LEASED, _RUNNING, why]]
-                    lease.payload["to"] = _RUNNING
+                                           [[lease.payload["from"], LEASED, "leased"]]),
+                        [LEASED, RUNNING, why]]
+                    lease.payload["to"] = RUNNING
                     lease.message += f"; LEASED -> RUNNING: {why}"
                     events.append(lease)
                     continue
-                events.append(_Event(
+                events.append(ResourceEvent(
                     EventType.RESOURCE_STATE_CHANGED, rid, owner,
                     f"resource {rid} LEASED -> RUNNING: {why}",
-                    {"from": _LEASED, "to": _RUNNING, "pool": pool, "run_id": owner,
+                    {"from": LEASED, "to": RUNNING, "pool": pool, "run_id": owner,
                      "epoch": int(epoch), **({"step": step} if step is not None else {})}))
             # Leases of runs that start nothing here (none in practice): as they were.
             events[:0] = [e for e in unwritten if (e.resource_id, e.run_id) in leases]
@@ -718,7 +707,7 @@ class PoolLeaser:
             held: dict[str, list[Any]] = {}
             for row in cursor.fetchall():
                 held.setdefault(row[4], []).append(row)
-            events: list[_Event] = []
+            events: list[ResourceEvent] = []
             ended = [row for c in mine if c.ended is not None
                      for row in held.get(c.run_id, ()) if row[6] == c.ended]
             if ended:
@@ -739,7 +728,7 @@ class PoolLeaser:
                     counts: dict[str, int] = {}
                     for row in held.get(change.run_id, ()):
                         counts[row[1]] = counts.get(row[1], 0) + 1
-                    leased: list[_Event] = []
+                    leased: list[ResourceEvent] = []
                     why = self._lease_run(cursor, change.run_id, {}, snapshot, now, leased,
                                           step=change.starting, step_needs=own, held=counts,
                                           remember=False)
@@ -757,177 +746,6 @@ class PoolLeaser:
         if ended:
             self._moved()
         return refused
-
-    # -- the run end hook ------------------------------------------------------------------
-
-    def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
-        """Release what the runs of ``ended`` held (see the module docstring)."""
-        mine = [e for e in ended if e.job_id in self._jobs]
-        if not mine:
-            return
-        d = self._d
-        ids = [e.run_id for e in mine]
-        with self._lock:
-            for run_id in ids:
-                self._held.pop(run_id, None)
-        cursor = conn.connection.cursor()
-        try:
-            if d.postgres and not self._faults(
-                    cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):
-                # No fault to sort out: read and release in one statement (a round trip).
-                cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
-                               [*ids, d.ts(now)])
-                released = sorted(cursor.fetchall())
-                if not released:
-                    return
-                events: list[_Event] = []
-                cooldowns: list[list[Any]] = []
-                gone: list[str] = []
-                self._release_all(cursor, released, now, events, cooldowns, gone,
-                                  updated=True)
-                self._after_release(cursor, cooldowns, gone, events)
-                self._write(conn, cursor, events, now)
-            else:
-                cursor.execute(_HELD.format(marks=d.marks(len(ids)),
-                                            lock=" FOR UPDATE" if d.postgres else ""), ids)
-                held = cursor.fetchall()
-                if not held:
-                    return
-                self._release(conn, cursor, held, mine, now)
-        finally:
-            cursor.close()
-        self._moved()
-
-    def _release(self, conn: sa.Connection, cursor: Any, held: Sequence[Any],
-                 mine: list[EndedRun], now: datetime) -> None:
-        d = self._d
-        faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
-        plan = self.plan
-        stamp = d.ts(now)
-        events: list[_Event] = []
-        cooldowns: list[list[Any]] = []
-        gone: list[str] = []
-        if not faults:
-            self._release_all(cursor, held, now, events, cooldowns, gone)
-            held = ()
-        for rid, pool, kind, state, owner, epoch in held:
-            fault = faults.get(owner)
-            error = None
-            if state == _LEASED:
-                to, why, kind_ev = _AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
-            elif fault is not None and (fault[0] == rid or (fault[0] is None
-                                                              and kind == "route")):
-                to, why, kind_ev = _FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
-                error = self.redact(fault[1])
-            else:
-                to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
-                cooldown = plan.cooldown(pool)
-                until = now + cooldown
-                why = f"released; cooling down until {_at(until)}"
-                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
-                    cooldowns.append([rid, d.ts(until), stamp])
-            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
-            if cursor.rowcount != 1:
-                continue
-            events.append(_Event(
-                kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
-                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
-                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO,
-                redact=to == _FAULT))
-            if rid not in plan.members:
-                gone.append(rid)
-        self._after_release(cursor, cooldowns, gone, events)
-        self._write(conn, cursor, events, now)
-
-    def _after_release(self, cursor: Any, cooldowns: list[list[Any]], gone: list[str],
-                       events: list[_Event]) -> None:
-        """The cooldowns' ends (``resource_health``) and the members removed from the
-        configuration, deleted now that they are released."""
-        d = self._d
-        for row in cooldowns:
-            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
-                           row)
-        for rid in gone:
-            cursor.execute(_GONE.format(m=d.mark), [rid])
-            events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
-                                 f"resource {rid} removed: no longer in the configuration",
-                                 {"from": None, "to": None, "removed": True}))
-
-    def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
-                     events: list[_Event], cooldowns: list[list[Any]],
-                     gone: list[str], steps: Mapping[str, str] | None = None,
-                     updated: bool = False) -> None:
-        """Release every member of ``held`` (no fault among them) with one UPDATE: the
-        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite).
-        ``steps``: resource id -> the step whose end releases it (a step's lease);
-        ``updated``: the rows are released already (:data:`_RELEASE_HELD`)."""
-        d = self._d
-        plan = self.plan
-        stamp = d.ts(now)
-        ids = [row[0] for row in held]
-        if not updated:
-            cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
-                           [stamp, *ids])
-            if cursor.rowcount != len(ids):
-                raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
-        for rid, pool, _kind, state, owner, epoch in held:
-            if state == _LEASED:
-                to, why = _AVAILABLE, "released unused"
-            else:
-                cooldown = plan.cooldown(pool)
-                until = now + cooldown
-                to, why = _COOLDOWN, f"released; cooling down until {_at(until)}"
-                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
-                    cooldowns.append([rid, d.ts(until), stamp])
-            payload = {"from": state, "to": to, "pool": pool, "run_id": owner,
-                       "epoch": int(epoch), "reason": why}
-            step = None if steps is None else steps.get(rid)
-            if step is not None:
-                why = why.replace("released", f"released at the end of step {step}", 1)
-                payload.update(reason=why, step=step)
-            events.append(_Event(
-                EventType.RESOURCE_RELEASED, rid, owner,
-                f"resource {rid} {state} -> {to}: {why} (run {owner})", payload))
-            if rid not in plan.members:
-                gone.append(rid)
-
-    def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
-        """Run id -> (member named or None, error) for runs whose last step failed with a
-        resource fault (re-queued in this transaction)."""
-        if not run_ids:
-            return {}
-        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
-        found: dict[str, tuple[str | None, str]] = {}
-        for run_id, error, output in cursor.fetchall():
-            named = None
-            try:
-                data = json.loads(output) if output else None
-                if isinstance(data, dict) and isinstance(data.get("resource_id"), str):
-                    named = data["resource_id"]
-            except ValueError:
-                named = None
-            found[run_id] = (named, error or "resource fault")
-        return found
-
-    def _write(self, conn: sa.Connection, cursor: Any, events: list[_Event],
-               now: datetime) -> None:
-        """Write ``events`` in ``conn``'s transaction (through :attr:`emit`, the store's
-        ``emit_events``, when installed: with the transaction's other events)."""
-        if not events:
-            return
-        redact = self.redact
-        stamp = self._d.ts(now)
-        rows = [
-            (e.run_id, e.resource_id, e.kind.value, e.level.value,
-             redact(e.message) if e.redact else e.message,
-             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
-                         for k, v in e.payload.items()} if e.redact else e.payload,
-                        sort_keys=True, default=str),
-             stamp, "system") for e in events]
-        if self.emit is not None:
-            self.emit(conn, rows)
-        else:
-            insert_rows(cursor, self._d, "event_log", AUDIT_COLUMNS, rows)
 
 
 _SNAPSHOT = (
@@ -979,37 +797,10 @@ _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NU
 _START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
           " AND lease_owner IN ({marks})"
           " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
-_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
-         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
-         " ORDER BY resource_id{lock}")
 _HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch, lease_step"
                " FROM resources WHERE lease_owner IN ({marks})"
                " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
 """What the runs of a step hook hold, with the step that holds each member."""
-_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
-            " lease_step = NULL,"
-            " updated_at = {m}, last_error = coalesce({m}, last_error)"
-            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
-_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
-                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL,"
-                " lease_step = NULL, updated_at = {m}"
-                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
-_RELEASE_HELD = (
-    "WITH old AS (SELECT resource_id, state, lease_owner, lease_epoch FROM resources"
-    " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING') FOR UPDATE)"
-    " UPDATE resources AS r SET state = CASE WHEN old.state = 'LEASED' THEN 'AVAILABLE'"
-    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
-    " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
-    " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
-"""PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
-_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
-           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
-           " GROUP BY run_id)")
-_GONE = "DELETE FROM resources WHERE resource_id = {m}"
-_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
-_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
-                  " excluded.cooldown_until, updated_at = excluded.updated_at")
-
 
 RECHECK = timedelta(seconds=30)
 """The longest a refused run is left alone by admission (other nodes' releases)."""

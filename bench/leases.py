@@ -2,8 +2,10 @@
 
 8 worker processes (``-w``) contend for a pool of 4 units (``--units``) over N leases
 (``-n``, default 20,000), each held ``--hold`` (5 ms). A lease is the product's path: a run
-of job ``lease`` claimed through ``Store.claim_runs`` (its claim hook leases one unit, all
-or nothing), its first step start in the same transaction (LEASED -> RUNNING), the hold,
+of job ``lease`` claimed through ``Store.claim_runs`` as ``Executor.claim_and_start`` does
+(by job ids the pools are asked first: while no unit is free nothing is claimed; then its
+claim hook leases one unit, all or nothing), its first step start in the same transaction
+(LEASED -> RUNNING, one event with the lease), the hold,
 then the run's end through ``Store.record_boundaries`` (the run end hook releases the
 unit, RUNNING -> COOLDOWN; cooldown 0: the next claim takes it back). A worker that finds
 every unit held waits up to 2 ms for a release before it claims again.
@@ -32,6 +34,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import platform
@@ -85,20 +88,28 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
     clock = SystemClock()
     owner = f"bench:{os.getpid()}"
     pause = threading.Event()
+    # As Executor.claim_and_start (older code, for an A/B: the claim alone).
+    starting = "starting" in inspect.signature(store.claim_runs).parameters
+    extra: dict[str, Any] = {"starting": True} if starting else {}
     with open(out, "a", encoding="utf-8", buffering=1) as fh:
         while not os.path.exists(stop):
             asked = micros()
             with store.write() as conn:
+                # As Executor.claim_and_start: the claim, then the first step's start in
+                # the same transaction (one event per unit for its lease and its start).
                 claimed = store.claim_runs(owner, clock.now() + timedelta(seconds=ttl),
-                                           job_ids=["lease"], conn=conn)
+                                           job_ids=["lease"], conn=conn, **extra)
                 if claimed:
                     run = claimed[0]
                     started = store.record_boundaries(
                         [Boundary(run.id, run.lease_epoch,
                                   starts=[StepStart("s", "python", run.lease_epoch)])],
                         conn=conn)
+                if starting:
+                    store.claim_written(conn)
             if not claimed:
-                if not store.due_queued_ids(clock.now()):
+                # One row, not every queued id: the bare workers' check is one row too.
+                if not store.list_runs(state=RunState.QUEUED, limit=1):
                     # Nothing queued: done, unless a run is still out (a killed worker's,
                     # which the reaper re-queues when its lease expires).
                     if not store.list_runs(state=RunState.RUNNING, limit=1):

@@ -22,7 +22,10 @@ the figure is the cost of leasing, to compare with the same command without
 
 It checks that every run ended SUCCEEDED with one SUCCEEDED step run, counts commits with an
 engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end runs/s
-(enqueue + drain), commits per run, median and min-max over ``--reps``.
+(enqueue + drain), commits per run, median and min-max over ``--reps``. On SQLite it also
+counts the statements the drain executes per run, by kind (``statements_per_run``: every
+statement SQLite runs on the store's connections, writes and reads, BEGIN and COMMIT
+included, trigger bodies not; sqlite3's trace callback, which costs a little time).
 
 Usage::
 
@@ -132,6 +135,23 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 if not conn.get_execution_options().get(READ_ONLY):  # writes only
                     commits += 1
 
+            statements: dict[str, int] = {}
+            tracing = False
+
+            def trace(sql: str) -> None:
+                if tracing and not sql.startswith("--"):
+                    word = sql.split(None, 1)[0].upper() if sql.strip() else "?"
+                    statements[word] = statements.get(word, 0) + 1
+
+            def traced(dbapi_conn: Any, *_: Any) -> None:
+                if isinstance(dbapi_conn, sqlite3.Connection):
+                    dbapi_conn.set_trace_callback(trace)
+
+            if args.store == "sqlite":
+                sa.event.listen(store.engine, "checkout", traced)
+                writer = getattr(store, "_writer", None)  # the store's one writer, if open
+                if writer is not None and not writer.closed:
+                    traced(writer.connection.dbapi_connection)
             try:
                 if args.warmup:  # import the plugin, warm caches and pools
                     enqueue(store, args.warmup, args.create_batch)
@@ -143,8 +163,10 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 t1 = time.perf_counter()
                 enqueue_commits = commits
                 pool = WorkerPool(store, config, workers=args.workers, batch=args.claim_batch)
+                tracing = True
                 stats = pool.drain()
                 t2 = time.perf_counter()
+                tracing = False
                 sa.event.remove(store.engine, "commit", count_commit)
                 pool.close()
                 found = counts(store)
@@ -164,6 +186,10 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
         "claims": stats.claims,
         "events_per_run": found["events"] / expected,
         "log_lines_per_run": found["log_lines"] / expected,
+        "statements_per_run": {k: round(v / args.n, 3) for k, v in sorted(statements.items())}
+        if statements else None,
+        "statements_total_per_run": round(sum(statements.values()) / args.n, 3)
+        if statements else None,
     }
 
 
@@ -220,6 +246,8 @@ def main(argv: list[str] | None = None) -> None:
         "enqueue_per_s": summary("enqueue_per_s"),
         "commits_per_run": summary("commits_per_run"),
         "drain_commits_per_run": summary("drain_commits_per_run"),
+        "statements_total_per_run": reps[-1]["statements_total_per_run"],
+        "events_per_run": reps[-1]["events_per_run"],
         "repetitions": reps,
         "versions": versions(args),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

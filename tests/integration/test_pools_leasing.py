@@ -50,12 +50,16 @@ def test_a_run_leases_its_unit_with_the_bound_route_and_releases_both(
         assert u1 is not None and u1.cooldown_until == b.clock.now() + timedelta(seconds=10)
         assert fr1 is not None and fr1.cooldown_until == b.clock.now() + timedelta(seconds=5)
         assert b.resource("u-2").state is X.AVAILABLE
+        # Leased by the claim and started by the first step in one transaction: one
+        # event carries both changes.
         assert b.resource_events("u-1") == [
             ("RESOURCE_STATE_CHANGED", None, "AVAILABLE"),
-            ("RESOURCE_LEASED", "AVAILABLE", "LEASED"),
-            ("RESOURCE_STATE_CHANGED", "LEASED", "RUNNING"),
+            ("RESOURCE_LEASED", "AVAILABLE", "RUNNING"),
             ("RESOURCE_RELEASED", "RUNNING", "COOLDOWN"),
         ]
+        both = b.store.list_events(resource_id="u-1")[1]
+        assert both.payload["transitions"] == [["AVAILABLE", "LEASED", "leased"],
+                                               ["LEASED", "RUNNING", f"run {run_id} started"]]
         leased = [e for e in b.store.list_events(resource_id="fr-1")
                   if e.event_type == "RESOURCE_LEASED"]
         assert leased[0].run_id == run_id and leased[0].payload["run_id"] == run_id
@@ -139,12 +143,18 @@ def test_cooldown_blocks_until_it_passes(tmp_path: Path, store_url: str) -> None
         assert b.execute(run_id).claimed is False
         b.clock.advance(1)
         assert b.execute(run_id).state is RunState.SUCCEEDED
-        assert [(kind, frm, to) for kind, frm, to in b.resource_events("u-1")][-4:] == [
-            ("RESOURCE_STATE_CHANGED", "COOLDOWN", "AVAILABLE"),
-            ("RESOURCE_LEASED", "AVAILABLE", "LEASED"),
-            ("RESOURCE_STATE_CHANGED", "LEASED", "RUNNING"),
+        # The claim that wants it ends its cooldown and leases it, the first step starts:
+        # one event records the three changes (same transaction).
+        assert [(kind, frm, to) for kind, frm, to in b.resource_events("u-1")][-2:] == [
+            ("RESOURCE_LEASED", "COOLDOWN", "RUNNING"),
             ("RESOURCE_RELEASED", "RUNNING", "COOLDOWN"),
         ]
+        leased = b.store.list_events(resource_id="u-1")[-2]
+        assert [t[:2] for t in leased.payload["transitions"]] == [
+            ["COOLDOWN", "AVAILABLE"], ["AVAILABLE", "LEASED"], ["LEASED", "RUNNING"]]
+        assert leased.message == (f"resource u-1 (unit of pool units) COOLDOWN -> AVAILABLE: "
+                                  f"cooldown over; leased by run {run_id}; "
+                                  f"LEASED -> RUNNING: run {run_id} started")
 
 
 def test_a_resource_fault_puts_the_route_at_fault_and_the_run_resumes_on_another(

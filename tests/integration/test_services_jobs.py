@@ -100,7 +100,8 @@ def test_reload_checks_first(services: Services) -> None:
 
 
 def test_catalogue_and_next_fires(services: Services) -> None:
-    assert [job.id for job in services.jobs.list()] == ["sales-load", "hello"]
+    assert [job.id for job in services.jobs.list()] == ["sales-load", "hello",
+                                                          "profile-check"]
     preview = services.jobs.next_fires("sales-load", 3, "2027-03-27T00:00:00+01:00")
     assert [s.name for s in preview.schedules] == ["job", "preset:month-end"]
     assert [f.local.isoformat() for f in preview.fires][:2] == [

@@ -30,7 +30,8 @@ def test_enqueue_records_the_actor_and_the_manual_trigger(services: Services) ->
 
 
 def test_a_request_that_does_not_fit_is_refused(services: Services) -> None:
-    with pytest.raises(NotFound, match="no job 'nope'; known jobs: sales-load, hello"):
+    with pytest.raises(NotFound, match="no job 'nope'; known jobs: sales-load, hello, "
+                                       "profile-check"):
         services.runs.enqueue(services.runs.request("nope"))
     with pytest.raises(InvalidRequest, match="expected NAME=VALUE"):
         services.runs.request("hello", params=["novalue"])

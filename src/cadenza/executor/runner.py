@@ -256,7 +256,7 @@ class Executor:
         boundary (resolved parameters, first step's start). Hand each :class:`Started` to a
         worker, which calls :meth:`Started.go`."""
         runs = self.store.claim_runs(self.owner, lease_until, limit=limit, job_ids=job_ids,
-                                     run_ids=run_ids, conn=conn)
+                                     run_ids=run_ids, conn=conn, starting=True)
         trackers = []
         for run in runs:
             tracker, control = self._tracker(run, observer)
@@ -267,6 +267,7 @@ class Executor:
             trackers.append((tracker, control))
         firsts = self.store.record_boundaries([t.first_boundary() for t, _ in trackers],
                                               conn=conn)
+        self.store.claim_written(conn)
         return [Started(t, first, self.keeper, control)
                 for (t, control), first in zip(trackers, firsts, strict=True)]
 
@@ -330,9 +331,9 @@ def _held_reader(store: Store, config: LoadedConfig
                  ) -> Callable[[str, str], Mapping[str, Sequence[LeasedResource]]]:
     """What a run holds (``ctx.resources``): one read per step of a job that needs pools."""
     from cadenza.resources.held import held_resources
-    from cadenza.resources.leasing import job_needs
+    from cadenza.resources.leasing import peak_needs
 
-    needing = {job_id for job_id, job in config.jobs.items() if job_needs(job)}
+    needing = {job_id for job_id, job in config.jobs.items() if peak_needs(job)}
 
     def read(run_id: str, job_id: str) -> Mapping[str, Sequence[LeasedResource]]:
         if job_id not in needing:

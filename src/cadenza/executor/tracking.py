@@ -238,8 +238,8 @@ class RunTracker:
         that calls :meth:`go` later waits for it. Returns whether a step was launched
         (nothing is when the first boundary was refused, nothing runs, or the run was
         stopped meanwhile: :meth:`go` then does what it always does)."""
-        if (not first.applied or self.next_index is None or self.plan is None
-                or self.job is None or self.launched is not None):
+        if (not first.applied or first.state is RunState.QUEUED or self.next_index is None
+                or self.plan is None or self.job is None or self.launched is not None):
             return False
         step = self.job.steps[self.next_index]
         try:
@@ -295,6 +295,8 @@ class RunTracker:
         process (a node defers its own writes while runs of a burst are about to start)."""
         if not first.applied:
             return self._lost()
+        if first.state is RunState.QUEUED:
+            return self._waiting()
         if self.next_index is None or self.plan is None:
             return self._finished(self.plan is not None)
         step_run_id = first.step_run_ids[-1]
@@ -344,6 +346,8 @@ class RunTracker:
                 result = self.recorder.record(boundary)
                 if not result.applied:
                     return self._lost()
+                if result.state is RunState.QUEUED:
+                    return self._waiting()
                 step_run_id = result.step_run_ids[-1]
         except RunStopped as stop:
             return self._stopped(stop.request, step_run_id, index)
@@ -450,7 +454,8 @@ class RunTracker:
                                     f"a run keeps {self.log.max_lines:,} lines of its steps "
                                     "([limits].run_log_lines)")
         lines, events = self.log.take()
-        return Boundary(self.run.id, self.epoch, logs=lines, events=events, **parts)
+        return Boundary(self.run.id, self.epoch, logs=lines, events=events, rows=self.rows,
+                        **parts)
 
     def _tick(self) -> None:
         self.control.check()
@@ -500,6 +505,11 @@ class RunTracker:
                              queued_end=queued)
         self.observer.run_finished(outcome)
         return outcome
+
+    def _waiting(self) -> RunOutcome:
+        """The next step's resources could not be had: the store put the run back in the
+        queue with the boundary (its wait_reason says for what; no attempt spent)."""
+        return self._finished(True, RunEnd(RunState.QUEUED, self.rows))
 
     def _lost(self) -> RunOutcome:
         outcome = RunOutcome(self.run.id, None, self.rows,

@@ -36,6 +36,22 @@ class _Row(NamedTuple):
     route_id: str | None
 
 
+_MEMBERS: dict[int, tuple[Settings, dict[str, PoolMember]]] = {}
+
+
+def _members(settings: Settings) -> dict[str, PoolMember]:
+    """Member id -> its configuration in ``settings`` (kept per settings object: every
+    step of a job with pools asks)."""
+    found = _MEMBERS.get(id(settings))
+    if found is None or found[0] is not settings:
+        if len(_MEMBERS) > 16:
+            _MEMBERS.clear()
+        found = (settings, {m.id: m for pool in settings.pools.values()
+                            for m in pool.members})
+        _MEMBERS[id(settings)] = found
+    return found[1]
+
+
 def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
     """What ``run_id`` holds now (LEASED or RUNNING), with each member's configuration
     (a proxy URL, a region, fields: secrets resolved). A changed proxy URL is seen at the
@@ -58,8 +74,7 @@ def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
                 .where(resources.c.lease_owner == run_id,
                        resources.c.state.in_(("LEASED", "RUNNING")))
                 .order_by(resources.c.resource_id)).all())
-    config: dict[str, PoolMember] = {m.id: m for pool in settings.pools.values()
-                                     for m in pool.members}
+    config = _members(settings)
     by_id = {row.resource_id: row for row in rows}
     out: dict[str, list[LeasedResource]] = {}
     for row in rows:

@@ -1,5 +1,6 @@
-"""Resource leases: taken inside the run's claim, started with its first step, released at
-its end (SPEC §8; docs/pools.md).
+"""Resource leases: taken inside the run's claim (a step's: at that step's start), started
+with the step, released at the run's end (a step's: at that step's end) (SPEC §8;
+docs/pools.md).
 
 :class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
 anyway (leasing adds no commit):
@@ -16,8 +17,14 @@ anyway (leasing adds no commit):
   on another, so two claims cannot deadlock whatever order they take members in. A member
   of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
   there first (routes with ``[health]`` come back through their probes instead).
+* **the step lease hook** (:attr:`~cadenza.store.boundaries.BoundaryWriter.step_lease_hook`):
+  a step's own ``requires`` (and an http step's ``via``) beyond what the run holds is taken
+  at that step's start, in the boundary's transaction, the same way (``lease_step`` names
+  the step), and returned at its end (RUNNING -> COOLDOWN); a step that cannot have it
+  sends its run back to QUEUED with a wait_reason, no attempt spent. A staged claim, which
+  writes the first step's start, takes that step's needs with the run's.
 * **the step start hook** (:meth:`~cadenza.store.boundaries.BoundaryWriter.add_step_start_hook`):
-  LEASED -> RUNNING when the run's first step starts.
+  LEASED -> RUNNING when the run's first step starts (or the step that leased them).
 * **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
   ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT
   for the member a :class:`cadenza.ResourceFault` named (every route the run held when it
@@ -31,7 +38,6 @@ RESOURCE_STATE_CHANGED in the same transaction.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,27 +49,51 @@ import sqlalchemy as sa
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Pool, PoolMember
-from cadenza.domain.events import EventType, Level
-from cadenza.domain.states import RunState
-from cadenza.store.boundaries import EndedRun
-from cadenza.store.hotsql import Dialect, insert_rows
-
-_AVAILABLE, _LEASED, _RUNNING = "AVAILABLE", "LEASED", "RUNNING"
-_COOLDOWN, _FAULT, _DISABLED = "COOLDOWN", "FAULT", "DISABLED"
+from cadenza.domain.events import EventType
+from cadenza.resources.releases import (
+    AVAILABLE,
+    COOLDOWN,
+    DISABLED,
+    FAULT,
+    LEASED,
+    RUNNING,
+    Releases,
+    ResourceEvent,
+    at_utc,
+)
+from cadenza.store.boundaries import StepChange
+from cadenza.store.hotsql import Dialect
 
 
 def job_needs(job: JobConfig) -> dict[str, int]:
-    """Pool -> members a run of ``job`` holds: the job's ``requires``, each step's
-    ``requires`` and an http step's ``via = POOL`` (one route of POOL, unless the run
-    holds one already), the largest count per pool. All are taken with the run's claim and
-    held for the whole run (docs/pools.md says why)."""
-    needs = dict(job.requires)
+    """Pool -> members a run of ``job`` holds for its whole run: the job's ``requires``,
+    taken with the run's claim (a step's own needs are :func:`step_needs`)."""
+    return dict(job.requires)
+
+
+def step_needs(job: JobConfig) -> dict[str, dict[str, int]]:
+    """Step name -> pool -> members the run must hold while that step runs: the step's
+    ``requires``, and for an http step's ``via = POOL`` one route of POOL. What the run
+    already holds of a pool (its job's ``requires``, routes bound to its members) counts:
+    the step's start takes only the difference, its end returns that (docs/pools.md)."""
+    out: dict[str, dict[str, int]] = {}
     for step in job.steps:
-        for pool, count in step.requires.items():
-            needs[pool] = max(needs.get(pool, 0), count)
+        needs = dict(step.requires)
         via = getattr(step, "via", None)
         if isinstance(via, str) and needs.get(via, 0) < 1:
             needs[via] = 1
+        if needs:
+            out[step.name] = needs
+    return out
+
+
+def peak_needs(job: JobConfig) -> dict[str, int]:
+    """Pool -> the most members a run of ``job`` holds at once (the job's ``requires`` or
+    a step's, the larger per pool): what ``cadenza simulate`` holds for the whole run."""
+    needs = job_needs(job)
+    for per_step in step_needs(job).values():
+        for pool, count in per_step.items():
+            needs[pool] = max(needs.get(pool, 0), count)
     return needs
 
 
@@ -75,7 +105,11 @@ class PoolPlan:
     members: Mapping[str, tuple[str, PoolMember]] = field(default_factory=dict)
     """resource id -> (pool, member)."""
     needs: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    """job id -> pool -> count (jobs that need nothing are absent)."""
+    """job id -> pool -> count held for the whole run (jobs that need nothing are absent)."""
+    steps: Mapping[str, Mapping[str, Mapping[str, int]]] = field(default_factory=dict)
+    """job id -> step -> pool -> count held while that step runs (:func:`step_needs`)."""
+    peak: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """job id -> pool -> the most held at once (:func:`peak_needs`; ``cadenza simulate``)."""
 
     @classmethod
     def of(cls, config: LoadedConfig) -> PoolPlan:
@@ -83,7 +117,15 @@ class PoolPlan:
         pools = dict(config.settings.pools)
         members = {m.id: (name, m) for name, pool in pools.items() for m in pool.members}
         needs = {job_id: n for job_id, job in config.jobs.items() if (n := job_needs(job))}
-        return cls(pools, members, needs)
+        steps = {job_id: s for job_id, job in config.jobs.items() if (s := step_needs(job))}
+        peak = {job_id: p for job_id, job in config.jobs.items() if (p := peak_needs(job))}
+        return cls(pools, members, needs, steps, peak)
+
+    def step(self, job_id: str, step: str | None) -> Mapping[str, int]:
+        """What ``step`` of ``job_id`` needs while it runs (pool -> count)."""
+        if step is None:
+            return {}
+        return self.steps.get(job_id, {}).get(step, {})
 
     def cooldown(self, pool: str) -> timedelta:
         """The pool's cooldown (30 s for a pool no longer configured)."""
@@ -107,24 +149,17 @@ class _Member:
     updated_at: datetime
     score: float | None
     cooldown_until: datetime | None
+    epoch: int = 0
+    was_cooling: bool = False
+    """Taken by this claim out of a passed cooldown (an undo puts it back COOLDOWN)."""
 
 
-@dataclass
-class _Event:
-    kind: EventType
-    resource_id: str
-    run_id: str | None
-    message: str
-    payload: dict[str, Any]
-    level: Level = Level.INFO
+class PoolLeaser(Releases):
+    """The claim, step and run end hooks of the pools (see the module docstring)."""
 
-
-def _at(when: datetime) -> str:
-    return when.strftime("%H:%M:%S UTC")
-
-
-class PoolLeaser:
-    """The claim, step start and run end hooks of the pools (see the module docstring)."""
+    leases_steps = True
+    """The claim hook takes ``steps`` (run id -> the step its claim starts): a staged
+    claim, which writes the first step's start, takes that step's needs with the run's."""
 
     def __init__(self, plan: PoolPlan, *, postgres: bool,
                  redact: Callable[[str], str] = str) -> None:
@@ -137,11 +172,22 @@ class PoolLeaser:
         self._lease_sql = _LEASE.format(m=self._d.mark,
                                         lock=_SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
-        self._jobs: set[str] = set(plan.needs)
+        self._jobs: set[str] = set(plan.needs) | set(plan.steps)
+        self._step_jobs: set[str] = set(plan.steps)
         self.changes = 0
         """Bumped by every release or return to AVAILABLE in this process: admission may
         try a run the pools refused again once it moved (see :meth:`may_try`)."""
         self._blocked: dict[str, tuple[int, datetime | None]] = {}
+        self._unwritten: dict[int, tuple[Any, list[ResourceEvent]]] = {}
+        """id(connection) -> (its transaction, lease events not written yet): when the
+        leased members' step starts in the same transaction (a claim that writes the first
+        step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
+        (:meth:`started`); :meth:`flush` writes what is left."""
+        self._snapshots: dict[int, tuple[Any, frozenset[str], dict[str, _Member]]] = {}
+        """id(connection) -> the snapshot :meth:`serves` read in its transaction."""
+        self.emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
+        """The store's ``emit_events`` (set by ``install_leaser``): the events go with the
+        transaction's other events, one INSERT for all."""
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""
@@ -151,7 +197,8 @@ class PoolLeaser:
         being watched at their runs' ends (a run claimed before the reload holds them)."""
         with self._lock:
             self.plan = plan
-            self._jobs |= set(plan.needs)
+            self._jobs |= set(plan.needs) | set(plan.steps)
+            self._step_jobs |= set(plan.steps)
             self.changes += 1
 
     def needs(self, job_id: str) -> Mapping[str, int]:
@@ -201,29 +248,103 @@ class PoolLeaser:
     # -- the claim hook --------------------------------------------------------------------
 
     def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
-                 now: datetime) -> Mapping[str, str]:
-        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait."""
+                 now: datetime, steps: Mapping[str, str] | None = None,
+                 starting: bool = False) -> Mapping[str, str]:
+        """Lease what each run of ``taken`` needs; ``{run_id: why}`` for those that wait.
+        ``steps``: run id -> the step whose start the claim writes too (a staged claim):
+        that step's needs are taken with the run's, all or nothing. ``starting``: the
+        caller writes the runs' first step starts in this transaction and then calls
+        :meth:`flush`: the lease events wait for them (one event per member for both
+        changes)."""
         plan = self.plan
-        wanted = [(run_id, needs) for run_id, job_id in taken
-                  if (needs := plan.needs.get(job_id))]
+        wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]] = []
+        for run_id, job_id in taken:
+            step = None if steps is None else steps.get(run_id)
+            needs, own = plan.needs.get(job_id, {}), plan.step(job_id, step)
+            if needs or own:
+                wanted.append((run_id, needs, step, own))
         if not wanted:
             return {}
-        pools = sorted({pool for _, needs in wanted for pool in needs})
+        pools = sorted({pool for _, needs, _, own in wanted for pool in (*needs, *own)})
         cursor = conn.connection.cursor()
         try:
-            snapshot = self._snapshot(cursor, pools)
-            events: list[_Event] = []
-            self._cooldowns_over(cursor, snapshot, now, events)
+            with self._lock:
+                read = self._snapshots.pop(id(conn), None)
+            if (read is not None and read[0] is conn.get_transaction()
+                    and read[1].issuperset(pools)):
+                snapshot = read[2]  # read by serves() in this transaction, just before
+            else:
+                snapshot = self._snapshot(cursor, pools)
+            events: list[ResourceEvent] = []
             refused: dict[str, str] = {}
-            for run_id, needs in wanted:
-                why = self._lease_run(cursor, run_id, needs, snapshot, now, events)
+            again = self._lease_batch(cursor, wanted, snapshot, now, events)
+            if again and self._d.postgres:  # others may have moved since the snapshot
+                snapshot = self._snapshot(cursor, pools)
+            for run_id, needs, step, own in again:  # one by one: why, or a race lost
+                why = self._lease_run(cursor, run_id, needs, snapshot, now, events,
+                                      step=step, step_needs=own)
                 if why is not None:
                     refused[run_id] = why[0]
                     self._remember(run_id, why[1])
-            self._write(cursor, events, now)
+            if starting:
+                self._defer(conn, events)
+            else:
+                self._write(conn, cursor, events, now)
         finally:
             cursor.close()
         return refused
+
+    def serves(self, conn: sa.Connection, job_ids: Sequence[str], now: datetime) -> bool:
+        """Whether a run of one of ``job_ids`` might have what it needs now: False only
+        when, for each of them, some pool it needs has no free member (a claim by job ids
+        asks first, so that contention does not claim runs only to give them back).
+        Optimistic: counts and bound routes are the claim's to check. Its one read is the
+        pools' snapshot, which the claim that follows in the same transaction leases from
+        (its compare-and-swap catches whatever changed in between)."""
+        plan = self.plan
+        needed = [plan.needs.get(job_id, {}) for job_id in job_ids]
+        if any(not needs for needs in needed):
+            return True
+        pools = sorted({pool for needs in needed for pool in needs})
+        cursor = conn.connection.cursor()
+        try:
+            snapshot = self._snapshot(cursor, pools)
+        finally:
+            cursor.close()
+        with self._lock:  # the claim that follows in this transaction leases from it
+            self._snapshots[id(conn)] = (conn.get_transaction(), frozenset(pools), snapshot)
+        free = {m.pool for m in snapshot.values() if self._free(m, now)}
+        return any(all(pool in free for pool in needs) for needs in needed)
+
+    def _defer(self, conn: sa.Connection, events: list[ResourceEvent]) -> None:
+        """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
+        transaction."""
+        if not events:
+            return
+        tx = conn.get_transaction()
+        with self._lock:
+            found = self._unwritten.get(id(conn))
+            if found is None or found[0] is not tx:  # a transaction that failed: gone
+                found = (tx, [])
+                self._unwritten[id(conn)] = found
+            found[1].extend(events)
+
+    def _unwritten_of(self, conn: sa.Connection) -> list[ResourceEvent]:
+        tx = conn.get_transaction()
+        with self._lock:
+            found = self._unwritten.pop(id(conn), None)
+        return [] if found is None or found[0] is not tx else found[1]
+
+    def flush(self, conn: sa.Connection, now: datetime) -> None:
+        """Write the lease events still waiting in ``conn``'s transaction (runs whose
+        first boundary started no step)."""
+        events = self._unwritten_of(conn)
+        if events:
+            cursor = conn.connection.cursor()
+            try:
+                self._write(conn, cursor, events, now)
+            finally:
+                cursor.close()
 
     def _snapshot(self, cursor: Any, pools: list[str]) -> dict[str, _Member]:
         d = self._d
@@ -231,148 +352,295 @@ class PoolLeaser:
         cursor.execute(_SNAPSHOT.format(marks=marks), [*pools, *pools])
         read = d.read_ts
         out: dict[str, _Member] = {}
-        for rid, pool, kind, state, route, owner, updated, score, cooldown in cursor.fetchall():
+        for (rid, pool, kind, state, route, owner, updated, score, cooldown,
+             epoch) in cursor.fetchall():
             updated_at = read(updated)
             assert updated_at is not None
             out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
-                               None if score is None else float(score), read(cooldown))
+                               None if score is None else float(score), read(cooldown),
+                               int(epoch))
         return out
-
-    def _cooldowns_over(self, cursor: Any, snapshot: dict[str, _Member], now: datetime,
-                        events: list[_Event]) -> None:
-        """COOLDOWN -> AVAILABLE, in one statement, for the members of the snapshot whose
-        cooldown has passed (pools without probes), before anything is leased."""
-        over = sorted(m.resource_id for m in snapshot.values()
-                      if m.state == _COOLDOWN and self._free(m, now))
-        if not over:
-            return
-        d = self._d
-        marks = d.marks(len(over))
-        lock = (f" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id IN"
-                f" ({marks}) FOR UPDATE SKIP LOCKED)") if d.postgres else ""
-        cursor.execute(_COOLDOWNS_OVER.format(marks=marks, lock=lock),
-                       over + (over if d.postgres else []))
-        for (rid,) in cursor.fetchall():
-            member = snapshot[rid]
-            member.state = _AVAILABLE
-            events.append(_Event(
-                EventType.RESOURCE_STATE_CHANGED, rid, None,
-                f"resource {rid} COOLDOWN -> AVAILABLE: cooldown over",
-                {"from": _COOLDOWN, "to": _AVAILABLE, "pool": member.pool,
-                 "reason": "cooldown over"}))
 
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
             return False  # removed from the configuration: finishes its lease, then goes
-        if member.state == _AVAILABLE:
+        if member.state == AVAILABLE:
             return True
-        return (member.state == _COOLDOWN and not self.plan.probed(member.pool)
+        return (member.state == COOLDOWN and not self.plan.probed(member.pool)
                 and (member.cooldown_until is None or member.cooldown_until <= now))
 
-    def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
-                   snapshot: dict[str, _Member], now: datetime,
-                   events: list[_Event]) -> tuple[str, datetime | None] | None:
-        mine: list[tuple[_Member, datetime]] = []
-        pending: list[_Event] = []
-        for pool in sorted(needs):
-            count = needs[pool]
-            candidates = [m for m in snapshot.values() if m.pool == pool
-                          and self._free(m, now)
-                          and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
-            candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
-                                           m.updated_at, m.resource_id))
+    def _lease_batch(self, cursor: Any,
+                     wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]],
+                     snapshot: dict[str, _Member], now: datetime,
+                     events: list[ResourceEvent]) -> list[tuple[str, Mapping[str, int], str | None,
+                                                         Mapping[str, int]]]:
+        """Lease for every run of ``wanted`` that the snapshot can serve, with one
+        multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`, on the state each member
+        had in the snapshot): the members are chosen by the same rules as
+        :meth:`_lease_run`, run after run. Returns the runs left to :meth:`_lease_run`
+        (one by one): those the snapshot cannot serve (it says why) and those one of whose
+        members changed since the snapshot (their other members are put back first,
+        nobody saw them)."""
+        planned = []
+        rest = []
+        order: dict[str, list[_Member]] = {}
+        for item in wanted:
+            run_id, needs, step, own = item
+            chosen = self._choose(run_id, needs, step, own, snapshot, now, order)
+            if chosen is None:
+                rest.append(item)
+            else:
+                planned.append((item, chosen))
+        rows = [(m.resource_id, item[0], lease_step, was)
+                for item, chosen in planned for m, lease_step, was, _epoch, _ in chosen]
+        if not rows:
+            return rest
+        d = self._d
+        ids = [row[0] for row in rows]
+        values = ", ".join([_LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
+        cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values,
+                                                      marks=d.marks(len(ids))),
+                       [d.ts(now), *[v for row in rows for v in row], d.ts(now),
+                        *(ids if d.postgres else [])])
+        done = {rid: int(epoch) for rid, epoch in cursor.fetchall()}
+        for item, chosen in planned:
+            run_id = item[0]
+            if all(m.resource_id in done for m, *_ in chosen):
+                held = []
+                for member, lease_step, was, _epoch, _updated in chosen:
+                    member.epoch = done[member.resource_id]
+                    member.was_cooling = was == COOLDOWN
+                    events.append(self._lease_event(member, was, run_id, lease_step))
+                    held.append((member.resource_id, member.pool, member.kind,
+                                 member.route_id))
+                with self._lock:
+                    if len(self._held) > 100_000:
+                        self._held.clear()
+                    self._held[run_id] = held
+                continue
+            for member, _step, was, epoch, updated in chosen:  # a race lost: put back
+                if member.resource_id in done:
+                    member.epoch, member.was_cooling = done[member.resource_id], was == COOLDOWN
+                    self._undo(cursor, run_id, [(member, updated)])
+                    member.state, member.epoch = was, epoch
+                else:
+                    member.state = LEASED  # someone else's, as far as this claim can tell
+            rest.append(item)
+        return rest
+
+    def _choose(self, run_id: str, needs: Mapping[str, int], step: str | None,
+                step_needs: Mapping[str, int], snapshot: dict[str, _Member], now: datetime,
+                order: dict[str, list[_Member]]
+                ) -> list[tuple[_Member, str | None, str, int, datetime]] | None:
+        """The members :meth:`_lease_run` would take for ``run_id`` if every
+        compare-and-swap succeeded (each with its lease step, state, epoch and last use),
+        marked taken in ``snapshot``; None (nothing marked) when it cannot have them.
+        ``order``: pool -> its members in the order of preference (built once per batch,
+        here, when missing; taken members are skipped as they go)."""
+        chosen: list[tuple[_Member, str | None, str, int, datetime]] = []
+        taken: set[str] = set()
+
+        def pick(pool: str, count: int, lease_step: str | None) -> bool:
+            ranked = order.get(pool)
+            if ranked is None:
+                ranked = sorted((m for m in snapshot.values() if m.pool == pool),
+                                key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                               m.updated_at, m.resource_id))
+                order[pool] = ranked
             got = 0
-            for member in candidates:
+            for member in ranked:
                 if got == count:
                     break
-                if not self._take(cursor, member, run_id, now, events, pending, mine):
+                if member.resource_id in taken or not self._free(member, now):
                     continue
                 route = snapshot.get(member.route_id) if member.route_id else None
-                if route is not None and not self._take(cursor, route, run_id, now, events,
-                                                        pending, mine):
-                    self._undo(cursor, run_id, [mine.pop()])
-                    pending.pop()
+                if member.route_id is not None and (
+                        route is None or route.resource_id in taken
+                        or not self._free(route, now)):
                     continue
+                for one in (member, route):
+                    if one is not None:
+                        taken.add(one.resource_id)
+                        chosen.append((one, lease_step, one.state, one.epoch,
+                                       one.updated_at))
                 got += 1
-            if got < count:
-                self._undo(cursor, run_id, mine)
-                return self._reason(pool, count, snapshot, now)
+            return got >= count
+
+        for pool in sorted(needs):
+            if not pick(pool, needs[pool], None):
+                return None
+        if step is not None and step_needs:
+            counts: dict[str, int] = {}
+            for member, *_ in chosen:
+                counts[member.pool] = counts.get(member.pool, 0) + 1
+            for pool in sorted(step_needs):
+                extra = step_needs[pool] - counts.get(pool, 0)
+                if extra > 0 and not pick(pool, extra, step):
+                    return None
+        for member, *_ in chosen:
+            member.state, member.lease_owner = LEASED, run_id
+        return chosen
+
+    def _lease_run(self, cursor: Any, run_id: str, needs: Mapping[str, int],
+                   snapshot: dict[str, _Member], now: datetime, events: list[ResourceEvent], *,
+                   step: str | None = None, step_needs: Mapping[str, int] | None = None,
+                   held: Mapping[str, int] | None = None,
+                   remember: bool = True) -> tuple[str, datetime | None] | None:
+        """Take ``needs`` for the whole run, then what ``step`` needs beyond what the run
+        holds (``held``: pool -> members it holds already, plus what was just taken),
+        all or nothing: on a refusal everything taken here is put back (nobody saw it)."""
+        mine: list[tuple[_Member, datetime]] = []
+        pending: list[ResourceEvent] = []
+        wants = [(pool, needs[pool], None) for pool in sorted(needs)]
+        for pool, count, lease_step in wants:
+            why = self._take_pool(cursor, run_id, pool, count, lease_step, snapshot, now,
+                                  events, pending, mine)
+            if why is not None:
+                return why
+        if step is not None and step_needs:
+            counts = dict(held or {})
+            for member, _ in mine:
+                counts[member.pool] = counts.get(member.pool, 0) + 1
+            for pool in sorted(step_needs):
+                extra = step_needs[pool] - counts.get(pool, 0)
+                if extra > 0:
+                    why = self._take_pool(cursor, run_id, pool, extra, step, snapshot, now,
+                                          events, pending, mine, shown=step_needs[pool])
+                    if why is not None:
+                        return why
         events.extend(pending)
-        with self._lock:
-            if len(self._held) > 100_000:
-                self._held.clear()
-            self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
-                                  for m, _ in mine]
+        if remember:
+            with self._lock:
+                if len(self._held) > 100_000:
+                    self._held.clear()
+                self._held[run_id] = [(m.resource_id, m.pool, m.kind, m.route_id)
+                                      for m, _ in mine]
         return None
 
-    def _take(self, cursor: Any, member: _Member, run_id: str, now: datetime,
-              events: list[_Event], pending: list[_Event],
+    def _take_pool(self, cursor: Any, run_id: str, pool: str, count: int,
+                   lease_step: str | None, snapshot: dict[str, _Member], now: datetime,
+                   events: list[ResourceEvent], pending: list[ResourceEvent],
+                   mine: list[tuple[_Member, datetime]],
+                   shown: int | None = None) -> tuple[str, datetime | None] | None:
+        """Take ``count`` members of ``pool`` (each with its bound route); on a refusal,
+        put back everything in ``mine`` and say why."""
+        candidates = [m for m in snapshot.values() if m.pool == pool
+                      and self._free(m, now)
+                      and (m.route_id is None or self._free(snapshot.get(m.route_id), now))]
+        candidates.sort(key=lambda m: (-(m.score if m.score is not None else 100.0),
+                                       m.updated_at, m.resource_id))
+        got = 0
+        for member in candidates:
+            if got == count:
+                break
+            if not self._take(cursor, member, run_id, lease_step, now, pending, mine):
+                continue
+            route = snapshot.get(member.route_id) if member.route_id else None
+            if route is not None and not self._take(cursor, route, run_id, lease_step, now,
+                                                    pending, mine):
+                self._undo(cursor, run_id, [mine.pop()])
+                pending.pop()
+                continue
+            got += 1
+        if got < count:
+            self._undo(cursor, run_id, mine)
+            return self._reason(pool, shown if shown is not None else count, snapshot, now,
+                                lease_step)
+        return None
+
+    def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
+              now: datetime, pending: list[ResourceEvent],
               mine: list[tuple[_Member, datetime]]) -> bool:
         d = self._d
-        if member.state != _AVAILABLE:
-            return False  # its cooldown could not be ended here (another claim holds it)
-        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), member.resource_id]
+        if not self._free(member, now):
+            return False
+        was = member.state
+        # Compare and swap on the state the snapshot saw: a member whose cooldown has
+        # passed goes COOLDOWN -> AVAILABLE -> LEASED in this one statement (both
+        # transitions in its event), unless someone moved it since.
+        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), lease_step,
+                                         member.resource_id, was, d.ts(now)]
                        + ([member.resource_id] if d.postgres else []))
         done = cursor.fetchone()
         if done is None:
-            member.state = _LEASED  # someone else's now, as far as this claim can tell
+            member.state = LEASED  # someone else's now, as far as this claim can tell
             return False
         mine.append((member, member.updated_at))
-        member.state, member.lease_owner = _LEASED, run_id
-        pending.append(_Event(
-            EventType.RESOURCE_LEASED, member.resource_id, run_id,
-            f"resource {member.resource_id} ({member.kind} of pool {member.pool}) leased by "
-            f"run {run_id}",
-            {"from": _AVAILABLE, "to": _LEASED, "pool": member.pool, "run_id": run_id,
-             "epoch": int(done[0]), "route_id": member.route_id}))
+        member.state, member.lease_owner, member.epoch = LEASED, run_id, int(done[0])
+        member.was_cooling = was == COOLDOWN
+        pending.append(self._lease_event(member, was, run_id, lease_step))
         return True
+
+    def _lease_event(self, member: _Member, was: str, run_id: str,
+                     lease_step: str | None) -> ResourceEvent:
+        """RESOURCE_LEASED for ``member`` leased out of ``was`` (AVAILABLE, or COOLDOWN:
+        both transitions in one event)."""
+        payload: dict[str, Any] = {"from": was, "to": LEASED, "pool": member.pool,
+                                   "run_id": run_id, "epoch": member.epoch,
+                                   "route_id": member.route_id}
+        whose = f"run {run_id}"
+        if lease_step is not None:
+            payload["step"] = lease_step
+            whose += f" for step {lease_step}"
+        message = (f"resource {member.resource_id} ({member.kind} of pool {member.pool}) "
+                   f"leased by {whose}")
+        if was == COOLDOWN:
+            payload["transitions"] = [[COOLDOWN, AVAILABLE, "cooldown over"],
+                                      [AVAILABLE, LEASED, "leased"]]
+            message = message.replace(") leased by", ") COOLDOWN -> AVAILABLE: cooldown over; "
+                                                     "leased by", 1)
+        return ResourceEvent(EventType.RESOURCE_LEASED, member.resource_id, run_id, message,
+                             payload)
 
     def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
         """Put back what this claim leased for ``run_id`` (nobody saw it)."""
         d = self._d
         for member, updated_at in reversed(taken):
+            before = COOLDOWN if member.was_cooling else AVAILABLE
             cursor.execute(_UNDO.format(m=d.mark),
-                           [d.ts(updated_at), member.resource_id, run_id])
-            member.state, member.lease_owner = _AVAILABLE, None
+                           [before, d.ts(updated_at), member.resource_id, run_id])
+            member.state, member.lease_owner = before, None
+            member.epoch -= 1
         taken.clear()
 
     def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
-                now: datetime) -> tuple[str, datetime | None]:
-        """Why a run waits for ``pool``, and when to look again at the latest."""
+                now: datetime, step: str | None = None) -> tuple[str, datetime | None]:
+        """Why a run waits for ``pool`` (for ``step``), and when to look again at the
+        latest."""
         members = [m for m in snapshot.values() if m.pool == pool]
         recheck = now + RECHECK
+        what = f"{count} of pool {pool}" + (f" for step {step}" if step is not None else "")
         if not members:
-            return (f"waiting for {count} of pool {pool}: the pool has no members", recheck)
-        cooling = [m for m in members if m.state == _COOLDOWN]
+            return (f"waiting for {what}: the pool has no members", recheck)
+        cooling = [m for m in members if m.state == COOLDOWN]
         held = sorted({m.lease_owner for m in members
-                       if m.state in (_LEASED, _RUNNING) and m.lease_owner})
+                       if m.state in (LEASED, RUNNING) and m.lease_owner})
         parts: list[str] = []
         if cooling:
             ends = [m.cooldown_until for m in cooling if m.cooldown_until is not None]
             if ends:
                 soonest = min(ends)
-                parts.append(f"{len(cooling)} cooling down until {_at(soonest)}")
+                parts.append(f"{len(cooling)} cooling down until {at_utc(soonest)}")
                 if soonest > now:
                     recheck = min(recheck, soonest)
             else:
                 parts.append(f"{len(cooling)} cooling down")
-        leased = sum(1 for m in members if m.state in (_LEASED, _RUNNING))
+        leased = sum(1 for m in members if m.state in (LEASED, RUNNING))
         if leased:
             who = ", ".join(held[:3]) + ("…" if len(held) > 3 else "")
             parts.append(f"{leased} leased by run{'s' if len(held) > 1 else ''} {who}")
-        for state, word in ((_FAULT, "at fault"), (_DISABLED, "disabled")):
+        for state, word in ((FAULT, "at fault"), (DISABLED, "disabled")):
             n = sum(1 for m in members if m.state == state)
             if n:
                 parts.append(f"{n} {word}")
         for m in members:
-            if m.state == _AVAILABLE and m.route_id is not None:
+            if m.state == AVAILABLE and m.route_id is not None:
                 route = snapshot.get(m.route_id)
                 state = route.state if route is not None else "missing"
                 if route is None or not self._free(route, now):
                     parts.append(f"{m.resource_id} is bound to route {m.route_id}, which is "
                                  f"{state}")
-        return (f"waiting for {count} of pool {pool}: " + ", ".join(parts or ["none free"]),
-                recheck)
+        return (f"waiting for {what}: " + ", ".join(parts or ["none free"]), recheck)
 
     # -- the step start hook ---------------------------------------------------------------
 
@@ -389,186 +657,150 @@ class PoolLeaser:
             cursor.execute(_START.format(m=d.mark, marks=d.marks(len(ids))),
                            [d.ts(now), *ids])
             rows = cursor.fetchall()
-            self._write(cursor, [_Event(
-                EventType.RESOURCE_STATE_CHANGED, row[0], row[2],
-                f"resource {row[0]} LEASED -> RUNNING: run {row[2]} started",
-                {"from": _LEASED, "to": _RUNNING, "pool": row[1], "run_id": row[2],
-                 "epoch": int(row[3])}) for row in rows], now)
+            unwritten = self._unwritten_of(conn)
+            leases = {(e.resource_id, e.run_id): e for e in unwritten}
+            events: list[ResourceEvent] = []
+            for rid, pool, owner, epoch, step in rows:
+                why = f"run {owner} started" + (f" step {step}" if step is not None else "")
+                lease = leases.pop((rid, owner), None)
+                if lease is not None:  # leased in this transaction: one event for both
+                    lease.payload["transitions"] = [
+                        *lease.payload.get("transitions",
+                                           [[lease.payload["from"], LEASED, "leased"]]),
+                        [LEASED, RUNNING, why]]
+                    lease.payload["to"] = RUNNING
+                    lease.message += f"; LEASED -> RUNNING: {why}"
+                    events.append(lease)
+                    continue
+                events.append(ResourceEvent(
+                    EventType.RESOURCE_STATE_CHANGED, rid, owner,
+                    f"resource {rid} LEASED -> RUNNING: {why}",
+                    {"from": LEASED, "to": RUNNING, "pool": pool, "run_id": owner,
+                     "epoch": int(epoch), **({"step": step} if step is not None else {})}))
+            # Leases of runs that start nothing here (none in practice): as they were.
+            events[:0] = [e for e in unwritten if (e.resource_id, e.run_id) in leases]
+            self._write(conn, cursor, events, now)
         finally:
             cursor.close()
 
-    # -- the run end hook ------------------------------------------------------------------
+    # -- the step hook ---------------------------------------------------------------------
 
-    def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
-        """Release what the runs of ``ended`` held (see the module docstring)."""
-        mine = [e for e in ended if e.job_id in self._jobs]
+    def steps_changed(self, conn: sa.Connection, changes: Sequence[StepChange],
+                      now: datetime) -> Mapping[str, str]:
+        """At boundaries that end a step and / or start one (the run goes on): return what
+        the step that ended leased (RUNNING -> COOLDOWN, LEASED -> AVAILABLE), then take
+        what the step that starts needs beyond what the run holds, all or nothing.
+        ``{run_id: why}`` for the runs whose step cannot have it: their boundary puts the
+        run back in the queue instead (``record_boundaries``), and admission leaves them
+        alone as it does a refused claim."""
+        plan = self.plan
+        mine = [c for c in changes if c.job_id in self._step_jobs]
         if not mine:
-            return
+            return {}
         d = self._d
-        ids = [e.run_id for e in mine]
-        with self._lock:
-            for run_id in ids:
-                self._held.pop(run_id, None)
+        ids = sorted({c.run_id for c in mine})
+        refused: dict[str, str] = {}
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(_HELD.format(marks=d.marks(len(ids)),
-                                        lock=" FOR UPDATE" if d.postgres else ""), ids)
-            held = cursor.fetchall()
-            if not held:
-                return
-            self._release(cursor, held, mine, now)
+            cursor.execute(_HELD_STEPS.format(marks=d.marks(len(ids)),
+                                              lock=" FOR UPDATE" if d.postgres else ""), ids)
+            held: dict[str, list[Any]] = {}
+            for row in cursor.fetchall():
+                held.setdefault(row[4], []).append(row)
+            events: list[ResourceEvent] = []
+            ended = [row for c in mine if c.ended is not None
+                     for row in held.get(c.run_id, ()) if row[6] == c.ended]
+            if ended:
+                cooldowns: list[list[Any]] = []
+                gone: list[str] = []
+                self._release_all(cursor, [row[:6] for row in ended], now, events,
+                                  cooldowns, gone, steps={row[0]: row[6] for row in ended})
+                self._after_release(cursor, cooldowns, gone, events)
+                released = {row[0] for row in ended}
+                held = {run: [row for row in rows if row[0] not in released]
+                        for run, rows in held.items()}
+            starting = [(c, own) for c in mine
+                        if (own := plan.step(c.job_id, c.starting)) and c.starting is not None]
+            if starting:
+                pools = sorted({pool for _, own in starting for pool in own})
+                snapshot = self._snapshot(cursor, pools)
+                for change, own in starting:
+                    counts: dict[str, int] = {}
+                    for row in held.get(change.run_id, ()):
+                        counts[row[1]] = counts.get(row[1], 0) + 1
+                    leased: list[ResourceEvent] = []
+                    why = self._lease_run(cursor, change.run_id, {}, snapshot, now, leased,
+                                          step=change.starting, step_needs=own, held=counts,
+                                          remember=False)
+                    if why is not None:
+                        refused[change.run_id] = why[0]
+                        self._remember(change.run_id, why[1])
+                    else:  # the step starts in this transaction: see started()
+                        self._defer(conn, leased)
+            self._write(conn, cursor, events, now)
         finally:
             cursor.close()
-        self._moved()
-
-    def _release(self, cursor: Any, held: Sequence[Any], mine: list[EndedRun],
-                 now: datetime) -> None:
-        d = self._d
-        faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
-        plan = self.plan
-        stamp = d.ts(now)
-        events: list[_Event] = []
-        cooldowns: list[list[Any]] = []
-        gone: list[str] = []
-        if not faults:
-            self._release_all(cursor, held, now, events, cooldowns, gone)
-            held = ()
-        for rid, pool, kind, state, owner, epoch in held:
-            fault = faults.get(owner)
-            error = None
-            if state == _LEASED:
-                to, why, kind_ev = _AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
-            elif fault is not None and (fault[0] == rid or (fault[0] is None
-                                                              and kind == "route")):
-                to, why, kind_ev = _FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
-                error = self.redact(fault[1])
-            else:
-                to, kind_ev = _COOLDOWN, EventType.RESOURCE_RELEASED
-                cooldown = plan.cooldown(pool)
-                until = now + cooldown
-                why = f"released; cooling down until {_at(until)}"
-                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
-                    cooldowns.append([rid, d.ts(until), stamp])
-            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
-            if cursor.rowcount != 1:
-                continue
-            events.append(_Event(
-                kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
-                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
-                 "reason": why}, Level.WARNING if to == _FAULT else Level.INFO))
-            if rid not in plan.members:
-                gone.append(rid)
-        for row in cooldowns:
-            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
-                           row)
-        for rid in gone:
-            cursor.execute(_GONE.format(m=d.mark), [rid])
-            events.append(_Event(EventType.RESOURCE_STATE_CHANGED, rid, None,
-                                 f"resource {rid} removed: no longer in the configuration",
-                                 {"from": None, "to": None, "removed": True}))
-        self._write(cursor, events, now)
-
-    def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
-                     events: list[_Event], cooldowns: list[list[Any]],
-                     gone: list[str]) -> None:
-        """Release every member of ``held`` (no fault among them) with one UPDATE: the
-        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite)."""
-        d = self._d
-        plan = self.plan
-        stamp = d.ts(now)
-        ids = [row[0] for row in held]
-        cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
-                       [stamp, *ids])
-        if cursor.rowcount != len(ids):
-            raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
-        for rid, pool, _kind, state, owner, epoch in held:
-            if state == _LEASED:
-                to, why = _AVAILABLE, "released unused"
-            else:
-                cooldown = plan.cooldown(pool)
-                until = now + cooldown
-                to, why = _COOLDOWN, f"released; cooling down until {_at(until)}"
-                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
-                    cooldowns.append([rid, d.ts(until), stamp])
-            events.append(_Event(
-                EventType.RESOURCE_RELEASED, rid, owner,
-                f"resource {rid} {state} -> {to}: {why} (run {owner})",
-                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
-                 "reason": why}))
-            if rid not in plan.members:
-                gone.append(rid)
-
-    def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
-        """Run id -> (member named or None, error) for runs whose last step failed with a
-        resource fault (re-queued in this transaction)."""
-        if not run_ids:
-            return {}
-        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
-        found: dict[str, tuple[str | None, str]] = {}
-        for run_id, error, output in cursor.fetchall():
-            named = None
-            try:
-                data = json.loads(output) if output else None
-                if isinstance(data, dict) and isinstance(data.get("resource_id"), str):
-                    named = data["resource_id"]
-            except ValueError:
-                named = None
-            found[run_id] = (named, error or "resource fault")
-        return found
-
-    def _write(self, cursor: Any, events: list[_Event], now: datetime) -> None:
-        if not events:
-            return
-        redact = self.redact
-        stamp = self._d.ts(now)
-        insert_rows(cursor, self._d, "event_log", _EVENT_COLUMNS, [
-            (e.run_id, e.resource_id, e.kind.value, e.level.value, redact(e.message),
-             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
-                         for k, v in e.payload.items()}, sort_keys=True, default=str),
-             stamp, "system") for e in events])
+        with self._lock:  # ctx.resources reads the store for these runs from now on
+            for run_id in ids:
+                self._held.pop(run_id, None)
+        if ended:
+            self._moved()
+        return refused
 
 
 _SNAPSHOT = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
-    " h.score, h.cooldown_until FROM resources r LEFT JOIN resource_health h"
+    " h.score, h.cooldown_until, r.lease_epoch FROM resources r LEFT JOIN resource_health h"
     " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
     " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
 """The members of the pools a claim needs, and the routes bound to them."""
-_COOLDOWNS_OVER = ("UPDATE resources SET state = 'AVAILABLE' WHERE resource_id IN ({marks})"
-                   " AND state = 'COOLDOWN'{lock} RETURNING resource_id")
-"""Cooldowns that have passed (updated_at kept: it stays the member's last use)."""
 _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
-    " lease_epoch = lease_epoch + 1, updated_at = {m}"
-    " WHERE resource_id = {m} AND state = 'AVAILABLE'{lock} RETURNING lease_epoch")
-"""AVAILABLE -> LEASED, conditional; the lease ends with the run's."""
+    " lease_epoch = lease_epoch + 1, updated_at = {m}, lease_step = {m}"
+    " WHERE resource_id = {m} AND state = {m} AND (state = 'AVAILABLE' OR NOT EXISTS"
+    " (SELECT 1 FROM resource_health h WHERE h.resource_id = resources.resource_id"
+    " AND h.cooldown_until > {m})){lock} RETURNING lease_epoch")
+"""AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
+and swap on the state the claim's snapshot saw (a COOLDOWN member only while its cooldown
+is over); the lease ends with the run's (``lease_step``: the step that holds it, NULL for
+the whole run)."""
+_LEASE_ROW = {False: "({m}, {m}, {m}, {m})",
+              True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
+_LEASE_MANY = {
+    False: "UPDATE resources SET state = 'LEASED', lease_owner = v.column2,"
+           " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
+           " lease_epoch = resources.lease_epoch + 1, updated_at = {m},"
+           " lease_step = v.column3 FROM (VALUES {values}) AS v"
+           " WHERE resources.resource_id = v.column1 AND resources.state = v.column4"
+           " AND (resources.state = 'AVAILABLE' OR NOT EXISTS (SELECT 1 FROM resource_health"
+           " h WHERE h.resource_id = resources.resource_id AND h.cooldown_until > {m}))"
+           " RETURNING resource_id, lease_epoch",
+    True: "UPDATE resources AS r SET state = 'LEASED', lease_owner = v.run_id,"
+          " lease_until = (SELECT lease_until FROM runs WHERE id = v.run_id),"
+          " lease_epoch = r.lease_epoch + 1, updated_at = {m}, lease_step = v.step"
+          " FROM (VALUES {values}) AS v(rid, run_id, step, state)"
+          " WHERE r.resource_id = v.rid AND r.state = v.state AND (r.state = 'AVAILABLE'"
+          " OR NOT EXISTS (SELECT 1 FROM resource_health h"
+          " WHERE h.resource_id = r.resource_id AND h.cooldown_until > {m}))"
+          " AND r.resource_id IN (SELECT resource_id FROM resources"
+          " WHERE resource_id IN ({marks}) FOR UPDATE SKIP LOCKED)"
+          " RETURNING r.resource_id, r.lease_epoch",
+}
+""":data:`_LEASE` for many members at once (rows: id, run, step, state seen)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
-_UNDO = ("UPDATE resources SET state = 'AVAILABLE', lease_owner = NULL, lease_until = NULL,"
-         " lease_epoch = lease_epoch - 1, updated_at = {m} WHERE resource_id = {m}"
+_UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
+         " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
+         " WHERE resource_id = {m}"
          " AND lease_owner = {m} AND state = 'LEASED'")
 _START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
-          " AND lease_owner IN ({marks}) RETURNING resource_id, pool, lease_owner, lease_epoch")
-_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
-         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
-         " ORDER BY resource_id{lock}")
-_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
-            " updated_at = {m}, last_error = coalesce({m}, last_error)"
-            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
-_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
-                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, updated_at = {m}"
-                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
-_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
-           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
-           " GROUP BY run_id)")
-_GONE = "DELETE FROM resources WHERE resource_id = {m}"
-_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
-_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
-                  " excluded.cooldown_until, updated_at = excluded.updated_at")
-_EVENT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
-                  "created_at", "actor")
-
+          " AND lease_owner IN ({marks})"
+          " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
+_HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch, lease_step"
+               " FROM resources WHERE lease_owner IN ({marks})"
+               " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
+"""What the runs of a step hook hold, with the step that holds each member."""
 
 RECHECK = timedelta(seconds=30)
 """The longest a refused run is left alone by admission (other nodes' releases)."""

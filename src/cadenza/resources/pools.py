@@ -2,8 +2,9 @@
 
 :func:`apply_pools` is called with every configuration an executor is built for (a node's
 start and each reload, ``cadenza run --local``): the first time it installs a
-:class:`~cadenza.resources.leasing.PoolLeaser` on the store (the claim hook, the step start
-hook, the run end hook), then it hands the leaser the new plan and syncs the members:
+:class:`~cadenza.resources.leasing.PoolLeaser` on the store (the claim hook, the step
+lease hook, the step start hook, the run end hook), then it hands the leaser the new plan
+and syncs the members:
 
 * a member new in the configuration is registered AVAILABLE (RESOURCE_STATE_CHANGED);
 * a member whose pool, kind or bound route changed is updated in place (state and lease
@@ -46,7 +47,9 @@ def install_leaser(store: Store, plan: PoolPlan) -> PoolLeaser:
         if leaser is None:
             leaser = PoolLeaser(plan, postgres=store.dialect == "postgresql",
                                 redact=store.redactor.redact_text)
+            leaser.emit = store.emit_events
             store.claim_hook = leaser
+            store.step_lease_hook = leaser.steps_changed
             store.add_step_start_hook(leaser.started)
             store.add_run_end_hook(leaser.ended)
         else:

@@ -11,7 +11,10 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
 1. one fencing read of the runs concerned (``FOR UPDATE`` on PostgreSQL; SQLite's
    ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
    is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
-2. step ends (:data:`END_STEP`), step starts as INSERTs, the run's parameters
+2. step ends (:data:`END_STEP`); the step lease hook (:class:`StepLeaseHook`: the pools
+   return what the step that ended held and take what the next step needs; a run whose
+   step cannot have it goes back to QUEUED in this boundary instead of starting it);
+   step starts as INSERTs, the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
 3. the run end hooks (:meth:`BoundaryWriter.add_run_end_hook`), in the order added, with the runs
@@ -47,8 +50,8 @@ lock and the error mapping of :meth:`~cadenza.store.core.StoreCore.write` still 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -64,11 +67,11 @@ from cadenza.domain.states import (
     StepState,
     is_allowed,
 )
-from cadenza.store.boundary import Boundary, BoundaryResult, RunEnd
+from cadenza.store.boundary import Boundary, BoundaryResult, LogLine, RunEnd
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
 from cadenza.store.hotsql import (
-    EVENT_COLUMNS,
+    AUDIT_COLUMNS,
     LOG_COLUMNS,
     STEP_COLUMNS,
     BatchUpdate,
@@ -133,6 +136,30 @@ class StepStartHook(Protocol):
 
     def __call__(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
                  now: datetime) -> None:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepChange:
+    """A boundary of a run that goes on: the step that ended in it (``None``: its first
+    boundary) and the step that starts RUNNING in it (``None``: only skips, or nothing)."""
+
+    run_id: str
+    job_id: str
+    ended: str | None
+    starting: str | None
+
+
+class StepLeaseHook(Protocol):
+    """Called in the transaction of a batch of boundaries, before the step starts are
+    written, with the boundaries that end a step or start one without ending their run:
+    the resource pools return what the step that ended held and take what the starting
+    step needs. Returns ``{run_id: why}`` for the runs whose step cannot start now: their
+    boundary ends the run instead (QUEUED, ``wait_reason`` = why, no attempt spent; see
+    :meth:`BoundaryWriter.record_boundaries`). Raising rolls the batch back."""
+
+    def __call__(self, conn: sa.Connection, changes: Sequence[StepChange],
+                 now: datetime) -> Mapping[str, str]:
         ...
 
 
@@ -207,6 +234,10 @@ class BoundaryWriter(StoreCore):
         a run or takes it out of RUNNING (cancel, abandon)."""
         self.run_end_hooks = (*self.run_end_hooks, hook)
 
+    step_lease_hook: StepLeaseHook | None = None
+    """What a step's start takes and its end returns (the pools), in the boundary's
+    transaction; may send a run back to the queue (see :class:`StepLeaseHook`)."""
+
     step_start_hooks: tuple[StepStartHook, ...] = ()
     """What else a step start writes in its transaction (the pools: LEASED -> RUNNING)."""
 
@@ -214,6 +245,50 @@ class BoundaryWriter(StoreCore):
         """Call ``hook`` (after those added before) in the transaction of every step
         start (a boundary's, a staged claim's first step)."""
         self.step_start_hooks = (*self.step_start_hooks, hook)
+
+    def _collect(self, conn: sa.Connection) -> bool:
+        """Collect the event rows emitted in ``conn``'s transaction from now on, for one
+        multi-row INSERT with the batch's own (:meth:`emit_events`); False when they are
+        collected already (the caller then leaves the end to whoever started)."""
+        collecting = self.__dict__.setdefault("_collecting", {})
+        tx = conn.get_transaction()
+        found = collecting.get(id(conn))
+        if found is not None and found[0] is tx:
+            return False
+        collecting[id(conn)] = (tx, [])
+        return True
+
+    def _collected(self, conn: sa.Connection, *, end: bool) -> list[tuple[Any, ...]]:
+        """The rows collected in ``conn``'s transaction so far (taken; ``end``: stop
+        collecting)."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if collecting is None or found is None or found[0] is not conn.get_transaction():
+            return []
+        if end:
+            del collecting[id(conn)]
+        rows = list(found[1])
+        found[1].clear()
+        return rows
+
+    def emit_events(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Write ``event_log`` rows (:data:`~cadenza.store.hotsql.AUDIT_COLUMNS`, values
+        already redacted) in ``conn``'s transaction: with the transaction's coming
+        multi-row INSERT of events (a batch of boundaries, a claim that starts its runs),
+        or now. What the hooks write (the pools' leases and releases) goes this way: one
+        statement for a batch's events, not one per hook."""
+        if not rows:
+            return
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is not None and found[0] is conn.get_transaction():
+            found[1].extend(rows)
+            return
+        cursor = conn.connection.cursor()
+        try:
+            insert_rows(cursor, self._sql(), "event_log", AUDIT_COLUMNS, list(rows))
+        finally:
+            cursor.close()
 
     def _call_run_end_hooks(self, conn: sa.Connection, ended: Sequence[EndedRun],
                             now: datetime) -> None:
@@ -234,6 +309,10 @@ class BoundaryWriter(StoreCore):
 
         Returns one :class:`BoundaryResult` per boundary, in order: ``applied`` and the ids of
         the step runs it created, or the run's state when refused (``None``: no such run).
+        An applied boundary's state is RUNNING, or QUEUED when the :attr:`step_lease_hook`
+        refused its step's resources: its RUNNING start was dropped and the run ended
+        QUEUED instead (``wait_reason`` and a WARNING log line say why; no attempt spent;
+        the checkpoint, if any, still names that step).
         Columns changed: a step end sets state, reason, rows, output_json (redacted), error
         (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
         sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
@@ -255,32 +334,40 @@ class BoundaryWriter(StoreCore):
         d = self._sql()
         with self._joined(conn) as c:
             cursor = c.connection.cursor()
+            mine = self._collect(c)
             try:
-                return self._record(c, cursor, d, boundaries)
+                return self._record(c, cursor, d, boundaries, mine)
             finally:
                 cursor.close()
 
     def _record(self, c: sa.Connection, cursor: Any, d: Dialect,
-                boundaries: Sequence[Boundary]) -> list[BoundaryResult]:
+                boundaries: Sequence[Boundary], collecting: bool) -> list[BoundaryResult]:
         ids = sorted({b.run_id for b in boundaries})
         fence = _FENCE.format(marks=d.marks(len(ids))) + (" FOR UPDATE" if d.postgres else "")
         cursor.execute(fence, ids)
         seen = {row[0]: row for row in cursor.fetchall()}
         now = self._now()
         stamp = d.ts(now)
-        live: list[Boundary] = []
+        applied = list(boundaries)
         refused: dict[int, RunState | None] = {}
         for k, b in enumerate(boundaries):
             row = seen.get(b.run_id)
             if row is None or row[1] != _RUNNING or row[2] != b.epoch:
                 refused[k] = RunState(row[1]) if row is not None else None
-            else:
-                live.append(b)
+        live = [b for k, b in enumerate(applied) if k not in refused]
         new_ids: dict[int, list[int]] = {}
         events: list[dict[str, Any]] = []
         redact = self.redactor
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
         update_rows(cursor, d, END_STEP, ends, stamp, "step end")
+        waiting: Mapping[str, str] = {}
+        if self.step_lease_hook is not None:
+            waiting = self._step_leases(c, live, seen, now)
+            if waiting:
+                applied = [_wait(b, waiting[b.run_id], now)
+                           if k not in refused and b.run_id in waiting else b
+                           for k, b in enumerate(applied)]
+                live = [b for k, b in enumerate(applied) if k not in refused]
         self._start_steps(cursor, d, live, stamp, new_ids)
         if self.step_start_hooks:
             starting = [(b.run_id, seen[b.run_id][3]) for b in live
@@ -308,13 +395,31 @@ class BoundaryWriter(StoreCore):
             fence = seen[b.run_id]
             events.extend(self._events(b, new_ids[id(b)], fence[3], d.read_ts(fence[4]), now,
                                        d))
-        insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
-                [tuple(row[c] for c in EVENT_COLUMNS) for row in events])
+        # The hooks' events (and a claim's, in its transaction) with the batch's own.
+        insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, self._collected(c, end=collecting)
+                    + [tuple(row[k] for k in AUDIT_COLUMNS) for row in events])
         return [
             BoundaryResult(False, (), refused[k]) if k in refused
-            else BoundaryResult(True, tuple(new_ids[id(b)]), RunState.RUNNING)
-            for k, b in enumerate(boundaries)
+            else BoundaryResult(True, tuple(new_ids[id(b)]),
+                                RunState.QUEUED if b.run_id in waiting else RunState.RUNNING)
+            for k, b in enumerate(applied)
         ]
+
+    def _step_leases(self, c: sa.Connection, live: list[Boundary], seen: Mapping[str, Any],
+                     now: datetime) -> Mapping[str, str]:
+        """Call the step lease hook with the boundaries of ``live`` that end or start a
+        step and do not end their run; ``{run_id: why}`` for the runs that must wait."""
+        hook = self.step_lease_hook
+        assert hook is not None
+        changes: list[StepChange] = []
+        for b in live:
+            if b.run_end is not None:
+                continue  # the run end hooks release everything the run holds
+            starting = next((s.step for s in b.starts if s.state is StepState.RUNNING), None)
+            ended = b.step_end.step if b.step_end is not None else None
+            if starting is not None or ended is not None:
+                changes.append(StepChange(b.run_id, seen[b.run_id][3], ended, starting))
+        return hook(c, changes, now) if changes else {}
 
     def _start_steps(self, cursor: Any, d: Dialect, live: list[Boundary], stamp: Any,
                      new_ids: dict[int, list[int]]) -> None:
@@ -436,6 +541,17 @@ class BoundaryWriter(StoreCore):
                                         "finished_at": now, "duration_s": duration},
                       b.actor, stamp),
         ]
+
+
+def _wait(b: Boundary, why: str, now: datetime) -> Boundary:
+    """``b`` whose step start the step lease hook refused: the step is not started, the run
+    goes back to QUEUED with ``why`` as its wait_reason, no attempt spent (it resumes at
+    that step from its checkpoint)."""
+    step = next(s.step for s in b.starts if s.state is StepState.RUNNING)
+    line = LogLine(now, "WARNING", step, f"run QUEUED again: {why}")
+    return replace(b, starts=[s for s in b.starts if s.state is not StepState.RUNNING],
+                   run_end=RunEnd(RunState.QUEUED, b.rows, None, why, wait_reason=why),
+                   logs=[*b.logs, line])
 
 
 def _step_event(state: StepState) -> tuple[EventType, Level]:

@@ -127,6 +127,9 @@ class Boundary:
     events: Sequence[EventSpec] = ()
     actor: str = "system"
     checkpoint: Checkpoint | None = None
+    rows: int | None = None
+    """The run's rows so far: its rows should the boundary end the run after all (a step
+    that must wait for its resources, see ``record_boundaries``)."""
 
     def is_empty(self) -> bool:
         """True when there is nothing to write."""

@@ -46,6 +46,7 @@ from cadenza.store.boundaries import RUN_PARAMS, BoundaryWriter, event_row
 from cadenza.store.boundary import Boundary, NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
 from cadenza.store.hotsql import (
+    AUDIT_COLUMNS,
     EVENT_COLUMNS,
     STEP_COLUMNS,
     Dialect,
@@ -248,11 +249,21 @@ class RunClaims(BoundaryWriter, LeaseClock):
         run_ids: Iterable[str] | None = None,
         job_ids: Iterable[str] | None = None,
         conn: sa.Connection | None = None,
+        starting: bool = False,
     ) -> list[RunRecord]:
         """Take up to ``limit`` QUEUED runs whose ``not_before`` has passed (highest priority,
         then earliest scheduled time: admission's order), optionally only among ``run_ids``
         and runs of ``job_ids``, for ``owner`` until ``lease_until`` (see the module
         docstring for the columns changed and the claim hook).
+
+        ``starting``: the caller records the runs' first boundaries in ``conn``'s
+        transaction and then calls :meth:`claim_written` (a claim hook may leave what it
+        records of a start to the start: the pools write one event per member leased and
+        started).
+
+        Among ``job_ids``, a claim hook with a ``serves(conn, job_ids, now)`` method (the
+        pools) is asked first whether any of those jobs could have what it needs: when none
+        could, nothing is claimed (no claim made only to be given back).
 
         Writes one RUN_STATE_CHANGED per claimed run. Admission rules (concurrency caps,
         windows, budgets) are not applied here: the caller decides which runs may start.
@@ -268,7 +279,13 @@ class RunClaims(BoundaryWriter, LeaseClock):
         d = self._sql()
         with self._joined(conn) as c:
             now = self._now()
+            serves = getattr(self.claim_hook, "serves", None)
+            if jobs is not None and serves is not None and not serves(c, jobs, now):
+                return []  # nothing free for any of these jobs: no claim to give back
             cursor = c.connection.cursor()
+            starting = starting and conn is not None
+            if starting:
+                self._collect(c)  # the events go with the first boundaries' (see above)
             try:
                 names, rows = _take(cursor, d, owner=owner, until=self.lease_end(until, now),
                                     now=now, limit=limit, run_ids=ids, job_ids=jobs)
@@ -279,25 +296,35 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 # RETURNING has no order: give them back in the order they were chosen.
                 claimed.sort(key=lambda run: (-run.priority, run.scheduled_for or run.created_at,
                                               run.id))
-                refused = self._hook(c, cursor, d, [(r.id, r.job_id) for r in claimed], now)
+                refused = self._hook(c, cursor, d, [(r.id, r.job_id) for r in claimed], now,
+                                     starting=starting)
                 if refused:
                     claimed = [r for r in claimed if r.id not in refused]
                 stamp = d.ts(now)
                 events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until, stamp)
                           for run in claimed]
-                insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
-                            [tuple(e[k] for k in EVENT_COLUMNS) for e in events])
+                self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])
             finally:
                 cursor.close()
         return claimed
 
     def _hook(self, c: sa.Connection, cursor: Any, d: Dialect,
-              taken: list[tuple[str, str]], now: datetime) -> Mapping[str, str]:
-        """Call the claim hook, if any, on ``taken``; give back the runs it refuses."""
+              taken: list[tuple[str, str]], now: datetime,
+              steps: Mapping[str, str] | None = None,
+              starting: bool = False) -> Mapping[str, str]:
+        """Call the claim hook, if any, on ``taken``; give back the runs it refuses.
+        ``steps``: run id -> the step whose start this claim writes too (a staged claim),
+        for a hook that declares ``leases_steps`` (the pools: that step's own needs are
+        taken with the run's, all or nothing); ``starting``: the first step starts are
+        written in this transaction, then :meth:`claim_written` is called."""
         hook = self.claim_hook
         if hook is None or not taken:
             return {}
-        refused = hook(c, taken, now)
+        if (steps or starting) and getattr(hook, "leases_steps", False):
+            refused = cast("Mapping[str, str]",
+                           cast("Any", hook)(c, taken, now, steps=steps, starting=starting))
+        else:
+            refused = hook(c, taken, now)
         if refused:
             stamp = d.ts(now)
             cursor.executemany(_GIVE_BACK.format(m=d.mark), [
@@ -358,6 +385,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
         now = require_aware(now, "now") if now is not None else self._now()
         stamp = d.ts(now)
         cursor = conn.connection.cursor()
+        collecting = self._collect(conn)
+        ok = False
         try:
             _, rows = _take(cursor, d, owner=owner,
                             until=self.lease_end(lease_until, now), now=now,
@@ -365,10 +394,12 @@ class RunClaims(BoundaryWriter, LeaseClock):
                             fresh=True, returning="id")
             taken = {row[0] for row in rows}
             mine = [s for s in staged if s.run_id in taken]
-            refused = self._hook(conn, cursor, d, [(s.run_id, s.job_id) for s in mine], now)
+            refused = self._hook(conn, cursor, d, [(s.run_id, s.job_id) for s in mine], now,
+                                 steps={s.run_id: s.step[0] for s in mine}, starting=True)
             if refused:
                 mine = [s for s in mine if s.run_id not in refused]
             if not mine:
+                ok = True
                 return {}
             running = StepState.RUNNING.value
             returned = insert_rows(cursor, d, "step_runs", STEP_COLUMNS, [
@@ -377,19 +408,42 @@ class RunClaims(BoundaryWriter, LeaseClock):
             ids = {run_id: int(step_run_id) for step_run_id, run_id in returned}
             for start_hook in self.step_start_hooks:
                 start_hook(conn, [(s.run_id, s.job_id) for s in mine], now)
-            events = [(s.run_id, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
+            events = [(s.run_id, None, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
             for s in mine:
                 text = str(ids[s.run_id])
-                events.extend((s.run_id, kind, level, message,
+                events.extend((s.run_id, None, kind, level, message,
                                payload.replace(_SENTINEL, text), stamp, actor)
                               for kind, level, message, payload, actor in s.events[1:])
-            insert_rows(cursor, d, "event_log", EVENT_COLUMNS, events)
+            insert_rows(cursor, d, "event_log", AUDIT_COLUMNS,
+                        self._collected(conn, end=collecting) + events)
             update_rows(cursor, d, RUN_PARAMS, [
                 {"id": s.run_id, "epoch": 1, "now": stamp, "params": s.params_json}
                 for s in mine if s.params_json is not None], stamp, "run params")
+            ok = True
         finally:
-            cursor.close()
+            try:
+                if collecting and ok is not None:
+                    rest = self._collected(conn, end=True)
+                    if rest and ok:  # none in practice: what the hooks emitted after
+                        insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, rest)
+            finally:
+                cursor.close()
+        self.claim_written(conn, now)
         return ids
+
+    def claim_written(self, conn: sa.Connection, now: datetime | None = None) -> None:
+        """A claim made with ``starting`` and its first boundaries are written in
+        ``conn``'s transaction: the claim hook writes what it still holds back."""
+        flush = getattr(self.claim_hook, "flush", None)
+        if flush is not None:
+            flush(conn, now if now is not None else self._now())
+        rows = self._collected(conn, end=True)
+        if rows:
+            cursor = conn.connection.cursor()
+            try:
+                insert_rows(cursor, self._sql(), "event_log", AUDIT_COLUMNS, rows)
+            finally:
+                cursor.close()
 
     def fresh_queued_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
         """The runs of ``run_ids`` that are QUEUED and were never claimed (epoch 0), in

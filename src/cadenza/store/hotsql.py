@@ -39,6 +39,9 @@ class BatchUpdate:
 LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
 EVENT_COLUMNS = ("run_id", "event_type", "level", "message", "payload_json", "created_at",
                   "actor")
+AUDIT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
+                 "created_at", "actor")
+"""The columns of :meth:`~cadenza.store.boundaries.BoundaryWriter.emit_events` rows."""
 STEP_COLUMNS = ("run_id", "step", "step_type", "attempt", "state", "reason", "created_at",
                  "started_at", "finished_at", "updated_at")
 _PARAMS_PER_INSERT = 3000

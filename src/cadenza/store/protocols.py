@@ -98,8 +98,16 @@ class RunQueue(Protocol):
         run_ids: Iterable[str] | None = ...,
         job_ids: Iterable[str] | None = ...,
         conn: sa.Connection | None = ...,
+        starting: bool = ...,
     ) -> list[RunRecord]:
-        """Acquire run leases: take up to ``limit`` due QUEUED runs for ``owner``."""
+        """Acquire run leases: take up to ``limit`` due QUEUED runs for ``owner``
+        (``starting``: their first boundaries follow in ``conn``'s transaction, then
+        ``claim_written``)."""
+        ...
+
+    def claim_written(self, conn: sa.Connection, now: datetime | None = ...) -> None:
+        """A ``starting`` claim's first boundaries are written: what the claim hook held
+        back is written now."""
         ...
 
 

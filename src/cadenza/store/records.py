@@ -180,6 +180,8 @@ class ResourceRecord:
     created_at: datetime
     updated_at: datetime
     health: ResourceHealthRecord | None = None
+    lease_step: str | None = None
+    """The step whose start leased it (its end releases it); None: held for the run."""
 
     @classmethod
     def from_row(cls, row: sa.Row[Any]) -> ResourceRecord:
@@ -202,6 +204,7 @@ class ResourceRecord:
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             health=health,
+            lease_step=m.get("lease_step"),
         )
 
 

@@ -165,9 +165,11 @@ class ResourcesRepository(Transitions):
             values: dict[str, Any] = {"state": to.value, "updated_at": now}
             if to is ResourceState.LEASED:
                 values["lease_epoch"] = resources.c.lease_epoch + 1
+                values["lease_step"] = None  # held for the whole run
             elif to not in _HOLDING:
                 values["lease_owner"] = None
                 values["lease_until"] = None
+                values["lease_step"] = None
             values.update(explicit)
             fence = [] if epoch is None else [resources.c.lease_epoch == epoch]
             return RESOURCE_MACHINE.update(resource_id, to, values, *fence), {}

@@ -200,6 +200,8 @@ resources = sa.Table(
     sa.Column("last_error", sa.Text(), nullable=True),
     _ts("created_at", nullable=False),
     _ts("updated_at", nullable=False),
+    # The step that leased it (its end releases it); NULL: held for the whole run (0012).
+    sa.Column("lease_step", sa.String(128), nullable=True),
     sa.CheckConstraint(in_list("state", ResourceState), name="state"),
     sa.CheckConstraint(in_list("kind", RESOURCE_KINDS), name="kind"),
     sa.Index(None, "pool", "state"),

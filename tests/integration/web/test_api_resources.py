@@ -32,7 +32,8 @@ def test_members_listed_disabled_and_enabled_by_an_operator(env: ApiEnv) -> None
     viewer, operator = env.session("viewer"), env.session("operator")
     listed = viewer.get("/api/resources").json()["resources"]
     assert [(r["resource_id"], r["pool"], r["state"]) for r in listed] == [
-        ("desk-1", "desk", "AVAILABLE"), ("desk-2", "desk", "AVAILABLE")]
+        ("desk-1", "desk", "AVAILABLE"), ("desk-2", "desk", "AVAILABLE"),
+        ("unit-1", "units", "AVAILABLE"), ("unit-2", "units", "AVAILABLE")]  # the demo's
     assert viewer.post("/api/resources/desk-1/disable", json={}).status_code == 403
     done = operator.post("/api/resources/desk-1/disable", json={"reason": "screen broken"})
     assert done.status_code == 200 and done.json()["state"] == "DISABLED"

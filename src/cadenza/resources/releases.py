@@ -1,0 +1,270 @@
+"""The releasing side of the pools: a run end's release, the members' audit events (SPEC §8).
+
+:class:`Releases` is the part of :class:`~cadenza.resources.leasing.PoolLeaser` that gives
+members back: **the run end hook** (:meth:`Releases.ended`: RUNNING -> COOLDOWN with
+``cooldown_until`` = now + the pool's ``cooldown``, LEASED -> AVAILABLE for a run that ended
+before it started, RUNNING -> FAULT for the member a :class:`cadenza.ResourceFault` named,
+or every route the run held when it named none; a member removed from the configuration is
+deleted once released), the release of what a step leased (:meth:`Releases._release_all`,
+called by the step hook), and the writing of :class:`ResourceEvent` rows, with the
+transaction's other events when the store collects them (``Store.emit_events``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.events import EventType, Level
+from cadenza.domain.states import RunState
+from cadenza.store.boundaries import EndedRun
+from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
+
+if TYPE_CHECKING:
+    from cadenza.resources.leasing import PoolPlan
+
+AVAILABLE, LEASED, RUNNING = "AVAILABLE", "LEASED", "RUNNING"
+COOLDOWN, FAULT, DISABLED = "COOLDOWN", "FAULT", "DISABLED"
+
+
+@dataclass
+class ResourceEvent:
+    """One audit event of a member, written in the transaction of its change."""
+
+
+    kind: EventType
+    resource_id: str
+    run_id: str | None
+    message: str
+    payload: dict[str, Any]
+    level: Level = Level.INFO
+    redact: bool = False
+    """Whether the message and the reason quote text from outside (a fault's error): the
+    others are built from ids, states, times and names from the configuration files,
+    which hold no secret values (secrets go by reference), so they skip the redactor."""
+
+
+def at_utc(when: datetime) -> str:
+    """``when`` as ``HH:MM:SS UTC`` (the messages' times)."""
+    return when.strftime("%H:%M:%S UTC")
+
+
+
+class Releases:
+    """The run end hook and the event writing of the pools' leaser (see the module
+    docstring); :class:`~cadenza.resources.leasing.PoolLeaser` sets the attributes."""
+
+    plan: PoolPlan
+    redact: Callable[[str], str]
+    emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None
+    _d: Dialect
+    _lock: threading.Lock
+    _jobs: set[str]
+    _held: dict[str, list[tuple[str, str, str, str | None]]]
+
+    def _moved(self) -> None:
+        """A member went back (admission may try refused runs again)."""
+        raise NotImplementedError
+
+    def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
+        """Release what the runs of ``ended`` held (see the module docstring)."""
+        mine = [e for e in ended if e.job_id in self._jobs]
+        if not mine:
+            return
+        d = self._d
+        ids = [e.run_id for e in mine]
+        with self._lock:
+            for run_id in ids:
+                self._held.pop(run_id, None)
+        cursor = conn.connection.cursor()
+        try:
+            if d.postgres and not self._faults(
+                    cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):
+                # No fault to sort out: read and release in one statement (a round trip).
+                cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
+                               [*ids, d.ts(now)])
+                released = sorted(cursor.fetchall())
+                if not released:
+                    return
+                events: list[ResourceEvent] = []
+                cooldowns: list[list[Any]] = []
+                gone: list[str] = []
+                self._release_all(cursor, released, now, events, cooldowns, gone,
+                                  updated=True)
+                self._after_release(cursor, cooldowns, gone, events)
+                self._write(conn, cursor, events, now)
+            else:
+                cursor.execute(_HELD.format(marks=d.marks(len(ids)),
+                                            lock=" FOR UPDATE" if d.postgres else ""), ids)
+                held = cursor.fetchall()
+                if not held:
+                    return
+                self._release(conn, cursor, held, mine, now)
+        finally:
+            cursor.close()
+        self._moved()
+
+    def _release(self, conn: sa.Connection, cursor: Any, held: Sequence[Any],
+                 mine: list[EndedRun], now: datetime) -> None:
+        d = self._d
+        faults = self._faults(cursor, [e.run_id for e in mine if e.state is RunState.QUEUED])
+        plan = self.plan
+        stamp = d.ts(now)
+        events: list[ResourceEvent] = []
+        cooldowns: list[list[Any]] = []
+        gone: list[str] = []
+        if not faults:
+            self._release_all(cursor, held, now, events, cooldowns, gone)
+            held = ()
+        for rid, pool, kind, state, owner, epoch in held:
+            fault = faults.get(owner)
+            error = None
+            if state == LEASED:
+                to, why, kind_ev = AVAILABLE, "released unused", EventType.RESOURCE_RELEASED
+            elif fault is not None and (fault[0] == rid or (fault[0] is None
+                                                              and kind == "route")):
+                to, why, kind_ev = FAULT, fault[1], EventType.RESOURCE_STATE_CHANGED
+                error = self.redact(fault[1])
+            else:
+                to, kind_ev = COOLDOWN, EventType.RESOURCE_RELEASED
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
+                why = f"released; cooling down until {at_utc(until)}"
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
+            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
+            if cursor.rowcount != 1:
+                continue
+            events.append(ResourceEvent(
+                kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
+                {"from": state, "to": to, "pool": pool, "run_id": owner, "epoch": int(epoch),
+                 "reason": why}, Level.WARNING if to == FAULT else Level.INFO,
+                redact=to == FAULT))
+            if rid not in plan.members:
+                gone.append(rid)
+        self._after_release(cursor, cooldowns, gone, events)
+        self._write(conn, cursor, events, now)
+
+    def _after_release(self, cursor: Any, cooldowns: list[list[Any]], gone: list[str],
+                       events: list[ResourceEvent]) -> None:
+        """The cooldowns' ends (``resource_health``) and the members removed from the
+        configuration, deleted now that they are released."""
+        d = self._d
+        for row in cooldowns:
+            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
+                           row)
+        for rid in gone:
+            cursor.execute(_GONE.format(m=d.mark), [rid])
+            events.append(ResourceEvent(EventType.RESOURCE_STATE_CHANGED, rid, None,
+                                 f"resource {rid} removed: no longer in the configuration",
+                                 {"from": None, "to": None, "removed": True}))
+
+    def _release_all(self, cursor: Any, held: Sequence[Any], now: datetime,
+                     events: list[ResourceEvent], cooldowns: list[list[Any]],
+                     gone: list[str], steps: Mapping[str, str] | None = None,
+                     updated: bool = False) -> None:
+        """Release every member of ``held`` (no fault among them) with one UPDATE: the
+        rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite).
+        ``steps``: resource id -> the step whose end releases it (a step's lease);
+        ``updated``: the rows are released already (:data:`_RELEASE_HELD`)."""
+        d = self._d
+        plan = self.plan
+        stamp = d.ts(now)
+        ids = [row[0] for row in held]
+        if not updated:
+            cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
+                           [stamp, *ids])
+            if cursor.rowcount != len(ids):
+                raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+        for rid, pool, _kind, state, owner, epoch in held:
+            if state == LEASED:
+                to, why = AVAILABLE, "released unused"
+            else:
+                cooldown = plan.cooldown(pool)
+                until = now + cooldown
+                to, why = COOLDOWN, f"released; cooling down until {at_utc(until)}"
+                if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
+                    cooldowns.append([rid, d.ts(until), stamp])
+            payload = {"from": state, "to": to, "pool": pool, "run_id": owner,
+                       "epoch": int(epoch), "reason": why}
+            step = None if steps is None else steps.get(rid)
+            if step is not None:
+                why = why.replace("released", f"released at the end of step {step}", 1)
+                payload.update(reason=why, step=step)
+            events.append(ResourceEvent(
+                EventType.RESOURCE_RELEASED, rid, owner,
+                f"resource {rid} {state} -> {to}: {why} (run {owner})", payload))
+            if rid not in plan.members:
+                gone.append(rid)
+
+    def _faults(self, cursor: Any, run_ids: list[str]) -> dict[str, tuple[str | None, str]]:
+        """Run id -> (member named or None, error) for runs whose last step failed with a
+        resource fault (re-queued in this transaction)."""
+        if not run_ids:
+            return {}
+        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
+        found: dict[str, tuple[str | None, str]] = {}
+        for run_id, error, output in cursor.fetchall():
+            named = None
+            try:
+                data = json.loads(output) if output else None
+                if isinstance(data, dict) and isinstance(data.get("resource_id"), str):
+                    named = data["resource_id"]
+            except ValueError:
+                named = None
+            found[run_id] = (named, error or "resource fault")
+        return found
+
+    def _write(self, conn: sa.Connection, cursor: Any, events: list[ResourceEvent],
+               now: datetime) -> None:
+        """Write ``events`` in ``conn``'s transaction (through :attr:`emit`, the store's
+        ``emit_events``, when installed: with the transaction's other events)."""
+        if not events:
+            return
+        redact = self.redact
+        stamp = self._d.ts(now)
+        rows = [
+            (e.run_id, e.resource_id, e.kind.value, e.level.value,
+             redact(e.message) if e.redact else e.message,
+             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
+                         for k, v in e.payload.items()} if e.redact else e.payload,
+                        sort_keys=True, default=str),
+             stamp, "system") for e in events]
+        if self.emit is not None:
+            self.emit(conn, rows)
+        else:
+            insert_rows(cursor, self._d, "event_log", AUDIT_COLUMNS, rows)
+
+
+_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
+         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
+         " ORDER BY resource_id{lock}")
+_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
+            " lease_step = NULL,"
+            " updated_at = {m}, last_error = coalesce({m}, last_error)"
+            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
+_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
+                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL,"
+                " lease_step = NULL, updated_at = {m}"
+                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
+_RELEASE_HELD = (
+    "WITH old AS (SELECT resource_id, state, lease_owner, lease_epoch FROM resources"
+    " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING') FOR UPDATE)"
+    " UPDATE resources AS r SET state = CASE WHEN old.state = 'LEASED' THEN 'AVAILABLE'"
+    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
+    " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
+    " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
+"""PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
+_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
+           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
+           " GROUP BY run_id)")
+_GONE = "DELETE FROM resources WHERE resource_id = {m}"
+_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
+_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
+                  " excluded.cooldown_until, updated_at = excluded.updated_at")

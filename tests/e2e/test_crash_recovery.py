@@ -36,6 +36,7 @@ ROWS = 100_000
 PLUGIN = '''
 """Python steps of the crash tests."""
 
+import os
 import time
 
 
@@ -52,6 +53,13 @@ def twenty(ctx, path):
     for i in range(start, 20):
         ctx.once(f"item-{i}", append_line, path, i)
         ctx.checkpoint({"next": i + 1})
+        if i == 5 and not os.path.exists(path + ".parked"):
+            # Parked here, after item 5's key and checkpoint are recorded, until the
+            # test kills the server: outside ctx.once's documented window (effect done,
+            # key not yet recorded), which no kill timed from outside can avoid.
+            open(path + ".parked", "w").close()
+            for _ in range(600):
+                time.sleep(0.1)
         time.sleep(0.2)
     return {"items": 20}
 '''
@@ -133,8 +141,8 @@ def test_kill_9_during_a_python_step_applies_each_effect_once(tmp_path: Path) ->
     run_id = queue(home, "items")
     server = Served(home, web=False)
     try:
-        eventually(lambda: lines.exists() and len(lines.read_text().splitlines()) >= 6,
-                   seconds=60, what="a few items done")
+        parked = Path(f"{lines.as_posix()}.parked")
+        eventually(parked.exists, seconds=60, what="six items done, the step parked")
     finally:
         kill_tree(server.proc)
         server.output()

@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME ?= demo
 PYTEST_ARGS ?=
+# The suite runs on two processes (pytest-xdist), a test file per process at a time; set
+# PYTEST_WORKERS=0 to run it in one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint venv clean
 
@@ -29,7 +32,7 @@ run: $(VENV)/.installed
 
 ## make test: install with the test extras and run the whole suite
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## make lint: ruff on everything, mypy --strict on src
 lint: $(VENV)/.installed-test

@@ -81,3 +81,18 @@ def api_env(root: Path, clock: Clock | None = None,
 
 def user_of(role: str) -> str:
     return "admin2" if role == "admin" else role
+
+
+def without_demo_pools(home: Path) -> None:
+    """Remove the demo home's ``[pools]`` from cadenza.toml, and its job that rents a unit
+    from jobs.toml (for tests that declare their own pools and count members or pools)."""
+    import tomlkit
+
+    for name, key, inner in (("cadenza.toml", "pools", None),
+                             ("jobs.toml", "jobs", "profile-check")):
+        path = home / name
+        doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+        table: Any = doc.get(key)
+        if table is not None:
+            (table.pop(inner, None) if inner else doc.pop(key, None))
+        path.write_text(tomlkit.dumps(doc), encoding="utf-8")

@@ -9,7 +9,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
-from tests.integration.web.api_env import START, api_env
+from tests.integration.web.api_env import START, api_env, without_demo_pools
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -96,6 +96,7 @@ def test_utilization_per_pool_from_lease_events(tmp_path: Path) -> None:
 
     clock = FakeClock(START)
     with api_env(tmp_path, clock=clock) as env:
+        without_demo_pools(env.services.home.path)
         settings = env.services.home.path / "cadenza.toml"
         settings.write_text(settings.read_text(encoding="utf-8") + """
 [pools.slots]

@@ -372,7 +372,8 @@ def test_a_new_step_type_gets_its_form_and_secrets_go_by_reference(
 def test_keys_the_schema_does_not_know_are_shown_and_never_dropped(env: ApiEnv) -> None:
     client = editor(env)
     path = jobs_file(env)
-    path.write_text(path.read_text().replace('tags = ["demo"]', 'tags = ["demo"]\ncolour = "red"')
+    path.write_text(path.read_text()
+                    .replace('tags = ["demo"]', 'tags = ["demo"]\ncolour = "red"', 1)
                     .replace('callable = "demo_tasks:count"',
                              'callable = "demo_tasks:count"\nretries = 2'))
     page = client.get("/jobs/hello/edit").text

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration.web.api_env import ApiEnv, api_env
+from tests.integration.web.api_env import ApiEnv, api_env, without_demo_pools
 
 
 def closed_port() -> int:
@@ -43,6 +43,7 @@ id = "u-1"
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[ApiEnv]:
     with api_env(tmp_path) as made:
+        without_demo_pools(made.services.home.path)
         settings = made.services.home.path / "cadenza.toml"
         settings.write_text(settings.read_text(encoding="utf-8")
                             + POOLS.format(port=closed_port()), encoding="utf-8")
@@ -51,6 +52,7 @@ def env(tmp_path: Path) -> Iterator[ApiEnv]:
 
 def test_no_pools_teaches_where_to_add_one(tmp_path: Path) -> None:
     with api_env(tmp_path) as env:
+        without_demo_pools(env.services.home.path)
         page = env.session("viewer").get("/resources")
     assert page.status_code == 200
     assert "No pools — add one in cadenza.toml" in page.text

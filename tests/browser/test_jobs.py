@@ -31,17 +31,21 @@ def _landed(page: Any, ui: UI) -> str:
 
 def test_run_now_from_the_catalogue_lands_on_the_run(ui: UI, page: Any,
                                                      tmp_path: Path) -> None:
-    page.cadenza_expected = ["404"]
+    """Issue 16: Run now on sales-load, and its page reaches SUCCEEDED with live lines."""
     login(page, ui, "otto")
-    row = page.locator("#job-hello")
+    row = page.locator("#job-sales-load")
     assert row.locator("text=Run now").is_visible()
-    assert page.locator("#job-hello [role=switch]").count() == 0  # an operator cannot edit
+    assert page.locator("#job-sales-load [role=switch]").count() == 0  # an operator cannot edit
     row.locator("text=Run now").click()
     run_id = _landed(page, ui)
+    page.locator("#run-summary .run-head .state").filter(has_text="SUCCEEDED").wait_for(
+        timeout=60_000)
+    log = page.locator("#log").inner_text()
+    assert "run started (manual:otto)" in log and "run SUCCEEDED" in log, log
     run = _run(ui, run_id)
-    assert run["job"] == "hello" and run["id"] == run_id
+    assert run["job"] == "sales-load" and run["id"] == run_id and run["state"] == "SUCCEEDED"
     page.goto(f"{ui.base}/jobs")
-    page.locator("#job-hello .strip a").first.wait_for()
+    page.locator("#job-sales-load .strip a").first.wait_for()
 
 
 def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Path) -> None:

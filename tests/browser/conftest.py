@@ -59,9 +59,11 @@ def make_home(root: Path) -> Path:
     return home
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per test module. Not per session: Playwright's sync API keeps
+    an asyncio loop running in the thread while it lives, and the next test file in the
+    same process (pytest-xdist) may call ``asyncio.run``."""
     if not Path(CHROMIUM).exists():
         service_missing("chromium", f"{CHROMIUM} not found (apt-get install chromium)")
     try:

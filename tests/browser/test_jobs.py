@@ -93,7 +93,7 @@ def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any, tmp_path: Path) -
     page.locator("#switch-hello[aria-checked=true]").wait_for()
     assert "enabled = true" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
     page.reload()
-    page.locator("#job-hello .strip a").first.wait_for()
+    page.locator("#job-sales-load .strip a").first.wait_for()
     shot(page, "jobs", tmp_path)
 
 

@@ -110,10 +110,18 @@ def authenticate(request: Request) -> Principal:
     return principal
 
 
-def require(role: str) -> Callable[[Request], Principal]:
-    """A dependency admitting callers whose role is ``role`` or above (403 otherwise)."""
+def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
+            name: str = "require") -> Callable[[Request], Principal]:
+    """A dependency admitting callers whose role is ``role`` or above (403 otherwise).
+    ``when_anonymous`` replaces the 401 of a caller without credentials (the pages answer
+    it with the login form)."""
     def dependency(request: Request) -> Principal:
-        principal = authenticate(request)
+        try:
+            principal = authenticate(request)
+        except HTTPException as exc:
+            if exc.status_code == 401 and when_anonymous is not None:
+                raise when_anonymous() from None
+            raise
         request.state.cadenza_principal = principal.name  # for the access log
         if not principal.allows(role):
             raise HTTPException(403, f"this needs the {role} role; you have "
@@ -121,7 +129,7 @@ def require(role: str) -> Callable[[Request], Principal]:
         return principal
 
     dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
-    dependency.__name__ = f"require_{role}"
+    dependency.__name__ = f"{name}_{role}"
     return dependency
 
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, Request
 
 from cadenza.services.auth import Principal
-from cadenza.web.auth import authenticate
+from cadenza.web.auth import require
 
 
 class LoginRequired(Exception):
@@ -24,23 +24,9 @@ class LoginRequired(Exception):
 
 
 def page_require(role: str) -> Callable[[Request], Principal]:
-    """A dependency admitting readers whose role is ``role`` or above."""
-    def dependency(request: Request) -> Principal:
-        try:
-            principal = authenticate(request)
-        except HTTPException as exc:
-            if exc.status_code == 401:
-                raise LoginRequired() from None
-            raise
-        request.state.cadenza_principal = principal.name  # for the access log
-        if not principal.allows(role):
-            raise HTTPException(403, f"this needs the {role} role; you have "
-                                     f"{principal.role or 'no built-in role'}")
-        return principal
-
-    dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
-    dependency.__name__ = f"page_require_{role}"
-    return dependency
+    """A dependency admitting readers whose role is ``role`` or above; without a session,
+    :class:`LoginRequired` (the login form) instead of the API's 401."""
+    return require(role, when_anonymous=LoginRequired, name="page_require")
 
 
 PageViewer = Annotated[Principal, Depends(page_require("viewer"))]

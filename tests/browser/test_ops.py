@@ -5,7 +5,6 @@ finds no Probe/Enable/Disable, an admin creates a token and sees it once; screen
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,8 +89,12 @@ def test_a_route_going_cooldown_shows_on_resources(ops: UI, page: Any,
         page.locator("#member-fr-1 button", has_text="Probe").click()
         page.wait_for_selector('#member-fr-1[data-state="COOLDOWN"]')
         assert "probe failed" in page.locator("#pools .flash").inner_text()
-        cooldown = page.locator("#member-fr-1 td[data-label=Cooldown] time[data-rel]")
-        assert re.search(r"in \d+ minutes?", cooldown.inner_text())
+        # the page script turns the UTC time into "in N minutes" once htmx has settled
+        page.wait_for_function("""() => {
+            const t = document.querySelector(
+                '#member-fr-1 td[data-label=Cooldown] time[data-rel]');
+            return t !== null && /in \\d+ minutes?/.test(t.textContent);
+        }""")
         assert page.locator("#member-fr-1 svg.spark circle").count() >= 1
         # a change made elsewhere (the CLI) shows at the next refresh, without a reload
         ops.run_cli("resources", "disable", "slot-2")

@@ -21,9 +21,6 @@ from cadenza.web.ui.auth import PageOperator, PageViewer
 from cadenza.web.ui.render import is_htmx, render
 
 router = APIRouter(include_in_schema=False)
-DOCS = "https://github.com/cadenza-scheduler/cadenza/blob/main/docs/pools.md"
-"""Where the empty page sends a reader to learn how to declare a pool (docs/pools.md of
-the project's repository; the lead sets the project's public URL at merge)."""
 SPARK_W, SPARK_H = 64.0, 18.0
 
 
@@ -76,7 +73,7 @@ def pools_view(services: Services) -> dict[str, Any]:
                       "threshold": getattr(health, "threshold", 50) if health else 50,
                       "members": rows, "counts": sorted(counts.items())})
     sparks = {rid: sparkline(points) for rid, points in probes.items()}
-    return {"pools": pools, "sparks": sparks, "docs": DOCS}
+    return {"pools": pools, "sparks": sparks}
 
 
 @router.get("/resources", response_class=HTMLResponse)

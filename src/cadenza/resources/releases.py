@@ -67,10 +67,8 @@ class Releases:
     _lock: threading.Lock
     _jobs: set[str]
     _held: dict[str, list[tuple[str, str, str, str | None]]]
-
-    def _moved(self) -> None:
-        """A member went back (admission may try refused runs again)."""
-        raise NotImplementedError
+    _moved: Callable[[], None]
+    """A member went back (admission may try refused runs again): the leaser's method."""
 
     def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
         """Release what the runs of ``ended`` held (see the module docstring)."""

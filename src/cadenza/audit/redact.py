@@ -23,6 +23,7 @@ import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime, time
 from typing import Any
 
 from cadenza.audit.encodings import (
@@ -171,6 +172,8 @@ class _Compiled:
     by_prefix: dict[str, tuple[str, ...]] | None  # with many cores: the cores by their
     # first MIN_BASE64_CORE characters (see core_candidates)
     whole: frozenset[str]  # every secret, for whole-value matching
+    numbers_safe: bool = False  # no secret (nor base64 core) is made only of the characters
+    # of a number's or a timestamp's text: those values need no scan (see _NUMBER_CHARS)
 
     def secret_candidates(self, text: str) -> list[re.Pattern[str]]:
         """The patterns of the anchored secrets whose anchor is in ``text``: one ``in`` per
@@ -292,7 +295,8 @@ class Redactor:
             tuple(anchored), by_gram, tuple(p for _, p in unanchored), any_secret,
             ordered_cores,
             any_core, by_prefix,
-            frozenset(self._secrets)
+            frozenset(self._secrets),
+            not any(set(text) <= _NUMBER_CHARS for text in (*self._secrets, *ordered_cores)),
         )
 
     # --- redaction ------------------------------------------------------------------------
@@ -333,6 +337,8 @@ class Redactor:
                     done = None if redacted == value else redacted
                 memo[value] = done
             return value if done is None else done
+        if isinstance(value, int | float | date | time) and state.numbers_safe:
+            return value  # its text cannot hold any secret, raw or escaped
         if isinstance(value, int | float):
             try:
                 text = str(value)
@@ -363,13 +369,26 @@ class Redactor:
     def _redact_container(self, value: Any, state: _Compiled, path: set[int],
                           memo: dict[str, str | None]) -> Any:
         if isinstance(value, Mapping):
+            # The common cases inline (a string seen before in this call, a value that
+            # needs no scan): an answer of 50 runs is ~1,000 keys and values.
+            plain = _PLAIN_TYPES if state.numbers_safe else _NONE_BOOL
             out: dict[Any, Any] = {}
             for key, item in value.items():
-                secret_key = isinstance(key, str) and _is_secret_key_cached(key)
-                new_key = (self._redact(key, state, path, memo) if isinstance(key, str | bytes)
-                           else key)
-                out[new_key] = (_mask_whole(item) if secret_key
-                                else self._redact(item, state, path, memo))
+                if type(key) is str:
+                    secret_key = _is_secret_key_cached(key)
+                    done = memo.get(key, _UNSEEN)
+                    new_key = (key if done is None else done if done is not _UNSEEN
+                               else self._redact(key, state, path, memo))
+                else:
+                    secret_key = isinstance(key, str) and _is_secret_key_cached(key)
+                    new_key = (self._redact(key, state, path, memo)
+                               if isinstance(key, str | bytes) else key)
+                if secret_key:
+                    out[new_key] = _mask_whole(item)
+                elif item is None or type(item) in plain:
+                    out[new_key] = item
+                else:
+                    out[new_key] = self._redact(item, state, path, memo)
             return out
         if isinstance(value, tuple):
             if len(value) == 2 and isinstance(value[0], str) and is_secret_key(value[0]):
@@ -385,6 +404,13 @@ class Redactor:
 
 
 _UNSEEN: Any = object()
+#: Every character of the text of an int, a float (``1e-05``, ``inf``, ``nan``), a date, a
+#: time or a datetime (``2026-12-01 23:27:04.616167+00:00``, ISO ``T`` and ``Z``). A secret
+#: with another character cannot be in such a text, raw or escaped (an escape brings a
+#: ``%``, ``\\`` or ``&``).
+_NUMBER_CHARS = frozenset("0123456789.:+- TZeEinfa")
+_NONE_BOOL = frozenset({type(None), bool})
+_PLAIN_TYPES = frozenset({type(None), bool, int, float, datetime, date, time})
 
 
 @functools.lru_cache(maxsize=4096)

@@ -148,29 +148,25 @@ class AuthService:
         """The principal of a live session cookie whose user is still enabled."""
         from cadenza.security import hash_token
 
-        record = self.store.get_session(hash_token(cookie))
-        if record is None:
+        found = self.store.session_credential(hash_token(cookie))
+        if found is None or found.user_roles is None or found.user_disabled:
             return None
-        user = self.store.get_user(record.username)
-        if user is None or user.disabled:
-            return None
-        return Principal(user.username, _role(user.roles), session_id=record.id,
-                         csrf_token=record.csrf_token)
+        return Principal(found.username, _role(found.user_roles), session_id=found.name,
+                         csrf_token=found.csrf_token)
 
     def bearer(self, token: str) -> Principal | None:
         """The principal of a live API token (its user enabled)."""
         from cadenza.security import hash_token
 
-        record = self.store.token_by_hash(hash_token(token))
-        if record is None:
+        found = self.store.token_credential(hash_token(token))
+        if found is None:
             return None
-        role = _role(record.roles)
-        if record.username is not None:
-            user = self.store.get_user(record.username)
-            if user is None or user.disabled:
+        role = _role(found.roles)
+        if found.username is not None:
+            if found.user_roles is None or found.user_disabled:
                 return None
-            role = _lower(role, _role(user.roles))
-        return Principal(record.username, role, token=record.name)
+            role = _lower(role, _role(found.user_roles))
+        return Principal(found.username, role, token=found.name)
 
     def logout(self, principal: Principal) -> None:
         """End the caller's session now (a token is revoked with ``tokens revoke``)."""

@@ -12,7 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.states import ResourceState, RunState, StepState
-from cadenza.store.codec import loads, loads_mapping
+from cadenza.store.codec import UTCDateTime, loads, loads_mapping, utc_from_raw
+from cadenza.store.tables import runs
 
 
 def _m(row: sa.Row[Any]) -> sa.RowMapping:
@@ -75,6 +76,56 @@ class RunRecord:
             resumes=m["resumes"],
             updated_at=m["updated_at"],
         )
+
+    @staticmethod
+    def from_raw(row: Any) -> RunRecord:
+        """A run from a row of :data:`RAW_RUN_COLUMNS` (the history's pages)."""
+        return _make_raw_run(row)
+
+
+def _raw(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """``column`` selected without its type's result processing (timestamps: see
+    :func:`utc_from_raw`)."""
+    if isinstance(column.type, UTCDateTime):
+        return sa.type_coerce(column, sa.types.NullType()).label(column.name)
+    return column
+
+
+RAW_RUN_COLUMNS = tuple(_raw(column) for column in runs.c)
+"""Every column of ``runs``, in table order, timestamps raw: for :meth:`RunRecord.from_raw`."""
+_RUN_STATES = {state.value: state for state in RunState}
+_RUN_FIELDS = tuple(column.name for column in runs.c)
+
+
+def _raw_run_maker() -> Any:
+    """The function making a RunRecord from a row of :data:`RAW_RUN_COLUMNS`: positions,
+    one conversion per field (built once, so that a new column cannot be forgotten)."""
+    index = {name: i for i, name in enumerate(_RUN_FIELDS)}
+    missing = {f for f in RunRecord.__dataclass_fields__} - {
+        "params", "overrides"} - set(index)
+    if missing:  # pragma: no cover - a schema change that records.py did not follow
+        raise RuntimeError(f"runs has no column for {sorted(missing)}")
+
+    (i_id, i_job, i_state, i_trigger, i_schedule, i_scheduled, i_created, i_started,
+     i_finished, i_not_before, i_priority, i_params, i_overrides, i_rows, i_error, i_reason,
+     i_wait, i_owner, i_until, i_epoch, i_attempt, i_resumes, i_updated) = (
+        index[name] for name in (
+            "id", "job_id", "state", "trigger", "schedule", "scheduled_for", "created_at",
+            "started_at", "finished_at", "not_before", "priority", "params_json",
+            "overrides_json", "rows", "error", "reason", "wait_reason", "lease_owner",
+            "lease_until", "lease_epoch", "attempt", "resumes", "updated_at"))
+    states = _RUN_STATES
+
+    def make(row: Any) -> RunRecord:
+        t = utc_from_raw
+        return RunRecord(
+            row[i_id], row[i_job], states[row[i_state]], row[i_trigger], row[i_schedule],
+            t(row[i_scheduled]), t(row[i_created]), t(row[i_started]), t(row[i_finished]),
+            t(row[i_not_before]), row[i_priority], loads_mapping(row[i_params]),
+            loads_mapping(row[i_overrides]), row[i_rows], row[i_error], row[i_reason],
+            row[i_wait], row[i_owner], t(row[i_until]), row[i_epoch], row[i_attempt],
+            row[i_resumes], t(row[i_updated]))
+    return make
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,3 +332,6 @@ class UserRecord:
             updated_at=m["updated_at"],
             password_hash=m["password_hash"],
         )
+
+
+_make_raw_run = _raw_run_maker()

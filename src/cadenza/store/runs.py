@@ -26,7 +26,7 @@ from cadenza.domain.states import (
 )
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, run_id_time
-from cadenza.store.records import CheckpointRecord, RunRecord
+from cadenza.store.records import RAW_RUN_COLUMNS, CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
 from cadenza.store.transition import Machine
@@ -424,7 +424,7 @@ class RunsRepository(StepRunsRepository):
         run (the next newer page), still returned newest first. Several states are one
         query each (an ordered range of ``ix_runs_state_created``), merged.
         """
-        query = sa.select(runs)
+        query = sa.select(*RAW_RUN_COLUMNS)  # timestamps raw: RunRecord.from_raw
         if job is not None:
             query = query.where(runs.c.job_id == job)
         wanted: list[str] = []
@@ -480,4 +480,4 @@ class RunsRepository(StepRunsRepository):
         rows = rows[:limit]
         if after is not None:
             rows = rows[::-1]
-        return [RunRecord.from_row(row) for row in rows]
+        return [RunRecord.from_raw(row) for row in rows]

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
-from cadenza.store.codec import dumps, loads
+from cadenza.store.codec import dumps, loads, utc_from_raw
 from cadenza.store.core import StoreCore
 from cadenza.store.tables import api_tokens, idempotency_keys, login_failures, sessions
 
@@ -57,6 +57,34 @@ class IdempotentRun:
     created_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """What a request's API token or session cookie stands for, read in one statement
+    with its user (:meth:`SessionsRepository.token_credential`,
+    :meth:`SessionsRepository.session_credential`)."""
+
+    name: str
+    """The token's name, or the session's id (a hash)."""
+    username: str | None
+    """The user (``None``: a token of no user)."""
+    roles: tuple[str, ...]
+    """A token's own roles; a session's are its user's."""
+    user_roles: tuple[str, ...] | None
+    """The user's roles; ``None`` when the user does not exist (any more)."""
+    user_disabled: bool
+    csrf_token: str | None = None
+
+
+_TOKEN_SQL = (
+    "SELECT t.name, t.username, t.roles_json, t.last_used_at, u.username, u.roles_json,"
+    " u.disabled FROM api_tokens t LEFT JOIN users u ON u.username = t.username"
+    " WHERE t.token_hash = ? AND t.revoked_at IS NULL")
+_SESSION_SQL = (
+    "SELECT s.id, s.username, s.csrf_token, u.username, u.roles_json, u.disabled"
+    " FROM sessions s LEFT JOIN users u ON u.username = s.username"
+    " WHERE s.id = ? AND s.revoked_at IS NULL AND s.expires_at > ?")
+
+
 def _session(row: sa.Row[Any]) -> SessionRecord:
     m = row._mapping
     return SessionRecord(m["id"], m["username"], m["csrf_token"], m["created_at"],
@@ -86,15 +114,6 @@ class SessionsRepository(StoreCore):
                                payload={"username": username, "outcome": "ok",
                                         "address": address},
                                actor=actor, now=now)
-
-    def get_session(self, session_hash: str) -> SessionRecord | None:
-        """The live session (not revoked, not expired) with that id, else ``None``."""
-        now = self._now()
-        with self.read() as c:
-            row = c.execute(sa.select(sessions).where(
-                sessions.c.id == session_hash, sessions.c.revoked_at.is_(None),
-                sessions.c.expires_at > now)).first()
-        return None if row is None else _session(row)
 
     def list_sessions(self, username: str) -> list[SessionRecord]:
         """The live sessions of ``username``, newest first (ids are hashes)."""
@@ -175,24 +194,38 @@ class SessionsRepository(StoreCore):
                                         "username": username, "roles": sorted(roles)},
                                actor=actor, now=now)
 
-    def token_by_hash(self, token_hash: str) -> TokenRecord | None:
-        """The live (not revoked) token with that hash, its ``last_used_at`` set to now."""
-        now = self._now()
-        with self.read() as c:
-            row = c.execute(sa.select(api_tokens).where(
-                api_tokens.c.token_hash == token_hash,
-                api_tokens.c.revoked_at.is_(None))).first()
-        if row is None:
+    def token_credential(self, token_hash: str) -> Credential | None:
+        """The live token with that hash and its user, in one statement (every request
+        with a bearer token); its ``last_used_at`` set to now at most once a minute."""
+        rows = self.quick_rows(_TOKEN_SQL, (token_hash,))
+        if not rows:
             return None
-        record = _token(row)
-        last = record.last_used_at
-        # A write per request would serialize every API call on SQLite: a minute's precision
-        # is what a person reading "last used" needs.
-        if last is None or now - last > timedelta(minutes=1):
-            with self.write() as c:
-                c.execute(sa.update(api_tokens).where(api_tokens.c.name == record.name)
-                          .values(last_used_at=now))
-        return record
+        name, username, roles, last, user, user_roles, disabled = rows[0]
+        now = self._now()
+        last_used = utc_from_raw(last)
+        if last_used is None or now - last_used > timedelta(minutes=1):
+            self._touch_token(name, now)
+        return Credential(name, username, tuple(loads(roles) or ()),
+                          None if user is None else tuple(loads(user_roles) or ()),
+                          bool(disabled))
+
+    def session_credential(self, session_hash: str) -> Credential | None:
+        """The live (not revoked, not expired) session with that id and its user, in one
+        statement (every request with a session cookie)."""
+        rows = self.quick_rows(_SESSION_SQL, (session_hash, self.raw_time(self._now())))
+        if not rows:
+            return None
+        session_id, username, csrf, user, user_roles, disabled = rows[0]
+        roles = None if user is None else tuple(loads(user_roles) or ())
+        return Credential(session_id, username, roles or (), roles, bool(disabled),
+                          csrf_token=csrf)
+
+    def _touch_token(self, name: str, now: datetime) -> None:
+        # A write per request would serialize every API call on SQLite: a minute's
+        # precision is what a person reading "last used" needs.
+        with self.write() as c:
+            c.execute(sa.update(api_tokens).where(api_tokens.c.name == name)
+                      .values(last_used_at=now))
 
     def list_tokens(self, username: str | None = None, *,
                     every: bool = False) -> list[TokenRecord]:

@@ -40,13 +40,14 @@ def create_app(store: Store, *, home: Home | None = None,
     addresses and networks that may read ``/metrics`` without a token."""
     from cadenza.web import api, ui
 
+    answer_class = redacting_response(home)
     app = FastAPI(
         title="Cadenza",
         version=cadenza.__version__,
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served below, behind a login like every route
-        default_response_class=redacting_response(home),
+        default_response_class=answer_class,
     )
 
     @app.get("/api/health")
@@ -62,7 +63,8 @@ def create_app(store: Store, *, home: Home | None = None,
         """The OpenAPI document of this API (needs a login or token, like every route)."""
         return JSONResponse(app.openapi())
 
-    app.state.cadenza = WebContext(store, home, store.clock, reload)
+    app.state.cadenza = WebContext(store, home, store.clock, reload,
+                                   answer_class=answer_class)
     app.state.cadenza.metrics_allow = tuple(ip_network(n, strict=False) for n in metrics_allow)
     api.install(app)
     ui.install(app)

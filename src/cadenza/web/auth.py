@@ -14,14 +14,16 @@
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from cadenza.services.auth import AuthService, Principal
 
@@ -48,6 +50,15 @@ class WebContext:
     reload: Callable[[], object] | None = None
     metrics_allow: tuple[IPv4Network | IPv6Network, ...] = ()
     """``[server] metrics_allow``: who may read ``/metrics`` without a token."""
+    answer_class: type[JSONResponse] = JSONResponse
+    """The app's redacting JSON response (:mod:`cadenza.web.redacting`)."""
+
+    def answer(self, content: Any, status_code: int = 200) -> JSONResponse:
+        """``content`` as the redacted JSON answer, made here (in the endpoint's worker
+        thread) rather than by FastAPI's validation and encoding of a returned value,
+        which cost more than the rest of a list request (docs/benchmarks.md, W6). The
+        route keeps its return annotation for the OpenAPI document."""
+        return self.answer_class(content, status_code=status_code)
 
 
 def context(request: Request) -> WebContext:
@@ -111,11 +122,11 @@ def authenticate(request: Request) -> Principal:
 
 
 def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
-            name: str = "require") -> Callable[[Request], Principal]:
+            name: str = "require") -> Callable[[Request], Awaitable[Principal]]:
     """A dependency admitting callers whose role is ``role`` or above (403 otherwise).
     ``when_anonymous`` replaces the 401 of a caller without credentials (the pages answer
     it with the login form)."""
-    def dependency(request: Request) -> Principal:
+    def check(request: Request) -> Principal:
         try:
             principal = authenticate(request)
         except HTTPException as exc:
@@ -128,7 +139,17 @@ def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
                                      f"{principal.role or 'no built-in role'}")
         return principal
 
+    async def dependency(request: Request) -> Principal:
+        # On SQLite the check is one local indexed read (tens of microseconds): done here,
+        # on the event loop, it saves the request a hand-off to a worker thread and back,
+        # which cost more than the read (docs/benchmarks.md, W6). PostgreSQL's is a
+        # network round trip: a worker thread waits for it.
+        if context(request).store.dialect == "sqlite":
+            return check(request)
+        return await run_in_threadpool(check, request)
+
     dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
+    dependency.check = check  # type: ignore[attr-defined]  # for a sync caller
     dependency.__name__ = f"{name}_{role}"
     return dependency
 

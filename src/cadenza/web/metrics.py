@@ -107,7 +107,7 @@ def metrics_access(request: Request) -> Principal | None:
             and SESSION_COOKIE not in request.cookies:
         request.state.cadenza_principal = "metrics_allow"  # for the access log
         return None
-    return VIEWER(request)
+    return VIEWER.check(request)  # type: ignore[attr-defined, no-any-return]
 
 
 metrics_access.required_role = "viewer"  # type: ignore[attr-defined]  # read by the route walk

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
@@ -23,14 +24,16 @@ def redacting_response(home: Home | None) -> type[JSONResponse]:
 
     class RedactedJSONResponse(JSONResponse):
         def render(self, content: Any) -> bytes:
-            if home is None:
-                return super().render(content)
-            # FastAPI hands over its serialized answer (JSON types only): redacted and
-            # dumped as it is. Anything else (a type json cannot dump) is encoded first.
+            # Redacted, then dumped by pydantic's serializer: an endpoint's answer
+            # (``answer``) comes here as the service layer made it (datetimes and all), in
+            # the same JSON that FastAPI's own serialization would give (datetimes in ISO
+            # 8601 with ``Z``), without its validation and encoding passes, which cost more
+            # than the rest of a request (docs/benchmarks.md, W6).
+            redacted = content if home is None else home.redactor.redact_value(content)
             try:
-                return super().render(home.redactor.redact_value(content))
-            except TypeError:
-                return super().render(home.redactor.redact_value(jsonable_encoder(content)))
+                return pydantic_core.to_json(redacted)
+            except pydantic_core.PydanticSerializationError:
+                return super().render(jsonable_encoder(redacted))
 
     return RedactedJSONResponse
 

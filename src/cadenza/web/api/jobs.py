@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from cadenza.domain.errors import StaleConfigError
 from cadenza.web.api.errors import ERROR_RESPONSES, StaleEdit
-from cadenza.web.auth import AsEditor, AsOperator, AsViewer, services_for
+from cadenza.web.auth import AsEditor, AsOperator, AsViewer, context, services_for
 
 router = APIRouter(prefix="/api/jobs", tags=["jobs"], responses=ERROR_RESPONSES)
 
@@ -58,7 +58,7 @@ def list_jobs(principal: AsViewer, request: Request) -> list[dict[str, Any]]:
             rows.append({**job.as_json(), "next_fire": _fire(fires[0]) if fires else None,
                          "last_run": {"id": last[0].id, "state": last[0].state.value,
                                       "finished_at": last[0].finished_at} if last else None})
-        return rows
+        return context(request).answer(rows)  # type: ignore[return-value]  # the same JSON
 
 
 @router.get("/{job_id}")

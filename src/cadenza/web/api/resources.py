@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from cadenza.services.probe import ProbeService
 from cadenza.web.api.errors import ERROR_RESPONSES
-from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, services_for
+from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, context, services_for
 
 router = APIRouter(prefix="/api", tags=["resources"], responses=ERROR_RESPONSES)
 
@@ -36,14 +36,16 @@ def list_resources(principal: AsViewer, request: Request,
                    pool: str | None = None) -> dict[str, Any]:
     """Every member (of ``pool``): state, score, latency, cooldown, holder run, region."""
     with services_for(request, principal) as services:
-        return {"resources": [r.as_json() for r in services.resources.list(pool)]}
+        return context(request).answer(  # type: ignore[return-value]  # the same JSON
+            {"resources": [r.as_json() for r in services.resources.list(pool)]})
 
 
 @router.get("/resources/{resource_id}")
 def get_resource(resource_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
     """One member with its health figures and its latest events."""
     with services_for(request, principal) as services:
-        return services.resources.show(resource_id).as_json()
+        return context(request).answer(  # type: ignore[return-value]  # the same JSON
+            services.resources.show(resource_id).as_json())
 
 
 @router.post("/resources/{resource_id}/probe")
@@ -79,7 +81,8 @@ def list_notifications(principal: AsViewer, request: Request, run: str | None = 
     """Deliveries, newest first (``state``: SENT or FAILED), with the error of a failed one."""
     with services_for(request, principal) as services:
         rows = services.notifications.list(run=run, state=state, limit=limit)
-        return {"notifications": [r.as_json() for r in rows]}
+        return context(request).answer(  # type: ignore[return-value]  # the same JSON
+            {"notifications": [r.as_json() for r in rows]})
 
 
 @router.post("/channels/{channel}/test")

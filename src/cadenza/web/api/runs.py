@@ -66,8 +66,9 @@ def list_runs(
         job=job, states=parse_states(state), trigger=trigger,
         since=_when(request, "since", since), until=_when(request, "until", until),
         before=cursor, limit=limit))
-    return {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in page.runs],
-            "next_cursor": page.older}
+    return context(request).answer(  # type: ignore[return-value]  # the same JSON
+        {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in page.runs],
+         "next_cursor": page.older})
 
 
 @router.get("/runs/{run_id}")
@@ -75,9 +76,10 @@ def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[str, Any
     """One run with every step attempt."""
     detail = _history(request).get_run(run_id)
     run = detail.run
-    return detail.as_json() | {"error": run.error, "reason": run.reason,
-                               "wait_reason": run.wait_reason, "resumes": run.resumes,
-                               "not_before": run.not_before}
+    return context(request).answer(  # type: ignore[return-value]  # the same JSON
+        detail.as_json() | {"error": run.error, "reason": run.reason,
+                            "wait_reason": run.wait_reason, "resumes": run.resumes,
+                            "not_before": run.not_before})
 
 
 @router.get("/runs/{run_id}/log", response_model=None)
@@ -88,7 +90,8 @@ def run_log(run_id: str, principal: AsViewer, request: Request, follow: bool = F
     stops the reading: the run is never touched."""
     history = _history(request)
     if not follow:
-        return [line.as_json() | {"id": line.id} for line in history.logs(run_id, level)]
+        return context(request).answer(
+            [line.as_json() | {"id": line.id} for line in history.logs(run_id, level)])
     lines = history.follow_logs_idle(run_id, level)  # NotFound here, before streaming
     return StreamingResponse(_stream(request, lines), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store"})
@@ -170,11 +173,12 @@ def list_events(
         since=_when(request, "since", since), limit=limit + 1, after_id=cursor)
     more = len(rows) > limit
     rows = rows[:limit]
-    return {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,
-                        "level": e.level, "run": e.run_id, "resource": e.resource_id,
-                        "actor": e.actor, "message": e.message, "payload": e.payload}
-                       for e in rows],
-            "next_cursor": rows[-1].event_id if more and rows else None}
+    return context(request).answer(  # type: ignore[return-value]  # the same JSON
+        {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,
+                     "level": e.level, "run": e.run_id, "resource": e.resource_id,
+                     "actor": e.actor, "message": e.message, "payload": e.payload}
+                    for e in rows],
+         "next_cursor": rows[-1].event_id if more and rows else None})
 
 
 @router.post("/backup", status_code=201)
@@ -200,6 +204,6 @@ def get_stats(principal: AsViewer, request: Request, since: str | None = None) -
 
     web = context(request)
     try:
-        return stats(web.store, web.clock, since).as_json()
+        return web.answer(stats(web.store, web.clock, since).as_json())  # type: ignore[return-value]
     except InvalidRequest as exc:
         raise InvalidRequest(str(exc).replace("--since", "since")) from None

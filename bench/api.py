@@ -8,8 +8,8 @@
    ``python`` step), a real ``cadenza serve`` process on 127.0.0.1 (uvicorn, scheduler,
    ``--workers`` workers), a viewer API token made by the token service; while measuring, this
    process queues ``--drain-rate`` runs of ``stream`` a second and the node drains them.
-3. **measure**: ``--clients`` threads (httpx, keep-alive), each cycling over the endpoints for
-   ``--seconds`` after ``--warmup`` seconds; p50/p95/p99/max per endpoint, errors, the runs
+3. **measure**: ``--clients`` threads (``http.client``, keep-alive), each cycling over the
+   endpoints for ``--seconds`` after ``--warmup`` seconds; p50/p95/p99/max per endpoint, errors, the runs
    drained meanwhile. Exit status 1 when a request failed.
 
 Endpoints are ``NAME=TEMPLATE`` paths (``--path``, repeatable, replacing the defaults) with
@@ -37,6 +37,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import http.client as http_client
 import json
 import os
 import platform
@@ -52,6 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import sqlalchemy as sa
@@ -286,7 +288,15 @@ def client(k: int, args: argparse.Namespace, base: str, paths: dict[str, str],
     rng = random.Random(1000 + k)
     names = list(paths)
     turn = k
-    with httpx.Client(base_url=base, headers=auth[0], cookies=auth[1], timeout=30) as http:
+    # The standard library's HTTP/1.1 client on one kept-alive connection: a load
+    # generator should cost the machine little (httpx took ~2.5 ms of CPU per request on
+    # this machine's two cores, which the server then lacked).
+    split = urlsplit(base)
+    headers = dict(auth[0])
+    if auth[1]:
+        headers["Cookie"] = "; ".join(f"{n}={v}" for n, v in auth[1].items())
+    http = http_client.HTTPConnection(split.hostname, split.port, timeout=30)
+    try:
         while True:
             now = time.perf_counter()
             if now >= stop_at:
@@ -296,16 +306,20 @@ def client(k: int, args: argparse.Namespace, base: str, paths: dict[str, str],
             path = pick(paths[name], info, rng)
             t0 = time.perf_counter()
             try:
-                answer = http.get(path)
-                answer.read()
-            except httpx.HTTPError as exc:
+                http.request("GET", path, headers=headers)
+                answer = http.getresponse()
+                body = answer.read()
+            except (OSError, http_client.HTTPException) as exc:
                 samples.fail(f"{name} {path}: {exc!r}")
+                http.close()
                 continue
             ms = (time.perf_counter() - t0) * 1000
-            if answer.status_code != 200:
-                samples.fail(f"{name} {path}: HTTP {answer.status_code} {answer.text[:200]}")
+            if answer.status != 200:
+                samples.fail(f"{name} {path}: HTTP {answer.status} {body[:200]!r}")
             elif t0 >= warm_until:
                 samples.add(name, ms)
+    finally:
+        http.close()
 
 
 class Producer(threading.Thread):

@@ -22,7 +22,7 @@ import functools
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, time
 from typing import Any
 
@@ -174,6 +174,11 @@ class _Compiled:
     whole: frozenset[str]  # every secret, for whole-value matching
     numbers_safe: bool = False  # no secret (nor base64 core) is made only of the characters
     # of a number's or a timestamp's text: those values need no scan (see _NUMBER_CHARS)
+    memo: dict[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    key_memo: dict[tuple[Any, ...], tuple[tuple[Any, bool], ...]] = field(
+        default_factory=dict, compare=False, repr=False)  # a mapping's keys (_key), by tuple
+    # short strings already redacted under these secrets (None: unchanged); cleared past
+    # _MEMO_ENTRIES. A new set of secrets is a new _Compiled, with an empty memo.
 
     def secret_candidates(self, text: str) -> list[re.Pattern[str]]:
         """The patterns of the anchored secrets whose anchor is in ``text``: one ``in`` per
@@ -318,15 +323,17 @@ class Redactor:
         contains a secret, in which case the redacted text replaces them. The input is never
         modified.
         """
-        return self._redact(value, self._state(), set(), {})
+        state = self._state()
+        if len(state.memo) > _MEMO_ENTRIES:
+            state.memo.clear()
+        return self._redact(value, state, set(), state.memo)
 
     def _redact(self, value: Any, state: _Compiled, path: set[int],
                 memo: dict[str, str | None]) -> Any:
-        """``memo``: the strings of this call already redacted (None: unchanged). A value's
-        keys and many of its strings repeat (every run of a list has the same keys, a job
-        name and a state): each distinct string is scanned once per call."""
-        if value is None or isinstance(value, bool):
-            return value
+        """``memo``: the short strings already redacted under this set of secrets (None:
+        unchanged), shared by every call (:attr:`_Compiled.memo`). A value's keys and many of
+        its strings repeat (every run of a list has the same keys, a job name and a state;
+        the pages of the history are read again and again): each is scanned once."""
         if isinstance(value, str):
             done = memo.get(value, _UNSEEN)
             if done is _UNSEEN:
@@ -335,8 +342,19 @@ class Redactor:
                 else:
                     redacted = _redact_spans(value, state)
                     done = None if redacted == value else redacted
-                memo[value] = done
+                if len(value) <= _MEMO_TEXT:
+                    memo[value] = done
             return value if done is None else done
+        if type(value) is dict:
+            if id(value) in path:  # a container that holds itself
+                return REDACTED
+            path.add(id(value))
+            try:
+                return self._redact_container(value, state, path, memo)
+            finally:
+                path.discard(id(value))
+        if value is None or isinstance(value, bool):
+            return value
         if isinstance(value, int | float | date | time) and state.numbers_safe:
             return value  # its text cannot hold any secret, raw or escaped
         if isinstance(value, int | float):
@@ -368,25 +386,29 @@ class Redactor:
 
     def _redact_container(self, value: Any, state: _Compiled, path: set[int],
                           memo: dict[str, str | None]) -> Any:
-        if isinstance(value, Mapping):
+        if type(value) is dict or isinstance(value, Mapping):
             # The common cases inline (a string seen before in this call, a value that
             # needs no scan): an answer of 50 runs is ~1,000 keys and values.
             plain = _PLAIN_TYPES if state.numbers_safe else _NONE_BOOL
             out: dict[Any, Any] = {}
-            for key, item in value.items():
-                if type(key) is str:
-                    secret_key = _is_secret_key_cached(key)
-                    done = memo.get(key, _UNSEEN)
-                    new_key = (key if done is None else done if done is not _UNSEEN
-                               else self._redact(key, state, path, memo))
-                else:
-                    secret_key = isinstance(key, str) and _is_secret_key_cached(key)
-                    new_key = (self._redact(key, state, path, memo)
-                               if isinstance(key, str | bytes) else key)
+            # The keys of a list's dicts repeat: their redacted form and whether they are
+            # secret-looking are remembered by the tuple of keys.
+            keys = tuple(value)
+            known = state.key_memo.get(keys)
+            if known is None:
+                known = tuple(self._key(key, state, path, memo) for key in keys)
+                if len(state.key_memo) < _MEMO_ENTRIES and all(type(k) is str for k in keys):
+                    state.key_memo[keys] = known
+            for (new_key, secret_key), item in zip(known, value.values(), strict=True):
+                kind = type(item)
                 if secret_key:
                     out[new_key] = _mask_whole(item)
-                elif item is None or type(item) in plain:
+                elif kind in plain:
                     out[new_key] = item
+                elif kind is str:
+                    done = memo.get(item, _UNSEEN)
+                    out[new_key] = (item if done is None else done if done is not _UNSEEN
+                                    else self._redact(item, state, path, memo))
                 else:
                     out[new_key] = self._redact(item, state, path, memo)
             return out
@@ -403,12 +425,25 @@ class Redactor:
         return type(value)(self._redact(item, state, path, memo) for item in value)
 
 
+    def _key(self, key: Any, state: _Compiled, path: set[int],
+             memo: dict[str, str | None]) -> tuple[Any, bool]:
+        """A mapping key redacted, and whether its value is a secret's (by its name)."""
+        secret_key = isinstance(key, str) and _is_secret_key_cached(key)
+        new_key = (self._redact(key, state, path, memo) if isinstance(key, str | bytes)
+                   else key)
+        return new_key, secret_key
+
+
 _UNSEEN: Any = object()
 #: Every character of the text of an int, a float (``1e-05``, ``inf``, ``nan``), a date, a
 #: time or a datetime (``2026-12-01 23:27:04.616167+00:00``, ISO ``T`` and ``Z``). A secret
 #: with another character cannot be in such a text, raw or escaped (an escape brings a
 #: ``%``, ``\\`` or ``&``).
 _NUMBER_CHARS = frozenset("0123456789.:+- TZeEinfa")
+#: Strings up to this length are remembered across calls (:attr:`_Compiled.memo`), up to
+#: _MEMO_ENTRIES of them (a few megabytes).
+_MEMO_TEXT = 200
+_MEMO_ENTRIES = 20_000
 _NONE_BOOL = frozenset({type(None), bool})
 _PLAIN_TYPES = frozenset({type(None), bool, int, float, datetime, date, time})
 

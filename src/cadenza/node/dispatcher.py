@@ -89,6 +89,9 @@ CHAIN_WAIT = 0.005
 STAGE_CANDIDATES = 5000
 """At most this many runs due at one time are staged (more: the ordinary path)."""
 CANDIDATES_PER_DECISION = 200
+#: How long a wait reason this node wrote is taken as still written (Dispatcher._new_reasons).
+REASON_MEMO_SECONDS = 30.0
+REASON_MEMO_SIZE = 20_000
 PREFETCH = 1
 
 
@@ -131,6 +134,8 @@ class Dispatcher:
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
         """The runs of the next crowded due time, staged (executor/staging.py)."""
+        self._reasons: dict[str, tuple[str | None, float]] = {}
+        """run id -> (wait reason, monotonic time) this node wrote (see _new_reasons)."""
         holder.on_request(self.wake)
         holder.on_reload(lambda config, now: self.wake())
 
@@ -210,6 +215,8 @@ class Dispatcher:
             claimed: list[Started] = []
             if decision.admitted:
                 ids = [c.run_id for c in decision.admitted]
+                for run_id in ids:  # a claim clears the reason: its next one is written
+                    self._reasons.pop(run_id, None)
                 until = now + max(current.executor.lease_for(c.job_id)
                                   for c in decision.admitted)
                 # Claim and record each run's first step start in this same transaction.
@@ -226,10 +233,10 @@ class Dispatcher:
             coming = len(early)
             early_due.extend(c.not_before for c in candidates
                              if c.not_before is not None and c.not_before > now)
-            self.store.set_wait_reasons(
+            self.store.set_wait_reasons(self._new_reasons(
                 {run_id: why.text for run_id, why in decision.waiting.items()
                  if why.rule is not WaitRule.NODE_WORKERS
-                 and not (why.rule is WaitRule.NOT_BEFORE and run_id in early)},
+                 and not (why.rule is WaitRule.NOT_BEFORE and run_id in early)}),
                 conn=conn)
             recheck = None if pools is None else pools.next_recheck()
             if recheck is not None and (decision.next_check is None
@@ -251,6 +258,26 @@ class Dispatcher:
         if early_due:
             self._stage_ahead(min(early_due), now)
         return next_check
+
+    def _new_reasons(self, reasons: dict[str, str | None]) -> dict[str, str | None]:
+        """The wait reasons of ``reasons`` that this node did not write in the last
+        REASON_MEMO_SECONDS. A decision reads the queued runs again, and every run held
+        (by ``not_before``, a limit, a pool) gets the same reason as at the decision before:
+        reading each one's row to find nothing to write was most of a decision with a few
+        hundred runs waiting (W6, docs/benchmarks.md). After that time a reason is checked
+        against the row again (another node, or the run's own change, may have replaced
+        it)."""
+        now = self.clock.monotonic()
+        memo = self._reasons
+        if len(memo) > REASON_MEMO_SIZE:
+            memo.clear()
+        fresh = {}
+        for run_id, text in reasons.items():
+            known = memo.get(run_id)
+            if known is None or known[0] != text or now - known[1] > REASON_MEMO_SECONDS:
+                fresh[run_id] = text
+                memo[run_id] = (text, now)
+        return fresh
 
     # -- staged due times (executor/staging.py) ----------------------------------------------
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -272,22 +272,34 @@ class StoreCore:
             raise StoreError(f"store read failed: {exc.orig}") from exc
 
     def quick_rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """The rows of one SELECT (``?`` placeholders) through a pooled DBAPI connection,
-        without SQLAlchemy's connection, transaction and result layers: for the reads made
-        on every request (a request's credentials), where those layers cost ten times the
-        statement. One statement is one snapshot on both dialects; values come raw (SQLite
-        timestamps as text: :func:`cadenza.store.codec.utc_from_raw`)."""
-        if self.dialect != "sqlite":
-            sql = sql.replace("?", "%s")
+        """The rows of one SELECT (``?`` placeholders): :meth:`quick_read` for one
+        statement."""
+        with self.quick_read() as query:
+            return query(sql, params)
+
+    @contextmanager
+    def quick_read(self) -> Iterator[Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]]:
+        """A function running SELECTs (``?`` placeholders) through one pooled DBAPI
+        connection, without SQLAlchemy's connection, transaction and result layers: for the
+        reads of every request (credentials, a page of the history, a run's events), where
+        those layers cost several times the statements. Each statement is a snapshot of its
+        own (SQLite: the driver's autocommit; PostgreSQL: one transaction, rolled back when
+        the connection returns to the pool). Values come raw: SQLite timestamps as text
+        (:func:`cadenza.store.codec.utc_from_raw`); compare with :meth:`raw_time`."""
+        postgres = self.dialect != "sqlite"
+
+        def query(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql.replace("?", "%s") if postgres else sql, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+
         try:
             raw = self.engine.raw_connection()
             try:
-                cursor = raw.cursor()
-                try:
-                    cursor.execute(sql, params)
-                    return list(cursor.fetchall())
-                finally:
-                    cursor.close()
+                yield query
             finally:
                 raw.close()  # back to the pool (PostgreSQL: its transaction rolled back)
         except sa.exc.DBAPIError as exc:

@@ -17,7 +17,12 @@ from cadenza.domain.states import TERMINAL_RUN_STATES
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.records import EventRecord, LogRecord
-from cadenza.store.tables import event_log, run_logs, runs
+from cadenza.store.tables import run_logs, runs
+
+_EVENT_COLUMNS_SQL = ", ".join(f'"{column}"' for column in (
+    "event_id", "run_id", "resource_id", "event_type", "level", "message", "payload_json",
+    "created_at", "actor"))
+"""The columns :meth:`EventRecord.from_raw` reads, in its order."""
 
 
 class EventsRepository(StoreCore):
@@ -74,25 +79,31 @@ class EventsRepository(StoreCore):
         cursor of newest-first pages (events with a smaller ``event_id``); ``actor`` keeps the
         events of one actor (``user:ana``).
         """
-        query = sa.select(event_log)
-        if run_id is not None:
-            query = query.where(event_log.c.run_id == run_id)
-        if resource_id is not None:
-            query = query.where(event_log.c.resource_id == resource_id)
-        if event_type is not None:
-            query = query.where(event_log.c.event_type == str(event_type))
+        # Hand-written SQL on the DBAPI cursor (StoreCore.quick_read): the read behind
+        # every events page and a run's audit trail.
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value in (("run_id", run_id), ("resource_id", resource_id),
+                              ("event_type", None if event_type is None else str(event_type)),
+                              ("actor", actor)):
+            if value is not None:
+                where.append(f'"{column}" = ?')
+                params.append(value)
         if since is not None:
-            query = query.where(event_log.c.created_at >= require_aware(since, "since"))
+            where.append('"created_at" >= ?')
+            params.append(self.raw_time(require_aware(since, "since")))
         if after_id is not None:
-            query = query.where(event_log.c.event_id > after_id)
+            where.append('"event_id" > ?')
+            params.append(after_id)
         if before_id is not None:
-            query = query.where(event_log.c.event_id < before_id)
-        if actor is not None:
-            query = query.where(event_log.c.actor == actor)
-        order = event_log.c.event_id.desc() if newest_first else event_log.c.event_id
-        with self.read() as c:
-            rows = c.execute(query.order_by(order).limit(limit)).all()
-        return [EventRecord.from_row(row) for row in rows]
+            where.append('"event_id" < ?')
+            params.append(before_id)
+        sql = (f"SELECT {_EVENT_COLUMNS_SQL} FROM event_log"
+               + (" WHERE " + " AND ".join(where) if where else "")
+               + f' ORDER BY "event_id"{" DESC" if newest_first else ""} LIMIT ?')
+        with self.quick_read() as read:
+            rows = read(sql, (*params, limit))
+        return [EventRecord.from_raw(row) for row in rows]
 
     def append_log(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.states import ResourceState, RunState, StepState
-from cadenza.store.codec import UTCDateTime, loads, loads_mapping, utc_from_raw
+from cadenza.store.codec import loads, loads_mapping, utc_from_raw
 from cadenza.store.tables import runs
 
 
@@ -79,26 +79,17 @@ class RunRecord:
 
     @staticmethod
     def from_raw(row: Any) -> RunRecord:
-        """A run from a row of :data:`RAW_RUN_COLUMNS` (the history's pages)."""
+        """A run from a raw row of every column of ``runs`` in table order, timestamps as
+        the driver gives them (:meth:`StoreCore.quick_read`: the history's pages)."""
         return _make_raw_run(row)
 
 
-def _raw(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
-    """``column`` selected without its type's result processing (timestamps: see
-    :func:`utc_from_raw`)."""
-    if isinstance(column.type, UTCDateTime):
-        return sa.type_coerce(column, sa.types.NullType()).label(column.name)
-    return column
-
-
-RAW_RUN_COLUMNS = tuple(_raw(column) for column in runs.c)
-"""Every column of ``runs``, in table order, timestamps raw: for :meth:`RunRecord.from_raw`."""
-_RUN_STATES = {state.value: state for state in RunState}
 _RUN_FIELDS = tuple(column.name for column in runs.c)
+_RUN_STATES = {state.value: state for state in RunState}
 
 
 def _raw_run_maker() -> Any:
-    """The function making a RunRecord from a row of :data:`RAW_RUN_COLUMNS`: positions,
+    """The function making a RunRecord from a raw row (:meth:`RunRecord.from_raw`): positions,
     one conversion per field (built once, so that a new column cannot be forgotten)."""
     index = {name: i for i, name in enumerate(_RUN_FIELDS)}
     missing = {f for f in RunRecord.__dataclass_fields__} - {
@@ -304,6 +295,13 @@ class EventRecord:
             created_at=m["created_at"],
             actor=m["actor"],
         )
+
+    @classmethod
+    def from_raw(cls, row: Any) -> EventRecord:
+        """An event from a raw row (event_id, run_id, resource_id, event_type, level,
+        message, payload_json, created_at, actor), the created_at as the driver gives it."""
+        return cls(row[0], row[1], row[2], row[3], row[4], row[5], loads(row[6]),
+                   utc_from_raw(row[7]), row[8])  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)

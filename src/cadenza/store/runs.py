@@ -26,7 +26,7 @@ from cadenza.domain.states import (
 )
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, run_id_time
-from cadenza.store.records import RAW_RUN_COLUMNS, CheckpointRecord, RunRecord
+from cadenza.store.records import CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
 from cadenza.store.transition import Machine
@@ -133,6 +133,12 @@ def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.
 
 EARLIER_STEP_FAILED = "earlier step failed"
 """The reason of a step recorded SKIPPED after a failed one (SPEC §7)."""
+
+
+_RUN_COLUMNS_SQL = ", ".join(f'"{column.name}"' for column in runs.c)
+"""Every column of ``runs`` in table order (:meth:`RunRecord.from_raw`), quoted."""
+_RUN_CREATED_AT = list(runs.c.keys()).index("created_at")
+_RUN_ID = list(runs.c.keys()).index("id")
 
 
 class RunsRepository(StepRunsRepository):
@@ -424,59 +430,67 @@ class RunsRepository(StepRunsRepository):
         run (the next newer page), still returned newest first. Several states are one
         query each (an ordered range of ``ix_runs_state_created``), merged.
         """
-        query = sa.select(*RAW_RUN_COLUMNS)  # timestamps raw: RunRecord.from_raw
+        # Hand-written SQL on the DBAPI cursor (StoreCore.quick_read): this is the read of
+        # every history page (API and web), and SQLAlchemy's layers cost more than it.
+        where: list[str] = []
+        params: list[Any] = []
         if job is not None:
-            query = query.where(runs.c.job_id == job)
-        wanted: list[str] = []
+            where.append('"job_id" = ?')
+            params.append(job)
+        wanted: list[str | None] = [None]
         if state is not None:
             states = [state] if isinstance(state, str) else list(state)
             wanted = sorted({RunState(s).value for s in states})
             if not wanted:
                 return []
         if trigger is not None:
-            query = query.where(runs.c.trigger == trigger)
-        with self.read() as c:
+            where.append('"trigger" = ?')
+            params.append(trigger)
+        with self.quick_read() as read:
             if isinstance(before, datetime):
-                query = query.where(runs.c.created_at < require_aware(before, "before"))
+                where.append('"created_at" < ?')
+                params.append(self.raw_time(before))
             elif before is not None:
-                cursor_at = c.execute(
-                    sa.select(runs.c.created_at).where(runs.c.id == before)
-                ).scalar()
-                if cursor_at is None:
+                found = read('SELECT "created_at" FROM runs WHERE "id" = ?', (before,))
+                if not found:
                     # A run pruned meanwhile: its id still says when it was made, which
                     # bounds created_at (an index range, not a sort of the whole history).
                     made = run_id_time(before)
-                    query = query.where(runs.c.id < before)
+                    where.append('"id" < ?')
+                    params.append(before)
                     if made is not None:
-                        query = query.where(
-                            runs.c.created_at < made + timedelta(milliseconds=1))
+                        where.append('"created_at" < ?')
+                        params.append(self.raw_time(made + timedelta(milliseconds=1)))
                 else:
                     # "<= t AND (< t OR id <)": one index range on created_at (the
                     # equivalent "< t OR (= t AND id <)" makes SQLite sort every older run)
-                    query = query.where(
-                        runs.c.created_at <= cursor_at,
-                        sa.or_(runs.c.created_at < cursor_at, runs.c.id < before),
-                    )
+                    at = found[0][0]
+                    where.append('"created_at" <= ? AND ("created_at" < ? OR "id" < ?)')
+                    params.extend((at, at, before))
             if after is not None:
-                after_at = c.execute(
-                    sa.select(runs.c.created_at).where(runs.c.id == after)
-                ).scalar()
-                if after_at is None:
-                    query = query.where(runs.c.id > after)
+                found = read('SELECT "created_at" FROM runs WHERE "id" = ?', (after,))
+                if not found:
+                    where.append('"id" > ?')
+                    params.append(after)
                 else:
-                    query = query.where(
-                        runs.c.created_at >= after_at,
-                        sa.or_(runs.c.created_at > after_at, runs.c.id > after),
-                    )
-                order = (runs.c.created_at.asc(), runs.c.id.asc())
+                    at = found[0][0]
+                    where.append('"created_at" >= ? AND ("created_at" > ? OR "id" > ?)')
+                    params.extend((at, at, after))
+                order = '"created_at" ASC, "id" ASC'
             else:
-                order = (runs.c.created_at.desc(), runs.c.id.desc())
+                order = '"created_at" DESC, "id" DESC'
             # One query per state, each an ordered range of the (state, created_at, id)
             # index, merged here: "state IN (...)" would sort every run of those states.
-            parts = [query.where(runs.c.state == one) for one in wanted] or [query]
-            rows = [row for part in parts
-                    for row in c.execute(part.order_by(*order).limit(limit)).all()]
-        rows.sort(key=lambda row: (row.created_at, row.id), reverse=after is None)
+            rows = []
+            for one in wanted:
+                clauses = where if one is None else ['"state" = ?', *where]
+                values = params if one is None else [one, *params]
+                sql = (f"SELECT {_RUN_COLUMNS_SQL} FROM runs"
+                       + (" WHERE " + " AND ".join(clauses) if clauses else "")
+                       + f" ORDER BY {order} LIMIT ?")
+                rows.extend(read(sql, (*values, limit)))
+        created, ident = _RUN_CREATED_AT, _RUN_ID
+        rows.sort(key=lambda row: (row[created], row[ident]), reverse=after is None)
         rows = rows[:limit]
         if after is not None:
             rows = rows[::-1]

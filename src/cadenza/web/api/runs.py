@@ -67,7 +67,7 @@ def list_runs(
         since=_when(request, "since", since), until=_when(request, "until", until),
         before=cursor, limit=limit))
     return context(request).answer(  # type: ignore[return-value]  # the same JSON
-        {"runs": [RunView.of(r).as_json() | {"created_at": r.created_at} for r in page.runs],
+        {"runs": [RunView.json_of(r) for r in page.runs],
          "next_cursor": page.older})
 
 

@@ -73,6 +73,9 @@ def environment(lang: str) -> Environment:
     env.filters["isoutc"] = iso_utc
     env.filters["utctext"] = utc_text
     env.globals["version"] = cadenza.__version__
+    from cadenza.web.ui.runs_rows import rows_html
+
+    env.globals["runs_rows"] = rows_html  # the runs table's rows (runs_rows.py)
     return env
 
 

@@ -9,8 +9,8 @@
    ``--workers`` workers), a viewer API token made by the token service; while measuring, this
    process queues ``--drain-rate`` runs of ``stream`` a second and the node drains them.
 3. **measure**: ``--clients`` threads (``http.client``, keep-alive), each cycling over the
-   endpoints for ``--seconds`` after ``--warmup`` seconds; p50/p95/p99/max per endpoint, errors, the runs
-   drained meanwhile. Exit status 1 when a request failed.
+   endpoints for ``--seconds`` after ``--warmup`` seconds; p50/p95/p99/max per endpoint,
+   errors, the runs drained meanwhile. Exit status 1 when a request failed.
 
 Endpoints are ``NAME=TEMPLATE`` paths (``--path``, repeatable, replacing the defaults) with
 placeholders drawn per request: ``{job}`` a job of the fill, ``{state}`` a run state,

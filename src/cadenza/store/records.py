@@ -81,7 +81,8 @@ class RunRecord:
     def from_raw(row: Any) -> RunRecord:
         """A run from a raw row of every column of ``runs`` in table order, timestamps as
         the driver gives them (:meth:`StoreCore.quick_read`: the history's pages)."""
-        return _make_raw_run(row)
+        run: RunRecord = _make_raw_run(row)
+        return run
 
 
 _RUN_FIELDS = tuple(column.name for column in runs.c)
@@ -108,7 +109,7 @@ def _raw_run_maker() -> Any:
     states = _RUN_STATES
 
     def make(row: Any) -> RunRecord:
-        t = utc_from_raw
+        t: Any = utc_from_raw  # created_at and updated_at are never NULL
         return RunRecord(
             row[i_id], row[i_job], states[row[i_state]], row[i_trigger], row[i_schedule],
             t(row[i_scheduled]), t(row[i_created]), t(row[i_started]), t(row[i_finished]),

@@ -440,8 +440,8 @@ class RunsRepository(StepRunsRepository):
         wanted: list[str | None] = [None]
         if state is not None:
             states = [state] if isinstance(state, str) else list(state)
-            wanted = sorted({RunState(s).value for s in states})
-            if not wanted:
+            wanted = [*sorted({RunState(s).value for s in states})]
+            if len(wanted) == 0:
                 return []
         if trigger is not None:
             where.append('"trigger" = ?')

@@ -10,7 +10,7 @@ is a hand-made URL, not a button.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -23,7 +23,7 @@ class LoginRequired(Exception):
     """A page or a page action was requested without a valid session."""
 
 
-def page_require(role: str) -> Callable[[Request], Principal]:
+def page_require(role: str) -> Callable[[Request], Awaitable[Principal]]:
     """A dependency admitting readers whose role is ``role`` or above; without a session,
     :class:`LoginRequired` (the login form) instead of the API's 401."""
     return require(role, when_anonymous=LoginRequired, name="page_require")

@@ -109,6 +109,9 @@ sa.Index("ix_runs_job_started", runs.c.job_id, runs.c.started_at,
 sa.Index("ix_runs_parent", runs.c.parent_run_id, runs.c.parent_step, unique=True)
 # The history by state, newest first (migration 0012): a page of one state is one range.
 sa.Index("ix_runs_state_created", runs.c.state, runs.c.created_at, runs.c.id)
+# The history filtered by trigger (the runs page's trigger filter, ``GET /api/runs?trigger=``):
+# one ordered index range, not a walk of every run for a trigger that matches few.
+sa.Index("ix_runs_trigger_created", runs.c.trigger, runs.c.created_at, runs.c.id)
 
 step_runs = sa.Table(
     "step_runs",
@@ -258,6 +261,9 @@ event_log = sa.Table(
     sa.Index(None, "resource_id", "event_id"),
     sa.Index(None, "created_at"),
     sa.Index(None, "event_type", "created_at"),
+    # The audit log filtered by type or by actor, newest first (a keyset on event_id).
+    sa.Index("ix_event_log_type_event", "event_type", "event_id"),
+    sa.Index("ix_event_log_actor_event", "actor", "event_id"),
     sqlite_autoincrement=True,
 )
 

@@ -67,7 +67,8 @@ def environment(lang: str) -> Environment:
     """The template environment of ``lang`` (autoescaping, i18n extension)."""
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)),
                       autoescape=select_autoescape(["html", "xml"], default=True),
-                      extensions=["jinja2.ext.i18n"], trim_blocks=True, lstrip_blocks=True)
+                      extensions=["jinja2.ext.i18n"], trim_blocks=True, lstrip_blocks=True,
+                      auto_reload=False)  # installed files: no stat per template per page
     env.install_gettext_translations(translations(lang), newstyle=True)  # type: ignore[attr-defined]
     env.globals["static"] = static_url
     env.filters["isoutc"] = iso_utc

@@ -42,8 +42,9 @@ def time_html(value: datetime | None, rel: bool = True) -> str:
     if not value:
         return DASH
     utc = value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    iso = utc.isoformat().replace("+00:00", "Z")  # as render.iso_utc and render.utc_text
-    return f'<time datetime="{iso}"{" data-rel" if rel else ""}>{utc:%Y-%m-%d %H:%M:%S} UTC</time>'
+    iso = utc.isoformat()  # as render.iso_utc and render.utc_text, from one isoformat
+    return (f'<time datetime="{iso[:-6]}Z"{" data-rel" if rel else ""}>'
+            f"{iso[:10]} {iso[11:19]} UTC</time>")
 
 
 

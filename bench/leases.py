@@ -188,7 +188,7 @@ def database(args: argparse.Namespace, tmp: Path) -> Iterator[str]:
     if args.store == "sqlite":
         yield f"sqlite:///{(tmp / 'cadenza.db').as_posix()}"
         return
-    with scratch_pg_database(args.pg_url) as url:
+    with scratch_pg_database(args.pg_url, keep=args.keep_db) as url:
         yield url
 
 
@@ -286,8 +286,15 @@ def product(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
                 holder = None
     succeeded = len(store.list_runs(state=RunState.SUCCEEDED, limit=args.n + 1))
     store.close()
+    # The rate in each fifth of the leases, in the order they ended: a rate that falls as
+    # the history grows shows here (the kill's pause falls in the second fifth).
+    ends = sorted(int(line[3]) for line in lines if line[0] == "I")
+    fifths = [ends[len(ends) * k // 5:len(ends) * (k + 1) // 5] for k in range(5)]
+    by_fifth = [round(len(f) / ((f[-1] - f[0]) / 1e6), 1) if len(f) > 1 and f[-1] > f[0]
+                else None for f in fifths]
     return {
         "leases": succeeded, "seconds": t1 - t0, "leases_per_s": succeeded / (t1 - t0),
+        "leases_per_s_by_fifth": by_fifth,
         "wait_ms_p50": percentile(waits, 0.5), "wait_ms_p99": percentile(waits, 0.99),
         "double_leases_in_intervals": overlaps(intervals),
         "double_leases_in_audit_log": double_in_log,
@@ -338,6 +345,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--units", type=int, default=4)
     parser.add_argument("--hold", type=float, default=0.005, help="seconds each lease is held")
     parser.add_argument("--ttl", type=float, default=2.0, help="the run lease's length, s")
+    parser.add_argument("--keep-db", action="store_true",
+                        help="PostgreSQL: keep the databases (their names go to stderr)")
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

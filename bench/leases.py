@@ -84,7 +84,7 @@ def micros() -> int:
 def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop: str) -> None:
     """Lease through the claim until no run is left (or ``stop`` exists)."""
     store = Store.open(url, migrate=False)
-    install_leaser(store, plan(units))
+    leaser = install_leaser(store, plan(units))
     clock = SystemClock()
     owner = f"bench:{os.getpid()}"
     pause = threading.Event()
@@ -119,10 +119,16 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
                 pause.wait(0.002)
                 continue
             got = micros()
-            with store.read() as c:
-                unit = c.exec_driver_sql(
-                    "SELECT resource_id FROM resources WHERE lease_owner = "
-                    + ("%s" if store.dialect == "postgresql" else "?"), (run.id,)).scalar_one()
+            # What the claim leased, as ctx.resources shows it (no read); older code: a read.
+            held = leaser.held_by(run.id) if hasattr(leaser, "held_by") else None
+            if held:
+                unit = held[0][0]
+            else:
+                with store.read() as c:
+                    unit = c.exec_driver_sql(
+                        "SELECT resource_id FROM resources WHERE lease_owner = "
+                        + ("%s" if store.dialect == "postgresql" else "?"),
+                        (run.id,)).scalar_one()
             # The unit is held: the interval below lies inside the real hold.
             fh.write(f"L {unit} {asked} {got}\n")
             pause.wait(hold)

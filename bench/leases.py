@@ -20,15 +20,16 @@ Then the **ceiling**: the same workers and holds on a bare table of 4 rows, each
 conditional UPDATE (``... SET owner = :me WHERE id = :id AND owner IS NULL``, success when
 one row changed) and each release another, one transaction each, no run, no event.
 
-Printed (JSON): leases/s through the product and on the bare table (and their ratio; the
-target is at least half), p50/p99 of the wait for a lease, double leases found in the
+Printed (JSON): leases/s through the product (also in each fifth of the leases: a rate that
+moves with the history or the queue shows there) and on the bare table (and their ratio;
+the target is at least half), p50/p99 of the wait for a lease, double leases found in the
 intervals the workers recorded (a unit held by two workers at one instant) and in the
 audit log (a unit leased again before its release), the recovery time.
 
 Usage::
 
     python bench/leases.py --store sqlite -n 20000
-    python bench/leases.py --store postgresql -n 20000 [--pg-url ...]
+    python bench/leases.py --store postgresql -n 20000 [--pg-url ...] [--keep-db]
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def micros() -> int:
 def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop: str) -> None:
     """Lease through the claim until no run is left (or ``stop`` exists)."""
     store = Store.open(url, migrate=False)
-    install_leaser(store, plan(units))
+    leaser = install_leaser(store, plan(units))
     clock = SystemClock()
     owner = f"bench:{os.getpid()}"
     pause = threading.Event()
@@ -119,10 +120,16 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
                 pause.wait(0.002)
                 continue
             got = micros()
-            with store.read() as c:
-                unit = c.exec_driver_sql(
-                    "SELECT resource_id FROM resources WHERE lease_owner = "
-                    + ("%s" if store.dialect == "postgresql" else "?"), (run.id,)).scalar_one()
+            # What the claim leased, as ctx.resources shows it (no read); older code: a read.
+            held = leaser.held_by(run.id) if hasattr(leaser, "held_by") else None
+            if held:
+                unit = held[0][0]
+            else:
+                with store.read() as c:
+                    unit = c.exec_driver_sql(
+                        "SELECT resource_id FROM resources WHERE lease_owner = "
+                        + ("%s" if store.dialect == "postgresql" else "?"),
+                        (run.id,)).scalar_one()
             # The unit is held: the interval below lies inside the real hold.
             fh.write(f"L {unit} {asked} {got}\n")
             pause.wait(hold)
@@ -188,7 +195,7 @@ def database(args: argparse.Namespace, tmp: Path) -> Iterator[str]:
     if args.store == "sqlite":
         yield f"sqlite:///{(tmp / 'cadenza.db').as_posix()}"
         return
-    with scratch_pg_database(args.pg_url) as url:
+    with scratch_pg_database(args.pg_url, keep=args.keep_db) as url:
         yield url
 
 
@@ -286,8 +293,15 @@ def product(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
                 holder = None
     succeeded = len(store.list_runs(state=RunState.SUCCEEDED, limit=args.n + 1))
     store.close()
+    # The rate in each fifth of the leases, in the order they ended: a rate that falls as
+    # the history grows shows here (the kill's pause falls in the second fifth).
+    ends = sorted(int(line[3]) for line in lines if line[0] == "I")
+    fifths = [ends[len(ends) * k // 5:len(ends) * (k + 1) // 5] for k in range(5)]
+    by_fifth = [round(len(f) / ((f[-1] - f[0]) / 1e6), 1) if len(f) > 1 and f[-1] > f[0]
+                else None for f in fifths]
     return {
         "leases": succeeded, "seconds": t1 - t0, "leases_per_s": succeeded / (t1 - t0),
+        "leases_per_s_by_fifth": by_fifth,
         "wait_ms_p50": percentile(waits, 0.5), "wait_ms_p99": percentile(waits, 0.99),
         "double_leases_in_intervals": overlaps(intervals),
         "double_leases_in_audit_log": double_in_log,
@@ -338,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--units", type=int, default=4)
     parser.add_argument("--hold", type=float, default=0.005, help="seconds each lease is held")
     parser.add_argument("--ttl", type=float, default=2.0, help="the run lease's length, s")
+    parser.add_argument("--keep-db", action="store_true",
+                        help="PostgreSQL: keep the databases (their names go to stderr)")
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:

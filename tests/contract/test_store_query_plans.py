@@ -1,5 +1,6 @@
-"""The admission reads use their indexes (SQLite's query plans): a decision's cost must not
-grow with the queue or with a job's history (migrations 0005 and 0006)."""
+"""The admission reads use their indexes (SQLite's query plans), and so does a claim from
+the queue on PostgreSQL: a decision's cost must not grow with the queue or with a job's
+history (migrations 0005 and 0006)."""
 
 from __future__ import annotations
 
@@ -107,5 +108,45 @@ def test_history_pages_are_index_ranges_at_any_depth(sqlite_url: str) -> None:
         job_deep = _plans(store, lambda: store.list_runs(job="j1", before=ids[3], limit=5),
                           words="ORDER BY")
         assert "job_id=? AND created_at<?" in job_deep[0], job_deep
+    finally:
+        store.close()
+
+
+def test_a_claim_from_the_queue_walks_the_claim_order_on_postgresql(pg_url: str) -> None:
+    """Statistics that say few runs are queued (analyzed over a history of ended runs, then a
+    burst queued; or never analyzed, autovacuum off) make PostgreSQL's planner read every
+    queued run and sort them for each claim; the claim makes it walk ``ix_runs_claim_order``
+    for its transaction, and sets the planner back afterwards."""
+    store = Store.open(pg_url)
+    try:
+        now = datetime.now(UTC)
+        store.create_runs([NewRun("old", "manual:t")] * 5000)
+        with store.write() as conn:
+            conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED'")
+            conn.exec_driver_sql("ANALYZE runs")
+        ids = store.create_runs([NewRun("burst", "manual:t")] * 10000)
+        d = Dialect("postgresql")
+        sql = "EXPLAIN " + claims.claim_statement(d, jobs=1)
+        params = [now, "burst", 1, "node:1:1", now + timedelta(minutes=1), now, now]
+
+        def plan(conn: sa.Connection) -> str:
+            raw = conn.connection.cursor()
+            raw.execute(sql, params)
+            return " | ".join(str(row[0]) for row in raw.fetchall())
+
+        with store.write() as conn:
+            stale = plan(conn)
+            raw = conn.connection.cursor()
+            raw.execute(claims._ORDERED)
+            ordered = plan(conn)
+        # The condition is real: left alone, the planner sorts the whole queue.
+        assert "Sort" in stale, stale
+        assert "ix_runs_claim_order" in ordered and "Sort" not in ordered, ordered
+        with store.write() as conn:
+            taken = store.claim_runs("node:1:1", now + timedelta(minutes=1),
+                                     job_ids=["burst"], conn=conn)
+            after = conn.exec_driver_sql("SELECT current_setting('enable_sort')").scalar()
+        assert [run.id for run in taken] == sorted(ids)[:1]  # same created_at: by id
+        assert after == "on"  # the rest of the transaction plans as before
     finally:
         store.close()

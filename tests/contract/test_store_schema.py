@@ -88,6 +88,23 @@ def test_unsupported_urls_and_settings_are_refused() -> None:
         Store.open("sqlite:///x.db", sqlite_synchronous="OFF")
 
 
+def test_a_lease_changes_no_indexed_column_of_resources(store: Store) -> None:
+    """Leases, starts and releases change a member's state, owner, lease and epoch in place:
+    none of those is indexed, so that on PostgreSQL every such change is a HOT update and
+    the table keeps its live size without VACUUM (migration 0014); there the table also
+    keeps half of each page free for the next version."""
+    changed = {"state", "lease_owner", "lease_until", "lease_epoch", "lease_step",
+               "updated_at", "last_error"}
+    with store.read() as conn:
+        indexes = sa.inspect(conn).get_indexes("resources")
+        indexed = {c for index in indexes for c in index["column_names"] if c}
+        assert indexed and not indexed & changed, indexes
+        if store.dialect == "postgresql":
+            options = conn.exec_driver_sql(
+                "SELECT reloptions FROM pg_class WHERE relname = 'resources'").scalar()
+            assert options == ["fillfactor=50"]
+
+
 def test_the_event_log_refuses_updates(store: Store) -> None:
     event_id = store.append_event("CONFIG_CHANGED", "before")
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.write() as conn:

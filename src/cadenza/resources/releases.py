@@ -82,12 +82,19 @@ class Releases:
                 self._held.pop(run_id, None)
         cursor = conn.connection.cursor()
         try:
-            if d.postgres and not self._faults(
+            one = not d.postgres and len(ids) == 1
+            if (d.postgres or one) and not self._faults(
                     cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):
-                # No fault to sort out: read and release in one statement (a round trip).
-                cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
-                               [*ids, d.ts(now)])
-                released = sorted(cursor.fetchall())
+                # No fault to sort out: read and release in one statement.
+                if one:  # SQLite: RETURNING shows the new state, which tells the old one
+                    cursor.execute(_RELEASE_RUN, [d.ts(now), ids[0]])
+                    released = sorted(
+                        (rid, pool, kind, LEASED if to == AVAILABLE else RUNNING, ids[0],
+                         epoch) for rid, pool, kind, to, epoch in cursor.fetchall())
+                else:
+                    cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
+                                   [*ids, d.ts(now)])
+                    released = sorted(cursor.fetchall())
                 if not released:
                     return
                 events: list[ResourceEvent] = []
@@ -259,6 +266,14 @@ _RELEASE_HELD = (
     " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
     " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
 """PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
+_RELEASE_RUN = (
+    "UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
+    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
+    " updated_at = ? WHERE lease_owner = ? AND state IN ('LEASED', 'RUNNING')"
+    " RETURNING resource_id, pool, kind, state, lease_epoch")
+"""SQLite, one run's end (no fault): :data:`_HELD` and :data:`_RELEASE_ALL` in one statement
+(under the write lock); RETURNING gives the new state: AVAILABLE was LEASED, COOLDOWN was
+RUNNING."""
 _FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
            " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
            " GROUP BY run_id)")

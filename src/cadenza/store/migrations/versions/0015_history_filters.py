@@ -1,7 +1,7 @@
 """The history by trigger and the audit log by type or actor, newest first (issue 16).
 
-Revision ID: 0014_history_filters
-Revises: 0013_resource_lease_step
+Revision ID: 0015_history_filters
+Revises: 0014_resources_hot
 Create Date: 2026-12-02
 
 A runs page filtered by a trigger that matches few runs (``manual:bob``, a call_job
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0014_history_filters"
-down_revision = "0013_resource_lease_step"
+revision = "0015_history_filters"
+down_revision = "0014_resources_hot"
 branch_labels = None
 depends_on = None
 

@@ -4,6 +4,8 @@ history (migrations 0005 and 0006)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +18,18 @@ from cadenza.store.hotsql import Dialect
 
 def _plans(store: Store, call: Any, *, words: str) -> list[str]:
     """The query plans (EXPLAIN QUERY PLAN, joined) of the statements ``call`` runs whose
-    SQL contains ``words``."""
+    SQL contains ``words``: those through SQLAlchemy and those of the store's hand-written
+    reads on the DBAPI cursor (``StoreCore.quick_read``)."""
     plans: list[str] = []
+
+    def plan(statement: str, params: Any) -> None:
+        raw = store.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute("EXPLAIN QUERY PLAN " + statement, params)
+            plans.append(" | ".join(str(row[3]) for row in cursor.fetchall()))
+        finally:
+            raw.close()
 
     def explain(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
                 executemany: bool) -> None:
@@ -26,10 +38,23 @@ def _plans(store: Store, call: Any, *, words: str) -> list[str]:
             raw.execute("EXPLAIN QUERY PLAN " + statement, params)
             plans.append(" | ".join(str(row[3]) for row in raw.fetchall()))
 
+    quick_read = store.quick_read
+
+    @contextmanager
+    def traced() -> Iterator[Any]:
+        with quick_read() as query:
+            def read(statement: str, params: Any) -> Any:
+                if words in statement:
+                    plan(statement, params)
+                return query(statement, params)
+            yield read
+
     sa.event.listen(store.engine, "before_cursor_execute", explain)
+    store.quick_read = traced  # type: ignore[method-assign]
     try:
         call()
     finally:
+        del store.quick_read
         sa.event.remove(store.engine, "before_cursor_execute", explain)
     return plans
 
@@ -108,6 +133,27 @@ def test_history_pages_are_index_ranges_at_any_depth(sqlite_url: str) -> None:
         job_deep = _plans(store, lambda: store.list_runs(job="j1", before=ids[3], limit=5),
                           words="ORDER BY")
         assert "job_id=? AND created_at<?" in job_deep[0], job_deep
+        # A trigger that matches few runs (migration 0015): its own ordered range.
+        by_trigger = _plans(store, lambda: store.list_runs(trigger="manual:nobody", limit=5),
+                            words="ORDER BY")
+        assert len(by_trigger) == 1 and "ix_runs_trigger_created" in by_trigger[0], by_trigger
+        assert "TEMP B-TREE FOR ORDER BY" not in by_trigger[0], by_trigger
+    finally:
+        store.close()
+
+
+def test_the_audit_log_by_type_or_actor_is_an_index_range(sqlite_url: str) -> None:
+    """The audit page, newest first, filtered by type or by actor (migration 0015)."""
+    store = Store.open(sqlite_url)
+    try:
+        store.create_runs([NewRun("j", "manual:t") for _ in range(5)])
+        for filters in ({"event_type": "RUN_QUEUED"}, {"actor": "user:ana"}):
+            plans = _plans(store, lambda f=filters: store.list_events(  # type: ignore[misc]
+                newest_first=True, before_id=10**9, limit=20, **f), words="ORDER BY")
+            name = "ix_event_log_type_event" if "event_type" in filters \
+                else "ix_event_log_actor_event"
+            assert len(plans) == 1 and name in plans[0], plans
+            assert "TEMP B-TREE FOR ORDER BY" not in plans[0], plans
     finally:
         store.close()
 

@@ -346,13 +346,7 @@ class Redactor:
                     memo[value] = done
             return value if done is None else done
         if type(value) is dict:
-            if id(value) in path:  # a container that holds itself
-                return REDACTED
-            path.add(id(value))
-            try:
-                return self._redact_container(value, state, path, memo)
-            finally:
-                path.discard(id(value))
+            return self._contained(value, state, path, memo)
         if value is None or isinstance(value, bool):
             return value
         if isinstance(value, int | float | date | time) and state.numbers_safe:
@@ -370,19 +364,24 @@ class Redactor:
                 return type(value)(value)
             return type(value)(str(redacted).encode("utf-8", "surrogateescape"))
         if isinstance(value, Mapping | list | tuple | set | frozenset):
-            if id(value) in path:  # a container that holds itself
-                return REDACTED
-            path.add(id(value))
-            try:
-                return self._redact_container(value, state, path, memo)
-            finally:
-                path.discard(id(value))
+            return self._contained(value, state, path, memo)
         try:
             text = str(value)
         except Exception:  # an object that cannot even print itself is not shown
             return REDACTED
         redacted = self._redact(text, state, path, memo)
         return value if redacted is text else redacted
+
+    def _contained(self, value: Any, state: _Compiled, path: set[int],
+                   memo: dict[str, str | None]) -> Any:
+        """A container redacted (``***`` for one that holds itself)."""
+        if id(value) in path:
+            return REDACTED
+        path.add(id(value))
+        try:
+            return self._redact_container(value, state, path, memo)
+        finally:
+            path.discard(id(value))
 
     def _redact_container(self, value: Any, state: _Compiled, path: set[int],
                           memo: dict[str, str | None]) -> Any:

@@ -107,13 +107,16 @@ def test_two_servers_never_record_one_fire_twice(
     home = make_home(tmp_path, "", url)
     jobs = home.jobs_file
     jobs.write_text(jobs.read_text().replace('"0 2 * * *"', '"* * * * *"'))
-    servers = [Served(home.path, fake_now="2027-01-05T01:58:56+00:00", web=False)
+    # The fake time starts when each server's clock is made: 30 s before the 01:59 fire,
+    # which two servers starting on a loaded machine (imports, migrations, the node) can
+    # take; with 4 s the fire passed before the first tick, and the next came too late.
+    servers = [Served(home.path, fake_now="2027-01-05T01:58:30+00:00", web=False)
                for _ in range(2)]
     try:
         for server in servers:
             server.wait_ready()
         eventually(lambda: [r for r in runs_of(home) if r.state is RunState.SUCCEEDED],
-                   40, "the 01:59 fire executed")
+                   70, "the 01:59 fire executed")
         time.sleep(2)  # let the other server tick over the same fire too
     finally:
         outputs = [s.stop() for s in servers]

@@ -314,24 +314,18 @@ class HistoryService:
 
     def get_run(self, run_id: str) -> RunDetail:
         """One run and its step attempts; NotFound for an unknown id."""
-        store = self._store()
-        family = ChildRuns(store)
-        # One read transaction (one connection, one snapshot) for the run and its family.
-        with store.read() as conn:
-            run = store.get_run(run_id, conn=conn)
-            if run is None:
-                raise NotFound(f"no run {run_id!r}")
-            parent = None
-            called = family.parent(run_id, conn=conn)
-            if called is not None:
-                above = store.get_run(called[0], conn=conn)  # None once pruned
-                parent = ParentView(called[0], above.job_id if above else None, called[1],
-                                    above.state if above else None)
-            children = tuple(ChildView(c.id, c.job_id, c.parent_step, c.state, c.rows,
-                                       c.created_at, c.finished_at)
-                             for c in family.children(run_id, conn=conn))
-            steps = tuple(StepView.of(step)
-                          for step in store.list_step_runs(run_id, conn=conn))
+        # One read snapshot, on the DBAPI cursor (the page of a run and its API answer).
+        found = ChildRuns(self._store()).family(run_id)
+        if found is None:
+            raise NotFound(f"no run {run_id!r}")
+        run = found.run
+        parent = None
+        if found.parent is not None:
+            parent = ParentView(found.parent[0], found.parent[2], found.parent[1],
+                                found.parent[3])
+        children = tuple(ChildView(c.id, c.job_id, c.parent_step, c.state, c.rows,
+                                   c.created_at, c.finished_at) for c in found.children)
+        steps = tuple(StepView.of(step) for step in found.steps)
         return RunDetail(RunView.of(run), steps, parent, children)
 
     def logs(self, run_id: str, min_level: str | None = None) -> list[LogLine]:

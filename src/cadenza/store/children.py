@@ -40,7 +40,9 @@ import sqlalchemy as sa
 from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
 from cadenza.store.admission import WAITING_FOR_CHILD
 from cadenza.store.boundaries import EndedRun
-from cadenza.store.tables import runs
+from cadenza.store.codec import utc_from_raw
+from cadenza.store.records import RunRecord, StepRunRecord
+from cadenza.store.tables import runs, step_runs
 
 if TYPE_CHECKING:
     from cadenza.store.boundary import NewRun
@@ -99,6 +101,24 @@ _CHILD_COLUMNS = (runs.c.id, runs.c.job_id, runs.c.state, runs.c.rows, runs.c.er
                   runs.c.finished_at)
 
 
+_RUN_COLUMNS = ", ".join(f'"{column.name}"' for column in runs.c)
+_PARENT_AT = list(runs.c.keys()).index("parent_run_id")
+_PARENT_STEP_AT = list(runs.c.keys()).index("parent_step")
+_STEP_COLUMNS = ", ".join(f'"{column.name}"' for column in step_runs.c)
+_CHILDREN_SQL = ("SELECT " + ", ".join(f'"{c.name}"' for c in _CHILD_COLUMNS)
+                 + ' FROM runs WHERE "parent_run_id" = ? ORDER BY "created_at", "id"')
+
+
+@dataclass(frozen=True)
+class RunFamily:
+    """What :meth:`ChildRuns.family` reads of a run."""
+
+    run: RunRecord
+    parent: tuple[str, str, str | None, RunState | None] | None
+    children: list[ChildRecord]
+    steps: list[StepRunRecord]
+
+
 def _child(row: Any) -> ChildRecord:
     return ChildRecord(row.id, row.job_id, RunState(row.state), row.rows, row.error,
                        row.reason, row.parent_run_id, row.parent_step, row.created_at,
@@ -127,6 +147,31 @@ class ChildRuns:
                  .order_by(runs.c.created_at, runs.c.id))
         with self.store._reading(conn) as c:
             return [_child(row) for row in c.execute(query)]
+
+    def family(self, run_id: str) -> RunFamily | None:
+        """``run_id``, its parent (id, step, job, state; job and state None once pruned),
+        its children and its step attempts, in one read snapshot on the DBAPI cursor
+        (:meth:`StoreCore.quick_read`: a run's page and ``GET /api/runs/{id}``); None for
+        an unknown run."""
+        with self.store.quick_read(snapshot=True) as read:
+            found = read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+            if not found:
+                return None
+            row = found[0]
+            parent = None
+            parent_id = row[_PARENT_AT]
+            if parent_id is not None:
+                above = read("SELECT job_id, state FROM runs WHERE id = ?", (parent_id,))
+                parent = (str(parent_id), str(row[_PARENT_STEP_AT]),
+                          above[0][0] if above else None,
+                          RunState(above[0][1]) if above else None)
+            children = [ChildRecord(c[0], c[1], RunState(c[2]), c[3], c[4], c[5], c[6], c[7],
+                                    utc_from_raw(c[8]), utc_from_raw(c[9]))  # type: ignore[arg-type]
+                        for c in read(_CHILDREN_SQL, (run_id,))]
+            steps = [StepRunRecord.from_raw(s)
+                     for s in read(f"SELECT {_STEP_COLUMNS} FROM step_runs "
+                                   "WHERE run_id = ? ORDER BY id", (run_id,))]
+        return RunFamily(RunRecord.from_raw(row), parent, children, steps)
 
     def parent(self, run_id: str, *,
                conn: sa.Connection | None = None) -> tuple[str, str] | None:

@@ -278,13 +278,15 @@ class StoreCore:
             return query(sql, params)
 
     @contextmanager
-    def quick_read(self) -> Iterator[Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]]:
+    def quick_read(self, *, snapshot: bool = False
+                   ) -> Iterator[Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]]:
         """A function running SELECTs (``?`` placeholders) through one pooled DBAPI
         connection, without SQLAlchemy's connection, transaction and result layers: for the
         reads of every request (credentials, a page of the history, a run's events), where
         those layers cost several times the statements. Each statement is a snapshot of its
-        own (SQLite: the driver's autocommit; PostgreSQL: one transaction, rolled back when
-        the connection returns to the pool). Values come raw: SQLite timestamps as text
+        own (SQLite: the driver's autocommit; PostgreSQL: autocommit, so that returning the
+        connection to the pool costs no ROLLBACK round trip); with ``snapshot`` they share
+        one read transaction. Values come raw: SQLite timestamps as text
         (:func:`cadenza.store.codec.utc_from_raw`); compare with :meth:`raw_time`."""
         postgres = self.dialect != "sqlite"
 
@@ -299,9 +301,23 @@ class StoreCore:
         try:
             raw = self.engine.raw_connection()
             try:
-                yield query
+                if postgres and not snapshot:
+                    driver: Any = raw.driver_connection
+                    driver.autocommit = True
+                    try:
+                        yield query
+                    finally:
+                        driver.autocommit = False
+                elif snapshot and not postgres:
+                    query("BEGIN", ())  # deferred: a read transaction
+                    try:
+                        yield query
+                    finally:
+                        query("COMMIT", ())
+                else:
+                    yield query  # PostgreSQL's transaction: rolled back by the pool
             finally:
-                raw.close()  # back to the pool (PostgreSQL: its transaction rolled back)
+                raw.close()  # back to the pool
         except sa.exc.DBAPIError as exc:
             raise StoreError(f"store read failed: {exc.orig}") from exc
         except Exception as exc:

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.states import ResourceState, RunState, StepState
 from cadenza.store.codec import loads, loads_mapping, utc_from_raw
-from cadenza.store.tables import runs
+from cadenza.store.tables import runs, step_runs
 
 
 def _m(row: sa.Row[Any]) -> sa.RowMapping:
@@ -160,6 +160,22 @@ class StepRunRecord:
             error_class=m["error_class"],
             updated_at=m["updated_at"],
         )
+
+
+    @staticmethod
+    def from_raw(row: Any) -> StepRunRecord:
+        """An attempt from a raw row of every column of ``step_runs`` in table order
+        (:meth:`StoreCore.quick_read`: a run's page)."""
+        m = dict(zip(_STEP_FIELDS, row, strict=True))
+        t = utc_from_raw
+        return StepRunRecord(
+            m["id"], m["run_id"], m["step"], m["step_type"], m["attempt"],
+            StepState(m["state"]), m["reason"], t(m["created_at"]),  # type: ignore[arg-type]
+            t(m["started_at"]), t(m["finished_at"]), m["rows"], loads(m["output_json"]),
+            m["error"], m["error_class"], t(m["updated_at"]))  # type: ignore[arg-type]
+
+
+_STEP_FIELDS = tuple(column.name for column in step_runs.c)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from cadenza.home import Home
     from cadenza.services import Services
     from cadenza.store import Store
+
+T = TypeVar("T")
 
 SESSION_COOKIE = "cadenza_session"
 CSRF_COOKIE = "cadenza_csrf"
@@ -59,6 +61,18 @@ class WebContext:
         which cost more than the rest of a list request (docs/benchmarks.md, W6). The
         route keeps its return annotation for the OpenAPI document."""
         return self.answer_class(content, status_code=status_code)
+
+    async def read(self, reader: Callable[[], T]) -> T:
+        """``reader()`` for an ``async`` route: on SQLite here, on the event loop (a page
+        of history is a few local indexed reads, well under a millisecond, and a WAL reader
+        never waits for a writer); on PostgreSQL in a worker thread, which waits for the
+        network round trips. The hand-off to a thread and back, and the threads' contention
+        for the interpreter, cost the hot reads more than their own work
+        (docs/benchmarks.md, W6). Only for cheap reads: a slow one here would stall every
+        request of the server."""
+        if self.store.dialect == "sqlite":
+            return reader()
+        return await run_in_threadpool(reader)
 
 
 def context(request: Request) -> WebContext:

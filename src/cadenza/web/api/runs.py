@@ -50,7 +50,7 @@ def _when(request: Request, name: str, text: str | None) -> datetime | None:
 
 
 @router.get("/runs")
-def list_runs(
+async def list_runs(
     principal: AsViewer, request: Request,
     job: str | None = None, state: str | None = None, trigger: str | None = None,
     since: str | None = None, until: str | None = None,
@@ -62,24 +62,30 @@ def list_runs(
     (:meth:`HistoryService.runs_page`)."""
     from cadenza.services.history import RunPageQuery, parse_states
 
-    page = _history(request).runs_page(RunPageQuery(
-        job=job, states=parse_states(state), trigger=trigger,
-        since=_when(request, "since", since), until=_when(request, "until", until),
-        before=cursor, limit=limit))
-    return context(request).answer(  # type: ignore[return-value]  # the same JSON
-        {"runs": [RunView.json_of(r) for r in page.runs],
-         "next_cursor": page.older})
+    def read() -> Any:
+        page = _history(request).runs_page(RunPageQuery(
+            job=job, states=parse_states(state), trigger=trigger,
+            since=_when(request, "since", since), until=_when(request, "until", until),
+            before=cursor, limit=limit))
+        return context(request).answer(
+            {"runs": [RunView.json_of(r) for r in page.runs],
+             "next_cursor": page.older})
+
+    return await context(request).read(read)  # the same JSON as the annotation
 
 
 @router.get("/runs/{run_id}")
-def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
+async def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
     """One run with every step attempt."""
-    detail = _history(request).get_run(run_id)
-    run = detail.run
-    return context(request).answer(  # type: ignore[return-value]  # the same JSON
-        detail.as_json() | {"error": run.error, "reason": run.reason,
-                            "wait_reason": run.wait_reason, "resumes": run.resumes,
-                            "not_before": run.not_before})
+    def read() -> Any:
+        detail = _history(request).get_run(run_id)
+        run = detail.run
+        return context(request).answer(
+            detail.as_json() | {"error": run.error, "reason": run.reason,
+                                "wait_reason": run.wait_reason, "resumes": run.resumes,
+                                "not_before": run.not_before})
+
+    return await context(request).read(read)  # the same JSON as the annotation
 
 
 @router.get("/runs/{run_id}/log", response_model=None)
@@ -159,7 +165,7 @@ def replay_run(run_id: str, principal: AsOperator, request: Request) -> dict[str
 
 
 @router.get("/events")
-def list_events(
+async def list_events(
     principal: AsViewer, request: Request,
     run: str | None = None, resource: str | None = None, type: str | None = None,
     since: str | None = None, limit: int = Query(200, ge=1, le=MAX_PAGE),
@@ -167,18 +173,21 @@ def list_events(
 ) -> dict[str, Any]:
     """Audit events, oldest first; ``cursor`` is the previous page's ``next_cursor`` (the
     last event id: a keyset)."""
-    event_type = check_type(type) if type is not None else None
-    rows = context(request).store.list_events(
-        run_id=run, resource_id=resource, event_type=event_type,
-        since=_when(request, "since", since), limit=limit + 1, after_id=cursor)
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return context(request).answer(  # type: ignore[return-value]  # the same JSON
-        {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,
-                     "level": e.level, "run": e.run_id, "resource": e.resource_id,
-                     "actor": e.actor, "message": e.message, "payload": e.payload}
-                    for e in rows],
-         "next_cursor": rows[-1].event_id if more and rows else None})
+    def read() -> Any:
+        event_type = check_type(type) if type is not None else None
+        rows = context(request).store.list_events(
+            run_id=run, resource_id=resource, event_type=event_type,
+            since=_when(request, "since", since), limit=limit + 1, after_id=cursor)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return context(request).answer(
+            {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,
+                         "level": e.level, "run": e.run_id, "resource": e.resource_id,
+                         "actor": e.actor, "message": e.message, "payload": e.payload}
+                        for e in rows],
+             "next_cursor": rows[-1].event_id if more and rows else None})
+
+    return await context(request).read(read)  # the same JSON as the annotation
 
 
 @router.post("/backup", status_code=201)

@@ -90,28 +90,33 @@ def _page_query(request: Request, filters: Filters, before: str | None,
 
 
 @router.get("/runs", response_class=HTMLResponse)
-def runs_history(request: Request, me: PageViewer,
-                 before: Annotated[str | None, Query(max_length=100)] = None,
-                 after: Annotated[str | None, Query(max_length=100)] = None) -> HTMLResponse:
+async def runs_history(request: Request, me: PageViewer,
+                       before: Annotated[str | None, Query(max_length=100)] = None,
+                       after: Annotated[str | None, Query(max_length=100)] = None
+                       ) -> HTMLResponse:
     """The runs, newest first, a keyset page at a time ("older" / "newer"), filtered by job,
-    state, trigger and time range (all kept in the URL, so a view can be shared)."""
-    filters = Filters.of(request.query_params)
-    error = None
-    page = RunPage((), None, None)
-    try:
-        page = _history(request).runs_page(_page_query(request, filters, before, after))
-    except InvalidRequest as exc:
-        error = str(exc)
-    values = {"filters": filters, "page": page, "error": error,
-              "rows": [_row(run) for run in page.runs], "cursor": before or after,
-              "state_order": STATE_ORDER, "ranges": RANGES}
-    fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
-        and request.headers.get("hx-history-restore-request") != "true"
-    if fragment:  # the address bar gets the view's canonical URL (no empty filters)
-        canonical = filters.url(before=before, after=None if before else after)
-        return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
-                      headers={"HX-Push-Url": canonical})
-    return render(request, "ui/runs_list.html", values, me=me, nav="runs")
+    state, trigger and time range (all kept in the URL, so a view can be shared). Read on
+    the event loop on SQLite (:meth:`WebContext.read`)."""
+    def read() -> HTMLResponse:
+        filters = Filters.of(request.query_params)
+        error = None
+        page = RunPage((), None, None)
+        try:
+            page = _history(request).runs_page(_page_query(request, filters, before, after))
+        except InvalidRequest as exc:
+            error = str(exc)
+        values = {"filters": filters, "page": page, "error": error,
+                  "rows": [_row(run) for run in page.runs], "cursor": before or after,
+                  "state_order": STATE_ORDER, "ranges": RANGES}
+        fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
+            and request.headers.get("hx-history-restore-request") != "true"
+        if fragment:  # the address bar gets the view's canonical URL (no empty filters)
+            canonical = filters.url(before=before, after=None if before else after)
+            return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
+                          headers={"HX-Push-Url": canonical})
+        return render(request, "ui/runs_list.html", values, me=me, nav="runs")
+
+    return await context(request).read(read)
 
 
 def _row(run: RunRecord) -> dict[str, Any]:

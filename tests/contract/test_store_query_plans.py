@@ -41,8 +41,8 @@ def _plans(store: Store, call: Any, *, words: str) -> list[str]:
     quick_read = store.quick_read
 
     @contextmanager
-    def traced() -> Iterator[Any]:
-        with quick_read() as query:
+    def traced(**options: Any) -> Iterator[Any]:
+        with quick_read(**options) as query:
             def read(statement: str, params: Any) -> Any:
                 if words in statement:
                     plan(statement, params)

@@ -150,10 +150,12 @@ class ChildRuns:
 
     def family(self, run_id: str) -> RunFamily | None:
         """``run_id``, its parent (id, step, job, state; job and state None once pruned),
-        its children and its step attempts, in one read snapshot on the DBAPI cursor
-        (:meth:`StoreCore.quick_read`: a run's page and ``GET /api/runs/{id}``); None for
-        an unknown run."""
-        with self.store.quick_read(snapshot=True) as read:
+        its children and its step attempts, on the DBAPI cursor (:meth:`StoreCore.quick_read`:
+        a run's page and ``GET /api/runs/{id}``); None for an unknown run. On SQLite one
+        read snapshot (BEGIN and COMMIT cost nothing there); on PostgreSQL each statement
+        its own, which spares a transaction's round trips (a page refreshed while the run
+        moves may show a step newer than the run's row, never a lost one)."""
+        with self.store.quick_read(snapshot=self.store.dialect == "sqlite") as read:
             found = read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
             if not found:
                 return None

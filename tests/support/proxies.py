@@ -500,9 +500,16 @@ def pproxy_socks(tmp: Path, *, credentials: tuple[str, str] | None = None
     if credentials is not None:
         listen += f"#{credentials[0]}:{credentials[1]}"
         url = f"socks5://{credentials[0]}:{credentials[1]}@127.0.0.1:{port}"
-    argv = [sys.executable, "-m", "pproxy", "-l", listen]
+    # pproxy installs uvloop when it can import it (Cadenza depends on uvloop), then asks
+    # for asyncio's current loop, which uvloop >= 0.22 no longer makes: hide uvloop from it.
+    argv = [sys.executable, "-c", _PPROXY_WITHOUT_UVLOOP, "-l", listen]
     with _running(argv, port, url, tmp / "pproxy.log") as p:
         yield p
+
+
+_PPROXY_WITHOUT_UVLOOP = (
+    "import sys, types; stub = types.ModuleType('uvloop'); stub.install = lambda: None; "
+    "sys.modules['uvloop'] = stub; from pproxy.server import main; main()")
 
 
 # --- fixtures (import ``*_fixture`` into a test module; the fixture's name drops the suffix) --

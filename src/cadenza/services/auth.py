@@ -68,8 +68,10 @@ class Principal:
 
     @property
     def name(self) -> str:
-        """The name actions are recorded under (``token:NAME`` for a token of no user)."""
-        return self.username if self.username is not None else f"token:{self.token}"
+        """The name actions are recorded under (``api:NAME`` for a token of no user: a name
+        with the word "token" before a colon reads as a secret to the redactor, which
+        masked it in every trigger, audit line and page)."""
+        return self.username if self.username is not None else f"api:{self.token}"
 
     @property
     def key(self) -> str:

@@ -1,9 +1,10 @@
 """The access log: one structured line per request on the ``cadenza.access`` logger.
 
 A line holds the method, the path, the status, the duration and who asked (a user name or
-``token:NAME``), as ``key=value`` pairs. Never a header, a cookie, a body or a query string
-(a query may hold anything a client typed); the path goes through the home's redactor, and
-`cadenza serve` writes the line through its redacting handler as well.
+``api:NAME`` for a token of no user), as ``key=value`` pairs. Never a header, a cookie, a
+body or a query string (a query may hold anything a client typed); the path goes through
+the home's redactor, and `cadenza serve` writes the line through its redacting handler as
+well.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from tests.integration.web.api_env import ORIGIN, ApiEnv, TestClient, api_env
 
 from cadenza.clock import SystemClock
+from cadenza.services.tokens import TokenService
 
 HELLO = {"description": "counts, edited over the API", "tags": ["demo"],
          "steps": [{"name": "count", "type": "python", "callable": "demo_tasks:count"}]}
@@ -106,6 +107,17 @@ def test_run_now_trigger_and_idempotency(env: ApiEnv) -> None:
     unknown = operator.post("/api/jobs/nope/runs", json={}, headers={"Idempotency-Key": "k"})
     assert unknown.status_code == 404
     assert len(env.store.list_runs(job="hello")) == 2
+    # A token of no user runs as api:NAME, shown as it is (not masked as a secret) in the
+    # run, its events and the runs page.
+    token = TokenService(env.store).create("nightly-ci", "operator", actor="test").token
+    bearer = env.token_client(token)
+    by_token = bearer.post("/api/jobs/hello/runs", json={}).json()["run_id"]
+    assert bearer.get(f"/api/runs/{by_token}").json()["trigger"] == "manual:api:nightly-ci"
+    actors = {e["actor"] for e in bearer.get("/api/events", params={"run": by_token})
+              .json()["events"]}
+    assert "user:api:nightly-ci" in actors, actors
+    page = bearer.get("/runs", params={"job": "hello"}).text
+    assert "manual: api:nightly-ci" in page and "***" not in page
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])

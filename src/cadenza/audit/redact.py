@@ -385,7 +385,7 @@ class Redactor:
 
     def _redact_container(self, value: Any, state: _Compiled, path: set[int],
                           memo: dict[str, str | None]) -> Any:
-        if type(value) is dict or isinstance(value, Mapping):
+        if isinstance(value, Mapping):
             # The common cases inline (a string seen before in this call, a value that
             # needs no scan): an answer of 50 runs is ~1,000 keys and values.
             plain = _PLAIN_TYPES if state.numbers_safe else _NONE_BOOL
@@ -422,7 +422,6 @@ class Redactor:
         if isinstance(value, list):
             return [self._redact(item, state, path, memo) for item in value]
         return type(value)(self._redact(item, state, path, memo) for item in value)
-
 
     def _key(self, key: Any, state: _Compiled, path: set[int],
              memo: dict[str, str | None]) -> tuple[Any, bool]:

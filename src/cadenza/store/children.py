@@ -41,8 +41,8 @@ from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
 from cadenza.store.admission import WAITING_FOR_CHILD
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import utc_from_raw
-from cadenza.store.records import RunRecord, StepRunRecord
-from cadenza.store.tables import runs, step_runs
+from cadenza.store.records import RUN_COLUMNS_SQL, STEP_COLUMNS_SQL, RunRecord, StepRunRecord
+from cadenza.store.tables import runs
 
 if TYPE_CHECKING:
     from cadenza.store.boundary import NewRun
@@ -101,10 +101,8 @@ _CHILD_COLUMNS = (runs.c.id, runs.c.job_id, runs.c.state, runs.c.rows, runs.c.er
                   runs.c.finished_at)
 
 
-_RUN_COLUMNS = ", ".join(f'"{column.name}"' for column in runs.c)
 _PARENT_AT = list(runs.c.keys()).index("parent_run_id")
 _PARENT_STEP_AT = list(runs.c.keys()).index("parent_step")
-_STEP_COLUMNS = ", ".join(f'"{column.name}"' for column in step_runs.c)
 _CHILDREN_SQL = ("SELECT " + ", ".join(f'"{c.name}"' for c in _CHILD_COLUMNS)
                  + ' FROM runs WHERE "parent_run_id" = ? ORDER BY "created_at", "id"')
 
@@ -156,7 +154,7 @@ class ChildRuns:
         its own, which spares a transaction's round trips (a page refreshed while the run
         moves may show a step newer than the run's row, never a lost one)."""
         with self.store.quick_read(snapshot=self.store.dialect == "sqlite") as read:
-            found = read(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+            found = read(f"SELECT {RUN_COLUMNS_SQL} FROM runs WHERE id = ?", (run_id,))
             if not found:
                 return None
             row = found[0]
@@ -171,7 +169,7 @@ class ChildRuns:
                                     utc_from_raw(c[8]), utc_from_raw(c[9]))  # type: ignore[arg-type]
                         for c in read(_CHILDREN_SQL, (run_id,))]
             steps = [StepRunRecord.from_raw(s)
-                     for s in read(f"SELECT {_STEP_COLUMNS} FROM step_runs "
+                     for s in read(f"SELECT {STEP_COLUMNS_SQL} FROM step_runs "
                                    "WHERE run_id = ? ORDER BY id", (run_id,))]
         return RunFamily(RunRecord.from_raw(row), parent, children, steps)
 

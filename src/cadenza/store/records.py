@@ -86,6 +86,9 @@ class RunRecord:
 
 
 _RUN_FIELDS = tuple(column.name for column in runs.c)
+RUN_COLUMNS_SQL = ", ".join(f'"{name}"' for name in _RUN_FIELDS)
+"""Every column of ``runs`` in table order, quoted: the select list of
+:meth:`RunRecord.from_raw`."""
 _RUN_STATES = {state.value: state for state in RunState}
 
 
@@ -161,7 +164,6 @@ class StepRunRecord:
             updated_at=m["updated_at"],
         )
 
-
     @staticmethod
     def from_raw(row: Any) -> StepRunRecord:
         """An attempt from a raw row of every column of ``step_runs`` in table order
@@ -176,6 +178,9 @@ class StepRunRecord:
 
 
 _STEP_FIELDS = tuple(column.name for column in step_runs.c)
+STEP_COLUMNS_SQL = ", ".join(f'"{name}"' for name in _STEP_FIELDS)
+"""Every column of ``step_runs`` in table order, quoted: the select list of
+:meth:`StepRunRecord.from_raw`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from cadenza.domain.states import (
 )
 from cadenza.store.boundaries import EndedRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, run_id_time
-from cadenza.store.records import CheckpointRecord, RunRecord
+from cadenza.store.records import RUN_COLUMNS_SQL, CheckpointRecord, RunRecord
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
 from cadenza.store.transition import Machine
@@ -135,8 +135,6 @@ EARLIER_STEP_FAILED = "earlier step failed"
 """The reason of a step recorded SKIPPED after a failed one (SPEC §7)."""
 
 
-_RUN_COLUMNS_SQL = ", ".join(f'"{column.name}"' for column in runs.c)
-"""Every column of ``runs`` in table order (:meth:`RunRecord.from_raw`), quoted."""
 _RUN_CREATED_AT = list(runs.c.keys()).index("created_at")
 _RUN_ID = list(runs.c.keys()).index("id")
 
@@ -441,7 +439,7 @@ class RunsRepository(StepRunsRepository):
         if state is not None:
             states = [state] if isinstance(state, str) else list(state)
             wanted = [*sorted({RunState(s).value for s in states})]
-            if len(wanted) == 0:
+            if not wanted:
                 return []
         if trigger is not None:
             where.append('"trigger" = ?')
@@ -485,7 +483,7 @@ class RunsRepository(StepRunsRepository):
             for one in wanted:
                 clauses = where if one is None else ['"state" = ?', *where]
                 values = params if one is None else [one, *params]
-                sql = (f"SELECT {_RUN_COLUMNS_SQL} FROM runs"
+                sql = (f"SELECT {RUN_COLUMNS_SQL} FROM runs"
                        + (" WHERE " + " AND ".join(clauses) if clauses else "")
                        + f" ORDER BY {order} LIMIT ?")
                 rows.extend(read(sql, (*values, limit)))

@@ -12,11 +12,18 @@ SQLite
 
 PostgreSQL
     psycopg 3 (``postgresql+psycopg://``; a bare ``postgresql://`` URL is taken to mean it),
-    ``pool_pre_ping`` so that a restarted server costs one failed ping, not a failed write.
+    A connection taken from the pool is checked without a round trip
+    (:func:`_postgresql_on_checkout`): a server that restarted or ended the session has sent
+    its goodbye and closed the socket, which a zero-timeout ``select`` sees; such a connection
+    is replaced before use, so a restarted server costs no failed write. (SQLAlchemy's
+    ``pool_pre_ping`` did the same with a ``SELECT 1`` per checkout: two round trips per
+    lease in W4, docs/benchmarks.md.) A peer that vanished without closing (a cut cable) is
+    found by the first statement's error, as with a ping, which would wait the same.
 """
 
 from __future__ import annotations
 
+import select
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -151,5 +158,24 @@ def _postgresql_engine(url: sa.URL) -> sa.Engine:
         )
     connect_args = {"connect_timeout": 10, "application_name": "cadenza"}
     size, overflow = POSTGRESQL_POOL
-    return sa.create_engine(url, pool_pre_ping=True, connect_args=connect_args,
-                            pool_size=size, max_overflow=overflow)
+    engine = sa.create_engine(url, connect_args=connect_args, pool_size=size,
+                              max_overflow=overflow)
+    event.listen(engine, "checkout", _postgresql_on_checkout)
+    return engine
+
+
+def _postgresql_on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Refuse a pooled psycopg connection whose server has gone (``DisconnectionError``:
+    the pool discards it and hands out a new one). An idle session in the pool has nothing
+    to read: the last transaction's answers were all read, and the store never LISTENs on a
+    pooled connection. Anything readable is the server speaking unasked, which for an idle
+    session is its FATAL before it closes (restart, ``pg_terminate_backend``, an idle
+    timeout), or the closed socket itself; at worst a reconnection too many."""
+    if dbapi_connection.closed or dbapi_connection.broken:
+        raise sa.exc.DisconnectionError("the connection is closed")
+    try:
+        readable, _, _ = select.select([dbapi_connection.pgconn.socket], [], [], 0)
+    except Exception as exc:  # a closed socket: gone
+        raise sa.exc.DisconnectionError(f"the connection is gone: {exc}") from exc
+    if readable:
+        raise sa.exc.DisconnectionError("the server ended the session")

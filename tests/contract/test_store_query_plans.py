@@ -193,6 +193,12 @@ def test_a_claim_from_the_queue_walks_the_claim_order_on_postgresql(pg_url: str)
                                      job_ids=["burst"], conn=conn)
             after = conn.exec_driver_sql("SELECT current_setting('enable_sort')").scalar()
         assert [run.id for run in taken] == sorted(ids)[:1]  # same created_at: by id
-        assert after == "on"  # the rest of the transaction plans as before
+        assert after == "on"  # the rest of the transaction plans as before (set back by
+        # the claim's RETURNING), and likewise after a claim that took nothing:
+        with store.write() as conn:
+            assert not store.claim_runs("node:1:1", now + timedelta(minutes=1),
+                                        job_ids=["no-such-job"], conn=conn)
+            after = conn.exec_driver_sql("SELECT current_setting('enable_sort')").scalar()
+        assert after == "on"
     finally:
         store.close()

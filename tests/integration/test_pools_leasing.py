@@ -315,3 +315,80 @@ def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
         assert leaser.next_recheck() == cooled
         assert leaser.may_try(waiting, cooled - timedelta(seconds=1)) is False
         assert leaser.may_try(waiting, cooled) is True
+
+
+def _starting_claim(b: object, run_id: str, *boundaries: Boundary) -> list[str]:
+    """A claim that writes its run's first boundaries in its own transaction (as the
+    executor's claim_and_start); returns the SQLite statements of that transaction that
+    touch ``resources`` (empty on PostgreSQL: no trace there)."""
+    from tests.integration.pools_home import PoolBench
+
+    assert isinstance(b, PoolBench)
+    seen: list[str] = []
+    until = b.clock.now() + timedelta(seconds=30)
+    with b.store.write() as conn:
+        raw = conn.connection.driver_connection
+        traced = b.store.dialect == "sqlite"
+        if traced:
+            raw.set_trace_callback(seen.append)  # type: ignore[union-attr]
+        try:
+            claimed = b.store.claim_runs("node-a:1:1", until, run_ids=[run_id], conn=conn,
+                                         starting=True)
+            assert [r.id for r in claimed] == [run_id]
+            b.store.record_boundaries(list(boundaries), conn=conn)
+            b.store.claim_written(conn)
+        finally:
+            if traced:
+                raw.set_trace_callback(None)  # type: ignore[union-attr]
+    return [s for s in seen if "resources" in s and not s.startswith("SELECT")]
+
+
+def test_a_starting_claim_leases_straight_to_running_in_one_statement(
+        tmp_path: Path, store_url: str) -> None:
+    """The claim knows the first step starts in its transaction: its lease UPDATE takes
+    the members to RUNNING (no second UPDATE for the start); the audit log still shows
+    both changes in one event."""
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        run_id = b.enqueue("scrape")
+        writes = _starting_claim(b, run_id, Boundary(run_id, 1, starts=[
+            StepStart("call", "python")]))
+        if b.store.dialect == "sqlite":
+            assert len(writes) == 1, writes
+        assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.RUNNING, X.RUNNING)
+        assert b.resource_events("u-1")[-1] == ("RESOURCE_LEASED", "AVAILABLE", "RUNNING")
+        event = b.store.list_events(resource_id="u-1")[-1]
+        assert event.payload["transitions"] == [["AVAILABLE", "LEASED", "leased"],
+                                                ["LEASED", "RUNNING", f"run {run_id} started"]]
+
+
+def test_a_starting_claim_whose_run_starts_no_step_leaves_its_members_leased(
+        tmp_path: Path, store_url: str) -> None:
+    """A first boundary that starts nothing: the members are LEASED when the transaction
+    commits, as if the claim had leased them the usual way; the later start moves them."""
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        run_id = b.enqueue("scrape")
+        _starting_claim(b, run_id, Boundary(run_id, 1))
+        assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.LEASED, X.LEASED)
+        assert b.resource_events("u-1")[-1] == ("RESOURCE_LEASED", "AVAILABLE", "LEASED")
+        b.store.record_boundaries([Boundary(run_id, 1, starts=[StepStart("call", "python")])])
+        assert b.resource("u-1").state is X.RUNNING
+        assert b.resource_events("u-1")[-1] == ("RESOURCE_STATE_CHANGED", "LEASED",
+                                                "RUNNING")
+
+
+def test_a_starting_claim_whose_run_ends_at_once_releases_unused(
+        tmp_path: Path, store_url: str) -> None:
+    """A run that ends in its first boundary, no step started: LEASED -> AVAILABLE (no
+    cooldown), as for any run that ends before it starts."""
+    from cadenza.store.boundary import RunEnd
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        run_id = b.enqueue("scrape")
+        _starting_claim(b, run_id, Boundary(run_id, 1, run_end=RunEnd(RunState.SUCCEEDED)))
+        assert b.store.get_run(run_id).state is RunState.SUCCEEDED  # type: ignore[union-attr]
+        assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.AVAILABLE,
+                                                                        X.AVAILABLE)
+        released = [e for e in b.store.list_events(resource_id="u-1")
+                    if e.event_type == "RESOURCE_RELEASED"]
+        assert released[-1].payload["reason"] == "released unused"
+        assert released[-1].payload["from"] == "LEASED"

@@ -183,6 +183,12 @@ class PoolLeaser(Releases):
         leased members' step starts in the same transaction (a claim that writes the first
         step's start, a step's own lease), their LEASED -> RUNNING goes into the same event
         (:meth:`started`); :meth:`flush` writes what is left."""
+        self._started_early: dict[int, tuple[Any, dict[str, list[tuple[_Member, str | None]]]]]
+        self._started_early = {}
+        """id(connection) -> (its transaction, run id -> the members (and lease step) a
+        starting claim leased straight to RUNNING): :meth:`started` writes nothing more for
+        them; :meth:`flush` and the run end hook put those of a run that started no step
+        back to LEASED (:data:`_UNSTART`)."""
         self._snapshots: dict[int, tuple[Any, frozenset[str], dict[str, _Member]]] = {}
         """id(connection) -> the snapshot :meth:`serves` read in its transaction."""
         self.emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
@@ -277,7 +283,12 @@ class PoolLeaser(Releases):
                 snapshot = self._snapshot(cursor, pools)
             events: list[ResourceEvent] = []
             refused: dict[str, str] = {}
-            again = self._lease_batch(cursor, wanted, snapshot, now, events)
+            early: dict[str, list[tuple[_Member, str | None]]] | None = \
+                {} if starting else None
+            again = self._lease_batch(cursor, wanted, snapshot, now, events, early)
+            if early:
+                with self._lock:
+                    self._started_early[id(conn)] = (conn.get_transaction(), early)
             if again and self._d.postgres:  # others may have moved since the snapshot
                 snapshot = self._snapshot(cursor, pools)
             for run_id, needs, step, own in again:  # one by one: why, or a race lost
@@ -337,11 +348,13 @@ class PoolLeaser(Releases):
 
     def flush(self, conn: sa.Connection, now: datetime) -> None:
         """Write the lease events still waiting in ``conn``'s transaction (runs whose
-        first boundary started no step)."""
+        first boundary started no step: their members back to LEASED first)."""
         events = self._unwritten_of(conn)
-        if events:
+        early = self._started_early.get(id(conn))
+        if events or early is not None:
             cursor = conn.connection.cursor()
             try:
+                self._unstart(conn, cursor)
                 self._write(conn, cursor, events, now)
             finally:
                 cursor.close()
@@ -372,15 +385,18 @@ class PoolLeaser(Releases):
     def _lease_batch(self, cursor: Any,
                      wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]],
                      snapshot: dict[str, _Member], now: datetime,
-                     events: list[ResourceEvent]) -> list[tuple[str, Mapping[str, int], str | None,
-                                                         Mapping[str, int]]]:
+                     events: list[ResourceEvent],
+                     early: dict[str, list[tuple[_Member, str | None]]] | None = None,
+                     ) -> list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]]:
         """Lease for every run of ``wanted`` that the snapshot can serve, with one
         multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`, on the state each member
         had in the snapshot): the members are chosen by the same rules as
         :meth:`_lease_run`, run after run. Returns the runs left to :meth:`_lease_run`
         (one by one): those the snapshot cannot serve (it says why) and those one of whose
         members changed since the snapshot (their other members are put back first,
-        nobody saw them)."""
+        nobody saw them). ``early`` (a claim that starts its runs' first steps in this
+        transaction): the members go straight to RUNNING, saving the step start's UPDATE,
+        and are listed there per run (:meth:`started`)."""
         planned = []
         rest = []
         order: dict[str, list[_Member]] = {}
@@ -398,7 +414,8 @@ class PoolLeaser(Releases):
         d = self._d
         ids = [row[0] for row in rows]
         values = ", ".join([_LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
-        cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values,
+        to = LEASED if early is None else RUNNING
+        cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values, to=to,
                                                       marks=d.marks(len(ids))),
                        [d.ts(now), *[v for row in rows for v in row], d.ts(now),
                         *(ids if d.postgres else [])])
@@ -417,6 +434,8 @@ class PoolLeaser(Releases):
                     if len(self._held) > 100_000:
                         self._held.clear()
                     self._held[run_id] = held
+                if early is not None:
+                    early[run_id] = [(m, lease_step) for m, lease_step, *_ in chosen]
                 continue
             for member, _step, was, epoch, updated in chosen:  # a race lost: put back
                 if member.resource_id in done:
@@ -647,18 +666,28 @@ class PoolLeaser(Releases):
     def started(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
                 now: datetime) -> None:
         """LEASED -> RUNNING for the members of ``runs`` (run id, job id) whose first step
-        starts in this transaction."""
+        starts in this transaction. Members a starting claim in this transaction leased
+        straight to RUNNING need no statement: only their events change (a run that also
+        leased for its step here, or was not claimed here, runs :data:`_START`)."""
         ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
         if not ids:
             return
         d = self._d
+        early = self._early_of(conn, ids)
+        unwritten = self._unwritten_of(conn)
+        leases = {(e.resource_id, e.run_id): e for e in unwritten}
+        done = {(m.resource_id, run_id) for run_id, held in early.items() for m, _ in held}
+        others = {run_id for rid, run_id in leases if (rid, run_id) not in done}
+        rest = [run_id for run_id in ids if run_id not in early or run_id in others]
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(_START.format(m=d.mark, marks=d.marks(len(ids))),
-                           [d.ts(now), *ids])
-            rows = cursor.fetchall()
-            unwritten = self._unwritten_of(conn)
-            leases = {(e.resource_id, e.run_id): e for e in unwritten}
+            rows: list[Any] = []
+            if rest:
+                cursor.execute(_START.format(m=d.mark, marks=d.marks(len(rest))),
+                               [d.ts(now), *rest])
+                rows = list(cursor.fetchall())
+            rows += [(m.resource_id, m.pool, run_id, m.epoch, step)
+                     for run_id, held in early.items() for m, step in held]
             events: list[ResourceEvent] = []
             for rid, pool, owner, epoch, step in rows:
                 why = f"run {owner} started" + (f" step {step}" if step is not None else "")
@@ -768,7 +797,7 @@ the whole run)."""
 _LEASE_ROW = {False: "({m}, {m}, {m}, {m})",
               True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
 _LEASE_MANY = {
-    False: "UPDATE resources SET state = 'LEASED', lease_owner = v.column2,"
+    False: "UPDATE resources SET state = '{to}', lease_owner = v.column2,"
            " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
            " lease_epoch = resources.lease_epoch + 1, updated_at = {m},"
            " lease_step = v.column3 FROM (VALUES {values}) AS v"
@@ -776,7 +805,7 @@ _LEASE_MANY = {
            " AND (resources.state = 'AVAILABLE' OR NOT EXISTS (SELECT 1 FROM resource_health"
            " h WHERE h.resource_id = resources.resource_id AND h.cooldown_until > {m}))"
            " RETURNING resource_id, lease_epoch",
-    True: "UPDATE resources AS r SET state = 'LEASED', lease_owner = v.run_id,"
+    True: "UPDATE resources AS r SET state = '{to}', lease_owner = v.run_id,"
           " lease_until = (SELECT lease_until FROM runs WHERE id = v.run_id),"
           " lease_epoch = r.lease_epoch + 1, updated_at = {m}, lease_step = v.step"
           " FROM (VALUES {values}) AS v(rid, run_id, step, state)"
@@ -787,13 +816,15 @@ _LEASE_MANY = {
           " WHERE resource_id IN ({marks}) FOR UPDATE SKIP LOCKED)"
           " RETURNING r.resource_id, r.lease_epoch",
 }
-""":data:`_LEASE` for many members at once (rows: id, run, step, state seen)."""
+""":data:`_LEASE` for many members at once (rows: id, run, step, state seen); ``{to}``:
+LEASED, or RUNNING for a claim that starts its runs' first steps in its own transaction
+(:meth:`PoolLeaser.started`)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
          " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
          " WHERE resource_id = {m}"
-         " AND lease_owner = {m} AND state = 'LEASED'")
+         " AND lease_owner = {m} AND state IN ('LEASED', 'RUNNING')")
 _START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
           " AND lease_owner IN ({marks})"
           " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")

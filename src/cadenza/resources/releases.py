@@ -32,6 +32,11 @@ if TYPE_CHECKING:
 AVAILABLE, LEASED, RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 COOLDOWN, FAULT, DISABLED = "COOLDOWN", "FAULT", "DISABLED"
 
+_UNSTART = ("UPDATE resources SET state = 'LEASED' WHERE state = 'RUNNING'"
+            " AND resource_id IN ({marks}) AND lease_owner IN ({owners})")
+"""Members leased straight to RUNNING by a starting claim whose run started no step in the
+transaction after all: LEASED, as the lease left them (nobody saw the other state)."""
+
 
 @dataclass
 class ResourceEvent:
@@ -69,6 +74,42 @@ class Releases:
     _held: dict[str, list[tuple[str, str, str, str | None]]]
     _moved: Callable[[], None]
     """A member went back (admission may try refused runs again): the leaser's method."""
+    _started_early: dict[int, tuple[Any, dict[str, list[tuple[Any, str | None]]]]]
+    """See ``PoolLeaser.__init__``."""
+
+    def _early_of(self, conn: sa.Connection,
+                  run_ids: Sequence[str] | None = None) -> dict[str, list[tuple[Any, str | None]]]:
+        """Take the members a starting claim in ``conn``'s transaction leased straight to
+        RUNNING, per run (only those of ``run_ids`` when given)."""
+        tx = conn.get_transaction()
+        with self._lock:
+            found = self._started_early.get(id(conn))
+            if found is None:
+                return {}
+            table = found[1]
+            if found[0] is not tx:  # a transaction that failed: gone with it
+                table = {}
+            if run_ids is None:
+                out = dict(table)
+                table.clear()
+            else:
+                out = {run_id: table.pop(run_id) for run_id in run_ids if run_id in table}
+            if not table:
+                del self._started_early[id(conn)]
+        return out
+
+    def _unstart(self, conn: sa.Connection, cursor: Any,
+                 run_ids: Sequence[str] | None = None) -> None:
+        """Members leased straight to RUNNING by a starting claim whose run started no
+        step in this transaction (of ``run_ids``, or all): back to LEASED, where the
+        lease left them, before anything else reads them."""
+        early = self._early_of(conn, run_ids)
+        if not early:
+            return
+        d = self._d
+        members = [m.resource_id for held in early.values() for m, _ in held]
+        cursor.execute(_UNSTART.format(marks=d.marks(len(members)),
+                                       owners=d.marks(len(early))), [*members, *early])
 
     def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
         """Release what the runs of ``ended`` held (see the module docstring)."""
@@ -82,6 +123,7 @@ class Releases:
                 self._held.pop(run_id, None)
         cursor = conn.connection.cursor()
         try:
+            self._unstart(conn, cursor, ids)
             one = not d.postgres and len(ids) == 1
             if (d.postgres or one) and not self._faults(
                     cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):

@@ -255,8 +255,31 @@ class BoundaryWriter(StoreCore):
         found = collecting.get(id(conn))
         if found is not None and found[0] is tx:
             return False
-        collecting[id(conn)] = (tx, [])
+        collecting[id(conn)] = (tx, [], {})
         return True
+
+    def _claimed_here(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Fence rows (:data:`_FENCE`'s columns) of runs this transaction has just claimed,
+        while it collects: its first boundaries need not read them again. They are the
+        rows as written: on PostgreSQL the claim's UPDATE holds their locks, on SQLite the
+        transaction holds the write lock; each is used once (:meth:`_fences_of`)."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is not None and found[0] is conn.get_transaction():
+            found[2].update((row[0], row) for row in rows)
+
+    def _fences_of(self, conn: sa.Connection, ids: Sequence[str]) -> dict[str, Any] | None:
+        """The fence rows of ``ids`` when this transaction claimed every one of them
+        (taken: a second boundary of a run in one transaction reads its fence); None
+        otherwise."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is None or found[0] is not conn.get_transaction():
+            return None
+        known = found[2]
+        if not known or any(run_id not in known for run_id in ids):
+            return None
+        return {run_id: known.pop(run_id) for run_id in ids}
 
     def _collected(self, conn: sa.Connection, *, end: bool) -> list[tuple[Any, ...]]:
         """The rows collected in ``conn``'s transaction so far (taken; ``end``: stop
@@ -343,9 +366,12 @@ class BoundaryWriter(StoreCore):
     def _record(self, c: sa.Connection, cursor: Any, d: Dialect,
                 boundaries: Sequence[Boundary], collecting: bool) -> list[BoundaryResult]:
         ids = sorted({b.run_id for b in boundaries})
-        fence = _FENCE.format(marks=d.marks(len(ids))) + (" FOR UPDATE" if d.postgres else "")
-        cursor.execute(fence, ids)
-        seen = {row[0]: row for row in cursor.fetchall()}
+        seen = self._fences_of(c, ids)
+        if seen is None:
+            fence = _FENCE.format(marks=d.marks(len(ids))) + (" FOR UPDATE" if d.postgres
+                                                             else "")
+            cursor.execute(fence, ids)
+            seen = {row[0]: row for row in cursor.fetchall()}
         now = self._now()
         stamp = d.ts(now)
         applied = list(boundaries)

@@ -58,6 +58,7 @@ from cadenza.store.records import RunRecord
 from cadenza.store.tables import runs
 
 _QUEUED = RunState.QUEUED.value
+_RUNNING = RunState.RUNNING.value
 _TAKE = (
     "WITH chosen AS {materialized}(SELECT id FROM runs WHERE state = 'QUEUED'"
     " AND (not_before IS NULL OR not_before <= {m}){where}"
@@ -91,8 +92,13 @@ never analyzed (autovacuum off) or analyzed before a burst was queued (a history
 runs, then 14,000 queued: 25 ms per claim instead of 0.3; W4 at 20,000 leases spent most
 of its time there). ``enable_sort = off`` forbids no sort; it makes the planner take an
 ordered path where there is one. Returns the earlier value, set back after the claim
-(:data:`_SORTS_AGAIN`); ``set_config(..., true)`` lasts until the transaction's end at most."""
+(:data:`_SORTS_AGAIN_COLUMN`, :data:`_SORTS_AGAIN`); ``set_config(..., true)`` lasts until
+the transaction's end at most."""
 _SORTS_AGAIN = "SELECT set_config('enable_sort', %s, true)"
+_SORTS_AGAIN_COLUMN = ", set_config('enable_sort', %s, true) AS sorts_again"
+"""The same, as the last column of the claim's RETURNING: evaluated after the statement was
+planned, so a claim that took runs sets the value back without a round trip of its own
+(the statement above only runs when it took none)."""
 _IDS_PER_CLAIM = 900
 """Ids per claim statement (SQLite's default parameter limit is 32766)."""
 _DUE_IDS = ("SELECT id FROM runs WHERE state = 'QUEUED'"
@@ -184,19 +190,27 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
     for part in parts:
         if len(out) >= limit:
             break
+        again = was is not None and was != "off"
         sql = claim_statement(d, ids=len(part) if run_ids is not None else None,
                               jobs=len(job_ids) if job_ids is not None else None,
-                              fresh=fresh, returning=returning, lease_for=lease_for)
+                              fresh=fresh, returning=returning + _SORTS_AGAIN_COLUMN
+                              if again else returning, lease_for=lease_for)
         cursor.execute(sql, [stamp, *part, *(job_ids or ()), limit - len(out), owner,
-                             lease, stamp, stamp])
+                             lease, stamp, stamp, *([was] if again else [])])
         names = [col[0] for col in cursor.description]
+        if again:
+            names.pop()
         stamps = [k for k, name in enumerate(names) if name in _TIMESTAMPS]
         read = d.read_ts
         for values in cursor.fetchall():
             row = list(values)
+            if again:
+                row.pop()  # set_config's answer
             for k in stamps:
                 row[k] = read(row[k])
             out.append(row)
+        if again and out:
+            was = None  # set back by the claim's own RETURNING, row by row
     if was is not None and was != "off":
         cursor.execute(_SORTS_AGAIN, [was])
     return names, out
@@ -320,6 +334,9 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 if refused:
                     claimed = [r for r in claimed if r.id not in refused]
                 stamp = d.ts(now)
+                if starting:  # the first boundaries, next in this transaction, need no fence
+                    self._claimed_here(c, [(run.id, _RUNNING, run.lease_epoch, run.job_id,
+                                            d.ts(run.started_at)) for run in claimed])
                 events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until, stamp)
                           for run in claimed]
                 self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])

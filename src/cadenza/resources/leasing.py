@@ -320,12 +320,47 @@ class PoolLeaser(Releases):
         cursor = conn.connection.cursor()
         try:
             snapshot = self._snapshot(cursor, pools)
+            free = {m.pool for m in snapshot.values() if self._free(m, now)}
+            servable = [needs for needs in needed if all(pool in free for pool in needs)]
+            if servable and self._d.postgres:
+                servable = servable if self._reserve(cursor, servable[0], snapshot,
+                                                     now) else []
         finally:
             cursor.close()
         with self._lock:  # the claim that follows in this transaction leases from it
             self._snapshots[id(conn)] = (conn.get_transaction(), frozenset(pools), snapshot)
-        free = {m.pool for m in snapshot.values() if self._free(m, now)}
-        return any(all(pool in free for pool in needs) for needs in needed)
+        return bool(servable)
+
+    def _reserve(self, cursor: Any, needs: Mapping[str, int], snapshot: dict[str, _Member],
+                 now: datetime) -> bool:
+        """PostgreSQL: lock (``FOR UPDATE SKIP LOCKED``, until the transaction ends) the
+        free members a run needing ``needs`` would take, best first, so that of several
+        claims that saw the same member free only one claims a run for it: the others
+        skip it, find too few, and claim nothing, where they would have claimed a run,
+        lost the member's compare-and-swap and given the run back (W4: about one such
+        claim per lease, docs/benchmarks.md). Members another claim locked are marked
+        taken in ``snapshot``. False when a pool has too few free members left."""
+        for pool in sorted(needs):
+            ranked = sorted(
+                (m for m in snapshot.values() if m.pool == pool and self._free(m, now)
+                 and (m.route_id is None or self._free(snapshot.get(m.route_id), now))),
+                key=lambda m: (-(m.score if m.score is not None else 100.0), m.updated_at,
+                               m.resource_id))
+            if len(ranked) < needs[pool]:
+                return False
+            ids = [m.resource_id for m in ranked]
+            cursor.execute(_RESERVE, [ids, ids, needs[pool]])
+            locked = {row[0] for row in cursor.fetchall()}
+            if len(locked) < needs[pool]:
+                return False
+            for member in ranked:
+                if member.resource_id in locked:
+                    locked.discard(member.resource_id)
+                    if not locked:
+                        break
+                else:
+                    member.state = LEASED  # another claim's, as far as this one can tell
+        return True
 
     def _defer(self, conn: sa.Connection, events: list[ResourceEvent]) -> None:
         """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
@@ -819,6 +854,11 @@ _LEASE_MANY = {
 """:data:`_LEASE` for many members at once (rows: id, run, step, state seen); ``{to}``:
 LEASED, or RUNNING for a claim that starts its runs' first steps in its own transaction
 (:meth:`PoolLeaser.started`)."""
+_RESERVE = ("SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
+            " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
+            " FOR UPDATE SKIP LOCKED")
+"""PostgreSQL: the first members of a list (best first) that no other transaction holds,
+locked (:meth:`PoolLeaser._reserve`)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"

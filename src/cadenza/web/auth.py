@@ -152,11 +152,32 @@ def authenticate(request: Request) -> Principal:
     return principal
 
 
+@dataclass(frozen=True)
+class AtRead:
+    """A caller whose check is made with the route's read (:meth:`read`): the dependency
+    of ``require(..., at_read=True)``. A hot read on PostgreSQL then hands off to a worker
+    thread once, for the check's round trip and the read's, instead of twice (the check,
+    then the read): W6, docs/benchmarks.md. A route that never calls :meth:`read` reads
+    nothing as anyone; the route walk test (401 without credentials on every route)
+    would find one that answered anyway."""
+
+    request: Request
+    check: Callable[[Request], Principal]
+
+    async def read(self, reader: Callable[[Principal], T]) -> T:
+        """Check the caller (401 / 403 exactly as the dependency would), then
+        ``reader(principal)``: in one worker thread on PostgreSQL, on the event loop on
+        SQLite (:meth:`WebContext.read`)."""
+        request, check = self.request, self.check
+        return await context(request).read(lambda: reader(check(request)))
+
+
 def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
-            name: str = "require") -> Callable[[Request], Awaitable[Principal]]:
+            name: str = "require", at_read: bool = False) -> Callable[[Request], Awaitable[Any]]:
     """A dependency admitting callers whose role is ``role`` or above (403 otherwise).
     ``when_anonymous`` replaces the 401 of a caller without credentials (the pages answer
-    it with the login form)."""
+    it with the login form). ``at_read``: the dependency gives an :class:`AtRead`, which
+    makes the same check with the route's read."""
     def check(request: Request) -> Principal:
         try:
             principal = authenticate(request)
@@ -170,6 +191,9 @@ def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
                                      f"{principal.role or 'no built-in role'}")
         return principal
 
+    async def deferred(request: Request) -> AtRead:
+        return AtRead(request, check)
+
     async def dependency(request: Request) -> Principal:
         # On SQLite the check is one local indexed read (tens of microseconds): done here,
         # on the event loop, it saves the request a hand-off to a worker thread and back,
@@ -180,10 +204,11 @@ def require(role: str, *, when_anonymous: Callable[[], Exception] | None = None,
             return check(request)
         return await anyio.to_thread.run_sync(check, request, limiter=web.read_limiter())
 
-    dependency.required_role = role  # type: ignore[attr-defined]  # read by the route walk
-    dependency.check = check  # type: ignore[attr-defined]  # for a sync caller
-    dependency.__name__ = f"{name}_{role}"
-    return dependency
+    made: Callable[[Request], Awaitable[Any]] = deferred if at_read else dependency
+    made.required_role = role  # type: ignore[attr-defined]  # read by the route walk
+    made.check = check  # type: ignore[attr-defined]  # for a sync caller
+    made.__name__ = f"{name}_{role}" + ("_at_read" if at_read else "")
+    return made
 
 
 VIEWER = require("viewer")
@@ -192,6 +217,8 @@ EDITOR = require("editor")
 ADMIN = require("admin")
 
 AsViewer = Annotated[Principal, Depends(VIEWER)]
+ViewerAtRead = Annotated[AtRead, Depends(require("viewer", at_read=True))]
+"""A viewer checked with the route's hot read (:class:`AtRead`)."""
 AsOperator = Annotated[Principal, Depends(OPERATOR)]
 AsEditor = Annotated[Principal, Depends(EDITOR)]
 AsAdmin = Annotated[Principal, Depends(ADMIN)]

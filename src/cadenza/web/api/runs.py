@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import APIRouter, Query, Request
@@ -21,7 +21,10 @@ from cadenza.services.history import (
     parse_since,
 )
 from cadenza.web.api.errors import ERROR_RESPONSES
-from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, context, services_for
+from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, ViewerAtRead, context, services_for
+
+if TYPE_CHECKING:
+    from cadenza.services.auth import Principal
 
 router = APIRouter(prefix="/api", tags=["runs"], responses=ERROR_RESPONSES)
 MAX_PAGE = 500
@@ -51,7 +54,7 @@ def _when(request: Request, name: str, text: str | None) -> datetime | None:
 
 @router.get("/runs")
 async def list_runs(
-    principal: AsViewer, request: Request,
+    caller: ViewerAtRead, request: Request,
     job: str | None = None, state: str | None = None, trigger: str | None = None,
     since: str | None = None, until: str | None = None,
     limit: int = Query(50, ge=1, le=MAX_PAGE), cursor: str | None = None,
@@ -62,7 +65,7 @@ async def list_runs(
     (:meth:`HistoryService.runs_page`)."""
     from cadenza.services.history import RunPageQuery, parse_states
 
-    def read() -> Any:
+    def read(_: Principal) -> Any:
         page = _history(request).runs_page(RunPageQuery(
             job=job, states=parse_states(state), trigger=trigger,
             since=_when(request, "since", since), until=_when(request, "until", until),
@@ -71,13 +74,13 @@ async def list_runs(
             {"runs": [RunView.json_of(r) for r in page.runs],
              "next_cursor": page.older})
 
-    return await context(request).read(read)  # the same JSON as the annotation
+    return await caller.read(read)  # the same JSON as the annotation
 
 
 @router.get("/runs/{run_id}")
-async def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[str, Any]:
+async def get_run(run_id: str, caller: ViewerAtRead, request: Request) -> dict[str, Any]:
     """One run with every step attempt."""
-    def read() -> Any:
+    def read(_: Principal) -> Any:
         detail = _history(request).get_run(run_id)
         run = detail.run
         return context(request).answer(
@@ -85,7 +88,7 @@ async def get_run(run_id: str, principal: AsViewer, request: Request) -> dict[st
                                 "wait_reason": run.wait_reason, "resumes": run.resumes,
                                 "not_before": run.not_before})
 
-    return await context(request).read(read)  # the same JSON as the annotation
+    return await caller.read(read)  # the same JSON as the annotation
 
 
 @router.get("/runs/{run_id}/log", response_model=None)
@@ -166,14 +169,14 @@ def replay_run(run_id: str, principal: AsOperator, request: Request) -> dict[str
 
 @router.get("/events")
 async def list_events(
-    principal: AsViewer, request: Request,
+    caller: ViewerAtRead, request: Request,
     run: str | None = None, resource: str | None = None, type: str | None = None,
     since: str | None = None, limit: int = Query(200, ge=1, le=MAX_PAGE),
     cursor: int | None = Query(None, ge=0),
 ) -> dict[str, Any]:
     """Audit events, oldest first; ``cursor`` is the previous page's ``next_cursor`` (the
     last event id: a keyset)."""
-    def read() -> Any:
+    def read(_: Principal) -> Any:
         event_type = check_type(type) if type is not None else None
         rows = context(request).store.list_events(
             run_id=run, resource_id=resource, event_type=event_type,
@@ -187,7 +190,7 @@ async def list_events(
                         for e in rows],
              "next_cursor": rows[-1].event_id if more and rows else None})
 
-    return await context(request).read(read)  # the same JSON as the annotation
+    return await caller.read(read)  # the same JSON as the annotation
 
 
 @router.post("/backup", status_code=201)

@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from cadenza.services.auth import Principal
-from cadenza.web.auth import require
+from cadenza.web.auth import AtRead, require
 
 
 class LoginRequired(Exception):
@@ -30,6 +30,9 @@ def page_require(role: str) -> Callable[[Request], Awaitable[Principal]]:
 
 
 PageViewer = Annotated[Principal, Depends(page_require("viewer"))]
+PageViewerAtRead = Annotated[AtRead, Depends(require("viewer", when_anonymous=LoginRequired,
+                                                      name="page_require", at_read=True))]
+"""A page's viewer checked with the page's hot read (:class:`~cadenza.web.auth.AtRead`)."""
 PageOperator = Annotated[Principal, Depends(page_require("operator"))]
 PageEditor = Annotated[Principal, Depends(page_require("editor"))]
 PageAdmin = Annotated[Principal, Depends(page_require("admin"))]

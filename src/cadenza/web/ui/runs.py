@@ -29,7 +29,7 @@ from cadenza.services.history import (
     parse_states,
 )
 from cadenza.web.auth import context, services_for
-from cadenza.web.ui.auth import PageOperator, PageViewer
+from cadenza.web.ui.auth import PageOperator, PageViewer, PageViewerAtRead
 from cadenza.web.ui.render import choose_language, environment, is_htmx, redact_html, render
 from cadenza.web.ui.runs_view import (
     LEVELS,
@@ -90,14 +90,14 @@ def _page_query(request: Request, filters: Filters, before: str | None,
 
 
 @router.get("/runs", response_class=HTMLResponse)
-async def runs_history(request: Request, me: PageViewer,
+async def runs_history(request: Request, caller: PageViewerAtRead,
                        before: Annotated[str | None, Query(max_length=100)] = None,
                        after: Annotated[str | None, Query(max_length=100)] = None
                        ) -> HTMLResponse:
     """The runs, newest first, a keyset page at a time ("older" / "newer"), filtered by job,
     state, trigger and time range (all kept in the URL, so a view can be shared). Read on
     the event loop on SQLite (:meth:`WebContext.read`)."""
-    def read() -> HTMLResponse:
+    def read(me: Principal) -> HTMLResponse:
         filters = Filters.of(request.query_params)
         error = None
         page = RunPage((), None, None)
@@ -116,7 +116,7 @@ async def runs_history(request: Request, me: PageViewer,
                           headers={"HX-Push-Url": canonical})
         return render(request, "ui/runs_list.html", values, me=me, nav="runs")
 
-    return await context(request).read(read)
+    return await caller.read(read)
 
 
 def _row(run: RunRecord) -> dict[str, Any]:

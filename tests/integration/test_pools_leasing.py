@@ -392,3 +392,24 @@ def test_a_starting_claim_whose_run_ends_at_once_releases_unused(
                     if e.event_type == "RESOURCE_RELEASED"]
         assert released[-1].payload["reason"] == "released unused"
         assert released[-1].payload["from"] == "LEASED"
+
+
+def test_claims_that_saw_the_same_free_unit_do_not_claim_runs_to_give_back(
+        tmp_path: Path, pg_url: str) -> None:
+    """PostgreSQL, three claims by job id at once over two free units: the first two
+    lock one unit each before they claim; the third finds both locked and claims nothing,
+    where it used to claim a run, lose both compare-and-swaps and give the run back."""
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=pg_url) as b:
+        for _ in range(3):
+            b.enqueue("scrape")
+        until = b.clock.now() + timedelta(seconds=30)
+        with b.store.write() as c1, b.store.write() as c2, b.store.write() as c3:
+            got = [b.store.claim_runs(f"node-{k}:1:1", until, job_ids=["scrape"], conn=c)
+                   for k, c in enumerate((c1, c2, c3))]
+            written = c3.exec_driver_sql(
+                "SELECT coalesce(sum(n_tup_upd), 0) FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'runs'").scalar_one()
+        assert [len(g) for g in got] == [1, 1, 0]
+        assert written == 0  # no run claimed and given back
+        held = {b.resource("u-1").lease_owner, b.resource("u-2").lease_owner}
+        assert held == {got[0][0].id, got[1][0].id}

@@ -36,11 +36,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-READ_THREADS = 4
-"""Worker threads that may run the hot reads and credential checks at once on PostgreSQL
-(each waits for a few network round trips). More let more threads contend for the
-interpreter than there are round trips to overlap: under W6's 10 clients, 3-4 served
-~25 % more requests per second than anyio's 40 (docs/benchmarks.md)."""
+READ_THREADS = 2
+"""Worker threads that may run the hot reads (with their credential check) and the other
+credential checks at once on PostgreSQL (each waits for a few network round trips). More
+let more threads contend for the interpreter than there are round trips to overlap: under
+W6's 10 clients, with one hand-off per request, 2 threads answered p95 25-38 ms against
+40-45 ms with 4 and 45 with 1, and left the node more time to drain (docs/benchmarks.md)."""
 
 SESSION_COOKIE = "cadenza_session"
 CSRF_COOKIE = "cadenza_csrf"

@@ -82,8 +82,8 @@ _GIVE_BACK = (
 )
 """A claim the hook refused, undone in the same transaction (nobody saw it): a run's first
 claim (epoch 1 after it) had no start time before."""
-_ORDERED = ("SELECT set_config('enable_sort', 'off', true), was FROM"
-            " (SELECT current_setting('enable_sort') AS was OFFSET 0) AS s")
+_ORDERED = ("SELECT set_config('cadenza.sorts_were', current_setting('enable_sort'), true),"
+            " set_config('enable_sort', 'off', true)")
 """PostgreSQL, before a claim from the queue (not among given run ids): for the rest of
 the claim, prefer the ordered scan of ``ix_runs_claim_order`` (it reads the first queued
 rows and stops) to reading every queued run and sorting them. Chosen by cost, the planner
@@ -91,11 +91,13 @@ takes the sort whenever the statistics of ``runs`` say that few runs are QUEUED:
 never analyzed (autovacuum off) or analyzed before a burst was queued (a history of ended
 runs, then 14,000 queued: 25 ms per claim instead of 0.3; W4 at 20,000 leases spent most
 of its time there). ``enable_sort = off`` forbids no sort; it makes the planner take an
-ordered path where there is one. Returns the earlier value, set back after the claim
-(:data:`_SORTS_AGAIN_COLUMN`, :data:`_SORTS_AGAIN`); ``set_config(..., true)`` lasts until
-the transaction's end at most."""
-_SORTS_AGAIN = "SELECT set_config('enable_sort', %s, true)"
-_SORTS_AGAIN_COLUMN = ", set_config('enable_sort', %s, true) AS sorts_again"
+ordered path where there is one. The earlier value is kept in ``cadenza.sorts_were`` and
+set back after the claim (:data:`_SORTS_AGAIN_COLUMN`, :data:`_SORTS_AGAIN`);
+``set_config(..., true)`` lasts until the transaction's end at most. Sent with the claim in
+one round trip (psycopg's pipeline): it answers nothing the claim waits for."""
+_SORTS_AGAIN = "SELECT set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
+_SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
+                       " AS sorts_again")
 """The same, as the last column of the claim's RETURNING: evaluated after the statement was
 planned, so a claim that took runs sets the value back without a round trip of its own
 (the statement above only runs when it took none)."""
@@ -183,20 +185,22 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
     names: list[str] = []
     out: list[list[Any]] = []
     # PostgreSQL, a claim from the whole queue (no ids): see _ORDERED.
-    was = None
-    if d.postgres and run_ids is None:
-        cursor.execute(_ORDERED)
-        was = cursor.fetchone()[1]
+    again = d.postgres and run_ids is None
     for part in parts:
         if len(out) >= limit:
             break
-        again = was is not None and was != "off"
         sql = claim_statement(d, ids=len(part) if run_ids is not None else None,
                               jobs=len(job_ids) if job_ids is not None else None,
                               fresh=fresh, returning=returning + _SORTS_AGAIN_COLUMN
                               if again else returning, lease_for=lease_for)
-        cursor.execute(sql, [stamp, *part, *(job_ids or ()), limit - len(out), owner,
-                             lease, stamp, stamp, *([was] if again else [])])
+        params = [stamp, *part, *(job_ids or ()), limit - len(out), owner, lease, stamp,
+                  stamp]
+        if again:
+            with cursor.connection.pipeline():
+                cursor.execute(_ORDERED)
+                cursor.execute(sql, params)
+        else:
+            cursor.execute(sql, params)
         names = [col[0] for col in cursor.description]
         if again:
             names.pop()
@@ -209,10 +213,8 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
             for k in stamps:
                 row[k] = read(row[k])
             out.append(row)
-        if again and out:
-            was = None  # set back by the claim's own RETURNING, row by row
-    if was is not None and was != "off":
-        cursor.execute(_SORTS_AGAIN, [was])
+    if again and not out:  # no row: the RETURNING did not set it back
+        cursor.execute(_SORTS_AGAIN)
     return names, out
 
 

@@ -413,3 +413,23 @@ def test_claims_that_saw_the_same_free_unit_do_not_claim_runs_to_give_back(
         assert written == 0  # no run claimed and given back
         held = {b.resource("u-1").lease_owner, b.resource("u-2").lease_owner}
         assert held == {got[0][0].id, got[1][0].id}
+
+
+def test_a_claim_by_job_that_finds_nothing_free_begins_no_transaction(
+        tmp_path: Path, pg_url: str) -> None:
+    """PostgreSQL: the pools' snapshot of a claim by job ids is read before the claim's
+    transaction begins, so a claim that finds every unit held costs one round trip (no
+    BEGIN, no COMMIT); one that finds a unit free claims in a transaction as before."""
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=pg_url) as b:
+        for _ in range(3):
+            b.enqueue("scrape")
+        until = b.clock.now() + timedelta(seconds=30)
+        for k in range(2):  # both units held
+            assert len(b.store.claim_runs(f"node-{k}:1:1", until, job_ids=["scrape"])) == 1
+        with b.store.write() as conn:
+            assert b.store.claim_runs("node-2:1:1", until, job_ids=["scrape"], conn=conn) == []
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            assert raw.info.transaction_status == 0  # IDLE: nothing begun
+            assert raw.autocommit is False
+        assert b.states()["u-1"] == "LEASED" and b.states()["u-2"] == "LEASED"

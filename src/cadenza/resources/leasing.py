@@ -311,7 +311,12 @@ class PoolLeaser(Releases):
         asks first, so that contention does not claim runs only to give them back).
         Optimistic: counts and bound routes are the claim's to check. Its one read is the
         pools' snapshot, which the claim that follows in the same transaction leases from
-        (its compare-and-swap catches whatever changed in between)."""
+        (its compare-and-swap catches whatever changed in between).
+
+        On PostgreSQL, when ``conn``'s transaction has sent nothing yet, the snapshot is
+        read before it begins (autocommit, one round trip): a claim that finds nothing
+        free then costs no BEGIN and no COMMIT, which was two thirds of the round trips of
+        W4's waiting workers (docs/benchmarks.md)."""
         plan = self.plan
         needed = [plan.needs.get(job_id, {}) for job_id in job_ids]
         if any(not needs for needs in needed):
@@ -319,7 +324,17 @@ class PoolLeaser(Releases):
         pools = sorted({pool for needs in needed for pool in needs})
         cursor = conn.connection.cursor()
         try:
-            snapshot = self._snapshot(cursor, pools)
+            raw: Any = conn.connection.driver_connection
+            ahead = self._d.postgres and raw is not None \
+                and raw.info.transaction_status == _IDLE and not raw.autocommit
+            if ahead:
+                raw.autocommit = True  # nothing sent yet: the read goes before the BEGIN
+                try:
+                    snapshot = self._snapshot(cursor, pools)
+                finally:
+                    raw.autocommit = False
+            else:
+                snapshot = self._snapshot(cursor, pools)
             free = {m.pool for m in snapshot.values() if self._free(m, now)}
             servable = [needs for needs in needed if all(pool in free for pool in needs)]
             if servable and self._d.postgres:
@@ -854,6 +869,8 @@ _LEASE_MANY = {
 """:data:`_LEASE` for many members at once (rows: id, run, step, state seen); ``{to}``:
 LEASED, or RUNNING for a claim that starts its runs' first steps in its own transaction
 (:meth:`PoolLeaser.started`)."""
+_IDLE = 0
+"""psycopg's ``TransactionStatus.IDLE``: no transaction begun on the server."""
 _RESERVE = ("SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
             " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
             " FOR UPDATE SKIP LOCKED")

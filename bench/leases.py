@@ -219,6 +219,23 @@ def read_lines(paths: list[Path]) -> list[list[str]]:
     return lines
 
 
+def count_new_ends(paths: list[Path], offsets: list[int]) -> int:
+    """The ``I`` lines (a lease ended) written since the last call: only the new bytes are
+    read (reading every file whole at every poll cost the product phase O(N^2) parsing,
+    ~10 % of a core by the time of the kill)."""
+    found = 0
+    for k, path in enumerate(paths):
+        if not path.exists():
+            continue
+        with path.open("rb") as fh:
+            fh.seek(offsets[k])
+            chunk = fh.read()
+        whole = chunk[:chunk.rfind(b"\n") + 1]  # a line being written waits for next time
+        offsets[k] += len(whole)
+        found += sum(1 for line in whole.split(b"\n") if line.startswith(b"I "))
+    return found
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -250,12 +267,14 @@ def product(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
     victim_unit: str | None = None
     victim = procs[0]
     reaped = 0
+    done = 0
+    offsets = [0] * len(outs)
     while any(p.poll() is None for p in procs if p is not victim) or victim.poll() is None:
         time.sleep(0.1)
         # The reaper of a node: re-queue runs whose lease expired (every 100 ms here).
         reaped += len(store.reap_expired_run_leases(now=clock.now()))
         if killed_at is None:
-            done = sum(1 for line in read_lines(outs) if line[0] == "I")
+            done += count_new_ends(outs, offsets)
             if done >= args.n // 3:
                 with store.read() as c:
                     row = c.execute(sa.text(

@@ -872,10 +872,12 @@ LEASED, or RUNNING for a claim that starts its runs' first steps in its own tran
 _IDLE = 0
 """psycopg's ``TransactionStatus.IDLE``: no transaction begun on the server."""
 _RESERVE = ("SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
+            " AND state IN ('AVAILABLE', 'COOLDOWN')"
             " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
             " FOR UPDATE SKIP LOCKED")
-"""PostgreSQL: the first members of a list (best first) that no other transaction holds,
-locked (:meth:`PoolLeaser._reserve`)."""
+"""PostgreSQL: the first members of a list (best first) that no other transaction holds
+and that are still free as far as their state goes (checked on the row locked: one leased
+since the snapshot is passed over), locked (:meth:`PoolLeaser._reserve`)."""
 _SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
                 " FOR UPDATE SKIP LOCKED)")
 _UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"

@@ -59,7 +59,7 @@ from common import scratch_pg_database
 from cadenza.clock import SystemClock
 from cadenza.config.schema_settings import Pool, PoolMember
 from cadenza.domain.states import RunState, StepState
-from cadenza.resources.leasing import PoolPlan
+from cadenza.resources.plan import PoolPlan
 from cadenza.resources.pools import install_leaser, sync_members
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart

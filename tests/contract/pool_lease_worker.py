@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from cadenza.clock import SystemClock
 from cadenza.config.schema_settings import Pool, PoolMember
 from cadenza.domain.states import RunState, StepState
-from cadenza.resources.leasing import PoolPlan
+from cadenza.resources.plan import PoolPlan
 from cadenza.resources.pools import install_leaser
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, RunEnd, StepEnd, StepStart

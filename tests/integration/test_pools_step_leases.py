@@ -12,7 +12,7 @@ from typing import Any
 from tests.integration.pools_home import PoolBench, pool_bench
 
 from cadenza.domain.states import ResourceState, RunState, StepState
-from cadenza.resources.leasing import job_needs, peak_needs, step_needs
+from cadenza.resources.plan import job_needs, peak_needs, step_needs
 from cadenza.store.boundary import Boundary, Checkpoint, StepEnd, StepStart
 
 X = ResourceState
@@ -76,7 +76,7 @@ def _ids(b: PoolBench, run_id: str) -> list[tuple[str, str | None]]:
 def test_step_needs_count_what_the_run_holds(tmp_path: Path) -> None:
     from tests.integration.pools_home import write_home
 
-    from cadenza.resources.leasing import PoolPlan
+    from cadenza.resources.plan import PoolPlan
 
     jobs = """
     [jobs.j]

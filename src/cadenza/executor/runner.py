@@ -331,7 +331,7 @@ def _held_reader(store: Store, config: LoadedConfig
                  ) -> Callable[[str, str], Mapping[str, Sequence[LeasedResource]]]:
     """What a run holds (``ctx.resources``): one read per step of a job that needs pools."""
     from cadenza.resources.held import held_resources
-    from cadenza.resources.leasing import peak_needs
+    from cadenza.resources.plan import peak_needs
 
     needing = {job_id for job_id, job in config.jobs.items() if peak_needs(job)}
 

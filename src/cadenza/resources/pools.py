@@ -25,7 +25,8 @@ import sqlalchemy as sa
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.events import EventType
-from cadenza.resources.leasing import PoolLeaser, PoolPlan
+from cadenza.resources.leasing import PoolLeaser
+from cadenza.resources.plan import PoolPlan
 from cadenza.store.tables import resources
 
 if TYPE_CHECKING:

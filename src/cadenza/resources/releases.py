@@ -27,7 +27,7 @@ from cadenza.store.boundaries import EndedRun
 from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
 
 if TYPE_CHECKING:
-    from cadenza.resources.leasing import PoolPlan
+    from cadenza.resources.plan import PoolPlan
 
 AVAILABLE, LEASED, RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 COOLDOWN, FAULT, DISABLED = "COOLDOWN", "FAULT", "DISABLED"

@@ -121,7 +121,7 @@ class ResourceService:
         self.services = services
 
     def _synced(self) -> None:
-        from cadenza.resources.leasing import PoolPlan
+        from cadenza.resources.plan import PoolPlan
         from cadenza.resources.pools import sync_members
 
         sync_members(self.services.store(), PoolPlan.of(self.services.config()),

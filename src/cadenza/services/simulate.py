@@ -28,7 +28,7 @@ class SimulateService:
         zone without offset) on a virtual clock. Runs last their job's median duration from
         history (1 minute without history)."""
         from cadenza.config.admission_limits import limits_from_loaded
-        from cadenza.resources.leasing import PoolPlan
+        from cadenza.resources.plan import PoolPlan
         from cadenza.scheduler.schedules import server_zone
         from cadenza.scheduler.simulate import (
             SimulatedPool,

@@ -95,28 +95,31 @@ async def runs_history(request: Request, caller: PageViewerAtRead,
                        after: Annotated[str | None, Query(max_length=100)] = None
                        ) -> HTMLResponse:
     """The runs, newest first, a keyset page at a time ("older" / "newer"), filtered by job,
-    state, trigger and time range (all kept in the URL, so a view can be shared). Read on
-    the event loop on SQLite (:meth:`WebContext.read`)."""
-    def read(me: Principal) -> HTMLResponse:
-        filters = Filters.of(request.query_params)
-        error = None
-        page = RunPage((), None, None)
-        try:
-            page = _history(request).runs_page(_page_query(request, filters, before, after))
-        except InvalidRequest as exc:
-            error = str(exc)
-        values = {"filters": filters, "page": page, "error": error,
-                  "rows": [_row(run) for run in page.runs], "cursor": before or after,
-                  "state_order": STATE_ORDER, "ranges": RANGES}
-        fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
-            and request.headers.get("hx-history-restore-request") != "true"
-        if fragment:  # the address bar gets the view's canonical URL (no empty filters)
-            canonical = filters.url(before=before, after=None if before else after)
-            return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
-                          headers={"HX-Push-Url": canonical})
-        return render(request, "ui/runs_list.html", values, me=me, nav="runs")
+    state, trigger and time range (all kept in the URL, so a view can be shared). The read
+    (and the caller's check) runs where :meth:`AtRead.read` puts it (a worker thread on
+    PostgreSQL); the page is rendered here, on the event loop: in a worker thread its
+    milliseconds of Python fought the loop for the interpreter (W6 ``--ui``,
+    docs/benchmarks.md)."""
+    filters = Filters.of(request.query_params)
 
-    return await caller.read(read)
+    def read(me: Principal) -> tuple[Principal, RunPage, str | None]:
+        try:
+            query = _page_query(request, filters, before, after)
+            return me, _history(request).runs_page(query), None
+        except InvalidRequest as exc:
+            return me, RunPage((), None, None), str(exc)
+
+    me, page, error = await caller.read(read)
+    values = {"filters": filters, "page": page, "error": error,
+              "rows": [_row(run) for run in page.runs], "cursor": before or after,
+              "state_order": STATE_ORDER, "ranges": RANGES}
+    fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
+        and request.headers.get("hx-history-restore-request") != "true"
+    if fragment:  # the address bar gets the view's canonical URL (no empty filters)
+        canonical = filters.url(before=before, after=None if before else after)
+        return render(request, "ui/_runs_table.html", values, me=me, nav="runs",
+                      headers={"HX-Push-Url": canonical})
+    return render(request, "ui/runs_list.html", values, me=me, nav="runs")
 
 
 def _row(run: RunRecord) -> dict[str, Any]:

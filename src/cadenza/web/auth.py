@@ -168,7 +168,9 @@ class AtRead:
     async def read(self, reader: Callable[[Principal], T]) -> T:
         """Check the caller (401 / 403 exactly as the dependency would), then
         ``reader(principal)``: in one worker thread on PostgreSQL, on the event loop on
-        SQLite (:meth:`WebContext.read`)."""
+        SQLite (:meth:`WebContext.read`). Let the reader only read: encoding the answer
+        or rendering the page belongs on the event loop after it, where it does not fight
+        the loop for the interpreter (W6 on PostgreSQL: p95 52-53 -> 43 ms)."""
         request, check = self.request, self.check
         return await context(request).read(lambda: reader(check(request)))
 

@@ -59,6 +59,18 @@ from cadenza.store.tables import runs
 
 _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
+
+
+def _pipeline_supported() -> bool:
+    """Whether psycopg's pipeline mode is there (libpq 14 or later; the binary wheels
+    bring one): PostgreSQL's claim from the queue sends two statements in one round trip."""
+    try:
+        import psycopg
+    except ImportError:  # SQLite only
+        return False
+    return bool(psycopg.Pipeline.is_supported())
+
+
 _TAKE = (
     "WITH chosen AS {materialized}(SELECT id FROM runs WHERE state = 'QUEUED'"
     " AND (not_before IS NULL OR not_before <= {m}){where}"
@@ -101,6 +113,7 @@ _SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sor
 """The same, as the last column of the claim's RETURNING: evaluated after the statement was
 planned, so a claim that took runs sets the value back without a round trip of its own
 (the statement above only runs when it took none)."""
+_PIPELINE = _pipeline_supported()
 _IDS_PER_CLAIM = 900
 """Ids per claim statement (SQLite's default parameter limit is 32766)."""
 _DUE_IDS = ("SELECT id FROM runs WHERE state = 'QUEUED'"
@@ -195,11 +208,13 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
                               if again else returning, lease_for=lease_for)
         params = [stamp, *part, *(job_ids or ()), limit - len(out), owner, lease, stamp,
                   stamp]
-        if again:
+        if again and _PIPELINE:
             with cursor.connection.pipeline():
                 cursor.execute(_ORDERED)
                 cursor.execute(sql, params)
         else:
+            if again:  # a libpq older than 14: one round trip more
+                cursor.execute(_ORDERED)
             cursor.execute(sql, params)
         names = [col[0] for col in cursor.description]
         if again:

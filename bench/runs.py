@@ -164,8 +164,10 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 enqueue_commits = commits
                 pool = WorkerPool(store, config, workers=args.workers, batch=args.claim_batch)
                 tracing = True
+                c1 = time.process_time()
                 stats = pool.drain()
                 t2 = time.perf_counter()
+                c2 = time.process_time()
                 tracing = False
                 sa.event.remove(store.engine, "commit", count_commit)
                 pool.close()
@@ -179,6 +181,7 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "enqueue_per_s": args.n / (t1 - t0),
         "drain_runs_per_s": args.n / (t2 - t1),
+        "drain_cpu_ms_per_run": 1000 * (c2 - c1) / args.n,
         "end_to_end_runs_per_s": args.n / (t2 - t0),
         "commits_per_run": commits / args.n,
         "drain_commits_per_run": (commits - enqueue_commits) / args.n,
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> None:
         "requires": "units = 1" if args.requires else None,
         "reps": args.reps,
         "drain_runs_per_s": summary("drain_runs_per_s"),
+        "drain_cpu_ms_per_run": summary("drain_cpu_ms_per_run"),
         "end_to_end_runs_per_s": summary("end_to_end_runs_per_s"),
         "enqueue_per_s": summary("enqueue_per_s"),
         "commits_per_run": summary("commits_per_run"),

@@ -39,6 +39,11 @@ def show(ctx):
     return {"held": out, "route": route.resource_id if route else None}
 
 
+def ignore(ctx):
+    """A step that never looks at ctx.resources."""
+    return {"ok": True}
+
+
 def refuse_on(ctx, bad, named=True):
     """A ResourceFault while the run holds route ``bad``; succeeds on any other."""
     route = ctx.route()

@@ -65,6 +65,33 @@ def test_a_run_leases_its_unit_with_the_bound_route_and_releases_both(
         assert leased[0].run_id == run_id and leased[0].payload["run_id"] == run_id
 
 
+
+def test_ctx_resources_is_read_at_its_first_use_only(tmp_path: Path) -> None:
+    """A thread step that never looks at ``ctx.resources`` costs no read of what the run
+    holds (most steps: the drain's cost of ``requires``, docs/benchmarks.md); one that
+    looks sees the members, read once however often it looks."""
+    jobs = SHOW_UNIT + python_job("quiet", "ignore", "units = 1")
+    with pool_bench(tmp_path / "home", jobs) as b:
+        reader = b.executor.steps.resources
+        assert reader is not None
+        reads: list[str] = []
+
+        def counting(run_id: str, job_id: str):  # type: ignore[no-untyped-def]
+            reads.append(job_id)
+            return reader(run_id, job_id)
+
+        b.executor.steps.resources = counting
+        run_id = b.enqueue("scrape")
+        assert b.execute(run_id).state is RunState.SUCCEEDED
+        assert reads == ["scrape"]  # show() iterates, then ctx.route() looks again
+        output = b.store.list_step_runs(run_id)[0].output
+        assert output is not None and output["route"] == "fr-1"
+        assert [m["id"] for m in output["held"]["units"]] == ["u-1"]
+        quiet = b.enqueue("quiet")
+        assert b.execute(quiet).state is RunState.SUCCEEDED
+        assert b.resource("u-2").state is X.COOLDOWN  # it held u-2 all the same
+        assert reads == ["scrape"]
+
 def test_a_process_isolated_step_sees_the_same_resources(tmp_path: Path) -> None:
     jobs = python_job("scrape", "show", "units = 1").replace('isolation = "thread"',
                                                              'isolation = "process"')

@@ -230,7 +230,8 @@ class ExecutionContext:
         self.params: Mapping[str, Any] = _ReadOnly(params)
         # The executor's ChildCalls (executor/calls.py): what a call_job step runs through.
         self.calls = calls
-        self.resources: Mapping[str, Sequence[LeasedResource]] = _ReadOnly(resources or {})
+        self.resources: Mapping[str, Sequence[LeasedResource]] = (
+            resources if isinstance(resources, LazyResources) else _ReadOnly(resources or {}))
         """Pool name -> the members the run holds (docs/pools.md); values from secrets are
         known to the redactor."""
         # Seconds until the run's lease surely held ends, minus a margin (RunControl.lease_left):
@@ -530,6 +531,37 @@ def check_result(value: object, step: str,
     if len(encoded) > limit:  # ASCII (json.dumps escapes the rest): characters are bytes
         return StepResult(value.rows, summarize(value.output, len(encoded), limit))
     return value
+
+
+class LazyResources(Mapping[str, Sequence[LeasedResource]]):
+    """``ctx.resources`` read at its first use (most steps never look: a run's no-op step
+    then costs no read and builds nothing, docs/benchmarks.md); read-only."""
+
+    def __init__(self, read: Callable[[], Mapping[str, Sequence[LeasedResource]]]) -> None:
+        self._read: Callable[[], Mapping[str, Sequence[LeasedResource]]] | None = read
+        self._data: dict[str, Sequence[LeasedResource]] = {}
+
+    def _held(self) -> dict[str, Sequence[LeasedResource]]:
+        read = self._read
+        if read is not None:
+            self._data = dict(read())
+            self._read = None
+        return self._data
+
+    def __getitem__(self, key: str) -> Sequence[LeasedResource]:
+        return self._held()[key]
+
+    def __iter__(self) -> Any:
+        return iter(self._held())
+
+    def __len__(self) -> int:
+        return len(self._held())
+
+    def __repr__(self) -> str:
+        return f"resources({self._held()!r})"
+
+    def __reduce__(self) -> Any:
+        return (_ReadOnly, (self._held(),))
 
 
 class _ReadOnly(Mapping[str, Any]):

@@ -31,7 +31,7 @@ from cadenza.domain.errors import Deferred, Fatal
 from cadenza.domain.states import StepState
 from cadenza.executor.child import ChildSpec, step_class_path
 from cadenza.executor.connections import Connections
-from cadenza.executor.context import ExecutionContext
+from cadenza.executor.context import ExecutionContext, LazyResources
 from cadenza.executor.control import RunControl, RunStopped
 from cadenza.executor.errors import (
     StepTimeout,
@@ -201,8 +201,9 @@ class StepRunner:
         """A launched thread step, or (isolation = "process") the call that runs it."""
         run_info = RunInfo(plan.run.id, plan.job.id, plan.run.trigger, plan.scheduled_for,
                            plan.log_level)
-        held = {} if self.resources is None else self.resources(plan.run.id, plan.job.id)
+        reader = self.resources
         if getattr(planned.config, "isolation", "thread") == "process":
+            held = {} if reader is None else reader(plan.run.id, plan.job.id)
             spec = ChildSpec(
                 home=self.home,
                 step_class=step_class_path(step_type),
@@ -236,7 +237,8 @@ class StepRunner:
             clock=self.clock,
             lease=None if control is None else control.lease_left,
             calls=self.calls,
-            resources=held,
+            resources=None if reader is None else LazyResources(
+                lambda: reader(plan.run.id, plan.job.id)),
         )
         instance = step_type()
         run = getattr(instance, "run")  # noqa: B009 - StepType declares no run; checked above

@@ -74,9 +74,10 @@ def environment(lang: str) -> Environment:
     env.filters["isoutc"] = iso_utc
     env.filters["utctext"] = utc_text
     env.globals["version"] = cadenza.__version__
-    from cadenza.web.ui.runs_rows import rows_html
+    from cadenza.web.ui.runs_rows import ascii_html, rows_html
 
     env.globals["runs_rows"] = rows_html  # the runs table's rows (runs_rows.py)
+    env.filters["ascii"] = ascii_html
     return env
 
 

@@ -86,6 +86,17 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
     """Lease through the claim until no run is left (or ``stop`` exists)."""
     store = Store.open(url, migrate=False)
     leaser = install_leaser(store, plan(units))
+    # PostgreSQL: how many failed claims saw a unit free but lost it to another claim's
+    # lock (``_reserve``), the costlier kind (a transaction more).
+    reserves = [0, 0]
+    reserve = getattr(leaser, "_reserve", None)
+    if reserve is not None:
+        def counted(*a: Any, **k: Any) -> bool:
+            ok = bool(reserve(*a, **k))
+            reserves[0] += 1
+            reserves[1] += not ok
+            return ok
+        leaser._reserve = counted  # type: ignore[method-assign]
     clock = SystemClock()
     owner = f"bench:{os.getpid()}"
     pause = threading.Event()
@@ -158,7 +169,7 @@ def product_worker(url: str, units: int, hold: float, ttl: float, out: str, stop
             leases += 1
         # This process's CPU: in claims that leased, claims that found nothing, run ends.
         fh.write(f"C {cpu_claim:.6f} {cpu_fail:.6f} {fails} {cpu_end:.6f} {leases}"
-                 f" {time.process_time():.6f}\n")
+                 f" {time.process_time():.6f} {reserves[0]} {reserves[1]}\n")
     store.close()
 
 
@@ -366,6 +377,8 @@ def product(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
             "cpu_ms_claims_that_failed": round(1000 * sum(c[1] for c in cpu) / counted, 3),
             "cpu_ms_run_ends": round(1000 * sum(c[3] for c in cpu) / counted, 3),
             "cpu_ms_whole_process": round(1000 * sum(c[5] for c in cpu) / counted, 3),
+            "reserves": round(sum(c[6] for c in cpu) / counted, 2),
+            "reserves_lost": round(sum(c[7] for c in cpu) / counted, 2),
         },
     }
 

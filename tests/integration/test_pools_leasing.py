@@ -442,42 +442,6 @@ def test_claims_that_saw_the_same_free_unit_do_not_claim_runs_to_give_back(
         assert held == {got[0][0].id, got[1][0].id}
 
 
-
-def test_a_claim_that_lost_a_unit_to_another_claim_does_not_try_it_again_until_it_moves(
-        tmp_path: Path, pg_url: str) -> None:
-    """PostgreSQL: a claim that saw u-1 free but found it locked by another claim still in
-    its transaction remembers it; the next claims here skip u-1 without beginning a
-    transaction while its row is unchanged (W4: most failed tries were these, each a
-    BEGIN, a lock attempt and a ROLLBACK). The other claim gives u-1 back (its row
-    unchanged): after ``LOST_FOR`` it is tried again, and taken."""
-    from cadenza.resources.leasing import LOST_FOR
-
-    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=pg_url) as b:
-        for _ in range(3):
-            b.enqueue("scrape")
-        until = b.clock.now() + timedelta(seconds=30)
-        assert len(b.store.claim_runs("node-0:1:1", until, job_ids=["scrape"])) == 1  # u-1
-        with b.store.write() as c1:
-            first = b.store.claim_runs("node-1:1:1", until, job_ids=["scrape"], conn=c1)
-            assert len(first) == 1  # u-2, locked until c1 ends
-            with b.store.write() as c2:
-                assert b.store.claim_runs("node-2:1:1", until, job_ids=["scrape"],
-                                          conn=c2) == []
-            for _ in range(2):
-                with b.store.write() as c3:
-                    assert b.store.claim_runs("node-3:1:1", until, job_ids=["scrape"],
-                                              conn=c3) == []
-                    raw = c3.connection.driver_connection
-                    assert raw is not None
-                    assert raw.info.transaction_status == 0  # IDLE: nothing begun
-            c1.get_transaction().rollback()  # gives u-2 back: its row as it was
-        assert b.states()["u-2"] == "AVAILABLE"
-        with b.store.write() as c4:  # still remembered as lost: skipped
-            assert b.store.claim_runs("node-4:1:1", until, job_ids=["scrape"], conn=c4) == []
-        b.clock.advance(LOST_FOR)
-        got = b.store.claim_runs("node-4:1:1", until, job_ids=["scrape"])
-        assert len(got) == 1 and b.resource("u-2").lease_owner == got[0].id
-
 def test_a_claim_by_job_that_finds_nothing_free_begins_no_transaction(
         tmp_path: Path, pg_url: str) -> None:
     """PostgreSQL: the pools' snapshot of a claim by job ids is read before the claim's

@@ -122,11 +122,6 @@ class PoolLeaser(Releases):
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""
-        self._lost: dict[str, tuple[datetime, datetime]] = {}
-        """PostgreSQL: member id -> (its ``updated_at`` then, until when) for members a
-        claim here saw free and found locked by another claim (:meth:`_reserve`): until
-        the row changes (that claim's lease commits) or :data:`LOST_FOR` passes (it gave
-        the member back), a claim here does not begin a transaction to lose it again."""
 
     def update(self, plan: PoolPlan) -> None:
         """Use ``plan`` from now on (a reload). Jobs that needed resources before keep
@@ -285,40 +280,27 @@ class PoolLeaser(Releases):
         lost the member's compare-and-swap and given the run back (W4: about one such
         claim per lease, docs/benchmarks.md). Members another claim locked are marked
         taken in ``snapshot``. False when a pool has too few free members left."""
-        lost = self._lost
         for pool in sorted(needs):
             ranked = sorted(
                 (m for m in snapshot.values() if m.pool == pool and self._free(m, now)
-                 and (m.route_id is None or self._free(snapshot.get(m.route_id), now))
-                 and not self._still_lost(m, now)),
+                 and (m.route_id is None or self._free(snapshot.get(m.route_id), now))),
                 key=lambda m: (-(m.score if m.score is not None else 100.0), m.updated_at,
                                m.resource_id))
             if len(ranked) < needs[pool]:
-                return False  # before any transaction: a claim that lost them, again
+                return False
             ids = [m.resource_id for m in ranked]
             cursor.execute(_RESERVE, [ids, ids, needs[pool]])
             locked = {row[0] for row in cursor.fetchall()}
-            short = len(locked) < needs[pool]
-            with self._lock:
-                if len(lost) > 10_000:
-                    lost.clear()
-                for member in ranked:
-                    if member.resource_id in locked:
-                        locked.discard(member.resource_id)
-                        if not locked and not short:
-                            break
-                    else:  # another claim's, as far as this one can tell
-                        member.state = LEASED
-                        lost[member.resource_id] = (member.updated_at, now + LOST_FOR)
-            if short:
+            if len(locked) < needs[pool]:
                 return False
+            for member in ranked:
+                if member.resource_id in locked:
+                    locked.discard(member.resource_id)
+                    if not locked:
+                        break
+                else:
+                    member.state = LEASED  # another claim's, as far as this one can tell
         return True
-
-    def _still_lost(self, member: _Member, now: datetime) -> bool:
-        """Whether a claim here found ``member`` locked by another claim, and its row has
-        not changed since, within :data:`LOST_FOR`."""
-        seen = self._lost.get(member.resource_id)
-        return seen is not None and seen[0] == member.updated_at and now < seen[1]
 
     def _defer(self, conn: sa.Connection, events: list[ResourceEvent]) -> None:
         """Keep ``events`` (leases) for :meth:`started` or :meth:`flush` in ``conn``'s
@@ -836,8 +818,4 @@ _HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch,
 """What the runs of a step hook hold, with the step that holds each member."""
 
 RECHECK = timedelta(seconds=30)
-LOST_FOR = timedelta(milliseconds=100)
-"""How long a member found locked by another claim is not tried again while its row is
-unchanged (that claim gave it back): a claim's transaction lasts milliseconds, and the
-lease it commits changes the row (:meth:`PoolLeaser._reserve`)."""
 """The longest a refused run is left alone by admission (other nodes' releases)."""

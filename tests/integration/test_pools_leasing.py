@@ -442,6 +442,33 @@ def test_claims_that_saw_the_same_free_unit_do_not_claim_runs_to_give_back(
         assert held == {got[0][0].id, got[1][0].id}
 
 
+
+def test_a_unit_reserved_by_a_claim_in_its_transaction_looks_taken_to_other_claims(
+        tmp_path: Path, pg_url: str) -> None:
+    """PostgreSQL: while a claim holds u-2 reserved in its transaction, another claim by
+    job id sees u-2 taken in its snapshot and begins no transaction (it used to begin one,
+    try the lock, find it held and roll back: W4's most common failed try); once the
+    first claim gives u-2 back, the next claim takes it."""
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=pg_url) as b:
+        for _ in range(3):
+            b.enqueue("scrape")
+        until = b.clock.now() + timedelta(seconds=30)
+        assert len(b.store.claim_runs("node-0:1:1", until, job_ids=["scrape"])) == 1  # u-1
+        with b.store.write() as c1:
+            assert len(b.store.claim_runs("node-1:1:1", until, job_ids=["scrape"],
+                                          conn=c1)) == 1  # u-2, not committed
+            for _ in range(2):
+                with b.store.write() as c2:
+                    assert b.store.claim_runs("node-2:1:1", until, job_ids=["scrape"],
+                                              conn=c2) == []
+                    raw = c2.connection.driver_connection
+                    assert raw is not None
+                    assert raw.info.transaction_status == 0  # IDLE: nothing begun
+            c1.get_transaction().rollback()  # gives u-2 back
+        assert b.states()["u-2"] == "AVAILABLE"
+        got = b.store.claim_runs("node-3:1:1", until, job_ids=["scrape"])
+        assert len(got) == 1 and b.resource("u-2").lease_owner == got[0].id
+
 def test_a_claim_by_job_that_finds_nothing_free_begins_no_transaction(
         tmp_path: Path, pg_url: str) -> None:
     """PostgreSQL: the pools' snapshot of a claim by job ids is read before the claim's

@@ -255,7 +255,7 @@ class PoolLeaser(Releases):
             if ahead:
                 raw.autocommit = True  # nothing sent yet: the read goes before the BEGIN
                 try:
-                    snapshot = self._snapshot(cursor, pools)
+                    snapshot = self._snapshot(cursor, pools, reserved=True)
                 finally:
                     raw.autocommit = False
             else:
@@ -334,16 +334,25 @@ class PoolLeaser(Releases):
             finally:
                 cursor.close()
 
-    def _snapshot(self, cursor: Any, pools: list[str]) -> dict[str, _Member]:
+    def _snapshot(self, cursor: Any, pools: list[str],
+                  reserved: bool = False) -> dict[str, _Member]:
+        """The members of ``pools`` and their bound routes. ``reserved`` (PostgreSQL, a
+        read in autocommit only: the test's locks end with the statement): a free member
+        that another claim has reserved (:data:`_RESERVE` takes an advisory lock with
+        the row lock, until that claim's transaction ends) is marked LEASED, as far as
+        this claim can tell, so that it does not begin a transaction to find it locked."""
         d = self._d
         marks = d.marks(len(pools))
-        cursor.execute(_SNAPSHOT.format(marks=marks), [*pools, *pools])
+        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT).format(marks=marks)
+        cursor.execute(sql, [*pools, *pools])
         read = d.read_ts
         out: dict[str, _Member] = {}
         for (rid, pool, kind, state, route, owner, updated, score, cooldown,
-             epoch) in cursor.fetchall():
+             epoch, *free) in cursor.fetchall():
             updated_at = read(updated)
             assert updated_at is not None
+            if free and free[0] is False:
+                state = LEASED  # reserved by a claim in its transaction
             out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
                                None if score is None else float(score), read(cooldown),
                                int(epoch))
@@ -752,12 +761,22 @@ class PoolLeaser(Releases):
         return refused
 
 
+_RESERVED_KEY = 1668572774
+"""The first key of the advisory locks that mark members reserved (``cdzf``)."""
 _SNAPSHOT = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
     " h.score, h.cooldown_until, r.lease_epoch FROM resources r LEFT JOIN resource_health h"
     " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
     " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
 """The members of the pools a claim needs, and the routes bound to them."""
+_SNAPSHOT_RESERVED = _SNAPSHOT.replace(
+    " FROM resources r LEFT JOIN",
+    ", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
+    f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END"
+    " FROM resources r LEFT JOIN", 1)
+"""PostgreSQL, read in autocommit: the same, and for each free member whether no claim
+has reserved it (false: one has, in its transaction; the lock this read takes when it is
+free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""
 _LEASE = (
     "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
     " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
@@ -796,10 +815,12 @@ LEASED, or RUNNING for a claim that starts its runs' first steps in its own tran
 (:meth:`PoolLeaser.started`)."""
 _IDLE = 0
 """psycopg's ``TransactionStatus.IDLE``: no transaction begun on the server."""
-_RESERVE = ("SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
+_RESERVE = ("WITH r AS (SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
             " AND state IN ('AVAILABLE', 'COOLDOWN')"
             " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
-            " FOR UPDATE SKIP LOCKED")
+            " FOR UPDATE SKIP LOCKED)"
+            f" SELECT resource_id, pg_try_advisory_xact_lock({_RESERVED_KEY},"
+            " hashtext(resource_id)) FROM r")
 """PostgreSQL: the first members of a list (best first) that no other transaction holds
 and that are still free as far as their state goes (checked on the row locked: one leased
 since the snapshot is passed over), locked (:meth:`PoolLeaser._reserve`)."""

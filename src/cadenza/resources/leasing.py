@@ -763,17 +763,17 @@ class PoolLeaser(Releases):
 
 _RESERVED_KEY = 1668572774
 """The first key of the advisory locks that mark members reserved (``cdzf``)."""
-_SNAPSHOT = (
+_SNAPSHOT_OF = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
-    " h.score, h.cooldown_until, r.lease_epoch FROM resources r LEFT JOIN resource_health h"
-    " ON h.resource_id = r.resource_id WHERE r.pool IN ({marks}) OR r.resource_id IN"
+    " h.score, h.cooldown_until, r.lease_epoch{{extra}} FROM resources r"
+    " LEFT JOIN resource_health h ON h.resource_id = r.resource_id"
+    " WHERE r.pool IN ({marks}) OR r.resource_id IN"
     " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
+_SNAPSHOT = _SNAPSHOT_OF.replace("{{extra}}", "")
 """The members of the pools a claim needs, and the routes bound to them."""
-_SNAPSHOT_RESERVED = _SNAPSHOT.replace(
-    " FROM resources r LEFT JOIN",
-    ", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
-    f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END"
-    " FROM resources r LEFT JOIN", 1)
+_SNAPSHOT_RESERVED = _SNAPSHOT_OF.replace(
+    "{{extra}}", ", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
+    f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END")
 """PostgreSQL, read in autocommit: the same, and for each free member whether no claim
 has reserved it (false: one has, in its transaction; the lock this read takes when it is
 free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""

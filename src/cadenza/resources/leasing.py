@@ -71,7 +71,9 @@ class _Member:
     state: str
     route_id: str | None
     lease_owner: str | None
-    updated_at: datetime
+    updated_at: Any
+    """As read (SQLite: the fixed-width text, which sorts as the time does; PostgreSQL: a
+    datetime): an order for least recently used, and the value an undo puts back."""
     score: float | None
     cooldown_until: datetime | None
     epoch: int = 0
@@ -260,7 +262,10 @@ class PoolLeaser(Releases):
                     raw.autocommit = False
             else:
                 snapshot = self._snapshot(cursor, pools)
-            free = {m.pool for m in snapshot.values() if self._free(m, now)}
+            free: set[str] = set()
+            for m in snapshot.values():
+                if m.pool not in free and self._free(m, now):
+                    free.add(m.pool)
             servable = [needs for needs in needed if all(pool in free for pool in needs)]
             if servable and self._d.postgres:
                 servable = servable if self._reserve(cursor, servable[0], snapshot,
@@ -343,19 +348,20 @@ class PoolLeaser(Releases):
         this claim can tell, so that it does not begin a transaction to find it locked."""
         d = self._d
         marks = d.marks(len(pools))
-        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT).format(marks=marks)
-        cursor.execute(sql, [*pools, *pools])
+        routes = self.plan.binds_routes(pools)
+        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT)[routes].format(marks=marks)
+        cursor.execute(sql, [*pools, *pools] if routes else pools)
         read = d.read_ts
         out: dict[str, _Member] = {}
         for (rid, pool, kind, state, route, owner, updated, score, cooldown,
              epoch, *free) in cursor.fetchall():
-            updated_at = read(updated)
-            assert updated_at is not None
             if free and free[0] is False:
                 state = LEASED  # reserved by a claim in its transaction
-            out[rid] = _Member(rid, pool, kind, state, route, owner, updated_at,
-                               None if score is None else float(score), read(cooldown),
-                               int(epoch))
+            # Only a cooling member's end is read (parsed) (a claim's snapshot has every
+            # member of its pools, most of them AVAILABLE: ~8 % of the drain's leasing).
+            out[rid] = _Member(rid, pool, kind, state, route, owner, updated,
+                               None if score is None else float(score),
+                               read(cooldown) if state == COOLDOWN else None, int(epoch))
         return out
 
     def _free(self, member: _Member | None, now: datetime) -> bool:
@@ -434,27 +440,35 @@ class PoolLeaser(Releases):
     def _choose(self, run_id: str, needs: Mapping[str, int], step: str | None,
                 step_needs: Mapping[str, int], snapshot: dict[str, _Member], now: datetime,
                 order: dict[str, list[_Member]]
-                ) -> list[tuple[_Member, str | None, str, int, datetime]] | None:
+                ) -> list[tuple[_Member, str | None, str, int, Any]] | None:
         """The members :meth:`_lease_run` would take for ``run_id`` if every
         compare-and-swap succeeded (each with its lease step, state, epoch and last use),
         marked taken in ``snapshot``; None (nothing marked) when it cannot have them.
         ``order``: pool -> its members in the order of preference (built once per batch,
-        here, when missing; taken members are skipped as they go)."""
-        chosen: list[tuple[_Member, str | None, str, int, datetime]] = []
+        here, when missing, of the members free then; those taken since are skipped as
+        they go, and dropped once they lead the list)."""
+        chosen: list[tuple[_Member, str | None, str, int, Any]] = []
         taken: set[str] = set()
+        free = self._free
 
         def pick(pool: str, count: int, lease_step: str | None) -> bool:
             ranked = order.get(pool)
             if ranked is None:
-                ranked = sorted((m for m in snapshot.values() if m.pool == pool),
+                ranked = sorted((m for m in snapshot.values()
+                                 if m.pool == pool and free(m, now)),
                                 key=lambda m: (-(m.score if m.score is not None else 100.0),
                                                m.updated_at, m.resource_id))
                 order[pool] = ranked
+            lead = 0
+            while lead < len(ranked) and ranked[lead].state == LEASED:
+                lead += 1
+            if lead:
+                del ranked[:lead]  # chosen for earlier runs of the batch
             got = 0
             for member in ranked:
                 if got == count:
                     break
-                if member.resource_id in taken or not self._free(member, now):
+                if member.state == LEASED or member.resource_id in taken:
                     continue
                 route = snapshot.get(member.route_id) if member.route_id else None
                 if member.route_id is not None and (
@@ -492,7 +506,7 @@ class PoolLeaser(Releases):
         """Take ``needs`` for the whole run, then what ``step`` needs beyond what the run
         holds (``held``: pool -> members it holds already, plus what was just taken),
         all or nothing: on a refusal everything taken here is put back (nobody saw it)."""
-        mine: list[tuple[_Member, datetime]] = []
+        mine: list[tuple[_Member, Any]] = []
         pending: list[ResourceEvent] = []
         wants = [(pool, needs[pool], None) for pool in sorted(needs)]
         for pool, count, lease_step in wants:
@@ -523,7 +537,7 @@ class PoolLeaser(Releases):
     def _take_pool(self, cursor: Any, run_id: str, pool: str, count: int,
                    lease_step: str | None, snapshot: dict[str, _Member], now: datetime,
                    events: list[ResourceEvent], pending: list[ResourceEvent],
-                   mine: list[tuple[_Member, datetime]],
+                   mine: list[tuple[_Member, Any]],
                    shown: int | None = None) -> tuple[str, datetime | None] | None:
         """Take ``count`` members of ``pool`` (each with its bound route); on a refusal,
         put back everything in ``mine`` and say why."""
@@ -553,7 +567,7 @@ class PoolLeaser(Releases):
 
     def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
               now: datetime, pending: list[ResourceEvent],
-              mine: list[tuple[_Member, datetime]]) -> bool:
+              mine: list[tuple[_Member, Any]]) -> bool:
         d = self._d
         if not self._free(member, now):
             return False
@@ -595,13 +609,15 @@ class PoolLeaser(Releases):
         return ResourceEvent(EventType.RESOURCE_LEASED, member.resource_id, run_id, message,
                              payload)
 
-    def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, datetime]]) -> None:
-        """Put back what this claim leased for ``run_id`` (nobody saw it)."""
+    def _undo(self, cursor: Any, run_id: str, taken: list[tuple[_Member, Any]]) -> None:
+        """Put back what this claim leased for ``run_id`` (nobody saw it), with the
+        ``updated_at`` each had (as read: see :class:`_Member`)."""
         d = self._d
         for member, updated_at in reversed(taken):
             before = COOLDOWN if member.was_cooling else AVAILABLE
             cursor.execute(_UNDO.format(m=d.mark),
-                           [before, d.ts(updated_at), member.resource_id, run_id])
+                           [before, d.ts(updated_at) if d.postgres else updated_at,
+                            member.resource_id, run_id])
             member.state, member.lease_owner = before, None
             member.epoch -= 1
         taken.clear()
@@ -767,13 +783,17 @@ _SNAPSHOT_OF = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
     " h.score, h.cooldown_until, r.lease_epoch{{extra}} FROM resources r"
     " LEFT JOIN resource_health h ON h.resource_id = r.resource_id"
-    " WHERE r.pool IN ({marks}) OR r.resource_id IN"
-    " (SELECT route_id FROM resources WHERE pool IN ({marks}) AND route_id IS NOT NULL)")
-_SNAPSHOT = _SNAPSHOT_OF.replace("{{extra}}", "")
-"""The members of the pools a claim needs, and the routes bound to them."""
-_SNAPSHOT_RESERVED = _SNAPSHOT_OF.replace(
-    "{{extra}}", ", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
-    f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END")
+    " WHERE r.pool IN ({marks}){{routes}}")
+_BOUND_ROUTES = (" OR r.resource_id IN (SELECT route_id FROM resources WHERE pool IN ({marks})"
+                 " AND route_id IS NOT NULL)")
+_RESERVED = (", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
+             f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END")
+_SNAPSHOT = {routes: _SNAPSHOT_OF.replace("{{extra}}", "").replace(
+    "{{routes}}", _BOUND_ROUTES if routes else "") for routes in (False, True)}
+"""The members of the pools a claim needs, and (``[True]``) the routes bound to them (a
+third cheaper to read without, when no member of those pools binds one)."""
+_SNAPSHOT_RESERVED = {routes: _SNAPSHOT_OF.replace("{{extra}}", _RESERVED).replace(
+    "{{routes}}", _BOUND_ROUTES if routes else "") for routes in (False, True)}
 """PostgreSQL, read in autocommit: the same, and for each free member whether no claim
 has reserved it (false: one has, in its transaction; the lock this read takes when it is
 free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""

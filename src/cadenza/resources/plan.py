@@ -79,6 +79,12 @@ class PoolPlan:
         found = self.pools.get(pool)
         return found.cooldown if found is not None else timedelta(seconds=30)
 
+    def binds_routes(self, pools: list[str]) -> bool:
+        """Whether a member of one of ``pools`` is bound to a route (a snapshot of them
+        must then read those routes too)."""
+        return any(member.route is not None for name in pools
+                   if (found := self.pools.get(name)) is not None for member in found.members)
+
     def probed(self, pool: str) -> bool:
         """Whether the pool's members come back from COOLDOWN through health probes."""
         found = self.pools.get(pool)

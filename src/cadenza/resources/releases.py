@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.boundaries import EndedRun
+from cadenza.store.codec import dumps
 from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ class Releases:
     _d: Dialect
     _lock: threading.Lock
     _jobs: set[str]
+    _step_jobs: set[str]
     _held: dict[str, list[tuple[str, str, str, str | None]]]
     _moved: Callable[[], None]
     """A member went back (admission may try refused runs again): the leaser's method."""
@@ -118,21 +120,31 @@ class Releases:
             return
         d = self._d
         ids = [e.run_id for e in mine]
+        owners: dict[str, str] | None = {}
         with self._lock:
-            for run_id in ids:
-                self._held.pop(run_id, None)
+            for e in mine:
+                claimed = self._held.pop(e.run_id, None)
+                if (owners is not None and claimed is not None
+                        and e.job_id not in self._step_jobs):
+                    owners.update((member[0], e.run_id) for member in claimed)
+                else:
+                    owners = None  # claimed elsewhere, or steps lease: the store says
         cursor = conn.connection.cursor()
         try:
             self._unstart(conn, cursor, ids)
-            one = not d.postgres and len(ids) == 1
+            one = not d.postgres and (len(ids) == 1 or owners is not None)
             if (d.postgres or one) and not self._faults(
                     cursor, [e.run_id for e in mine if e.state is RunState.QUEUED]):
                 # No fault to sort out: read and release in one statement.
-                if one:  # SQLite: RETURNING shows the new state, which tells the old one
-                    cursor.execute(_RELEASE_RUN, [d.ts(now), ids[0]])
+                if one:  # SQLite: RETURNING shows the new state, which tells the old one;
+                    # the owner is the one run, or what this process's claims leased
+                    # (a run's members are those its claim took: no step leases).
+                    cursor.execute(_RELEASE_RUNS.format(marks=d.marks(len(ids))),
+                                   [d.ts(now), *ids])
                     released = sorted(
-                        (rid, pool, kind, LEASED if to == AVAILABLE else RUNNING, ids[0],
-                         epoch) for rid, pool, kind, to, epoch in cursor.fetchall())
+                        (rid, pool, kind, LEASED if to == AVAILABLE else RUNNING,
+                         ids[0] if len(ids) == 1 else _owner(owners, rid), epoch)
+                        for rid, pool, kind, to, epoch in cursor.fetchall())
                 else:
                     cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
                                    [*ids, d.ts(now)])
@@ -279,9 +291,8 @@ class Releases:
         rows = [
             (e.run_id, e.resource_id, e.kind.value, e.level.value,
              redact(e.message) if e.redact else e.message,
-             json.dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
-                         for k, v in e.payload.items()} if e.redact else e.payload,
-                        sort_keys=True, default=str),
+             dumps({k: redact(v) if k == "reason" and isinstance(v, str) else v
+                    for k, v in e.payload.items()} if e.redact else e.payload),
              stamp, "system") for e in events]
         if self.emit is not None:
             self.emit(conn, rows)
@@ -308,14 +319,21 @@ _RELEASE_HELD = (
     " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
     " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
 """PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
-_RELEASE_RUN = (
+_RELEASE_RUNS = (
     "UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
     " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
-    " updated_at = ? WHERE lease_owner = ? AND state IN ('LEASED', 'RUNNING')"
+    " updated_at = ? WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
     " RETURNING resource_id, pool, kind, state, lease_epoch")
-"""SQLite, one run's end (no fault): :data:`_HELD` and :data:`_RELEASE_ALL` in one statement
-(under the write lock); RETURNING gives the new state: AVAILABLE was LEASED, COOLDOWN was
-RUNNING."""
+"""SQLite, runs' end (no fault): :data:`_HELD` and :data:`_RELEASE_ALL` in one statement
+(under the write lock); RETURNING gives the new state (AVAILABLE was LEASED, COOLDOWN was
+RUNNING), not the owner: one run's, or known from the claims (``Releases.ended``)."""
+
+
+def _owner(owners: dict[str, str] | None, rid: str) -> str:
+    found = None if owners is None else owners.get(rid)
+    if found is None:  # cannot be: a member not leased by these runs' claims
+        raise RuntimeError(f"released {rid}, which no claim of these runs leased here")
+    return found
 _FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
            " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
            " GROUP BY run_id)")

@@ -41,6 +41,7 @@ from cadenza.domain.errors import (
 )
 from cadenza.domain.errors import READ_ONLY as READ_ONLY_STORAGE
 from cadenza.domain.events import EventType, Level
+from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
 from cadenza.store.engine import READ_ONLY
 from cadenza.store.tables import event_log
@@ -178,12 +179,12 @@ class StoreCore:
         """
         lock = self._write_lock
         try:
-            if lock is None:
+            if lock is None:  # PostgreSQL: the audit and log rows go with the COMMIT
                 if connection is not None:
-                    with connection.begin():
+                    with self._kept(connection):
                         yield connection
                 else:
-                    with self.engine.connect() as conn, conn.begin():
+                    with self.engine.connect() as conn, self._kept(conn):
                         yield conn
             else:
                 with lock:
@@ -205,6 +206,16 @@ class StoreCore:
                 raise
             raise failed from exc
         self.writes_ok += 1
+
+    @contextmanager
+    def _kept(self, conn: sa.Connection) -> Iterator[None]:
+        """A transaction on ``conn`` whose ``event_log`` and ``run_logs`` INSERTs are sent
+        with its COMMIT, in one round trip (:mod:`cadenza.store.later`)."""
+        raw = conn.connection.driver_connection
+        with conn.begin() as transaction, later.keeping(raw):
+            yield
+            if transaction.is_active:  # (else the block ended it itself)
+                later.commit(raw, transaction.commit)
 
     def _write_error(self, exc: Exception) -> StoreError | None:
         """The store's error for a failed write transaction: a driver's error, wrapped by
@@ -386,6 +397,8 @@ class StoreCore:
         payload_json = None
         if payload is not None:
             payload_json = dumps(self.redactor.redact_value(payload))
+        if self.dialect == "postgresql":  # after the rows kept for the commit, in order
+            later.send(conn.connection.driver_connection)
         result = conn.execute(
             _INSERT_EVENT,
             {

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import TERMINAL_RUN_STATES
+from cadenza.store import later
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.records import EventRecord, LogRecord
@@ -120,6 +121,8 @@ class EventsRepository(StoreCore):
         """
         level = Level(level)
         with self._joined(conn) as c:
+            if self.dialect == "postgresql":  # after the rows kept for the commit, in order
+                later.send(c.connection.driver_connection)
             key = c.execute(
                 run_logs.insert().values(
                     run_id=run_id,

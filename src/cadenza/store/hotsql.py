@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cadenza.domain.errors import StoreError
+from cadenza.store import later
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +128,14 @@ def insert_rows(cursor: Any, d: Dialect, table: str, columns: tuple[str, ...],
     other threads run, so one statement for many rows keeps the lock held briefly."""
     found: list[Any] = []
     per = max(1, _PARAMS_PER_INSERT // len(columns))
+    kept = d.postgres and not returning and table in later.KEPT_TABLES
     for first in range(0, len(rows), per):
         chunk = rows[first:first + per]
-        cursor.execute(d.insert(table, columns, len(chunk), returning),
-                       [value for row in chunk for value in row])
+        sql = d.insert(table, columns, len(chunk), returning)
+        params = [value for row in chunk for value in row]
+        if kept and later.keep(cursor, sql, params):
+            continue  # sent with the transaction's COMMIT (cadenza.store.later)
+        cursor.execute(sql, params)
         if returning:
             found.extend(cursor.fetchall())
     return found

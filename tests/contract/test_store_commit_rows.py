@@ -4,17 +4,22 @@ all or nothing with the rest of the transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from enum import StrEnum
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from cadenza.clock import FakeClock
+from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType
 from cadenza.domain.states import RunState, StepState
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, RunEnd, StepEnd, StepStart
 from cadenza.store.hotsql import AUDIT_COLUMNS, insert_rows
+from cadenza.store.tables import step_runs
 
 
 def _running(store: Store, clock: FakeClock) -> tuple[str, int, int]:
@@ -103,4 +108,22 @@ def test_postgresql_sends_a_run_ends_events_with_its_commit(
                 if any("INSERT INTO event_log" in m for m in group)]
     assert together, sent
     assert any("COMMIT" in m for m in together[-1]), together
+    # The step end and the run end (a batch of run ends only) share a Sync too.
+    updates = [group for group in sent if any("UPDATE step_runs" in m for m in group)]
+    assert updates and any("UPDATE runs" in m for m in updates[0]), sent
     assert store.get_run(run_id).state is RunState.SUCCEEDED
+
+
+def test_a_run_end_whose_step_end_is_refused_changes_nothing(
+    store: Store, clock: FakeClock, force: Callable[[sa.Table, object, StrEnum], None]
+) -> None:
+    """A batch of run ends sends its step ends and run ends together (PostgreSQL: one
+    pipeline); a step end the guard refuses (its step run ended already) still fails the
+    whole boundary: StoreError, and the run stays RUNNING."""
+    run_id, epoch, step_run_id = _running(store, clock)
+    force(step_runs, step_run_id, StepState.SUCCEEDED)
+    with pytest.raises(StoreError, match="step end change was refused"):
+        store.record_boundaries([_end(run_id, epoch, step_run_id)])
+    assert store.get_run(run_id).state is RunState.RUNNING
+    assert "RUN_FINISHED" not in [e.event_type
+                                  for e in store.list_events(run_id=run_id, limit=100)]

@@ -78,6 +78,7 @@ from cadenza.store.hotsql import (
     Dialect,
     insert_rows,
     update_rows,
+    update_rows_together,
 )
 
 _RUNNING = RunState.RUNNING.value
@@ -385,7 +386,12 @@ class BoundaryWriter(StoreCore):
         events: list[dict[str, Any]] = []
         redact = self.redactor
         ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
-        update_rows(cursor, d, END_STEP, ends, stamp, "step end")
+        # A batch of run ends only (no step starts, no parameters): the step ends and the
+        # run ends are sent together (PostgreSQL: one round trip for both).
+        only_ends = all(b.run_end is not None and not b.starts and b.params is None
+                        for b in live)
+        if not only_ends:
+            update_rows(cursor, d, END_STEP, ends, stamp, "step end")
         waiting: Mapping[str, str] = {}
         if self.step_lease_hook is not None:
             waiting = self._step_leases(c, live, seen, now)
@@ -406,8 +412,12 @@ class BoundaryWriter(StoreCore):
              "params": dumps(redact.redact_value(dict(b.params)))}
             for b in live if b.params is not None], stamp, "run params")
         ending = [b for b in live if b.run_end is not None]
-        update_rows(cursor, d, END_RUN, [self._run_end_row(b, d, stamp) for b in ending],
-                    stamp, "run end")
+        run_ends = [self._run_end_row(b, d, stamp) for b in ending]
+        if only_ends:
+            update_rows_together(cursor, d, [(END_STEP, ends, "step end"),
+                                             (END_RUN, run_ends, "run end")], stamp)
+        else:
+            update_rows(cursor, d, END_RUN, run_ends, stamp, "run end")
         if self.run_end_hooks and ending:
             ended = [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
                      for b in ending if b.run_end is not None]

@@ -119,6 +119,32 @@ def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[st
                          f"({changed} of {len(rows)} rows changed)")
 
 
+def update_rows_together(cursor: Any, d: Dialect,
+                         parts: list[tuple[BatchUpdate, list[dict[str, Any]], str]],
+                         stamp: Any) -> None:
+    """:func:`update_rows` for each of ``parts`` (update, rows, what), in order; on
+    PostgreSQL all in one pipeline (one round trip; each one's rows changed are checked
+    once it is synced)."""
+    parts = [part for part in parts if part[1]]
+    if not d.postgres or len(parts) < 2:
+        for update, rows, what in parts:
+            update_rows(cursor, d, update, rows, stamp, what)
+        return
+    raw = cursor.connection
+    cursors = [raw.cursor() for _ in parts]
+    try:
+        with raw.pipeline():
+            for each, (update, rows, _what) in zip(cursors, parts, strict=True):
+                each.executemany(update.postgres, rows)
+        for each, (_update, rows, what) in zip(cursors, parts, strict=True):
+            if each.rowcount != len(rows):
+                raise StoreError(f"a {what} change was refused after its run passed the "
+                                 f"fence ({each.rowcount} of {len(rows)} rows changed)")
+    finally:
+        for each in cursors:
+            each.close()
+
+
 def insert_rows(cursor: Any, d: Dialect, table: str, columns: tuple[str, ...],
                 rows: list[tuple[Any, ...]], returning: str = "") -> list[Any]:
     """Insert ``rows`` with as few multi-row INSERTs as the parameter limit allows.

@@ -214,8 +214,11 @@ class StoreCore:
         raw = conn.connection.driver_connection
         with conn.begin() as transaction, later.keeping(raw):
             yield
-            if transaction.is_active:  # (else the block ended it itself)
+            if transaction.is_active:
                 later.commit(raw, transaction.commit)
+            elif later.pending(raw):  # the block ended the transaction itself: never here
+                raise StoreError("event or log rows were written in a transaction that "
+                                 "ended before its commit; they are not in the store")
 
     def _write_error(self, exc: Exception) -> StoreError | None:
         """The store's error for a failed write transaction: a driver's error, wrapped by

@@ -69,6 +69,11 @@ def keep(cursor: Any, sql: str, params: list[Any]) -> bool:
     return True
 
 
+def pending(raw: Any) -> bool:
+    """Whether ``raw``'s transaction kept rows not sent yet."""
+    return bool(_kept.get(id(raw)))
+
+
 def send(raw: Any) -> None:
     """Execute what ``raw``'s transaction kept, now (what comes next must follow it)."""
     found = _kept.get(id(raw))

@@ -127,3 +127,29 @@ def test_a_run_end_whose_step_end_is_refused_changes_nothing(
     assert store.get_run(run_id).state is RunState.RUNNING
     assert "RUN_FINISHED" not in [e.event_type
                                   for e in store.list_events(run_id=run_id, limit=100)]
+
+
+def test_a_block_that_ends_its_transaction_itself_keeps_or_drops_its_rows(
+    store: Store, clock: FakeClock
+) -> None:
+    """A block that commits its transaction itself keeps the rows written before (sent
+    just before its COMMIT); one that rolls back drops them with the rest."""
+    run_id, epoch, step_run_id = _running(store, clock)
+    with store.write() as conn:
+        store.record_boundaries([_end(run_id, epoch, step_run_id)], conn=conn)
+        conn.get_transaction().commit()
+    assert store.get_run(run_id).state is RunState.SUCCEEDED
+    assert "RUN_FINISHED" in [e.event_type
+                              for e in store.list_events(run_id=run_id, limit=100)]
+    other, epoch, step_run_id = _running(store, clock)
+    with store.write() as conn:
+        store.record_boundaries([_end(other, epoch, step_run_id)], conn=conn)
+        conn.get_transaction().rollback()
+    assert store.get_run(other).state is RunState.RUNNING
+    assert "RUN_FINISHED" not in [e.event_type
+                                  for e in store.list_events(run_id=other, limit=100)]
+    # The next write on the same pool of connections keeps and sends its own rows only.
+    store.record_boundaries([_end(other, epoch, step_run_id)])
+    finished = [e for e in store.list_events(run_id=other, limit=100)
+                if e.event_type == "RUN_FINISHED"]
+    assert len(finished) == 1

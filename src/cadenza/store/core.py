@@ -139,6 +139,8 @@ class StoreCore:
         self._write_lock: threading.RLock | None = (
             threading.RLock() if self.dialect == "sqlite" else None
         )
+        if self.dialect == "postgresql":
+            later.follow(engine)
         # With that lock, one connection does all of this process's SQLite writes: checking
         # a connection out of the pool and back for every transaction costs more than a
         # small transaction itself. Used only under the lock, by one thread at a time.
@@ -214,11 +216,8 @@ class StoreCore:
         raw = conn.connection.driver_connection
         with conn.begin() as transaction, later.keeping(raw):
             yield
-            if transaction.is_active:
+            if transaction.is_active:  # (a block that ended it itself: later.follow)
                 later.commit(raw, transaction.commit)
-            elif later.pending(raw):  # the block ended the transaction itself: never here
-                raise StoreError("event or log rows were written in a transaction that "
-                                 "ended before its commit; they are not in the store")
 
     def _write_error(self, exc: Exception) -> StoreError | None:
         """The store's error for a failed write transaction: a driver's error, wrapped by

@@ -13,7 +13,9 @@ first sends them (:func:`send`): an INSERT that returns the row's id (one event 
 through SQLAlchemy) goes after them, so that the log keeps the order things happened in.
 Nothing in a write transaction reads those tables after writing them (the reaper reads
 RUN_RECOVERED counts first). An error in one of them is raised by the commit, which then
-rolls everything back, as it would have been raised earlier.
+rolls everything back, as it would have been raised earlier. A block that ends its
+transaction itself sends them just before its COMMIT, or drops them with its ROLLBACK
+(:func:`follow`).
 """
 
 from __future__ import annotations
@@ -69,9 +71,26 @@ def keep(cursor: Any, sql: str, params: list[Any]) -> bool:
     return True
 
 
-def pending(raw: Any) -> bool:
-    """Whether ``raw``'s transaction kept rows not sent yet."""
-    return bool(_kept.get(id(raw)))
+def follow(engine: Any) -> None:
+    """A block that ends its transaction itself (a commit or a rollback through
+    SQLAlchemy, before :func:`commit`): what it kept is sent just before its COMMIT (on
+    its own, in order), or dropped with its ROLLBACK."""
+    from sqlalchemy import event
+
+    if event.contains(engine, "commit", _before_commit):
+        return
+    event.listen(engine, "commit", _before_commit)
+    event.listen(engine, "rollback", _on_rollback)
+
+
+def _before_commit(conn: Any) -> None:
+    send(conn.connection.driver_connection)
+
+
+def _on_rollback(conn: Any) -> None:
+    found = _kept.get(id(conn.connection.driver_connection))
+    if found:
+        found.clear()
 
 
 def send(raw: Any) -> None:

@@ -339,9 +339,10 @@ class PoolLeaser(Releases):
             finally:
                 cursor.close()
 
-    def _snapshot(self, cursor: Any, pools: list[str],
-                  reserved: bool = False) -> dict[str, _Member]:
-        """The members of ``pools`` and their bound routes. ``reserved`` (PostgreSQL, a
+    def _snapshot(self, cursor: Any, pools: list[str], reserved: bool = False,
+                  everyone: bool = False) -> dict[str, _Member]:
+        """The members of ``pools`` and their bound routes that may be free (AVAILABLE,
+        COOLDOWN; ``everyone``: whatever their state). ``reserved`` (PostgreSQL, a
         read in autocommit only: the test's locks end with the statement): a free member
         that another claim has reserved (:data:`_RESERVE` takes an advisory lock with
         the row lock, until that claim's transaction ends) is marked LEASED, as far as
@@ -349,7 +350,8 @@ class PoolLeaser(Releases):
         d = self._d
         marks = d.marks(len(pools))
         routes = self.plan.binds_routes(pools)
-        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT)[routes].format(marks=marks)
+        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT)[routes, not everyone].format(
+            marks=marks)
         cursor.execute(sql, [*pools, *pools] if routes else pools)
         read = d.read_ts
         out: dict[str, _Member] = {}
@@ -561,8 +563,8 @@ class PoolLeaser(Releases):
             got += 1
         if got < count:
             self._undo(cursor, run_id, mine)
-            return self._reason(pool, shown if shown is not None else count, snapshot, now,
-                                lease_step)
+            return self._reason(cursor, pool, shown if shown is not None else count,
+                                snapshot, now, lease_step)
         return None
 
     def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
@@ -622,11 +624,14 @@ class PoolLeaser(Releases):
             member.epoch -= 1
         taken.clear()
 
-    def _reason(self, pool: str, count: int, snapshot: dict[str, _Member],
+    def _reason(self, cursor: Any, pool: str, count: int, snapshot: dict[str, _Member],
                 now: datetime, step: str | None = None) -> tuple[str, datetime | None]:
         """Why a run waits for ``pool`` (for ``step``), and when to look again at the
-        latest."""
-        members = [m for m in snapshot.values() if m.pool == pool]
+        latest: from every member of the pool (read now, in the claim's transaction) as
+        this claim sees them (``snapshot``: the free ones it read, with what it took or
+        found reserved since)."""
+        seen = {**self._snapshot(cursor, [pool], everyone=True), **snapshot}
+        members = [m for m in seen.values() if m.pool == pool]
         recheck = now + RECHECK
         what = f"{count} of pool {pool}" + (f" for step {step}" if step is not None else "")
         if not members:
@@ -654,7 +659,7 @@ class PoolLeaser(Releases):
                 parts.append(f"{n} {word}")
         for m in members:
             if m.state == AVAILABLE and m.route_id is not None:
-                route = snapshot.get(m.route_id)
+                route = seen.get(m.route_id)
                 state = route.state if route is not None else "missing"
                 if route is None or not self._free(route, now):
                     parts.append(f"{m.resource_id} is bound to route {m.route_id}, which is "
@@ -783,17 +788,28 @@ _SNAPSHOT_OF = (
     "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
     " h.score, h.cooldown_until, r.lease_epoch{{extra}} FROM resources r"
     " LEFT JOIN resource_health h ON h.resource_id = r.resource_id"
-    " WHERE r.pool IN ({marks}){{routes}}")
+    " WHERE (r.pool IN ({marks}){{routes}}){{free}}")
 _BOUND_ROUTES = (" OR r.resource_id IN (SELECT route_id FROM resources WHERE pool IN ({marks})"
                  " AND route_id IS NOT NULL)")
 _RESERVED = (", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
              f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END")
-_SNAPSHOT = {routes: _SNAPSHOT_OF.replace("{{extra}}", "").replace(
-    "{{routes}}", _BOUND_ROUTES if routes else "") for routes in (False, True)}
-"""The members of the pools a claim needs, and (``[True]``) the routes bound to them (a
-third cheaper to read without, when no member of those pools binds one)."""
-_SNAPSHOT_RESERVED = {routes: _SNAPSHOT_OF.replace("{{extra}}", _RESERVED).replace(
-    "{{routes}}", _BOUND_ROUTES if routes else "") for routes in (False, True)}
+_FREE = " AND r.state IN ('AVAILABLE', 'COOLDOWN')"
+
+
+def _snapshot_sql(extra: str, routes: bool, free: bool) -> str:
+    return (_SNAPSHOT_OF.replace("{{extra}}", extra)
+            .replace("{{routes}}", _BOUND_ROUTES if routes else "")
+            .replace("{{free}}", _FREE if free else ""))
+
+
+_SNAPSHOT = {(routes, free): _snapshot_sql("", routes, free)
+             for routes in (False, True) for free in (False, True)}
+"""The members of the pools a claim needs, and (``routes``) the routes bound to them (a
+third cheaper to read without, when no member of those pools binds one); ``free``: only
+those that may be free (AVAILABLE, COOLDOWN), all a claim chooses from: the others are
+read only to say why a run waits (:meth:`PoolLeaser._reason`)."""
+_SNAPSHOT_RESERVED = {(routes, free): _snapshot_sql(_RESERVED, routes, free)
+                      for routes in (False, True) for free in (False, True)}
 """PostgreSQL, read in autocommit: the same, and for each free member whether no claim
 has reserved it (false: one has, in its transaction; the lock this read takes when it is
 free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""

@@ -241,15 +241,21 @@ class Releases:
                            [stamp, *ids])
             if cursor.rowcount != len(ids):
                 raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+        ends: dict[str, tuple[timedelta, str, Any]] = {}  # pool -> its cooldown's end
         for rid, pool, _kind, state, owner, epoch in held:
             if state == LEASED:
                 to, why = AVAILABLE, "released unused"
             else:
-                cooldown = plan.cooldown(pool)
-                until = now + cooldown
-                to, why = COOLDOWN, f"released; cooling down until {at_utc(until)}"
+                found = ends.get(pool)
+                if found is None:
+                    cooldown = plan.cooldown(pool)
+                    until = now + cooldown
+                    found = ends[pool] = (cooldown, f"released; cooling down until "
+                                          f"{at_utc(until)}", d.ts(until))
+                cooldown, why, until_ts = found
+                to = COOLDOWN
                 if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
-                    cooldowns.append([rid, d.ts(until), stamp])
+                    cooldowns.append([rid, until_ts, stamp])
             payload = {"from": state, "to": to, "pool": pool, "run_id": owner,
                        "epoch": int(epoch), "reason": why}
             step = None if steps is None else steps.get(rid)

@@ -40,6 +40,9 @@ def test_run_now_from_the_catalogue_lands_on_the_run(ui: UI, page: Any,
     run_id = _landed(page, ui)
     page.locator("#run-summary .run-head .state").filter(has_text="SUCCEEDED").wait_for(
         timeout=60_000)
+    # The header may run ahead of the log: a state change reloads the header at once,
+    # while the stream delivers the last lines at its next look (LIVE_POLL_SECONDS).
+    page.locator("#log").filter(has_text="run SUCCEEDED").wait_for(timeout=10_000)
     log = page.locator("#log").inner_text()
     assert "run started (manual:otto)" in log and "run SUCCEEDED" in log, log
     run = _run(ui, run_id)

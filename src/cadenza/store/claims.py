@@ -42,6 +42,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
+from cadenza.store import later
 from cadenza.store.boundaries import RUN_PARAMS, BoundaryWriter, event_row
 from cadenza.store.boundary import Boundary, NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
@@ -59,16 +60,6 @@ from cadenza.store.tables import runs
 
 _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
-
-
-def _pipeline_supported() -> bool:
-    """Whether psycopg's pipeline mode is there (libpq 14 or later; the binary wheels
-    bring one): PostgreSQL's claim from the queue sends two statements in one round trip."""
-    try:
-        import psycopg
-    except ImportError:  # SQLite only
-        return False
-    return bool(psycopg.Pipeline.is_supported())
 
 
 _TAKE = (
@@ -113,7 +104,8 @@ _SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sor
 """The same, as the last column of the claim's RETURNING: evaluated after the statement was
 planned, so a claim that took runs sets the value back without a round trip of its own
 (the statement above only runs when it took none)."""
-_PIPELINE = _pipeline_supported()
+_PIPELINE = later.PIPELINE
+"""PostgreSQL's claim from the queue sends two statements in one round trip."""
 _IDS_PER_CLAIM = 900
 """Ids per claim statement (SQLite's default parameter limit is 32766)."""
 _DUE_IDS = ("SELECT id FROM runs WHERE state = 'QUEUED'"

@@ -359,8 +359,8 @@ class PoolLeaser(Releases):
              epoch, *free) in cursor.fetchall():
             if free and free[0] is False:
                 state = LEASED  # reserved by a claim in its transaction
-            # Only a cooling member's end is read (parsed) (a claim's snapshot has every
-            # member of its pools, most of them AVAILABLE: ~8 % of the drain's leasing).
+            # Only a cooling member's end is read (parsed): the others' is never looked at
+            # (parsing every member's was ~8 % of the drain's leasing).
             out[rid] = _Member(rid, pool, kind, state, route, owner, updated,
                                None if score is None else float(score),
                                read(cooldown) if state == COOLDOWN else None, int(epoch))

@@ -18,7 +18,7 @@ from cadenza.store import later
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.records import EventRecord, LogRecord
-from cadenza.store.tables import run_logs, runs
+from cadenza.store.tables import EVENT_ACTOR_INDEXED, run_logs, runs
 
 _EVENT_COLUMNS_SQL = ", ".join(f'"{column}"' for column in (
     "event_id", "run_id", "resource_id", "event_type", "level", "message", "payload_json",
@@ -90,6 +90,8 @@ class EventsRepository(StoreCore):
             if value is not None:
                 where.append(f'"{column}" = ?')
                 params.append(value)
+        if actor is not None and actor != "system":
+            where.append(EVENT_ACTOR_INDEXED)  # the partial index's condition: it is used
         if since is not None:
             where.append('"created_at" >= ?')
             params.append(self.raw_time(require_aware(since, "since")))

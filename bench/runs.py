@@ -27,9 +27,13 @@ counts the statements the drain executes per run, by kind (``statements_per_run`
 statement SQLite runs on the store's connections, writes and reads, BEGIN and COMMIT
 included, trigger bodies not; sqlite3's trace callback, which costs a little time).
 
+``--compare-requires K`` runs K such pairs (without and with ``--requires``, each side the
+median of ``--reps``) in alternating order and prints each pair's change and the median.
+
 Usage::
 
     python bench/runs.py --store sqlite --sync NORMAL -n 10000 -w 4
+    python bench/runs.py --store sqlite --sync NORMAL -n 3000 -w 16 --reps 2 --compare-requires 8
     python bench/runs.py --store postgresql -n 5000 -w 4 [--pg-url postgresql+psycopg://...]
 """
 
@@ -210,6 +214,37 @@ def versions(args: argparse.Namespace) -> dict[str, str]:
     return found
 
 
+def compare_requires(args: argparse.Namespace, argv: list[str] | None) -> None:
+    """``requires``' cost (docs/pools.md): pairs of drains without and with a one-unit
+    ``requires``, each side the median of ``--reps`` repetitions, the order alternating
+    from pair to pair (this VM's speed drifts within minutes: a fixed order would charge
+    the drift to one side)."""
+    pairs: list[dict[str, Any]] = []
+    changes: list[float] = []
+    for k in range(args.compare_requires):
+        drains: dict[bool, float] = {}
+        for requires in ((False, True) if k % 2 == 0 else (True, False)):
+            args.requires = requires
+            drains[requires] = statistics.median(
+                one_rep(args)["drain_runs_per_s"] for _ in range(args.reps))
+        change = 100.0 * (drains[True] - drains[False]) / drains[False]
+        changes.append(change)
+        pairs.append({"without": round(drains[False], 1), "with": round(drains[True], 1),
+                      "change_pct": round(change, 1),
+                      "order": "without first" if k % 2 == 0 else "with first"})
+        print(json.dumps(pairs[-1]), file=sys.stderr)
+    print(json.dumps({
+        "benchmark": "executor: requires' cost on the drain (alternating pairs)",
+        "store": args.store, "synchronous": args.sync if args.store == "sqlite" else None,
+        "n": args.n, "workers": args.workers, "reps_per_side": args.reps,
+        "pairs": pairs, "median_change_pct": round(statistics.median(changes), 1),
+        "within_15_pct": sum(1 for c in changes if c >= -15.0),
+        "versions": versions(args),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "command": " ".join([Path(sys.argv[0]).as_posix(), *(argv or sys.argv[1:])]),
+    }, indent=2))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
@@ -227,7 +262,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="the job requires one unit of a pool (leasing's cost)")
     parser.add_argument("--pool-size", type=int, default=0,
                         help="members of that pool (default: twice the workers)")
+    parser.add_argument("--compare-requires", type=int, default=0, metavar="PAIRS",
+                        help="PAIRS pairs of drains without and with --requires, in"
+                             " alternating order; prints each pair's change and the median")
     args = parser.parse_args(argv)
+    if args.compare_requires:
+        compare_requires(args, argv)
+        return
 
     reps = [one_rep(args) for _ in range(args.reps)]
 

@@ -110,8 +110,8 @@ def main() -> None:
         "us_per_row": {k: {"median": round(statistics.median(v), 1),
                            "all": [round(x, 1) for x in v]} for k, v in found.items()},
         "sqlite": sqlite3.sqlite_version, "python": platform.python_version(),
-        "command": "bench/event_rows.py " + " ".join(f"-n {args.n} --batch {args.batch}"
-                                                     f" --rounds {args.rounds}".split()),
+        "command": f"bench/event_rows.py -n {args.n} --batch {args.batch}"
+                   f" --rounds {args.rounds}",
     }, indent=2))
 
 

@@ -266,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="PAIRS pairs of drains without and with --requires, in"
                              " alternating order; prints each pair's change and the median")
     args = parser.parse_args(argv)
+    if args.compare_requires < 0:
+        parser.error("--compare-requires: a number of pairs, at least 1")
     if args.compare_requires:
         compare_requires(args, argv)
         return

@@ -115,6 +115,12 @@ def test_a_run_page_follows_sales_load_live(ui: UI, page: Any, tmp_path: Path) -
     page.goto(f"{ui.base}/runs/{run_id}")
     summary = page.locator("#run-summary .run-head .state")
     summary.filter(has_text="SUCCEEDED").wait_for(timeout=60_000)
+    # The header can say SUCCEEDED before the last lines arrive: a `change` event (QUEUED
+    # to RUNNING) refetches it, and by then the run may have ended; the lines come with the
+    # stream's next read, before its `end`. So the log is counted once the stream is over.
+    page.wait_for_function(
+        "() => { const t = document.getElementById('live-tag');"
+        " return t === null || t.classList.contains('hidden'); }", timeout=30_000)
     assert page.locator("#log .line").count() >= 3
     assert "run started" in page.locator("#log").inner_text()
     assert page.locator(".run-steps .step-row").count() == 3

@@ -327,6 +327,45 @@ def test_admission_leaves_a_refused_run_alone_until_a_member_comes_back(
         assert b.execute(waiting).state is RunState.SUCCEEDED
 
 
+def test_a_member_freed_by_another_process_is_seen_within_a_second(
+        tmp_path: Path, store_url: str) -> None:
+    """The CLI in a terminal, another node: a change this process's leaser did not make
+    reaches admission through the watch, at its next look (at most every second), not
+    after RECHECK."""
+    from cadenza.resources.pools import leaser_of
+    from cadenza.resources.watch import WATCH
+    from cadenza.store import Store
+
+    with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
+        leaser = leaser_of(b.store)
+        assert leaser is not None
+        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        _claim(b, b.enqueue("scrape"))  # holds u-1 (and fr-1)
+        waiting = b.enqueue("scrape")
+        assert b.execute(waiting).claimed is False
+        now = b.clock.now()
+
+        def look(at: object) -> bool:
+            with b.store.write() as conn:
+                return leaser.watch(conn, at)  # type: ignore[arg-type]
+
+        assert look(now) is False  # nothing came back
+        other = Store.open(b.store.engine.url.render_as_string(hide_password=False),
+                           migrate=False)
+        try:
+            other.transition_resource_or_raise("u-2", X.AVAILABLE, actor="cli:ops")
+        finally:
+            other.close()
+        assert leaser.may_try(waiting, now) is False  # this process did not see it ...
+        assert look(now + WATCH / 2) is False  # ... nor looks again within a second ...
+        assert leaser.may_try(waiting, now + WATCH / 2) is False
+        assert look(now + WATCH) is True  # ... and its next look finds it
+        assert leaser.may_try(waiting, now + WATCH) is True
+        assert b.execute(waiting).state is RunState.SUCCEEDED
+        # nothing refused any more: the watch reads nothing
+        assert look(now + 5 * WATCH) is False
+
+
 def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
         tmp_path: Path) -> None:
     from cadenza.resources.pools import leaser_of

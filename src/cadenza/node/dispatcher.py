@@ -202,10 +202,12 @@ class Dispatcher:
             # At a crowded due time every free worker gets a run from this one decision.
             candidates = self.store.queued_candidates(
                 now, max(CANDIDATES_PER_DECISION, free), conn=conn)
-            # Runs the pools refused are left alone until a member comes back (or their
-            # cooldown ends): no claim and give-back per blocked run per decision.
+            # Runs the pools refused are left alone until a member comes back (here, or
+            # elsewhere: the watch) or their cooldown ends: no claim and give-back per
+            # blocked run per decision.
             pools = leaser_of(self.store)
             if pools is not None:
+                pools.watch(conn, now)  # members freed by other processes, at most 1/s
                 candidates = [c for c in candidates if pools.may_try(c.run_id, now)]
             if not candidates:
                 return [], None if pools is None else pools.next_recheck()

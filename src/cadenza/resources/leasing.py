@@ -59,6 +59,7 @@ from cadenza.resources.releases import (
     ResourceEvent,
     at_utc,
 )
+from cadenza.resources.watch import FreeWatch
 from cadenza.store.boundaries import StepChange
 from cadenza.store.hotsql import Dialect
 
@@ -124,6 +125,9 @@ class PoolLeaser(Releases):
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""
+        self._watch = FreeWatch()
+        """The free members of the pools runs were refused for, as last read: changes made
+        by other processes are seen through it (:meth:`watch`)."""
 
     def update(self, plan: PoolPlan) -> None:
         """Use ``plan`` from now on (a reload). Jobs that needed resources before keep
@@ -143,8 +147,9 @@ class PoolLeaser(Releases):
     def may_try(self, run_id: str, now: datetime) -> bool:
         """False for a run the pools refused, while nothing was released in this process
         since and no cooldown it waits for has ended: admission then leaves it alone
-        instead of claiming it and giving it back at every decision. Other nodes' releases
-        are not seen here: a refusal is retried at the latest after :data:`RECHECK`."""
+        instead of claiming it and giving it back at every decision. What other processes
+        free is seen through :meth:`watch` (within about a second); a refusal is retried
+        at the latest after :data:`RECHECK` in any case."""
         with self._lock:
             seen = self._blocked.get(run_id)
             if seen is None:
@@ -154,6 +159,28 @@ class PoolLeaser(Releases):
                 del self._blocked[run_id]
                 return True
             return False
+
+    def watch(self, conn: sa.Connection, now: datetime) -> bool:
+        """Admission, at each decision, before :meth:`may_try`: whether a member of a pool
+        a remembered run was refused for has come back by another process's doing (a run
+        ended on another node, ``cadenza resources enable``, another node's probe): then
+        every refused run may be tried again. One read of those pools at most every
+        :data:`~cadenza.resources.watch.WATCH`, none while no run is refused
+        (:mod:`cadenza.resources.watch`)."""
+        with self._lock:
+            refused = bool(self._blocked)
+        pools = self._watch.due(now, refused)
+        if not pools:
+            return False
+        cursor = conn.connection.cursor()
+        try:
+            members = self._snapshot(cursor, pools, everyone=True)
+        finally:
+            cursor.close()
+        if not self._watch.moved(members):
+            return False
+        self._moved()
+        return True
 
     def next_recheck(self) -> datetime | None:
         """When the earliest refused run should be tried again (a cooldown's end, or
@@ -630,7 +657,9 @@ class PoolLeaser(Releases):
         latest: from every member of the pool (read now, in the claim's transaction) as
         this claim sees them (``snapshot``: the free ones it read, with what it took or
         found reserved since)."""
-        seen = {**self._snapshot(cursor, [pool], everyone=True), **snapshot}
+        everyone = self._snapshot(cursor, [pool], everyone=True)
+        self._watch.note([pool], everyone)  # what "came back" is measured against
+        seen = {**everyone, **snapshot}
         members = [m for m in seen.values() if m.pool == pool]
         recheck = now + RECHECK
         what = f"{count} of pool {pool}" + (f" for step {step}" if step is not None else "")

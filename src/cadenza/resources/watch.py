@@ -25,10 +25,12 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
+from cadenza.resources.releases import AVAILABLE, COOLDOWN
+
 WATCH = timedelta(seconds=1)
 """How often, at most, the watch reads the pools of the refused runs again."""
 
-FREE_STATES = frozenset({"AVAILABLE", "COOLDOWN"})
+FREE_STATES = frozenset({AVAILABLE, COOLDOWN})
 
 
 class Seen(Protocol):

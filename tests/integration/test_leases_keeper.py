@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -62,6 +61,16 @@ def _commits(store: Store) -> list[int]:
     return counter
 
 
+def _statements(store: Store) -> list[str]:
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(statement.split()[0].upper())
+
+    sa.event.listen(store.engine, "before_cursor_execute", before)
+    return seen
+
+
 def test_a_round_for_64_runs_is_one_commit_and_moves_every_lease(
         store: Store, clock: FakeClock) -> None:
     keeper = LeaseKeeper(store, LEASE)
@@ -72,12 +81,15 @@ def test_a_round_for_64_runs_is_one_commit_and_moves_every_lease(
     keeper.stop()  # rounds driven by hand
     clock.advance(10)
     commits = _commits(store)
-    started = time.perf_counter()
+    seen = _statements(store)
     result = keeper.renew_once()
-    elapsed = time.perf_counter() - started
     assert result is not None and len(result.renewed) == 64
     assert commits[0] == 1
-    assert elapsed < 0.5, f"a round of 64 renewals took {elapsed * 1000:.0f} ms"
+    # The cost is the number of statements, not a wall-clock bet (a loaded CI machine took
+    # 920 ms once): one UPDATE for the round, however many runs it holds.
+    writes = [w for w in seen if w in ("UPDATE", "INSERT", "DELETE")]
+    assert writes == ["UPDATE"], seen
+    assert len(seen) <= 3, seen
     assert {r.lease_until for r in store.list_runs(limit=100)} == {clock.now() + LEASE}
     assert not any(c.stopped for c in controls.values())
 

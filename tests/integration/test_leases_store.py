@@ -3,7 +3,6 @@ epochs, cancel requests, and the reaper (store/run_leases.py; docs/leases.md).""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -61,13 +60,11 @@ def test_one_update_renews_64_runs_each_at_its_own_epoch(store: Store) -> None:
     held = [RunLease(h.run_id, epochs[h.run_id], OWNER) for h in held]
     seen = _statements(store)
     until = store.clock.now() + timedelta(minutes=5)
-    started = time.perf_counter()
     result = store.renew_run_leases(held, until)
-    elapsed = time.perf_counter() - started
     assert result.renewed == {h.run_id for h in held} and not result.lost
     writes = [s for s in seen if s in ("UPDATE", "INSERT", "DELETE")]
     assert writes == ["UPDATE"], seen  # one statement for the whole round
-    assert elapsed < 0.5  # measured: ~2 ms on SQLite, ~3 ms on PostgreSQL for 64 runs
+    assert len(seen) <= 3, seen  # measured: ~2 ms on SQLite, ~3 ms on PostgreSQL (bench, not here)
     assert {r.lease_until for r in store.list_runs(limit=100)} == {until}
 
 

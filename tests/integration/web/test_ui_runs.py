@@ -178,6 +178,14 @@ def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     assert text.startswith("id: 2\nevent: line\ndata: <span class=\"line lvl-WARNING\"")
     assert "first" not in text  # the page had it already
     assert "data: lines &lt;script&gt;" in text and "<script>" not in text
+    # The page said QUEUED: the header comes again in the stream, after the lines and
+    # before the end, showing what the lines show (never ahead of them).
+    events = [block.split("\n") for block in text.strip("\n").split("\n\n")]
+    names = [next(line for line in block if line.startswith("event: "))[7:] for block in events]
+    assert names == ["line", "summary", "end"], names
+    summary = "\n".join(line.removeprefix("data: ") for line in events[1] if line.startswith("data: "))
+    assert 'id="run-summary"' in summary and 'data-state="CANCELED"' in summary
+    assert "sse-swap" not in summary  # the run is over: nothing more to swap in
     assert text.endswith("event: end\ndata: \n\n")
     assert viewer.get("/runs/nope/live").status_code == 404
     # a browser reconnecting by itself says which line it saw last

@@ -11,7 +11,7 @@ the page never touches the run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -159,11 +159,9 @@ def _summary_values(request: Request, me: Principal, run_id: str) -> dict[str, A
 def run_page(run_id: str, request: Request, me: PageViewer,
              level: Annotated[str, Query(max_length=20)] = "DEBUG") -> HTMLResponse:
     """A run: header, steps with their attempts, the log (live while the run is), and the
-    actions the reader may take. An htmx request for ``#run-summary`` gets that part only
-    (the page refreshes it when the stream says the run moved)."""
+    actions the reader may take. While the run is live, its stream sends the header
+    again when the run moves (:func:`live_events`)."""
     values = _summary_values(request, me, run_id)
-    if is_htmx(request) and request.headers.get("hx-target") == "run-summary":
-        return render(request, "ui/_runs_summary.html", values, me=me, nav="runs")
     lines = context(request).store.list_logs(run_id, limit=LOG_PAGE)
     values |= {"lines": lines, "cut": len(lines) >= LOG_PAGE,
                "last_line": lines[-1].id if lines else 0,
@@ -187,32 +185,46 @@ def _event(name: str, html: str = "", event_id: int | None = None) -> str:
 
 
 async def live_events(request: Request, store: Store, run_id: str, after: int,
-                      state: str) -> AsyncIterator[str]:
-    """The stream of a run page: new log lines (``line``), a ``change`` when the state is
-    no longer ``state``, and ``end`` once the run ended or needs review. Reads only.
+                      state: str, header: Callable[[], str] | None = None,
+                      ) -> AsyncIterator[str]:
+    """The stream of a run page: new log lines (``line``), the page's header again
+    (``summary``, from ``header``) when the run's state is no longer ``state``, and ``end``
+    once the run ended or needs review. Reads only.
+
+    The header comes in the stream, not fetched by the page on a signal: it is read before
+    the lines of the same round and sent after them, so the page never shows a state whose
+    lines it has not got yet (a header fetched on a ``change`` signal could show SUCCEEDED
+    up to one round before the run's last lines arrived). A stream not told the page's
+    ``state`` sends no header.
 
     Between reads it waits on the event loop, not in a worker thread: a page left open
     for a day holds no thread (each read borrows one for a moment)."""
     seen = state
 
-    def read(after_id: int) -> tuple[RunRecord | None, list[Any]]:
+    def read(after_id: int, seen: str) -> tuple[RunRecord | None, str | None, list[Any]]:
         run = store.get_run(run_id)  # first: a run's last lines commit with its end
-        return run, store.list_logs(run_id, after_id=after_id, limit=LIVE_BATCH)
+        html = None
+        if header is not None and seen and run is not None and run.state.value != seen:
+            try:
+                html = header()  # its reads too come before the lines'
+            except NotFound:  # pruned between the reads: the stream ends below
+                html = None
+        return run, html, store.list_logs(run_id, after_id=after_id, limit=LIVE_BATCH)
 
     while True:
-        run, lines = await anyio.to_thread.run_sync(read, after)
+        run, html, lines = await anyio.to_thread.run_sync(read, after, seen)
         if lines:
             after = lines[-1].id
             yield _event("line", _lines_html(request, lines), after)
             if len(lines) == LIVE_BATCH:
-                continue
+                continue  # lines the header may be ahead of are still to come
+        if html is not None and run is not None:
+            seen = run.state.value
+            yield _event("summary", html)
         if run is None or run.state in TERMINAL_RUN_STATES \
                 or run.state is RunState.NEEDS_REVIEW:
             yield _event("end")
             return
-        if run.state.value != seen:
-            seen = run.state.value
-            yield _event("change")
         await anyio.sleep(LIVE_POLL_SECONDS)  # pacing a reader, not waiting for a schedule
 
 
@@ -227,7 +239,12 @@ def run_live(run_id: str, request: Request, me: PageViewer,
     resumed = request.headers.get("last-event-id", "")
     if resumed.isdigit():
         after = max(after, int(resumed))
-    return StreamingResponse(live_events(request, store, run_id, after, state.upper()),
+    def header() -> str:
+        values = _summary_values(request, me, run_id)
+        page = render(request, "ui/_runs_summary.html", values, me=me, nav="runs")
+        return bytes(page.body).decode()
+
+    return StreamingResponse(live_events(request, store, run_id, after, state.upper(), header),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -85,6 +85,22 @@ def test_runs_show_and_logs_and_events_work_with_a_warning(broken: tuple[Path, s
     _one_warning(err)
 
 
+def test_events_by_actor(ran: tuple[Path, str]) -> None:
+    home, _ = ran
+    code, out, err = cli(home, "events", "--json", "--limit", "1000")
+    assert code == 0, err
+    every = json.loads(out)
+    actors = {e["actor"] for e in every}
+    assert len(actors) >= 2, actors  # the CLI's own actions and the system's
+    for actor in actors:
+        code, out, err = cli(home, "events", "--actor", actor, "--json", "--limit", "1000")
+        assert code == 0, err
+        assert [e["id"] for e in json.loads(out)] == [
+            e["id"] for e in every if e["actor"] == actor]
+    code, out, err = cli(home, "events", "--actor", "user:nobody", "--json")
+    assert code == 0 and json.loads(out) == [], err
+
+
 def test_history_of_an_unknown_run_still_fails(broken: tuple[Path, str]) -> None:
     home, _ = broken
     code, _, err = cli(home, "runs", "show", "no-such-run")

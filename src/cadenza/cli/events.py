@@ -25,11 +25,14 @@ def events(
     since: Annotated[
         str | None, typer.Option("--since", help="Age like 1h, 30m, 2d; or an ISO time.")
     ] = None,
+    actor: Annotated[
+        str | None, typer.Option("--actor", help="Only this actor's: user:ana, token:ci, system.")
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=100_000)] = 200,
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """Show the audit log, oldest first, filtered."""
-    query = EventQuery(run, resource, event_type, since, limit)
+    query = EventQuery(run, resource, event_type, since, limit, actor=actor)
     if event_type is not None:
         with handled():
             check_type(event_type)

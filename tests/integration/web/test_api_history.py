@@ -87,6 +87,15 @@ def test_events_cursor_log_and_actions(env: ApiEnv) -> None:
     assert cancel.status_code == 200
     detail = operator.get(f"/api/runs/{run_id}").json()
     assert detail["state"] == "CANCELED" and detail["reason"] == "canceled by operator"
+    # one actor's events, as the audit page filters them
+    every = operator.get("/api/events", params={"limit": 500}).json()["events"]
+    actors = {e["actor"] for e in every}
+    assert len(actors) >= 2, actors
+    for actor in actors:
+        mine = operator.get("/api/events", params={"actor": actor, "limit": 500}).json()
+        assert [e["id"] for e in mine["events"]] == [
+            e["id"] for e in every if e["actor"] == actor]
+    assert operator.get("/api/events", params={"actor": "x" * 201}).status_code == 422
     # the log of an ended run streams its lines, then the end
     stream = operator.get(f"/api/runs/{run_id}/log", params={"follow": "1"})
     assert stream.text.count("data: {\"time\"") == 2 and stream.text.endswith(

@@ -183,7 +183,8 @@ def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     events = [block.split("\n") for block in text.strip("\n").split("\n\n")]
     names = [next(line for line in block if line.startswith("event: "))[7:] for block in events]
     assert names == ["line", "summary", "end"], names
-    summary = "\n".join(line.removeprefix("data: ") for line in events[1] if line.startswith("data: "))
+    summary = "\n".join(line.removeprefix("data: ") for line in events[1]
+                        if line.startswith("data: "))
     assert 'id="run-summary"' in summary and 'data-state="CANCELED"' in summary
     assert "sse-swap" not in summary  # the run is over: nothing more to swap in
     assert text.endswith("event: end\ndata: \n\n")

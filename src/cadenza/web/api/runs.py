@@ -173,14 +173,17 @@ async def list_events(
     run: str | None = None, resource: str | None = None, type: str | None = None,
     since: str | None = None, limit: int = Query(200, ge=1, le=MAX_PAGE),
     cursor: int | None = Query(None, ge=0),
+    actor: str | None = Query(None, max_length=200),
 ) -> dict[str, Any]:
     """Audit events, oldest first; ``cursor`` is the previous page's ``next_cursor`` (the
-    last event id: a keyset)."""
+    last event id: a keyset); ``actor`` keeps one actor's (``user:ana``, ``token:ci``,
+    ``system``), as the audit page's filter does."""
     def read(_: Principal) -> Any:
         event_type = check_type(type) if type is not None else None
         rows = context(request).store.list_events(
             run_id=run, resource_id=resource, event_type=event_type,
-            since=_when(request, "since", since), limit=limit + 1, after_id=cursor)
+            since=_when(request, "since", since), limit=limit + 1, after_id=cursor,
+            actor=actor)
         more = len(rows) > limit
         rows = rows[:limit]
         return {"events": [{"id": e.event_id, "at": e.created_at, "type": e.event_type,

@@ -122,18 +122,22 @@ class AuthService:
         from cadenza.security import hash_token, verify_password
 
         now = self.clock.now()
-        by_user, by_address = self.store.login_failures_since(username, address,
+        # No user name holds a NUL byte (they are checked when made), and PostgreSQL takes
+        # none in a text: such a name is nobody, its failures counted under a visible form.
+        named = username.replace("\x00", "\\x00")
+        by_user, by_address = self.store.login_failures_since(named, address,
                                                               now - THROTTLE_WINDOW)
         if by_user >= MAX_FAILURES_PER_USER or by_address >= MAX_FAILURES_PER_ADDRESS:
-            self.store.record_login_failure(username, address, reason="throttled")
+            self.store.record_login_failure(named, address, reason="throttled")
             raise Throttled("too many failed logins; wait 15 minutes and try again")
-        user = self.store.get_user(username) if len(username) <= 64 else None
+        user = self.store.get_user(username) \
+            if len(username) <= 64 and named == username else None
         # Verify against a dummy hash when there is no such user, so that the answer's
         # timing does not tell which user names exist.
         ok = verify_password(user.password_hash if user else _dummy_hash(), password)
         if user is None or not ok or user.disabled:
             reason = "disabled" if user is not None and ok else "bad credentials"
-            self.store.record_login_failure(username, address, reason=reason)
+            self.store.record_login_failure(named, address, reason=reason)
             raise Unauthorized(_BAD_LOGIN)
         # Failures out of every window are of no use any more: forget them here, where a
         # login succeeded, rather than in a loop of their own.

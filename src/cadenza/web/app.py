@@ -19,7 +19,7 @@ from cadenza.store import Store
 from cadenza.web.access import AccessLog
 from cadenza.web.auth import AsViewer, WebContext
 from cadenza.web.headers import SecurityHeaders
-from cadenza.web.limits import BodyLimit
+from cadenza.web.limits import BodyLimit, NulGuard
 from cadenza.web.redacting import redacting_response
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ def create_app(store: Store, *, home: Home | None = None,
     ui.install(app)
     _hot_first(app, [api.runs.router, ui.runs.router])
     app.add_middleware(BodyLimit)
+    app.add_middleware(NulGuard)
     app.add_middleware(SecurityHeaders)
     app.add_middleware(AccessLog, clock=store.clock, home=home)  # outermost: logs a 413 too
     return app

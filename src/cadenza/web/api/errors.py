@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict
+from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException
 
 from cadenza.domain.errors import ConfigError, StaleConfigError, StoreError, WriteFailed
@@ -73,6 +74,25 @@ _STATUS: list[tuple[type[Exception], int]] = [
 ]
 
 
+_NUL = "cannot contain NUL (0x00) bytes"
+"""psycopg's words for a text with a NUL byte, which PostgreSQL refuses (SQLite keeps it)."""
+NUL_MESSAGE = "a NUL byte is not allowed in text"
+
+
+def _nul_cause(exc: BaseException) -> bool:
+    """Whether ``exc`` comes of a text with a NUL byte given to PostgreSQL: the client's
+    error (422), not the store's (503). The URL's are refused before the app
+    (:class:`cadenza.web.limits.NulGuard`); this catches a body's (a login name, a reason)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if _NUL in str(cause):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _page(request: Request, status: int, message: str, problems: list[dict[str, Any]] | None = None,
           headers: dict[str, str] | None = None) -> Response | None:
     """The HTML answer when the request is a page's (the UI installed ``page_error``), or
@@ -93,13 +113,27 @@ def install(app: FastAPI) -> None:
     """Register the handlers on ``app``."""
 
     async def service_error(request: Request, exc: Exception) -> Response:
-        status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+        if _nul_cause(exc):
+            status, message = 422, NUL_MESSAGE
+        else:
+            status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+            message = str(exc)
         headers = {"Retry-After": "900"} if status == 429 else None
-        page = _page(request, status, str(exc), headers=headers)
+        page = _page(request, status, message, headers=headers)
         if page is not None:
             return page
-        return JSONResponse(error_body(request, str(exc)), status_code=status,
+        return JSONResponse(error_body(request, message), status_code=status,
                             headers=headers)
+
+    async def data_error(request: Request, exc: Exception) -> Response:
+        """A database error no service turned into its own: a NUL byte is the client's
+        (422); anything else is raised again (a 500, logged)."""
+        if not _nul_cause(exc):
+            raise exc
+        page = _page(request, 422, NUL_MESSAGE)
+        if page is not None:
+            return page
+        return JSONResponse(error_body(request, NUL_MESSAGE), status_code=422)
 
     async def config_error(request: Request, exc: Exception) -> Response:
         from cadenza.config.problems import Problem
@@ -153,3 +187,4 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, invalid)
     for kind, _ in _STATUS:
         app.add_exception_handler(kind, service_error)
+    app.add_exception_handler(DataError, data_error)

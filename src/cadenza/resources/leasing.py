@@ -47,6 +47,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType
+from cadenza.resources.lease_sql import (
+    HELD_STEPS,
+    LEASE,
+    LEASE_MANY,
+    LEASE_ROW,
+    RESERVE,
+    SKIP_LOCKED,
+    SNAPSHOT,
+    SNAPSHOT_RESERVED,
+    START,
+    UNDO,
+)
 from cadenza.resources.plan import PoolPlan
 from cadenza.resources.releases import (
     AVAILABLE,
@@ -97,8 +109,8 @@ class PoolLeaser(Releases):
         self.postgres = postgres
         self.redact = redact
         self._d = Dialect("postgresql" if postgres else "sqlite")
-        self._lease_sql = _LEASE.format(m=self._d.mark,
-                                        lock=_SKIP_LOCKED if postgres else "")
+        self._lease_sql = LEASE.format(m=self._d.mark,
+                                        lock=SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
         self._jobs: set[str] = set(plan.needs) | set(plan.steps)
         self._step_jobs: set[str] = set(plan.steps)
@@ -321,7 +333,7 @@ class PoolLeaser(Releases):
             if len(ranked) < needs[pool]:
                 return False
             ids = [m.resource_id for m in ranked]
-            cursor.execute(_RESERVE, [ids, ids, needs[pool]])
+            cursor.execute(RESERVE, [ids, ids, needs[pool]])
             locked = {row[0] for row in cursor.fetchall()}
             if len(locked) < needs[pool]:
                 return False
@@ -371,13 +383,13 @@ class PoolLeaser(Releases):
         """The members of ``pools`` and their bound routes that may be free (AVAILABLE,
         COOLDOWN; ``everyone``: whatever their state). ``reserved`` (PostgreSQL, a
         read in autocommit only: the test's locks end with the statement): a free member
-        that another claim has reserved (:data:`_RESERVE` takes an advisory lock with
+        that another claim has reserved (:data:`RESERVE` takes an advisory lock with
         the row lock, until that claim's transaction ends) is marked LEASED, as far as
         this claim can tell, so that it does not begin a transaction to find it locked."""
         d = self._d
         marks = d.marks(len(pools))
         routes = self.plan.binds_routes(pools)
-        sql = (_SNAPSHOT_RESERVED if reserved else _SNAPSHOT)[routes, not everyone].format(
+        sql = (SNAPSHOT_RESERVED if reserved else SNAPSHOT)[routes, not everyone].format(
             marks=marks)
         cursor.execute(sql, [*pools, *pools] if routes else pools)
         read = d.read_ts
@@ -408,7 +420,7 @@ class PoolLeaser(Releases):
                      early: dict[str, list[tuple[_Member, str | None]]] | None = None,
                      ) -> list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]]:
         """Lease for every run of ``wanted`` that the snapshot can serve, with one
-        multi-row compare-and-swap UPDATE (:data:`_LEASE_MANY`, on the state each member
+        multi-row compare-and-swap UPDATE (:data:`LEASE_MANY`, on the state each member
         had in the snapshot): the members are chosen by the same rules as
         :meth:`_lease_run`, run after run. Returns the runs left to :meth:`_lease_run`
         (one by one): those the snapshot cannot serve (it says why) and those one of whose
@@ -432,9 +444,9 @@ class PoolLeaser(Releases):
             return rest
         d = self._d
         ids = [row[0] for row in rows]
-        values = ", ".join([_LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
+        values = ", ".join([LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
         to = LEASED if early is None else RUNNING
-        cursor.execute(_LEASE_MANY[d.postgres].format(m=d.mark, values=values, to=to,
+        cursor.execute(LEASE_MANY[d.postgres].format(m=d.mark, values=values, to=to,
                                                       marks=d.marks(len(ids))),
                        [d.ts(now), *[v for row in rows for v in row], d.ts(now),
                         *(ids if d.postgres else [])])
@@ -644,7 +656,7 @@ class PoolLeaser(Releases):
         d = self._d
         for member, updated_at in reversed(taken):
             before = COOLDOWN if member.was_cooling else AVAILABLE
-            cursor.execute(_UNDO.format(m=d.mark),
+            cursor.execute(UNDO.format(m=d.mark),
                            [before, d.ts(updated_at) if d.postgres else updated_at,
                             member.resource_id, run_id])
             member.state, member.lease_owner = before, None
@@ -702,7 +714,7 @@ class PoolLeaser(Releases):
         """LEASED -> RUNNING for the members of ``runs`` (run id, job id) whose first step
         starts in this transaction. Members a starting claim in this transaction leased
         straight to RUNNING need no statement: only their events change (a run that also
-        leased for its step here, or was not claimed here, runs :data:`_START`)."""
+        leased for its step here, or was not claimed here, runs :data:`START`)."""
         ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
         if not ids:
             return
@@ -717,7 +729,7 @@ class PoolLeaser(Releases):
         try:
             rows: list[Any] = []
             if rest:
-                cursor.execute(_START.format(m=d.mark, marks=d.marks(len(rest))),
+                cursor.execute(START.format(m=d.mark, marks=d.marks(len(rest))),
                                [d.ts(now), *rest])
                 rows = list(cursor.fetchall())
             rows += [(m.resource_id, m.pool, run_id, m.epoch, step)
@@ -765,7 +777,7 @@ class PoolLeaser(Releases):
         refused: dict[str, str] = {}
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(_HELD_STEPS.format(marks=d.marks(len(ids)),
+            cursor.execute(HELD_STEPS.format(marks=d.marks(len(ids)),
                                               lock=" FOR UPDATE" if d.postgres else ""), ids)
             held: dict[str, list[Any]] = {}
             for row in cursor.fetchall():
@@ -811,97 +823,8 @@ class PoolLeaser(Releases):
         return refused
 
 
-_RESERVED_KEY = 1668572774
-"""The first key of the advisory locks that mark members reserved (``cdzf``)."""
-_SNAPSHOT_OF = (
-    "SELECT r.resource_id, r.pool, r.kind, r.state, r.route_id, r.lease_owner, r.updated_at,"
-    " h.score, h.cooldown_until, r.lease_epoch{{extra}} FROM resources r"
-    " LEFT JOIN resource_health h ON h.resource_id = r.resource_id"
-    " WHERE (r.pool IN ({marks}){{routes}}){{free}}")
-_BOUND_ROUTES = (" OR r.resource_id IN (SELECT route_id FROM resources WHERE pool IN ({marks})"
-                 " AND route_id IS NOT NULL)")
-_RESERVED = (", CASE WHEN r.state IN ('AVAILABLE', 'COOLDOWN') THEN"
-             f" pg_try_advisory_xact_lock({_RESERVED_KEY}, hashtext(r.resource_id)) END")
-_FREE = " AND r.state IN ('AVAILABLE', 'COOLDOWN')"
-
-
-def _snapshot_sql(extra: str, routes: bool, free: bool) -> str:
-    return (_SNAPSHOT_OF.replace("{{extra}}", extra)
-            .replace("{{routes}}", _BOUND_ROUTES if routes else "")
-            .replace("{{free}}", _FREE if free else ""))
-
-
-_SNAPSHOT = {(routes, free): _snapshot_sql("", routes, free)
-             for routes in (False, True) for free in (False, True)}
-"""The members of the pools a claim needs, and (``routes``) the routes bound to them (a
-third cheaper to read without, when no member of those pools binds one); ``free``: only
-those that may be free (AVAILABLE, COOLDOWN), all a claim chooses from: the others are
-read only to say why a run waits (:meth:`PoolLeaser._reason`)."""
-_SNAPSHOT_RESERVED = {(routes, free): _snapshot_sql(_RESERVED, routes, free)
-                      for routes in (False, True) for free in (False, True)}
-"""PostgreSQL, read in autocommit: the same, and for each free member whether no claim
-has reserved it (false: one has, in its transaction; the lock this read takes when it is
-free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""
-_LEASE = (
-    "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
-    " lease_until = (SELECT lease_until FROM runs WHERE id = {m}),"
-    " lease_epoch = lease_epoch + 1, updated_at = {m}, lease_step = {m}"
-    " WHERE resource_id = {m} AND state = {m} AND (state = 'AVAILABLE' OR NOT EXISTS"
-    " (SELECT 1 FROM resource_health h WHERE h.resource_id = resources.resource_id"
-    " AND h.cooldown_until > {m})){lock} RETURNING lease_epoch")
-"""AVAILABLE -> LEASED (or COOLDOWN -> AVAILABLE -> LEASED, its cooldown over), a compare
-and swap on the state the claim's snapshot saw (a COOLDOWN member only while its cooldown
-is over); the lease ends with the run's (``lease_step``: the step that holds it, NULL for
-the whole run)."""
-_LEASE_ROW = {False: "({m}, {m}, {m}, {m})",
-              True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
-_LEASE_MANY = {
-    False: "UPDATE resources SET state = '{to}', lease_owner = v.column2,"
-           " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
-           " lease_epoch = resources.lease_epoch + 1, updated_at = {m},"
-           " lease_step = v.column3 FROM (VALUES {values}) AS v"
-           " WHERE resources.resource_id = v.column1 AND resources.state = v.column4"
-           " AND (resources.state = 'AVAILABLE' OR NOT EXISTS (SELECT 1 FROM resource_health"
-           " h WHERE h.resource_id = resources.resource_id AND h.cooldown_until > {m}))"
-           " RETURNING resource_id, lease_epoch",
-    True: "UPDATE resources AS r SET state = '{to}', lease_owner = v.run_id,"
-          " lease_until = (SELECT lease_until FROM runs WHERE id = v.run_id),"
-          " lease_epoch = r.lease_epoch + 1, updated_at = {m}, lease_step = v.step"
-          " FROM (VALUES {values}) AS v(rid, run_id, step, state)"
-          " WHERE r.resource_id = v.rid AND r.state = v.state AND (r.state = 'AVAILABLE'"
-          " OR NOT EXISTS (SELECT 1 FROM resource_health h"
-          " WHERE h.resource_id = r.resource_id AND h.cooldown_until > {m}))"
-          " AND r.resource_id IN (SELECT resource_id FROM resources"
-          " WHERE resource_id IN ({marks}) FOR UPDATE SKIP LOCKED)"
-          " RETURNING r.resource_id, r.lease_epoch",
-}
-""":data:`_LEASE` for many members at once (rows: id, run, step, state seen); ``{to}``:
-LEASED, or RUNNING for a claim that starts its runs' first steps in its own transaction
-(:meth:`PoolLeaser.started`)."""
 _IDLE = 0
 """psycopg's ``TransactionStatus.IDLE``: no transaction begun on the server."""
-_RESERVE = ("WITH r AS (SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
-            " AND state IN ('AVAILABLE', 'COOLDOWN')"
-            " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
-            " FOR UPDATE SKIP LOCKED)"
-            f" SELECT resource_id, pg_try_advisory_xact_lock({_RESERVED_KEY},"
-            " hashtext(resource_id)) FROM r")
-"""PostgreSQL: the first members of a list (best first) that no other transaction holds
-and that are still free as far as their state goes (checked on the row locked: one leased
-since the snapshot is passed over), locked (:meth:`PoolLeaser._reserve`)."""
-_SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
-                " FOR UPDATE SKIP LOCKED)")
-_UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
-         " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
-         " WHERE resource_id = {m}"
-         " AND lease_owner = {m} AND state IN ('LEASED', 'RUNNING')")
-_START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
-          " AND lease_owner IN ({marks})"
-          " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
-_HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch, lease_step"
-               " FROM resources WHERE lease_owner IN ({marks})"
-               " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
-"""What the runs of a step hook hold, with the step that holds each member."""
 
 RECHECK = timedelta(seconds=30)
 """The longest a refused run is left alone by admission (other nodes' releases)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from executor_home import make_home
+from tests.support.statements import statement_kinds
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -61,16 +62,6 @@ def _commits(store: Store) -> list[int]:
     return counter
 
 
-def _statements(store: Store) -> list[str]:
-    seen: list[str] = []
-
-    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        seen.append(statement.split()[0].upper())
-
-    sa.event.listen(store.engine, "before_cursor_execute", before)
-    return seen
-
-
 def test_a_round_for_64_runs_is_one_commit_and_moves_every_lease(
         store: Store, clock: FakeClock) -> None:
     keeper = LeaseKeeper(store, LEASE)
@@ -81,7 +72,7 @@ def test_a_round_for_64_runs_is_one_commit_and_moves_every_lease(
     keeper.stop()  # rounds driven by hand
     clock.advance(10)
     commits = _commits(store)
-    seen = _statements(store)
+    seen = statement_kinds(store)
     result = keeper.renew_once()
     assert result is not None and len(result.renewed) == 64
     assert commits[0] == 1

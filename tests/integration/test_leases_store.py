@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 import sqlalchemy as sa
+from tests.support.statements import statement_kinds
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState, StepState
@@ -40,16 +41,6 @@ def _running(store: Store, n: int, owner: str = OWNER, job: str = "j") -> list[R
     return [RunLease(r.id, r.lease_epoch, owner) for r in claimed]
 
 
-def _statements(store: Store) -> list[str]:
-    seen: list[str] = []
-
-    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        seen.append(statement.split()[0].upper())
-
-    sa.event.listen(store.engine, "before_cursor_execute", before)
-    return seen
-
-
 def test_one_update_renews_64_runs_each_at_its_own_epoch(store: Store) -> None:
     held = _running(store, 64)
     # Give the runs different epochs: requeue and claim half of them again.
@@ -58,7 +49,7 @@ def test_one_update_renews_64_runs_each_at_its_own_epoch(store: Store) -> None:
                           "(SELECT id FROM runs ORDER BY id LIMIT 32)"))
     epochs = {r.id: r.lease_epoch for r in store.list_runs(limit=100)}
     held = [RunLease(h.run_id, epochs[h.run_id], OWNER) for h in held]
-    seen = _statements(store)
+    seen = statement_kinds(store)
     until = store.clock.now() + timedelta(minutes=5)
     result = store.renew_run_leases(held, until)
     assert result.renewed == {h.run_id for h in held} and not result.lost

@@ -76,7 +76,7 @@ from cadenza.store.boundaries import StepChange
 from cadenza.store.hotsql import Dialect
 
 
-@dataclass
+@dataclass(slots=True)
 class _Member:
     resource_id: str
     pool: str
@@ -408,10 +408,13 @@ class PoolLeaser(Releases):
     def _free(self, member: _Member | None, now: datetime) -> bool:
         if member is None or member.resource_id not in self.plan.members:
             return False  # removed from the configuration: finishes its lease, then goes
-        if member.state == AVAILABLE:
+        state = member.state
+        if state == AVAILABLE:
             return True
-        return (member.state == COOLDOWN and not self.plan.probed(member.pool)
-                and (member.cooldown_until is None or member.cooldown_until <= now))
+        if state != COOLDOWN or self.plan.probed(member.pool):
+            return False
+        until = member.cooldown_until
+        return until is None or until <= now
 
     def _lease_batch(self, cursor: Any,
                      wanted: list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]],

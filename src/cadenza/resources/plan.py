@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
@@ -82,10 +83,20 @@ class PoolPlan:
     def binds_routes(self, pools: list[str]) -> bool:
         """Whether a member of one of ``pools`` is bound to a route (a snapshot of them
         must then read those routes too)."""
-        return any(member.route is not None for name in pools
-                   if (found := self.pools.get(name)) is not None for member in found.members)
+        binding = self._binding
+        return bool(binding) and any(name in binding for name in pools)
 
     def probed(self, pool: str) -> bool:
         """Whether the pool's members come back from COOLDOWN through health probes."""
-        found = self.pools.get(pool)
-        return found is not None and found.health is not None and found.kind == "route"
+        return pool in self._probed
+
+    # Asked per claim and per member a claim looks at: worked out once per plan.
+    @cached_property
+    def _binding(self) -> frozenset[str]:
+        return frozenset(name for name, pool in self.pools.items()
+                         if any(member.route is not None for member in pool.members))
+
+    @cached_property
+    def _probed(self) -> frozenset[str]:
+        return frozenset(name for name, pool in self.pools.items()
+                         if pool.health is not None and pool.kind == "route")

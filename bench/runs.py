@@ -23,9 +23,12 @@ the figure is the cost of leasing, to compare with the same command without
 It checks that every run ended SUCCEEDED with one SUCCEEDED step run, counts commits with an
 engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end runs/s
 (enqueue + drain), commits per run, median and min-max over ``--reps``. On SQLite it also
-counts the statements the drain executes per run, by kind (``statements_per_run``: every
-statement SQLite runs on the store's connections, writes and reads, BEGIN and COMMIT
-included, trigger bodies not; sqlite3's trace callback, which costs a little time).
+counts, with ``--count-statements``, the statements the drain executes per run, by kind
+(``statements_per_run``: every statement SQLite runs on the store's connections, writes and
+reads, BEGIN and COMMIT included, trigger bodies not). It counts with sqlite3's trace
+callback, a Python call per statement in the writer's thread, under the write lock: ~2 % of
+the drain (docs/benchmarks.md), so the timed figures of a counting run are not comparable
+with the others, and the counts come only when asked for.
 
 ``--compare-requires K`` runs K such pairs (without and with ``--requires``, each side the
 median of ``--reps``) in alternating order and prints each pair's change and the median.
@@ -151,7 +154,7 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 if isinstance(dbapi_conn, sqlite3.Connection):
                     dbapi_conn.set_trace_callback(trace)
 
-            if args.store == "sqlite":
+            if args.store == "sqlite" and args.count_statements:
                 sa.event.listen(store.engine, "checkout", traced)
                 writer = getattr(store, "_writer", None)  # the store's one writer, if open
                 if writer is not None and not writer.closed:
@@ -262,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the job requires one unit of a pool (leasing's cost)")
     parser.add_argument("--pool-size", type=int, default=0,
                         help="members of that pool (default: twice the workers)")
+    parser.add_argument("--count-statements", action="store_true",
+                        help="SQLite: count the drain's statements by kind (slows it ~2 %%)")
     parser.add_argument("--compare-requires", type=int, default=0, metavar="PAIRS",
                         help="PAIRS pairs of drains without and with --requires, in"
                              " alternating order; prints each pair's change and the median")

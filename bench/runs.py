@@ -26,7 +26,7 @@ engine ``commit`` listener, and prints one JSON object: drain runs/s, end-to-end
 counts, with ``--count-statements``, the statements the drain executes per run, by kind
 (``statements_per_run``: every statement SQLite runs on the store's connections, writes and
 reads, BEGIN and COMMIT included, trigger bodies not). It counts with sqlite3's trace
-callback, a Python call per statement in the writer's thread, under the write lock: ~2 % of
+callback, a Python call per statement in the writer's thread, under the write lock: ~6 % of
 the drain (docs/benchmarks.md), so the timed figures of a counting run are not comparable
 with the others, and the counts come only when asked for.
 
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool-size", type=int, default=0,
                         help="members of that pool (default: twice the workers)")
     parser.add_argument("--count-statements", action="store_true",
-                        help="SQLite: count the drain's statements by kind (slows it ~2 %%)")
+                        help="SQLite: count the drain's statements by kind (slows it ~6 %%)")
     parser.add_argument("--compare-requires", type=int, default=0, metavar="PAIRS",
                         help="PAIRS pairs of drains without and with --requires, in"
                              " alternating order; prints each pair's change and the median")

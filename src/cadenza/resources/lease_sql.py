@@ -27,13 +27,13 @@ def _snapshot_sql(extra: str, routes: bool, free: bool) -> str:
 
 
 SNAPSHOT = {(routes, free): _snapshot_sql("", routes, free)
-             for routes in (False, True) for free in (False, True)}
+            for routes in (False, True) for free in (False, True)}
 """The members of the pools a claim needs, and (``routes``) the routes bound to them (a
 third cheaper to read without, when no member of those pools binds one); ``free``: only
 those that may be free (AVAILABLE, COOLDOWN), all a claim chooses from: the others are
 read only to say why a run waits (:meth:`~cadenza.resources.leasing.PoolLeaser._reason`)."""
 SNAPSHOT_RESERVED = {(routes, free): _snapshot_sql(_RESERVED, routes, free)
-                      for routes in (False, True) for free in (False, True)}
+                     for routes in (False, True) for free in (False, True)}
 """PostgreSQL, read in autocommit: the same, and for each free member whether no claim
 has reserved it (false: one has, in its transaction; the lock this read takes when it is
 free ends with the statement). A hint only: the row locks and the compare-and-swap decide."""
@@ -49,7 +49,7 @@ and swap on the state the claim's snapshot saw (a COOLDOWN member only while its
 is over); the lease ends with the run's (``lease_step``: the step that holds it, NULL for
 the whole run)."""
 LEASE_ROW = {False: "({m}, {m}, {m}, {m})",
-              True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
+             True: "({m}::text, {m}::text, {m}::text, {m}::text)"}
 LEASE_MANY = {
     False: "UPDATE resources SET state = '{to}', lease_owner = v.column2,"
            " lease_until = (SELECT lease_until FROM runs WHERE id = v.column2),"
@@ -74,25 +74,25 @@ LEASE_MANY = {
 LEASED, or RUNNING for a claim that starts its runs' first steps in its own transaction
 (:meth:`~cadenza.resources.leasing.PoolLeaser.started`)."""
 RESERVE = ("WITH r AS (SELECT resource_id FROM resources WHERE resource_id = ANY(%s)"
-            " AND state IN ('AVAILABLE', 'COOLDOWN')"
-            " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
-            " FOR UPDATE SKIP LOCKED)"
-            f" SELECT resource_id, pg_try_advisory_xact_lock({_RESERVED_KEY},"
-            " hashtext(resource_id)) FROM r")
+           " AND state IN ('AVAILABLE', 'COOLDOWN')"
+           " ORDER BY array_position(%s::text[], resource_id::text) LIMIT %s"
+           " FOR UPDATE SKIP LOCKED)"
+           f" SELECT resource_id, pg_try_advisory_xact_lock({_RESERVED_KEY},"
+           " hashtext(resource_id)) FROM r")
 """PostgreSQL: the first members of a list (best first) that no other transaction holds
 and that are still free as far as their state goes (checked on the row locked: one leased
 since the snapshot is passed over), locked
 (:meth:`~cadenza.resources.leasing.PoolLeaser._reserve`)."""
 SKIP_LOCKED = (" AND resource_id IN (SELECT resource_id FROM resources WHERE resource_id = %s"
-                " FOR UPDATE SKIP LOCKED)")
+               " FOR UPDATE SKIP LOCKED)")
 UNDO = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
-         " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
-         " WHERE resource_id = {m}"
-         " AND lease_owner = {m} AND state IN ('LEASED', 'RUNNING')")
+        " lease_step = NULL, lease_epoch = lease_epoch - 1, updated_at = {m}"
+        " WHERE resource_id = {m}"
+        " AND lease_owner = {m} AND state IN ('LEASED', 'RUNNING')")
 START = ("UPDATE resources SET state = 'RUNNING', updated_at = {m} WHERE state = 'LEASED'"
-          " AND lease_owner IN ({marks})"
-          " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
+         " AND lease_owner IN ({marks})"
+         " RETURNING resource_id, pool, lease_owner, lease_epoch, lease_step")
 HELD_STEPS = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch, lease_step"
-               " FROM resources WHERE lease_owner IN ({marks})"
-               " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
+              " FROM resources WHERE lease_owner IN ({marks})"
+              " AND state IN ('LEASED', 'RUNNING') ORDER BY resource_id{lock}")
 """What the runs of a step hook hold, with the step that holds each member."""

@@ -110,7 +110,7 @@ class PoolLeaser(Releases):
         self.redact = redact
         self._d = Dialect("postgresql" if postgres else "sqlite")
         self._lease_sql = LEASE.format(m=self._d.mark,
-                                        lock=SKIP_LOCKED if postgres else "")
+                                       lock=SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
         self._jobs: set[str] = set(plan.needs) | set(plan.steps)
         self._step_jobs: set[str] = set(plan.steps)
@@ -450,7 +450,7 @@ class PoolLeaser(Releases):
         values = ", ".join([LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
         to = LEASED if early is None else RUNNING
         cursor.execute(LEASE_MANY[d.postgres].format(m=d.mark, values=values, to=to,
-                                                      marks=d.marks(len(ids))),
+                                                     marks=d.marks(len(ids))),
                        [d.ts(now), *[v for row in rows for v in row], d.ts(now),
                         *(ids if d.postgres else [])])
         done = {rid: int(epoch) for rid, epoch in cursor.fetchall()}
@@ -781,7 +781,7 @@ class PoolLeaser(Releases):
         cursor = conn.connection.cursor()
         try:
             cursor.execute(HELD_STEPS.format(marks=d.marks(len(ids)),
-                                              lock=" FOR UPDATE" if d.postgres else ""), ids)
+                                             lock=" FOR UPDATE" if d.postgres else ""), ids)
             held: dict[str, list[Any]] = {}
             for row in cursor.fetchall():
                 held.setdefault(row[4], []).append(row)

@@ -73,9 +73,11 @@ def test_json_output_is_the_runs_show_document(home: Path) -> None:
     document = json.loads(out)  # progress went to stderr, stdout is JSON only
     assert "step first: RUNNING" in err
     assert list(document) == ["id", "job", "state", "trigger", "scheduled_for", "started_at",
-                              "finished_at", "rows", "params", "steps", "parent",
+                              "finished_at", "rows", "params", "error", "reason",
+                              "wait_reason", "resumes", "not_before", "steps", "parent",
                               "children"]
     assert document["job"] == "three" and document["state"] == "FAILED"
+    assert document["error"] and document["wait_reason"] is None
     assert document["trigger"] == f"manual:{getpass.getuser()}"
     assert document["params"] == {"period": "2026-01", "region": "north"}
     assert [list(s) for s in document["steps"]] == [

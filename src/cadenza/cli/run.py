@@ -100,7 +100,10 @@ def run(
         if not local and runs.server_is_running():
             err.print(f"run {run_id} queued for the running `cadenza serve`; following it",
                       markup=False)
-            result = runs.follow(run_id, lambda step: _print_step(console, step))
+            result = runs.follow(
+                run_id, lambda step: _print_step(console, step),
+                on_wait=lambda why: console.print(f"run {run_id} QUEUED: {shown(why)}",
+                                                  markup=False))
             _print_followed_end(console, result)
         else:
             result = _execute_here(services, run_id, console)

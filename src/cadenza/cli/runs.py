@@ -13,6 +13,7 @@ from rich.text import Text
 
 from cadenza.cli.context import handled, state
 from cadenza.cli.output import out, print_json, print_table, shown
+from cadenza.domain.states import RunState
 from cadenza.services.history import LogLine, RunQuery, parse_states
 
 app = typer.Typer(help="Runs: history, details, logs.", no_args_is_help=True)
@@ -71,6 +72,8 @@ def show_run(
     for key in ("trigger", "scheduled_for", "started_at", "finished_at", "rows"):
         value = document[key]
         out.print(f"  {key}: {shown(value)}", markup=False)
+    if document.get("wait_reason") and run.state is RunState.QUEUED:
+        out.print(f"  waiting: {shown(document['wait_reason'])}", markup=False)
     params = ", ".join(f"{k}={v!r}" for k, v in run.params.items()) or "none"
     out.print(f"  params: {shown(params)}", markup=False)
     if run.error:

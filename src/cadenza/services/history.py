@@ -113,12 +113,16 @@ class RunDetail:
     children: tuple[ChildView, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        """The ``runs show --json`` document."""
+        """The ``runs show --json`` document (and ``GET /api/runs/{id}``'s): with why the
+        run ended (``error``, ``reason``) or why it still waits (``wait_reason``,
+        ``not_before``)."""
         run = self.run
         return {"id": run.id, "job": run.job, "state": run.state.value,
                 "trigger": run.trigger, "scheduled_for": run.scheduled_for,
                 "started_at": run.started_at, "finished_at": run.finished_at,
-                "rows": run.rows, "params": run.params,
+                "rows": run.rows, "params": run.params, "error": run.error,
+                "reason": run.reason, "wait_reason": run.wait_reason,
+                "resumes": run.resumes, "not_before": run.not_before,
                 "steps": [step.as_json() for step in self.steps],
                 "parent": None if self.parent is None else self.parent.as_json(),
                 "children": [child.as_json() for child in self.children]}

@@ -348,13 +348,21 @@ class RunService:
             child = store.get_run(child_id)
 
     def follow(self, run_id: str, on_step: Callable[[StepView], None],
-               poll: float = FOLLOW_POLL_SECONDS) -> RunResult:
+               poll: float = FOLLOW_POLL_SECONDS,
+               on_wait: Callable[[str], None] | None = None) -> RunResult:
         """Report each step change another process records (``on_step``) until the run
-        ended or needs review."""
+        ended or needs review; ``on_wait``: each new reason the run, still QUEUED, waits
+        for (a pool's members, admission), as the server records it."""
         store = self._store
         seen: dict[int, str] = {}
+        waits: str | None = None
         while True:
             record = store.get_run(run_id)
+            if (on_wait is not None and record is not None
+                    and record.state is RunState.QUEUED and record.wait_reason
+                    and record.wait_reason != waits):
+                waits = record.wait_reason
+                on_wait(waits)
             for step in store.list_step_runs(run_id):
                 if seen.get(step.id) != step.state.value:
                     seen[step.id] = step.state.value

@@ -81,11 +81,7 @@ async def list_runs(
 async def get_run(run_id: str, caller: ViewerAtRead, request: Request) -> dict[str, Any]:
     """One run with every step attempt."""
     def read(_: Principal) -> Any:
-        detail = _history(request).get_run(run_id)
-        run = detail.run
-        return detail.as_json() | {"error": run.error, "reason": run.reason,
-                                   "wait_reason": run.wait_reason, "resumes": run.resumes,
-                                   "not_before": run.not_before}
+        return _history(request).get_run(run_id).as_json()
 
     answer = context(request).answer(await caller.read(read))
     return cast("dict[str, Any]", answer)  # a response with the annotation's JSON

@@ -1,7 +1,7 @@
 """Cadenza: a local-first job scheduler and automation platform.
 
 What plugin authors import: the step error classes that decide what happens after a
-failure (SPEC §7).
+failure (docs/retries.md).
 """
 
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable

@@ -1,4 +1,4 @@
-"""A Cadenza home directory (SPEC §2): where its files are, and how to open its parts.
+"""A Cadenza home directory: where its files are, and how to open its parts.
 
 The service layer (:mod:`cadenza.services`) goes through :class:`Home` to read the
 configuration, the secrets and the store, so that every entry point wires redaction the
@@ -123,8 +123,8 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
     POSIX: it holds the store and the secrets).
 
     Refuses a directory that already holds a ``cadenza.toml`` (nothing is overwritten).
-    With ``example``, writes the demo of SPEC §13: the ``sales-load`` job, a SQLite
-    warehouse with its aggregate table, and one sample sales file per month for the 13
+    With ``example``, writes the demo home (``cadenza init --example``): the ``sales-load``
+    job, a SQLite warehouse with its aggregate table, and one sample sales file per month for the 13
     months up to ``today`` (default: the local date), so that ``${month.current}`` and
     ``${month.previous}`` both have a file.
     """

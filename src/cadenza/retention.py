@@ -1,4 +1,4 @@
-"""The daily retention sweep of ``cadenza serve`` (SPEC §3 ``[retention]``, §18).
+"""The daily retention sweep of ``cadenza serve`` (``[retention]``, docs/backup.md).
 
 :class:`RetentionSweeper` calls :meth:`~cadenza.store.maintenance.MaintenanceRepository.prune`
 with the current ``[retention]`` settings (``days``, ``keep_last_per_job``): once shortly

@@ -1,4 +1,4 @@
-"""Passwords, API tokens and user names (SPEC §12).
+"""Passwords, API tokens and user names (docs/security.md).
 
 * Passwords are hashed with argon2id (argon2-cffi's ``PasswordHasher``, RFC 9106 low-memory
   profile by default); :func:`needs_rehash` tells when a stored hash uses weaker parameters

@@ -1,4 +1,4 @@
-"""Audit: redaction of secrets, and the encrypted secret store (SPEC §2, §10).
+"""Audit: redaction of secrets, and the encrypted secret store (docs/security.md).
 
 ``Redactor`` masks secret values (raw and encoded), secret-looking keys and URL user-info
 with :data:`REDACTED`; ``SecretStore`` keeps ``${secret.NAME}`` values encrypted at rest.

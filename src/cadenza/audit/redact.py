@@ -1,4 +1,4 @@
-"""Redaction: secrets are replaced by ``***`` before anything is written or shown (SPEC §10).
+"""Redaction: secrets are replaced by ``***`` before anything is written or shown.
 
 A :class:`Redactor` knows the secret values of the installation and masks, in text and in
 structured values:

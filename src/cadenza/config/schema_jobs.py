@@ -1,10 +1,11 @@
-"""The schema of ``jobs.toml`` (SPEC §4): jobs, their retry policy, alerts and presets.
+"""The schema of ``jobs.toml``: jobs, their retry policy, alerts and presets (see
+docs/configuration.md).
 
 Steps are validated one by one against their type's ``Config`` (see
 :mod:`cadenza.steps.registry`) and attached to the job afterwards, so that one bad step
 never hides the problems of the others.
 
-Preset keys (SPEC §1 and §15 name them): ``description``, ``schedule``, ``timezone``
+Preset keys (docs/configuration.md): ``description``, ``schedule``, ``timezone``
 (default: the job's), ``enabled``, ``params``, ``step_args`` (``{ STEP = { key = value } }``,
 the run overrides of one step's arguments, as in the API's ``step_args``), ``disabled_steps``
 and ``log_level``. A preset's ``params`` must be declared in the job's ``params``.

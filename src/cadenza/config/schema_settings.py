@@ -1,7 +1,7 @@
-"""The schema of ``cadenza.toml`` (SPEC §3): server, store, workers, limits, files,
+"""The schema of ``cadenza.toml`` (docs/configuration.md): server, store, workers, limits, files,
 connections, pools, channels, rules, retention.
 
-Defaults are the spec's: the server binds 127.0.0.1:8765; the store is
+Defaults (as docs/configuration.md lists them): the server binds 127.0.0.1:8765; the store is
 ``sqlite:///data/cadenza.db`` under the home; 4 workers, 16 runs at most across nodes;
 files live under ``data/files``; runs are kept 90 days and at least the last 100 per job.
 String values may hold ``${env.NAME}`` and ``${secret.NAME}``; the loader resolves them.

@@ -1,4 +1,4 @@
-"""Which ``${...}`` tokens may appear where (SPEC §5), checked at validation time.
+"""Which ``${...}`` tokens may appear where (docs/configuration.md), checked at validation time.
 
 The grammar is the run-time one (:mod:`cadenza.domain.params`); this module adds where
 each namespace is allowed and what can be known before a run:

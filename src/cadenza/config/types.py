@@ -230,7 +230,7 @@ PoolNeeds = Annotated[dict[Identifier, Count], Ref("pool")]
 
 
 class RetryPolicy(StrictModel):
-    """How a failed step is tried again (SPEC §7). On a step, keys not given there inherit
+    """How a failed step is tried again (docs/retries.md). On a step, keys not given there inherit
     from the job's policy."""
 
     attempts: int = Field(3, ge=1, le=100)

@@ -164,7 +164,8 @@ class Node:
         self.sender = Sender(self.store, lambda: self.config, self.life, owner=self.owner)
         self.sender.install()
         services.append(self.sender)
-        # Route health checks (SPEC §8): the leader only on PostgreSQL, see its leads().
+        # Route health checks (docs/health-checks.md): the leader only on PostgreSQL, see its
+        # leads().
         self.health = HealthChecker(self.store, self.life, lambda: self.config.settings,
                                     leader=self.leader)
         services.append(self.health)

@@ -1,4 +1,4 @@
-"""Channels: how one message leaves Cadenza (SPEC §11).
+"""Channels: how one message leaves Cadenza (docs/notifications.md).
 
 * :class:`EmailChannel` settings → :func:`send_email`: ``smtplib`` with STARTTLS
   (``starttls = true``, the default) or implicit TLS (``ssl = true``), optional login (the

@@ -1,4 +1,4 @@
-"""Messages: what a notification says, rendered from Jinja2 templates (SPEC §11).
+"""Messages: what a notification says, rendered from Jinja2 templates (docs/notifications.md).
 
 A message names the job, the run, the event and the run's state, its trigger, its scheduled
 time in the job's zone (``2027-01-05 02:00 CET (Europe/Paris)``), the failing step and its

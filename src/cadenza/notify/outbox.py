@@ -1,5 +1,5 @@
-"""The outbox and the delivery log in the store (SPEC §11; tables ``notification_outbox``
-and ``notification_log``, migration 0009).
+"""The outbox and the delivery log in the store (docs/notifications.md; tables
+``notification_outbox`` and ``notification_log``, migration 0009).
 
 * :meth:`Outbox.add` writes message intents in the caller's transaction (the run end's, the
   MISSED recording's): ``INSERT ... ON CONFLICT (event_key) DO NOTHING``, so an intent

@@ -1,4 +1,4 @@
-"""Recipients, resolved when a message is built (SPEC §11, §12).
+"""Recipients, resolved when a message is built (docs/notifications.md).
 
 A recipient as written in ``cadenza.toml``, ``jobs.toml`` or a ``notify`` step is one of:
 

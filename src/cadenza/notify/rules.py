@@ -1,4 +1,4 @@
-"""Which events notify whom (SPEC §11), and the hooks that write the intents.
+"""Which events notify whom (docs/notifications.md), and the hooks that write the intents.
 
 An event of a job notifies:
 

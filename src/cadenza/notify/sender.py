@@ -1,4 +1,4 @@
-"""The sender: one more service of a node, delivering the outbox (SPEC §11).
+"""The sender: one more service of a node, delivering the outbox (docs/notifications.md).
 
 Each round (every :data:`POLL_SECONDS` of the node's clock, or at once when a hook wrote an
 intent in this process) the sender

@@ -1,4 +1,4 @@
-"""Logins, sessions, roles and the users' security operations (SPEC §12).
+"""Logins, sessions, roles and the users' security operations (docs/security.md).
 
 Operations (on :class:`AuthService`, built on a store and a clock, no configuration)::
 

@@ -1,4 +1,4 @@
-"""Run requests with an ``Idempotency-Key`` (SPEC §15): one run per caller and key.
+"""Run requests with an ``Idempotency-Key`` (docs/api.md): one run per caller and key.
 
 The key's row goes into the store (``idempotency_keys``, primary key caller + key) before
 the run is created: of concurrent requests with one key, on any number of threads,

@@ -1,5 +1,5 @@
-"""What the jobs pages show and do (issue 16): the catalogue, a job's page, the "Run with
-parameters" form, the enable switch and "Save as preset".
+"""What the jobs pages show and do (docs/ui.md "Pages: jobs"): the catalogue, a job's page,
+the "Run with parameters" form, the enable switch and "Save as preset".
 
 Operations::
 

@@ -1,4 +1,5 @@
-"""Notifications: send a test message through a channel, list the deliveries (SPEC §11).
+"""Notifications: send a test message through a channel, list the deliveries (see
+docs/notifications.md).
 
 Operations::
 

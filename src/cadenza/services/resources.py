@@ -1,4 +1,4 @@
-"""The pools' members as people see and steer them (SPEC §8, §14 ``cadenza resources``).
+"""The pools' members as people see and steer them (docs/pools.md, ``cadenza resources``).
 
 Operations::
 
@@ -207,9 +207,10 @@ class ResourceService:
 
     def utilization(self, since: datetime, scan: int = 20000,
                     members: Sequence[ResourceView] | None = None) -> dict[str, float]:
-        """Each pool's share of member time spent LEASED or RUNNING since ``since`` (SPEC
-        §17), from the RESOURCE_LEASED and RESOURCE_RELEASED events of the window (two
-        reads) and the members' state now (``members``: as :meth:`list` just gave them)."""
+        """Each pool's share of member time spent LEASED or RUNNING since ``since`` (the
+        dashboard's utilization), from the RESOURCE_LEASED and RESOURCE_RELEASED events of
+        the window (two reads) and the members' state now (``members``: as :meth:`list` just
+        gave them)."""
         from cadenza.domain.events import EventType
 
         store = self.services.store()

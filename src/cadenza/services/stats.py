@@ -1,4 +1,4 @@
-"""``stats(since)``: the figures of SPEC §17 over a window (``cadenza stats``,
+"""``stats(since)``: the dashboard's figures over a window (``cadenza stats``,
 ``GET /api/stats``); see :mod:`cadenza.store.stats` and :mod:`cadenza.store.pool_stats`
 for what is counted."""
 

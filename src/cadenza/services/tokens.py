@@ -1,4 +1,4 @@
-"""API tokens (SPEC §12): created with a role, shown once, stored as their SHA-256.
+"""API tokens (docs/api.md): created with a role, shown once, stored as their SHA-256.
 
 Operations (on :class:`TokenService`)::
 

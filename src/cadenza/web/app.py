@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login"),
                                   ("GET", "/login"), ("POST", "/login")})
-"""The only (method, path) pairs that answer without a session or token (SPEC §12), besides
+"""The only (method, path) pairs that answer without a session or token (docs/api.md), besides
 the static files under ``/static`` (vendored scripts and styles, no data)."""
 
 

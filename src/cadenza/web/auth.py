@@ -1,4 +1,4 @@
-"""Who is calling, and may they: the web app's authentication dependencies (SPEC §12).
+"""Who is calling, and may they: the web app's authentication dependencies (docs/api.md).
 
 * A request authenticates with ``Authorization: Bearer cdz_...`` (an API token) or the
   session cookie ``cadenza_session`` (HttpOnly, SameSite=Lax, Secure over https). Anything

@@ -1,6 +1,6 @@
 """Security headers on every answer (pages, API, static files): a Content-Security-Policy
 that allows only this server's own scripts, styles and connections, and no inline script
-or style; no framing; no MIME sniffing; no referrer to other sites (UI.md "Quality bar")."""
+or style; no framing; no MIME sniffing; no referrer to other sites."""
 
 from __future__ import annotations
 

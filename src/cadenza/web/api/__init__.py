@@ -1,4 +1,4 @@
-"""The REST API (SPEC §15): FastAPI routers over :mod:`cadenza.services` (docs/api.md)."""
+"""The REST API: FastAPI routers over :mod:`cadenza.services` (docs/api.md)."""
 
 from __future__ import annotations
 

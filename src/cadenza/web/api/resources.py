@@ -1,5 +1,5 @@
-"""``/api/resources`` (the pools' members, SPEC §8) and ``/api/notifications`` (the delivery
-log and a channel's test message, SPEC §11): thin shells over
+"""``/api/resources`` (the pools' members, docs/pools.md) and ``/api/notifications`` (the
+delivery log and a channel's test message, docs/notifications.md): thin shells over
 :class:`~cadenza.services.resources.ResourceService`,
 :class:`~cadenza.services.probe.ProbeService` and
 :class:`~cadenza.services.notifications.NotificationService`."""

@@ -1,4 +1,4 @@
-"""The web UI (SPEC §16, docs/ui.md): server-rendered pages (Jinja2 + htmx, no build
+"""The web UI (docs/ui.md): server-rendered pages (Jinja2 + htmx, no build
 step) over the same service layer and sessions as the API. Every asset is served from
 ``/static`` (vendored, with its licence); the CSP allows no inline script or style."""
 

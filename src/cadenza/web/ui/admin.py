@@ -1,4 +1,4 @@
-"""The admin page (SPEC §16, issue 16 item 11), for admins only: users and roles (add with
+"""The admin page (docs/ui.md "Pages: operations"), for admins only: users and roles (add with
 a generated password shown once, change the role, disable or enable, reset the password),
 API tokens (list, create — the token shown once —, revoke) and a backup download.
 

@@ -1,4 +1,4 @@
-"""The audit log and the notifications log (SPEC §16, issue 16 item 9).
+"""The audit log and the notifications log (docs/ui.md "Pages: operations").
 
 ``/audit`` lists the events newest first with filters kept in the URL (type, run,
 resource, actor, since) and keyset pages (``before``/``after`` an event id, never an

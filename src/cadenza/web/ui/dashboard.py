@@ -1,4 +1,4 @@
-"""The dashboard (SPEC §16–§17, issue 16 item 10): queue time, execution time, resource
+"""The dashboard (docs/ui.md "Pages: operations"): queue time, execution time, resource
 utilization per pool, retry rate, resources cooling down, error share by class and step
 type, mean time from failure to recovery per job; charts over 24 h or 7 d (``window`` in
 the URL) drawn by uPlot through the ``data-chart`` convention of cadenza.js.

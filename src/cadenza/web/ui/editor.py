@@ -1,4 +1,4 @@
-"""The job editor (SPEC §16, issue 16 item 4): Create (``/jobs/new``), Duplicate
+"""The job editor (docs/ui.md "Pages: editor"): Create (``/jobs/new``), Duplicate
 (``/jobs/new?from=ID``), Edit (``/jobs/{id}/edit``) and Delete, with a form generated from
 the config models' JSON schema (:mod:`cadenza.web.ui.editor_form`) and a raw TOML tab.
 

@@ -1,4 +1,4 @@
-"""The jobs pages (issue 16 items 2, 3, 5; docs/ui.md "Pages: jobs"):
+"""The jobs pages (docs/ui.md "Pages: jobs"):
 
 * ``GET /jobs`` — the catalogue: last state, schedule in words, next fire, the strip of the
   last runs, enable switch, Run now, the ⋯ menu; search (``q``) and tag chips (``tag``) in

@@ -40,7 +40,8 @@ STATIC = WEB / "static"
 LOCALE_DIR = WEB / "locale"
 LANGUAGES = ("en", "fr")
 """The page languages with a catalogue: English (the source strings) first; French is
-partial, Chinese comes next (SPEC §16). A string missing from a catalogue shows in English."""
+partial, Chinese comes next (docs/ui.md "Translations"). A string missing from a catalogue
+shows in English."""
 
 NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),
        ("resources", "/resources", "viewer"), ("audit", "/audit", "viewer"),

@@ -1,4 +1,4 @@
-"""The resources pages (SPEC §16, issue 16 item 8, UI.md "Resources"): one card per pool,
+"""The resources pages (docs/ui.md "Pages: operations"): one card per pool,
 one row per member (state, score, latency, egress region, cooldown, holder run, the last
 probes as a sparkline), a member's health history, and the operators' Probe, Enable and
 Disable. Everything comes from :class:`~cadenza.services.resources.ResourceService` and

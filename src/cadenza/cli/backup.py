@@ -1,4 +1,4 @@
-"""``cadenza backup FILE``, ``cadenza restore FILE`` and ``cadenza prune`` (SPEC §14, §18).
+"""``cadenza backup FILE``, ``cadenza restore FILE`` and ``cadenza prune`` (docs/backup.md).
 
 * ``backup`` copies the live SQLite store while the server runs (consistent, checked,
   0600; see :mod:`cadenza.store.maintenance`). It refuses to overwrite a file unless

@@ -1,4 +1,4 @@
-"""The ``cadenza`` command (SPEC §14): a thin shell over :mod:`cadenza.services`."""
+"""The ``cadenza`` command (README.md): a thin shell over :mod:`cadenza.services`."""
 
 from __future__ import annotations
 

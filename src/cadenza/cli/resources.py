@@ -10,7 +10,7 @@ from cadenza.cli.context import handled, state
 from cadenza.cli.output import out, print_json, print_table
 from cadenza.services.errors import NotFound, Refused
 
-app = typer.Typer(help="Pool members: units, routes, credentials (SPEC §8).",
+app = typer.Typer(help="Pool members: units, routes, credentials (docs/pools.md).",
                   no_args_is_help=True)
 
 _COLUMNS = ["resource_id", "pool", "kind", "state", "score", "latency_ms", "cooldown_until",

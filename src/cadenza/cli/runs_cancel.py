@@ -1,5 +1,5 @@
 """``cadenza runs cancel RUN [--wait] [--json]``: cancel a run from any process sharing the
-store (SPEC §7 "Timeouts and cancel"; docs/leases.md).
+store (docs/leases.md "Cancel").
 
 * A QUEUED run is CANCELED at once (a conditional UPDATE; the events name the OS user).
 * A RUNNING run gets a cancel request (``cancel_requested_by``, an event): the process that

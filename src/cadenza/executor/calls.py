@@ -1,4 +1,4 @@
-"""The executor's side of ``call_job`` (SPEC §4, docs/call_job.md): create the child run
+"""The executor's side of ``call_job`` (docs/call_job.md): create the child run
 once, wait for it without a worker, and turn its end into the parent step's.
 
 One attempt of a ``call_job`` step (:meth:`ChildCalls.call`):
@@ -57,7 +57,7 @@ class WaitingForChild(Deferred):
 
 
 def trigger_of(job_id: str, run_id: str) -> str:
-    """The trigger of a child of run ``run_id`` of ``job_id`` (SPEC §4)."""
+    """The trigger of a child of run ``run_id`` of ``job_id`` (docs/call_job.md)."""
     return f"call_job:{job_id}@{run_id}"
 
 

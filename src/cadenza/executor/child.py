@@ -1,4 +1,4 @@
-"""The child process of a step with ``isolation = "process"`` (SPEC §4, §7).
+"""The child process of a step with ``isolation = "process"`` (docs/running.md, docs/leases.md).
 
 The parent (:func:`cadenza.executor.isolation.run_in_process`) starts :func:`child_main` with
 multiprocessing's ``spawn`` method: a fresh interpreter, on every OS, that imports only what

@@ -1,5 +1,5 @@
 """The ``ctx`` a step runs with: :class:`ExecutionContext`, the executor's implementation of
-:class:`cadenza.steps.runtime.StepContext` (SPEC §4).
+:class:`cadenza.steps.runtime.StepContext` (docs/steps.md).
 
 The same class serves both isolations: in the worker (``isolation = "thread"``, and every
 built-in type) its log lines go to the run's buffered :class:`~cadenza.executor.runlog.RunLog`;
@@ -24,7 +24,7 @@ the step succeeded and rolls it back otherwise. On an ``http`` connection it is 
 ``Client`` (closed by :meth:`finish`). When the run's log level is DEBUG, every statement
 executed on such a SQL connection is logged with its bind parameters (redacted when stored).
 
-Checkpoints and operation keys (SPEC §7, docs/exactly-once.md). ``ctx.checkpoint(state)``,
+Checkpoints and operation keys (docs/exactly-once.md). ``ctx.checkpoint(state)``,
 ``ctx.last_checkpoint`` and ``ctx.once(key, fn, ...)`` write to the store through a
 :class:`Progress`, fenced on the run's lease epoch: a write refused because another holder
 took the run over raises :class:`FencedOut` and marks the step canceled. The executor's

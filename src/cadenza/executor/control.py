@@ -1,4 +1,4 @@
-"""Stopping a run from outside the thread that executes it (SPEC §7 "Timeouts and cancel").
+"""Stopping a run from outside the thread that executes it (docs/leases.md "Cancel", "Timeouts").
 
 A :class:`RunControl` is created per executed run. Other threads (the lease keeper that renews
 the run's lease and reads cancel requests, a Ctrl-C handler, a node shutting down) call

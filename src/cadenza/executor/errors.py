@@ -1,4 +1,4 @@
-"""What a step's exception means for its run (SPEC §7), in one place.
+"""What a step's exception means for its run (docs/retries.md), in one place.
 
 Every exception that leaves a step is classified once, here:
 

@@ -1,4 +1,4 @@
-"""Where a step's code runs, and how it is stopped at its deadline (SPEC §7 "Timeouts").
+"""Where a step's code runs, and how it is stopped at its deadline (docs/leases.md "Timeouts").
 
 ``thread``
     The step runs in a thread of the worker. A thread cannot be killed: at the deadline the

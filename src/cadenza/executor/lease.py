@@ -1,6 +1,5 @@
 """The lease keeper: one heartbeat thread per process renews the leases of every run the
-process executes, and passes cancel requests on (SPEC §7 "Timeouts and cancel",
-"Checkpoints, idempotency, recovery"; docs/leases.md).
+process executes, and passes cancel requests on (docs/leases.md).
 
 The rules:
 

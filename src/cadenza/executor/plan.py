@@ -1,5 +1,5 @@
 """What a run will do: its resolved parameters, and each step's arguments and config
-(SPEC §5), computed with :mod:`cadenza.domain.params` (no other token parser).
+(docs/configuration.md), computed with :mod:`cadenza.domain.params` (no other token parser).
 
 Precedence, later wins:
 

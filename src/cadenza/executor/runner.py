@@ -1,4 +1,4 @@
-"""Executing a run: claim it, run its steps in order, record each step boundary (SPEC §7).
+"""Executing a run: claim it, run its steps in order, record each step boundary (docs/running.md).
 
 :meth:`Executor.execute` claims one QUEUED run (QUEUED -> RUNNING, a conditional UPDATE that
 increments the lease epoch; every later write is fenced on that epoch) and runs it to its end

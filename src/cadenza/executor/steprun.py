@@ -2,7 +2,7 @@
 
 :meth:`StepRunner.attempt` never raises for a step's failure (only ``KeyboardInterrupt``
 and the like go through): it returns a :class:`StepOutcome`, SUCCEEDED with the rows and
-output, or FAILED with the error text (``"ClassName: message"``), its class (SPEC §7), the
+output, or FAILED with the error text (``"ClassName: message"``), its class (docs/retries.md), the
 exception's class name and a deferral's time. :class:`~cadenza.executor.control.RunStopped`
 (the run was canceled or lost its lease while the step ran) goes through to the tracker.
 The lines it writes to the run log: INFO when the step starts and ends, DEBUG the rendered

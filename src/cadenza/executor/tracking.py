@@ -6,7 +6,7 @@ before the first one that runs, and that step's start), then runs the steps one 
 handing each boundary to the executor's recorder. :class:`Observer` is told about progress
 (the CLI draws it); it must be quick, it runs in the executor's thread.
 
-Failures (SPEC §7, docs/retries.md). A failed step's class decides, through
+Failures (docs/retries.md). A failed step's class decides, through
 :func:`cadenza.domain.retry.decide` and the step's retry policy (``job.retry_for(step)``):
 
 * fatal: the run ends FAILED, the later steps SKIPPED "earlier step failed";

@@ -1,4 +1,4 @@
-"""Scheduling (SPEC §6): schedule cursors, missed fires, leader election, simulation.
+"""Scheduling (docs/scheduling.md): schedule cursors, missed fires, leader election, simulation.
 
 ::
 

@@ -5,7 +5,7 @@
 * :func:`upcoming` — the next fires of several schedules merged in time order, each with its
   local time, UTC time, schedule name and DST mark (``cadenza jobs next``, the UI preview).
 * :class:`TickResult` / :class:`CreatedRun` — what a tick of the service wrote.
-* :func:`plan_job` — the runs one tick writes for one job's due fires (SPEC §6):
+* :func:`plan_job` — the runs one tick writes for one job's due fires (docs/scheduling.md):
 
   - a fire older than ``missed_grace`` at the tick (``now - scheduled_for > missed_grace``)
     was missed (the scheduler was down, or its clock jumped forward). Every missed fire is a

@@ -1,4 +1,4 @@
-"""Leader election: which scheduler of a deployment fires schedules (SPEC §18).
+"""Leader election: which scheduler of a deployment fires schedules (docs/scheduling.md).
 
 Only the leader's :meth:`~cadenza.scheduler.service.Scheduler.run_forever` ticks. This is an
 optimisation, never the guard: a fire is unique in the store on (job, schedule,

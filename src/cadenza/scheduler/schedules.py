@@ -1,12 +1,12 @@
 """The schedules of a job: its own and each preset's, with their zones and run values.
 
 A job has up to one schedule of its own (``schedule = "..."``), named ``"job"``, and one per
-preset that has a ``schedule``, named ``"preset:NAME"`` (SPEC §6). These names are what
+preset that has a ``schedule``, named ``"preset:NAME"`` (docs/scheduling.md). These names are what
 ``runs.schedule`` and ``schedule_cursors.schedule`` hold.
 
 Enabled rules: the job's ``enabled = false`` switches off the job's own schedule only; a
 preset's schedule has its own ``enabled`` and fires even when the job's schedule is absent or
-disabled (SPEC §6 wins over the shorter wording of §4).
+disabled (docs/scheduling.md "The schedules of a job").
 
 Zones: the preset's ``timezone``, else the job's, else the server's zone
 (:func:`server_zone`).
@@ -72,7 +72,7 @@ class ScheduleSpec:
 
 @dataclass(frozen=True)
 class JobPolicy:
-    """The job fields the scheduler decides with (SPEC §4)."""
+    """The job fields the scheduler decides with (docs/configuration.md ``jobs.toml``)."""
 
     job_id: str
     priority: int = 0

@@ -1,4 +1,4 @@
-"""The scheduler service: turns due fires into runs, durably, once (SPEC §6).
+"""The scheduler service: turns due fires into runs, durably, once (docs/scheduling.md).
 
 ::
 

@@ -1,8 +1,9 @@
 """Messages: what a notification says, rendered from Jinja2 templates (docs/notifications.md).
 
 A message names the job, the run, the event and the run's state, its trigger, its scheduled
-time in the job's zone (``2027-01-05 02:00 CET (Europe/Paris)``), the failing step and its
-error, the reason, and a link to the run page (``[server].base_url`` + ``/runs/{id}``).
+time in the job's zone (``2027-01-05 02:00 CET (Europe/Paris)``; ``2026-12-04 20:22 UTC``),
+the failing step and its error, the reason, and a link to the run page
+(``[server].base_url`` + ``/runs/{id}``).
 
 Templates are files: ``subject.txt``, ``body.txt`` and ``body.html`` in
 ``cadenza/notify/templates/``. A home overrides any of them with a file of the same name in
@@ -119,7 +120,11 @@ def _zone(name: str | None) -> ZoneInfo:
 
 
 def _shown(when: datetime | None, zone: ZoneInfo) -> str | None:
+    """``2027-01-05 02:00 CET (Europe/Paris)``; a zone whose abbreviation is its name says
+    it once (``2026-12-04 20:22 UTC``, not ``UTC (UTC)``)."""
     if when is None:
         return None
     local = when.astimezone(zone)
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({zone.key})"
+    abbreviation = local.tzname() or zone.key
+    named = abbreviation if abbreviation == zone.key else f"{abbreviation} ({zone.key})"
+    return f"{local:%Y-%m-%d %H:%M} {named}"

@@ -73,3 +73,13 @@ def test_a_home_template_overrides_and_secrets_are_redacted(tmp_path: Path) -> N
     message = Renderer(tmp_path, Redactor(["Sup3rS3cret!"])).render(facts, config(tmp_path))
     assert message.subject == "ALERT sales-load: password=*** refused"
     assert "Sup3rS3cret!" not in message.text + (message.html or "") + repr(message.fields)
+
+
+def test_a_utc_job_names_its_zone_once(tmp_path: Path) -> None:
+    job = JobConfig.model_validate({"id": "sales-load", "timezone": "UTC"})
+    loaded = LoadedConfig(tmp_path, Settings.model_validate({}), {"sales-load": job})
+    message = Renderer(tmp_path, Redactor()).render(Facts("failed", "sales-load", run()),
+                                                    loaded)
+    assert message.subject == "[cadenza] sales-load failed (2027-01-05 01:00 UTC)"
+    assert "Scheduled:  2027-01-05 01:00 UTC\n" in message.text
+    assert "(UTC)" not in message.subject + message.text

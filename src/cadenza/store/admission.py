@@ -1,4 +1,4 @@
-"""What admission reads and writes (SPEC §9): queued candidates, the load, wait reasons.
+"""What admission reads and writes (docs/admission.md): queued candidates, the load, wait reasons.
 
 One decision of the worker pool, exact across nodes::
 

@@ -38,7 +38,7 @@ The events and their payloads are those the single-row methods
 :meth:`~cadenza.store.runs.RunsRepository.transition_run`) write.
 
 The run end hook is the plug point of what a run end releases besides its own lease (its
-resource leases, SPEC §8) and what it announces (a notification's outbox row): it runs in the
+resource leases, docs/pools.md) and what it announces (a notification's outbox row): it runs in the
 boundary's transaction, after the guarded UPDATEs, so that a release commits or rolls back
 with the end it belongs to.
 

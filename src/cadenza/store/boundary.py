@@ -86,7 +86,7 @@ class StepEnd:
 class RunEnd:
     """The end of the run's execution: a terminal state, its rows, its error.
 
-    Two ends are not final (SPEC §7): QUEUED (a retry or deferral: ``not_before`` is when
+    Two ends are not final (docs/retries.md): QUEUED (a retry or deferral: ``not_before`` is when
     the next try may start, ``wait_reason`` says why it waits) and NEEDS_REVIEW (the retry
     attempts are spent). Both keep finished_at empty. ``attempt``, when given, sets the
     run's spent attempts (``runs.attempt``)."""

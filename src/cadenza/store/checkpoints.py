@@ -1,4 +1,4 @@
-"""Step-local checkpoints and operation keys (SPEC §7 "Checkpoints, idempotency, recovery").
+"""Step-local checkpoints and operation keys (docs/exactly-once.md).
 
 Two tables, two kinds of record:
 

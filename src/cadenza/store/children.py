@@ -1,5 +1,5 @@
 """Child runs of ``call_job`` steps: created once, waited for without a worker, canceled
-with their parent (SPEC §4, docs/call_job.md).
+with their parent (docs/call_job.md).
 
 A child run carries its parent's run id and step (``runs.parent_run_id``, ``parent_step``,
 migration 0010); the unique index on the pair is the child's operation key:

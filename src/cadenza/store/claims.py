@@ -1,4 +1,4 @@
-"""Taking runs: the one claim of a QUEUED run, whoever takes it (SPEC §7, §18).
+"""Taking runs: the one claim of a QUEUED run, whoever takes it (docs/store.md).
 
 Every path that starts a run goes through :func:`_take`, one statement per dialect
 (:data:`_TAKE`): the dispatcher's claim of the runs admission chose and ``cadenza run

@@ -10,7 +10,7 @@ store method that writes takes ``conn=None``: given a connection from :meth:`wri
 that transaction instead of committing its own, so a caller can make a state change, its
 checkpoint and its log line one commit.
 
-Redaction happens here, once, before anything is written (SPEC §10): event messages and log
+Redaction happens here, once, before anything is written (docs/security.md): event messages and log
 lines through ``redact_text``, payloads and step outputs through ``redact_value``.
 """
 

@@ -1,4 +1,4 @@
-"""Schedule cursors: how far each schedule's fires have been recorded (SPEC §6).
+"""Schedule cursors: how far each schedule's fires have been recorded (docs/scheduling.md).
 
 One row per (job, schedule) in ``schedule_cursors``; ``schedule`` is ``"job"`` for the job's
 own schedule and ``"preset:NAME"`` for a preset's, the same name the fire's run carries.
@@ -231,7 +231,7 @@ class CursorsRepository(StoreCore):
     ) -> dict[str, int]:
         """How many runs of each job are QUEUED or RUNNING (jobs with none are absent).
 
-        The scheduler's overlap check (``on_overlap``, SPEC §4); read in the caller's
+        The scheduler's overlap check (``on_overlap``, docs/scheduling.md); read in the caller's
         transaction when given. Changes nothing.
         """
         wanted = sorted(set(job_ids))

@@ -1,4 +1,4 @@
-"""Engines for the two supported databases (SPEC §18, RELIABILITY #43, #45).
+"""Engines for the two supported databases (docs/store.md "SQLite", "PostgreSQL").
 
 SQLite
     WAL, ``busy_timeout`` 10 s, foreign keys on, ``synchronous`` NORMAL or FULL from the

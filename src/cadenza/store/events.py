@@ -1,4 +1,4 @@
-"""The audit log (``event_log``, append-only) and run logs (``run_logs``), SPEC §10.
+"""The audit log (``event_log``, append-only) and run logs (``run_logs``), docs/store.md.
 
 Both are redacted before they are written: message text through the redactor's
 ``redact_text``, event payloads through ``redact_value``. The database refuses UPDATE on

@@ -1,4 +1,4 @@
-"""Scheduled fires recorded in bulk: the scheduler's write path (SPEC §6).
+"""Scheduled fires recorded in bulk: the scheduler's write path (docs/scheduling.md).
 
 :meth:`FiresRepository.create_fires` records many fires in the caller's transaction with a
 fixed number of statements, and writes exactly what

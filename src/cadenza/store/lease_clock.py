@@ -1,5 +1,5 @@
-"""Whose clock decides a lease: the store's time (SPEC §19 "one lease holder per run at any
-instant"; docs/leases.md "Whose clock decides a lease").
+"""Whose clock decides a lease: the store's time, so that a run has one lease holder at any
+instant (docs/leases.md "Whose clock decides a lease").
 
 A lease's end (``lease_until``) is written at a claim and at each renewal, and compared by
 the reaper; both sides must read **one** clock, or a node whose clock runs ahead takes a

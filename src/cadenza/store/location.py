@@ -1,4 +1,4 @@
-"""Refuse a SQLite data directory on a network file system (SPEC §18, RELIABILITY #45).
+"""Refuse a SQLite data directory on a network file system (docs/store.md "SQLite").
 
 SQLite's WAL mode keeps its index in shared memory next to the database file, and its locks
 rely on the local kernel; on NFS, SMB, 9p (WSL's Windows drives) or sshfs both silently fail,

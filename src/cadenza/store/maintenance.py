@@ -1,4 +1,4 @@
-"""Backup, restore and retention of the store (SPEC §18).
+"""Backup, restore and retention of the store (docs/backup.md).
 
 Backup (SQLite only)
     ``VACUUM INTO`` on a connection of its own: one read transaction over a WAL snapshot, so

@@ -1,4 +1,4 @@
-"""Pool figures of SPEC §17 over a window: resource utilization per pool (the share of the
+"""The dashboard's pool figures over a window: resource utilization per pool (the share of the
 window its members spent LEASED or RUNNING, and RUNNING alone), members by state now, and
 the resources cooling down now.
 

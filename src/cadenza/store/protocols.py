@@ -11,9 +11,9 @@ double, or another implementation, needs only those methods:
 * :class:`AuditLog`: the append-only event log (:class:`EventQueries` reads it);
 * :class:`HistoryQueries`: read-only runs, step runs, logs and events (CLI, web UI, API).
 
-"Lease" names two holds (SPEC §8): a **run lease** (a worker's hold on a run: ``runs.lease_*``,
-fenced by ``lease_epoch``) and a **resource lease** (a run's hold on a pool member:
-``resources.lease_*``). The lease vocabulary follows APScheduler 4's data store: *acquire*
+"Lease" names two holds (docs/leases.md, docs/pools.md): a **run lease** (a worker's hold on a
+run: ``runs.lease_*``, fenced by ``lease_epoch``) and a **resource lease** (a run's hold on a
+pool member: ``resources.lease_*``). The lease vocabulary follows APScheduler 4's data store: *acquire*
 (a claim), *extend* (a renewal), *release* (the end of the holder's use) and
 *reap_expired(now)*; each method's docstring (on the implementation) says which fields it
 changes and which events it writes.
@@ -160,7 +160,7 @@ class RunLeases(Protocol):
 
 
 class Resources(Protocol):
-    """The pools' members (SPEC §8): registration, health, and the state machine whose
+    """The pools' members (docs/pools.md): registration, health, and the state machine whose
     LEASED / RUNNING states are a run's resource lease (``lease_owner`` = the run)."""
 
     def upsert_resource(self, resource_id: str, pool: str, kind: str, *,
@@ -220,7 +220,7 @@ class EventQueries(Protocol):
 
 
 class AuditLog(EventQueries, Protocol):
-    """The append-only audit log (SPEC §10): append, and read back."""
+    """The append-only audit log (docs/store.md): append, and read back."""
 
     def append_event(
         self,

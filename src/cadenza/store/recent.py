@@ -1,5 +1,5 @@
 """The recent runs of many jobs at once, and the step attempts of many runs at once: what
-the jobs catalogue's strips and a job page's runs × steps grid read (issue 16).
+the jobs catalogue's strips and a job page's runs × steps grid read (docs/ui.md "Pages: jobs").
 
 Both are one statement per chunk of ids, whatever the number of jobs or runs: the
 catalogue's strips are a ``UNION ALL`` of one ``job_id = ? ORDER BY created_at DESC LIMIT

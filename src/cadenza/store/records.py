@@ -208,7 +208,7 @@ class CheckpointRecord:
 
 @dataclass(frozen=True, slots=True)
 class ResourceHealthRecord:
-    """The last health check of a resource (table ``resource_health``, SPEC §8)."""
+    """The last health check of a resource (table ``resource_health``, docs/health-checks.md)."""
 
     last_checked_at: datetime | None
     latency_ms: float | None

@@ -1,4 +1,4 @@
-"""Resources of the pools and their health (SPEC §8), transitions enforced in SQL.
+"""Resources of the pools and their health (docs/pools.md), transitions enforced in SQL.
 
 The machine is :data:`RESOURCE_MACHINE` over
 :data:`~cadenza.domain.states.RESOURCE_TRANSITIONS`, moved by the store's compare-and-swap
@@ -207,7 +207,8 @@ class ResourcesRepository(Transitions):
         *,
         conn: sa.Connection | None = None,
     ) -> None:
-        """Set health fields of a resource (SPEC §8), creating its health row if needed.
+        """Set health fields of a resource (docs/health-checks.md), creating its health row if
+        needed.
 
         ``fields`` keys are those of :class:`~cadenza.store.records.ResourceHealthRecord`
         (updated_at is set to now). Writes no event: the health checker records each probe as

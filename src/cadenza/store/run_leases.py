@@ -1,5 +1,4 @@
-"""Run leases: renewal, cancel requests and the reaper (SPEC §7 "Checkpoints, idempotency,
-recovery", §18; docs/leases.md).
+"""Run leases: renewal, cancel requests and the reaper (docs/leases.md).
 
 A *run lease* is a worker's hold on a run (a run's hold on a pool member is a *resource
 lease*: :mod:`cadenza.store.resources`). In APScheduler 4's words: a claim *acquires* it,
@@ -175,7 +174,7 @@ class RunLeasesRepository(LeaseClock):
             rows = c.execute(statement, {**params, "until": end}).all()
             renewed = {row[0] for row in rows}
             if renewed and self.extends_resource_leases:
-                # A run's resource leases share its lease's expiry (SPEC §8).
+                # A run's resource leases share its lease's expiry (docs/pools.md).
                 c.execute(sa.update(resources)
                           .where(resources.c.lease_owner.in_(sorted(renewed)),
                                  resources.c.state.in_(("LEASED", "RUNNING")))

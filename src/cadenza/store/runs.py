@@ -1,4 +1,4 @@
-"""Runs: creation (one row per fire) and state transitions enforced in SQL (SPEC §6, §7).
+"""Runs: creation (one row per fire) and state transitions enforced in SQL (docs/store.md).
 
 A transition is the store's compare-and-swap (:mod:`cadenza.store.transition`) on
 :data:`RUN_MACHINE`: ``UPDATE runs SET state = :to ... WHERE id = :id AND state IN
@@ -132,7 +132,7 @@ def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.
 
 
 EARLIER_STEP_FAILED = "earlier step failed"
-"""The reason of a step recorded SKIPPED after a failed one (SPEC §7)."""
+"""The reason of a step recorded SKIPPED after a failed one (docs/retries.md)."""
 
 
 _RUN_CREATED_AT = list(runs.c.keys()).index("created_at")
@@ -367,7 +367,7 @@ class RunsRepository(StepRunsRepository):
                     skip: Sequence[tuple[str, str]] = ()) -> RunRecord:
         """An operator abandons a NEEDS_REVIEW run: FAILED (its error stays). ``skip``: the
         (name, type) of the job's steps after the one that failed, each recorded SKIPPED
-        "earlier step failed" (SPEC §7: a failed step stops the job, the steps after it are
+        "earlier step failed" (a failed step stops the job, the steps after it are
         recorded SKIPPED) unless it has a step run already. The events (STEP_STATE_CHANGED
         of those, then RUN_STATE_CHANGED, RUN_FINISHED) name ``actor``; all in one
         transaction. Raises like :meth:`resume_run`."""

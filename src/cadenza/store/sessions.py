@@ -1,4 +1,4 @@
-"""Web sessions, API tokens, failed logins and idempotency keys (SPEC §12, §15).
+"""Web sessions, API tokens, failed logins and idempotency keys (docs/api.md).
 
 Secrets are never stored: a session's id is the SHA-256 of its cookie value and a token's
 ``token_hash`` the SHA-256 of the token (both 256-bit random values, so a fast hash is

@@ -1,7 +1,7 @@
-"""Figures of SPEC §17 computed from the store over a window: queue time, execution time,
-retry rate, error share by class and by step type, mean time from failure to recovery per
-job, runs by state; with :mod:`cadenza.store.pool_stats`, resource utilization per pool and
-the resources cooling down.
+"""The dashboard's figures (``cadenza stats``) computed from the store over a window: queue
+time, execution time, retry rate, error share by class and by step type, mean time from
+failure to recovery per job, runs by state; with :mod:`cadenza.store.pool_stats`, resource
+utilization per pool and the resources cooling down.
 
 Read in one read transaction; durations in seconds. The window's runs are read row by row
 (only the columns needed), which is fine for days of history; a longer window is a job

@@ -1,4 +1,4 @@
-"""Step runs: one row per attempt of one step, with transitions enforced in SQL (SPEC §7).
+"""Step runs: one row per attempt of one step, with transitions enforced in SQL (docs/store.md).
 
 The step machine is :data:`STEP_MACHINE` over :data:`~cadenza.domain.states.STEP_TRANSITIONS`.
 Transitions are the store's compare-and-swap (:mod:`cadenza.store.transition`: conditional

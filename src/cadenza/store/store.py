@@ -1,4 +1,4 @@
-"""The durable store: one object over SQLite or PostgreSQL (SPEC §18).
+"""The durable store: one object over SQLite or PostgreSQL (docs/store.md).
 
 ::
 

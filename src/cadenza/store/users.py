@@ -1,4 +1,4 @@
-"""Users (SPEC §12): identity, argon2id password hash (computed by the caller), roles.
+"""Users (docs/security.md): identity, argon2id password hash (computed by the caller), roles.
 
 Events about users (USER_CHANGED) carry who and what changed, never the password hash.
 """

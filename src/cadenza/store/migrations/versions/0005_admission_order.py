@@ -4,7 +4,7 @@ Revision ID: 0005_admission_order
 Revises: 0004_cancel_request
 Create Date: 2026-11-30
 
-Admission (SPEC §9) takes QUEUED runs by priority, then scheduled time
+Admission (docs/admission.md) takes QUEUED runs by priority, then scheduled time
 (``coalesce(scheduled_for, created_at)``), then id; 0003's index was ordered by
 ``created_at``, so every decision read all the queued runs of the top priority and sorted
 them (SQLite: "USE TEMP B-TREE FOR RIGHT PART OF ORDER BY"): 5–9 ms per decision with 3,000

@@ -1,4 +1,4 @@
-"""Login throttling and the API's idempotency keys (issue 15).
+"""Login throttling and the API's idempotency keys (the REST API).
 
 Revision ID: 0011_sessions
 Revises: 0010_call_job

@@ -1,4 +1,4 @@
-"""The runs history by state, newest first (the runs page, issue 16).
+"""The runs history by state, newest first (the runs page).
 
 Revision ID: 0012_runs_state_created
 Revises: 0011_sessions

@@ -1,4 +1,4 @@
-"""The step that holds a resource (issue 13: a step's ``requires`` and ``via``).
+"""The step that holds a resource (a step's ``requires`` and ``via``, docs/pools.md).
 
 Revision ID: 0013_resource_lease_step
 Revises: 0012_runs_state_created

@@ -1,4 +1,4 @@
-"""Pool members changed in place: no index on ``resources.state`` (issue 13, W4).
+"""Pool members changed in place: no index on ``resources.state`` (W4, docs/benchmarks.md).
 
 Revision ID: 0014_resources_hot
 Revises: 0013_resource_lease_step

@@ -1,4 +1,4 @@
-"""The history by trigger and the audit log by type or actor, newest first (issue 16).
+"""The history by trigger and the audit log by type or actor, newest first (UI filters).
 
 Revision ID: 0015_history_filters
 Revises: 0014_resources_hot

@@ -13,9 +13,9 @@ double, or another implementation, needs only those methods:
 
 "Lease" names two holds (docs/leases.md, docs/pools.md): a **run lease** (a worker's hold on a
 run: ``runs.lease_*``, fenced by ``lease_epoch``) and a **resource lease** (a run's hold on a
-pool member: ``resources.lease_*``). The lease vocabulary follows APScheduler 4's data store: *acquire*
-(a claim), *extend* (a renewal), *release* (the end of the holder's use) and
-*reap_expired(now)*; each method's docstring (on the implementation) says which fields it
+pool member: ``resources.lease_*``). The lease vocabulary follows APScheduler 4's data
+store: *acquire* (a claim), *extend* (a renewal), *release* (the end of the holder's use)
+and *reap_expired(now)*; each method's docstring (on the implementation) says which fields it
 changes and which events it writes.
 
 ``store/store.py`` proves under mypy that :class:`Store` implements every protocol here; a

@@ -39,6 +39,15 @@ name = "count"
 type = "python"
 callable = "demo_tasks:count"
 
+[jobs.monthly]
+schedule = "0 6 1 * *"
+timezone = "UTC"
+
+[[jobs.monthly.steps]]
+name = "count"
+type = "python"
+callable = "demo_tasks:count"
+
 [jobs.off]
 schedule = "0 * * * *"
 enabled = false
@@ -115,6 +124,14 @@ def test_day_zero_is_shown_as_monday(home: Path) -> None:
     assert [f["at"] for f in json.loads(out)] == [
         "2027-03-15T09:00:00-04:00", "2027-03-22T09:00:00-04:00",
     ]
+
+
+def test_a_monthly_schedule_is_described_as_monthly(home: Path) -> None:
+    code, out, _ = cli(home, "monthly", "-n", "2", "--from", "2027-03-10T00:00:00Z")
+    assert code == 0
+    assert "job: 0 6 1 * * (monthly on day 1 at 06:00, UTC)" in out
+    assert "every day" not in out
+    assert "2027-04-01 06:00" in out and "2027-05-01 06:00" in out
 
 
 def test_a_disabled_job_or_a_manual_job_lists_nothing(home: Path) -> None:

@@ -87,7 +87,7 @@ def next_fires(
         print_json([fire.as_json() for fire in preview.fires])
         return
     for spec in preview.schedules:
-        line = f"{spec.name}: {spec.expression} ({spec.zone}; days: {spec.days})"
+        line = f"{spec.name}: {spec.expression} ({spec.words})"
         if spec.enabled:
             out.print(line, markup=False)
         else:

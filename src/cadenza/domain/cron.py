@@ -295,12 +295,3 @@ def next_fires(expr: str | CronExpr, tz: ZoneInfo, after: datetime, n: int) -> l
         if len(out) >= n:
             break
     return out
-
-
-def describe_weekdays(cron: CronExpr) -> str:
-    """Day-of-week set in words, for previews (``Monday, Friday``)."""
-    if not cron.weekdays_restricted:
-        return "every day"
-    return ", ".join(DAY_NAMES[d] for d in sorted(cron.weekdays))
-
-

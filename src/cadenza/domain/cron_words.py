@@ -1,4 +1,5 @@
-"""A cron schedule in words, for people: ``every day at 02:00, Europe/Paris``.
+"""A cron schedule in words, for people: ``every day at 02:00, Europe/Paris``, ``monthly on
+day 1 at 06:00, UTC``.
 
 :func:`describe` reads the parsed sets of a :class:`~cadenza.domain.cron.CronExpr` (so an
 alias and its five fields read the same) and names the zone the schedule fires in: a
@@ -92,7 +93,7 @@ def _day_part(cron: CronExpr) -> str:
         days = _join([_ordinal(d) for d in sorted(cron.days)])
         text = f"on the {days} of the month or {weekdays}"
     elif cron.days_restricted:
-        text = f"on the {_join([_ordinal(d) for d in sorted(cron.days)])} of the month"
+        return _month_days(cron)
     elif cron.weekdays_restricted:
         text = _weekdays(cron.weekdays)
     else:
@@ -100,6 +101,19 @@ def _day_part(cron: CronExpr) -> str:
     if len(cron.months) < 12:
         text += " in " + _join([MONTH_NAMES[m - 1] for m in sorted(cron.months)])
     return text
+
+
+def _month_days(cron: CronExpr) -> str:
+    """Days of the month only: ``monthly on day 1``, ``monthly on days 1 and 15``,
+    ``yearly on January 1``, ``on day 1 in January and July``."""
+    days = sorted(cron.days)
+    numbers = ("day " if len(days) == 1 else "days ") + _join([str(d) for d in days])
+    if len(cron.months) == 12:
+        return f"monthly on {numbers}"
+    if len(cron.months) == 1 and len(days) == 1:
+        (month,) = cron.months
+        return f"yearly on {MONTH_NAMES[month - 1]} {days[0]}"
+    return f"on {numbers} in " + _join([MONTH_NAMES[m - 1] for m in sorted(cron.months)])
 
 
 def _words(cron: CronExpr) -> str:

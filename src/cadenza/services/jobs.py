@@ -72,7 +72,8 @@ class ScheduleView:
     name: str
     expression: str
     zone: str
-    days: str
+    words: str
+    """The schedule in words with its zone (``monthly on day 1 at 06:00, UTC``)."""
     enabled: bool
     disabled_because: str | None
 
@@ -128,7 +129,7 @@ class JobService:
     def next_fires(self, job_id: str, count: int = 10, start: str | None = None) -> NextFires:
         """The next ``count`` fires of the job's enabled schedules (job and presets), from
         ``start`` (an ISO time, server zone without offset) or now."""
-        from cadenza.domain.cron import describe_weekdays
+        from cadenza.domain.cron_words import describe
         from cadenza.scheduler.fires import upcoming
         from cadenza.scheduler.schedules import schedules_of, server_zone
 
@@ -137,7 +138,7 @@ class JobService:
             if start else self.services.clock.now()
         specs = schedules_of(job, server_zone())
         views = tuple(ScheduleView(spec.name, spec.expression, spec.zone.key,
-                                   describe_weekdays(spec.cron), spec.enabled,
+                                   describe(spec.cron, spec.zone.key), spec.enabled,
                                    spec.disabled_because) for spec in specs)
         return NextFires(job_id, views, tuple(upcoming(specs, after, count)))
 

@@ -153,7 +153,7 @@ def test_job_page_definition_fires_presets(env: ApiEnv) -> None:
     assert "[jobs.sales-load.presets.month-end]" in text
     assert "[jobs.hello]" not in text  # only this job's part of the file
     assert text.count("<tr") - text.count('<tr class="dstrow"') >= 10
-    assert "on the 1st of the month at 06:00, Europe/Paris" in text  # the preset's schedule
+    assert "monthly on day 1 at 06:00, Europe/Paris" in text  # the preset's schedule
     assert 'href="/jobs/sales-load/run?preset=month-end"' in text
     assert "No runs yet" in text
     assert 'hx-post="/jobs/sales-load/run-now"' not in text  # a viewer cannot run

@@ -1,4 +1,4 @@
-"""Route health checks: one service of the node (SPEC §8, docs/health-checks.md).
+"""Route health checks: one service of the node (docs/health-checks.md).
 
 Every round, for each route pool (its ``[pools.NAME.health]`` table, or the defaults: a
 TCP connect every 60 s), the checker probes the

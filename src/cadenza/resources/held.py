@@ -1,4 +1,4 @@
-"""The members a run holds, as its steps see them (``ctx.resources``; SPEC §8)."""
+"""The members a run holds, as its steps see them (``ctx.resources``; docs/pools.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a step sees of the resources its run holds: :class:`LeasedResource` (SPEC §8).
+"""What a step sees of the resources its run holds: :class:`LeasedResource` (docs/pools.md).
 
 ``ctx.resources`` maps a pool's name to the members the run (and the current step) holds;
 ``ctx.route(pool)`` picks a held route. Values are resolved (a proxy URL's password, a

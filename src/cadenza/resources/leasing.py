@@ -1,5 +1,5 @@
 """Resource leases: taken inside the run's claim (a step's: at that step's start), started
-with the step, released at the run's end (a step's: at that step's end) (SPEC §8;
+with the step, released at the run's end (a step's: at that step's end) (see
 docs/pools.md).
 
 :class:`PoolLeaser` is three hooks of the store, all running in transactions that exist

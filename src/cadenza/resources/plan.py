@@ -1,4 +1,4 @@
-"""The pools of a configuration as leasing needs them (SPEC §8; docs/pools.md): which
+"""The pools of a configuration as leasing needs them (docs/pools.md): which
 members each pool has, and what a run of each job, and each of its steps, must hold."""
 
 from __future__ import annotations

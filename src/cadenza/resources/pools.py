@@ -1,4 +1,4 @@
-"""The pools of a configuration in the store: sync and the leasing hooks (SPEC §8).
+"""The pools of a configuration in the store: sync and the leasing hooks (docs/pools.md).
 
 :func:`apply_pools` is called with every configuration an executor is built for (a node's
 start and each reload, ``cadenza run --local``): the first time it installs a

@@ -1,4 +1,4 @@
-"""One health probe of one route, in three phases (SPEC §8):
+"""One health probe of one route, in three phases (docs/health-checks.md "The probe"):
 
 1. a TCP connection to the proxy (refused: ``connect``; no answer in time: ``timeout``);
 2. the pool's ``probe_url`` through the proxy, expecting 2xx (``status``; a 407:

@@ -1,4 +1,4 @@
-"""The releasing side of the pools: a run end's release, the members' audit events (SPEC §8).
+"""The releasing side of the pools: a run end's release, the members' audit events (docs/pools.md).
 
 :class:`Releases` is the part of :class:`~cadenza.resources.leasing.PoolLeaser` that gives
 members back: **the run end hook** (:meth:`Releases.ended`: RUNNING -> COOLDOWN with

@@ -8,19 +8,23 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 to run it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test lint venv clean
+.PHONY: run test test-latest lock lint venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# Reinstall when pyproject.toml changes (the stamp is older than it).
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+# Exactly the versions the suite passed with: requirements/*.txt, every file checked against
+# its hash; then Cadenza itself, editable, with nothing more resolved. Reinstalled when the
+# lock or pyproject.toml changes (the stamp is older than them).
+$(VENV)/.installed: pyproject.toml requirements/run.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r requirements/run.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+$(VENV)/.installed-test: pyproject.toml requirements/dev.txt | $(BIN)/python
+	$(BIN)/python -m pip install -q --require-hashes -r requirements/dev.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(VENV)/.installed $@
 
 venv: $(VENV)/.installed
@@ -34,10 +38,31 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
+## make lock: resolve the newest versions within pyproject.toml's ranges again, for every
+## platform (Linux, Windows, macOS) and Python >= 3.11, with hashes. On purpose only: review
+## the diff, run `make test`, commit requirements/ with the change that needed it.
+LOCK := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --upgrade -q
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install -q uv
+	$(LOCK) -o requirements/run.txt
+	$(LOCK) --extra dev -o requirements/dev.txt
+
+## make test-latest: the suite on the newest versions pyproject.toml allows, in a venv of its
+## own (.venv-latest), so that a library's new release breaks us here before a user's install.
+## Not part of `make test` and not blocking: its result is written in docs/install.md.
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install -q --upgrade pip
+	$(LATEST)/bin/python -m pip install -q --upgrade -e '.[dev]'
+	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
+	$(LATEST)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
 ## make lint: ruff on everything, mypy --strict on src
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy --strict src
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST) .pytest_cache .mypy_cache .ruff_cache

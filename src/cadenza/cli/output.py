@@ -19,12 +19,13 @@ terminal"):
 from __future__ import annotations
 
 import functools
+import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -37,14 +38,44 @@ if TYPE_CHECKING:
     from cadenza.services.terminal import Redactor
 
 
+class _Discard(io.StringIO):
+    """Where a console writes when the process has no such stream (``pythonw`` on Windows
+    starts with ``sys.stdout`` None)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
 class SafeConsole(Console):
     """A console whose rendered strings lose their control characters (markup, emoji
-    codes and highlighting are off by default)."""
+    codes and highlighting are off by default).
+
+    Its stream is ``sys.stdout`` (``sys.stderr`` for ``stderr=True``) looked up at each
+    write, as a plain rich console does, unless :attr:`pinned` names another one;
+    :func:`guarded_streams` pins the real streams for a while. The ``file`` property is
+    rich's public way to choose the stream; it is overridden here so that un-pinning
+    returns to following ``sys.stdout`` (which pytest and the service layer swap)."""
+
+    def __init__(self, *args: Any, file: IO[str] | None = None, **kwargs: Any) -> None:
+        self.pinned: IO[str] | None = file  # before rich's constructor, which reads it
+        super().__init__(*args, **kwargs)
+
+    @property
+    def file(self) -> IO[str]:
+        stream = self.pinned or (sys.stderr if self.stderr else sys.stdout)
+        # a live display swaps sys.stdout for a proxy that names the real stream here
+        stream = getattr(stream, "rich_proxied_file", stream)
+        return stream if stream is not None else _DISCARD
+
+    @file.setter
+    def file(self, new_file: IO[str]) -> None:
+        self.pinned = new_file
 
     def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(printable(text), **kwargs)
 
 
+_DISCARD = _Discard()
 out = SafeConsole(highlight=False, soft_wrap=True, markup=False, emoji=False)
 err = SafeConsole(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
@@ -90,13 +121,13 @@ def guarded_streams() -> Iterator[None]:
     """While inside, what other code writes on ``sys.stdout``/``sys.stderr`` is redacted
     and neutralised; the two consoles write to the real streams (their own output keeps its
     styles and a live display its cursor moves)."""
-    saved = (out._file, err._file)
+    saved = (out.pinned, err.pinned)
     with sanitized_std_streams(current_redactor()) as (real_out, real_err):
-        out.file, err.file = real_out, real_err
+        out.pinned, err.pinned = real_out, real_err
         try:
             yield
         finally:
-            out._file, err._file = saved
+            out.pinned, err.pinned = saved
 
 
 def _default(value: Any) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.compat import mysql_columns
 from cadenza.domain.errors import Fatal
 
 #: the kinds of values a column may hold (one Python form each)
@@ -132,6 +133,7 @@ def query_columns(cursor: Any, dialect: str, first: list[tuple[Any, ...]]) -> li
     """The columns of a query being read by ``cursor`` (PostgreSQL: type OIDs; MariaDB:
     field types; SQLite: the first rows' values, text when all are NULL)."""
     described = cursor.description or []
+    mysql = mysql_columns(cursor) if dialect == "mysql" else []
     cols = []
     for i, d in enumerate(described):
         name = str(d[0])
@@ -144,7 +146,7 @@ def query_columns(cursor: Any, dialect: str, first: list[tuple[Any, ...]]) -> li
                 cols.append(Col(name, kind, length=d.internal_size if kind == "text" and
                                 d.internal_size and d.internal_size > 0 else None))
         elif dialect == "mysql":
-            field = cursor._result.fields[i]  # pymysql keeps flags and charset there only
+            field = mysql[i]
             kind = _MY_KINDS.get(d[1], "text")
             unsigned = bool(field.flags & 32)
             if d[1] == 1 and field.length == 1:

@@ -1,8 +1,9 @@
 """What every step's config has, and option groups that several step types share.
 
 A step type's ``Config`` subclasses :class:`StepConfig` and adds exactly the fields of its
-row of SPEC §4's table. Fields that name a connection, pool, job or channel carry a
-:class:`~cadenza.config.types.Ref` mark so that the cross-reference check finds them.
+row in the step table of docs/configuration.md. Fields that name a connection, pool, job or
+channel carry a :class:`~cadenza.config.types.Ref` mark so that the cross-reference check
+finds them.
 """
 
 from __future__ import annotations
@@ -68,27 +69,35 @@ ColumnList = Annotated[list[str], BeforeValidator(to_list), AfterValidator(_non_
 
 
 class StepConfig(StrictModel):
-    """The fields every step has (SPEC §4): its name (unique in the job), its type, whether
-    it runs, its timeout, a retry policy overriding the job's, its own arguments, and the
-    resources it leases beyond the run's."""
+    """The fields every step has (docs/configuration.md): its name (unique in the job), its
+    type, whether it runs, its timeout, a retry policy overriding the job's, its own
+    arguments, and the resources it leases beyond the run's."""
 
-    name: Identifier
-    type: NonEmptyStr
-    enabled: bool = True
-    timeout: Duration = timedelta(hours=1)
-    retry: RetryPolicy | None = None
-    op_kwargs: JsonMap = Field(default_factory=dict)
-    requires: PoolNeeds = Field(default_factory=dict)
+    name: Identifier = Field(description=(
+        "Unique in the job; later steps read its output as ${steps.NAME...}, e.g. load."))
+    type: NonEmptyStr = Field(description="What the step does, e.g. sql_query.")
+    enabled: bool = Field(True, description="A disabled step is skipped by every run.")
+    timeout: Duration = Field(timedelta(hours=1), description=(
+        "The step is stopped after this, e.g. 30m."))
+    retry: RetryPolicy | None = Field(None, title="Retry", description=(
+        "Overrides the job's retry policy for this step; keys left empty follow the job."))
+    op_kwargs: JsonMap = Field(default_factory=dict, title="Keyword arguments", description=(
+        "Extra arguments given to the step, one per line, e.g. limit = 100."))
+    requires: PoolNeeds = Field(default_factory=dict, description=(
+        "Resource pools this step leases beyond the run's, one per line: pool = count."))
 
 
 class CsvOptions(StrictModel):
     """CSV dialect for ``file_load`` and ``file_export``."""
 
-    delimiter: str = Field(",", min_length=1, max_length=1)
-    quote: str = Field('"', min_length=1, max_length=1)
-    encoding: str = "utf-8"
-    header: bool = True
-    null: str = ""
+    delimiter: str = Field(",", min_length=1, max_length=1, description=(
+        "The one character between values, e.g. ; or a tab."))
+    quote: str = Field('"', min_length=1, max_length=1, description=(
+        "The character around values holding the delimiter."))
+    encoding: str = Field("utf-8", description="The text encoding, e.g. utf-8 or latin-1.")
+    header: bool = Field(True, description="The first line names the columns.")
+    null: str = Field("", description=(
+        "The text that stands for a missing value, e.g. NULL (default: empty)."))
 
     @field_validator("encoding")
     @classmethod

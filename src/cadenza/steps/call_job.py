@@ -17,10 +17,14 @@ class CallJobConfig(StepConfig):
     """``job`` to run, with ``params`` (declared params of that job) and/or its ``preset``;
     ``wait = false`` records the child and moves on. Cycles are refused."""
 
-    job: Annotated[Identifier, Ref("job")]
-    params: JsonMap = Field(default_factory=dict)
-    preset: Identifier | None = None
-    wait: bool = True
+    job: Annotated[Identifier, Ref("job")] = Field(title="Job to run", description=(
+        "The ID of the job this step runs, e.g. refresh-cache."))
+    params: JsonMap = Field(default_factory=dict, title="Parameters", description=(
+        "Values for that job's parameters, one per line, e.g. period = \"2027-01\"."))
+    preset: Identifier | None = Field(None, description=(
+        "One of that job's presets to run with, e.g. month-end."))
+    wait: bool = Field(True, title="Wait for it", description=(
+        "Wait for the called run to end (false: start it and move on)."))
 
 
 class ChildCalls(Protocol):
@@ -34,7 +38,7 @@ class ChildCalls(Protocol):
 
 
 class CallJobStep(StepType):
-    """Run another job as a child run and, with ``wait``, wait for it (SPEC §4,
+    """Run another job as a child run and, with ``wait``, wait for it (see
     docs/call_job.md). Output: ``child_run_id``, ``job``, ``state`` and ``rows`` of the
     child; the step's rows are the child's."""
 

@@ -11,7 +11,7 @@ read (an export does not change the database). It is limited by the step's remai
 like ``sql_query``'s (PostgreSQL ``statement_timeout`` per fetch, MariaDB
 ``max_statement_time``, SQLite a progress handler), and a cancel of the run cancels the
 statement on the server. SQLite reads in a deferred transaction, so that an export does
-not block the database's writers. Driver errors come out as the classes of SPEC §7.
+not block the database's writers. Driver errors come out as the error classes of docs/retries.md.
 """
 
 from __future__ import annotations

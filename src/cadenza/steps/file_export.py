@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, NonEmptyStr, fail, without_tokens
 from cadenza.steps import exporting, outfiles, writers
 from cadenza.steps.base import (
@@ -45,13 +46,20 @@ class FileExportConfig(StepConfig):
     """``connection``, ``query`` and ``path`` (inside ``[files].roots``); the format comes
     from the extension unless given; an existing file is kept unless ``overwrite``."""
 
-    connection: SqlConnectionName
-    query: NonEmptyStr
-    path: FilePath
-    format: ExportFormat | None = None
-    overwrite: bool = False
-    csv: CsvOptions = Field(default_factory=CsvOptions)
-    sheet: str = Field("Sheet1", min_length=1, max_length=31, pattern=r"^[^\[\]:*?/\\']+$")
+    connection: SqlConnectionName = Field(description=(
+        "The SQL connection the query runs on, e.g. warehouse."))
+    query: NonEmptyStr = Field(title="SQL", description=(
+        "The rows to export, e.g. SELECT * FROM sales WHERE month = :month."))
+    path: FilePath = Field(description=(
+        "The file written, inside the file roots, e.g. exports/sales-${params.period}.csv."))
+    format: ExportFormat | None = Field(None, description=(
+        "The file format (default: from the path's extension)."))
+    overwrite: bool = Field(False, description="Replace a file that is already there.")
+    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED,
+                            description="How a CSV file is written.")
+    sheet: str = Field("Sheet1", min_length=1, max_length=31, pattern=r"^[^\[\]:*?/\\']+$",
+                       json_schema_extra=ADVANCED,
+                       description="The sheet's name in an xlsx file.")
 
     @model_validator(mode="after")
     def _format(self) -> FileExportConfig:
@@ -62,7 +70,7 @@ class FileExportConfig(StepConfig):
 
 
 class FileExportStep(StepType):
-    """Export a query to a file (SPEC §4)."""
+    """Export a query to a file (docs/file_export.md)."""
 
     name = "file_export"
     Config = FileExportConfig

@@ -15,10 +15,10 @@ PostgreSQL ``COPY`` (CSV produced by Arrow, or ``write_row``), MariaDB ``execute
   skips files already recorded for the table (overwrite: skips when the table already
   holds exactly these files).
 
-Per-batch checkpoints (SPEC §7): with a ``ctx`` that keeps checkpoints (the executor's), a
-load commits every :data:`COMMIT_ROWS` rows and at the end of each file, together with its
-progress in ``cadenza_load_progress`` of the target database (rows done per file
-checksum), in the same transaction as the rows. The load's id is saved with
+Per-batch checkpoints (docs/exactly-once.md): with a ``ctx`` that keeps checkpoints (the
+executor's), a load commits every :data:`COMMIT_ROWS` rows and at the end of each file,
+together with its progress in ``cadenza_load_progress`` of the target database (rows done
+per file checksum), in the same transaction as the rows. The load's id is saved with
 ``ctx.checkpoint`` before its first commit; a later attempt of the step (a retry, or a
 resume after a crash) finds it in ``ctx.last_checkpoint`` and skips exactly the rows
 already committed, so a resumed load neither skips nor doubles rows. ``overwrite`` keeps
@@ -50,6 +50,7 @@ import pyarrow.csv as pacsv  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from pydantic import Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, JsonMap, NonEmptyStr, fail
 from cadenza.domain.errors import Deferred, Fatal, Retryable
 from cadenza.steps import files, readers, sqlutil
@@ -124,17 +125,30 @@ class FileLoadConfig(StepConfig):
     comes from the extension unless given; ``upsert`` needs ``key``; ``constants`` add
     columns; ``columns`` renames; files already loaded (same checksum) are skipped."""
 
-    path: FilePath
-    connection: SqlConnectionName
-    table: TableName
-    format: FileFormat | None = None
-    mode: LoadMode = "append"
-    key: ColumnList | None = None
-    constants: JsonMap = Field(default_factory=dict)
-    columns: dict[str, NonEmptyStr] = Field(default_factory=dict)
-    csv: CsvOptions = Field(default_factory=CsvOptions)
-    on_missing: Literal["fail", "skip", "wait"] = "fail"
-    skip_if_loaded: bool = True
+    path: FilePath = Field(description=(
+        "The files to load, inside the file roots; a glob, e.g. inbox/sales-*.csv."))
+    connection: SqlConnectionName = Field(description=(
+        "The SQL connection of the table, e.g. warehouse."))
+    table: TableName = Field(description=(
+        "The table the rows go to, e.g. staging_sales or schema.table."))
+    format: FileFormat | None = Field(None, description=(
+        "The file format (default: from the extension)."))
+    mode: LoadMode = Field("append", description=(
+        "append adds rows, overwrite replaces the table's rows, upsert updates by key."))
+    key: ColumnList | None = Field(None, title="Key columns", description=(
+        "The columns that identify a row, for upsert, e.g. order_id."))
+    constants: JsonMap = Field(default_factory=dict, title="Added columns",
+                               json_schema_extra=ADVANCED, description=(
+        "Columns added to every row, one per line, e.g. source = \"shop\"."))
+    columns: dict[str, NonEmptyStr] = Field(default_factory=dict, title="Renamed columns",
+                                            json_schema_extra=ADVANCED, description=(
+        "File column = table column, one per line, e.g. \"Order No\" = \"order_id\"."))
+    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED,
+                            description="How a CSV file is read.")
+    on_missing: Literal["fail", "skip", "wait"] = Field("fail", description=(
+        "When no file matches: fail the step, skip it, or wait for one."))
+    skip_if_loaded: bool = Field(True, json_schema_extra=ADVANCED, description=(
+        "A file loaded before (same checksum) is not loaded again."))
 
     @model_validator(mode="after")
     def _format_and_key(self) -> FileLoadConfig:
@@ -149,7 +163,7 @@ class FileLoadConfig(StepConfig):
 
 
 class FileLoadStep(StepType):
-    """Load files into a table (SPEC §4)."""
+    """Load files into a table (docs/steps.md)."""
 
     name = "file_load"
     Config = FileLoadConfig

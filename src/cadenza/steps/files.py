@@ -1,5 +1,5 @@
-"""File paths of file steps, resolved inside ``[files].roots`` (SPEC §12), opened safely,
-checked (checksums, zip bombs) and recorded once loaded (``cadenza_loaded_files``).
+"""File paths of file steps, resolved inside ``[files].roots`` (docs/configuration.md),
+opened safely, checked (checksums, zip bombs) and recorded once loaded (``cadenza_loaded_files``).
 
 A path (already rendered by the executor) is checked as text first, then on disk:
 

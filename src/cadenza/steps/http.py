@@ -1,12 +1,12 @@
 """``http``: one HTTP request, to a URL or to a path of an ``http`` connection.
 
-How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md``):
+How a run goes (the user's view is in ``docs/steps.md``):
 
 * target: ``url`` (always under the strict egress policy: no private address), or the
   connection's ``base_url`` joined with ``path`` (staying on that origin, no ``..``),
   under the connection's policy (``allow_private``) or to its in-process ``app``; the
   step's ``query`` is appended to the query string the URL or the path already has;
-* route (SPEC §8): when the run holds a route (``ctx.route(via)``; ``via = POOL`` asks for
+* route (docs/pools.md): when the run holds a route (``ctx.route(via)``; ``via = POOL`` asks for
   one of that pool, and without one the step refuses to go direct), the request goes
   through its HTTP or SOCKS5 proxy (:mod:`cadenza.resources.egress`); the egress policy
   still judges the target; the proxy's failures (refused, 407, tunnel, died mid-request)
@@ -22,7 +22,7 @@ How a run goes (SPEC §4, §7, §10, §12; the user's view is in ``docs/steps.md
   by the egress policy, secret-looking headers dropped when the origin changes; every hop
   writes an HTTP_REQUEST event (method, host, status, latency_ms, route);
 * the body is read with a bound on decoded bytes (64 KiB, or 10 MiB for JSON);
-* exactly once (SPEC §7, docs/exactly-once.md): a POST, PUT, PATCH or DELETE runs inside
+* exactly once (docs/exactly-once.md): a POST, PUT, PATCH or DELETE runs inside
   ``ctx.once("http:" + KEY)`` where KEY is the Idempotency-Key it sends; once a request
   succeeded (its status in ``expect``) and was recorded, a retried or resumed step returns
   the recorded output and sends nothing. A failed request records nothing;
@@ -55,6 +55,7 @@ from pydantic import Field, JsonValue, model_validator
 from cadenza import __version__
 from cadenza.audit import REDACTED, Redactor, is_secret_key
 from cadenza.clock import Clock, SystemClock
+from cadenza.config.labels import ADVANCED
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
@@ -108,17 +109,30 @@ class HttpConfig(StepConfig):
     ``json`` or ``body`` (not both); ``expect`` lists the accepted statuses (``"2xx"``,
     ``204``...); ``via`` names a route pool (default: the run's leased route)."""
 
-    url: HttpUrl | None = None
-    connection: Annotated[str | None, Ref("connection", "http")] = None
-    path: str | None = None
-    method: Method = "GET"
-    headers: HeaderMap = Field(default_factory=dict)
-    query: JsonMap = Field(default_factory=dict)
-    json_: JsonValue = Field(None, alias="json")
-    body: str | None = None
-    expect: StatusPatterns = Field(default_factory=lambda: ["2xx"])
-    via: Annotated[str | None, Ref("pool", "route")] = None
-    idempotency_key: str | None = None
+    url: HttpUrl | None = Field(None, description=(
+        "The address to call, e.g. https://api.example.com/v1/export; or a connection."))
+    connection: Annotated[str | None, Ref("connection", "http")] = Field(None, description=(
+        "An http connection of cadenza.toml (its base URL and credentials), instead of a URL."))
+    path: str | None = Field(None, description=(
+        "Added to the connection's base URL, starting with /, e.g. /v1/export."))
+    method: Method = Field("GET", description="The HTTP method.")
+    headers: HeaderMap = Field(default_factory=dict, description=(
+        "Extra request headers, one per line, e.g. Accept = \"text/csv\"."))
+    query: JsonMap = Field(default_factory=dict, title="Query string", description=(
+        "Parameters added to the URL, one per line, e.g. month = \"${params.period}\"."))
+    json_: JsonValue = Field(None, alias="json", title="JSON body", description=(
+        "A value sent as JSON, e.g. { id = 3 }; or a body, not both."))
+    body: str | None = Field(None, description="Text sent as the request body.")
+    expect: StatusPatterns = Field(default_factory=lambda: ["2xx"], title="Accepted statuses",
+                                   json_schema_extra=ADVANCED, description=(
+        "The HTTP statuses that count as success, e.g. 2xx or 204 (default: 2xx)."))
+    via: Annotated[str | None, Ref("pool", "route")] = Field(None, title="Route pool",
+                                                            json_schema_extra=ADVANCED,
+                                                            description=(
+        "A route pool to send the request through (default: the run's leased route)."))
+    idempotency_key: str | None = Field(None, json_schema_extra=ADVANCED, description=(
+        "Sent as the Idempotency-Key header, so a retry is not done twice by the server, "
+        "e.g. ${run.id}-${step.name}."))
 
     @model_validator(mode="after")
     def _target(self) -> HttpConfig:
@@ -147,7 +161,7 @@ class _Target:
 
 
 class HttpStep(StepType):
-    """Call an HTTP endpoint (SPEC §4). ``resolver`` and ``is_public`` replace the defaults
+    """Call an HTTP endpoint (docs/steps.md). ``resolver`` and ``is_public`` replace the defaults
     of a bare ``url``'s egress policy (tests); time is read from ``ctx.clock``, or from
     ``clock`` when given."""
 
@@ -161,8 +175,8 @@ class HttpStep(StepType):
         self._clock = clock
 
     def run(self, ctx: StepContext, config: HttpConfig) -> StepResult:
-        """Send the request, follow redirects, read the answer; raise the SPEC §7 class of
-        any failure."""
+        """Send the request, follow redirects, read the answer; raise the error class
+        (docs/retries.md) of any failure."""
         once = getattr(ctx, "once", None)
         if config.method in UNSAFE_METHODS and callable(once):
             key = _operation_key(ctx, config)
@@ -429,7 +443,7 @@ def _operation_key(ctx: StepContext, config: HttpConfig) -> str:
     return f"{ctx.run.id}:{ctx.step.name}"
 
 
-# --- errors (SPEC §7): every httpx failure is translated here ------------------------------
+# --- errors (docs/retries.md): every httpx failure is translated here ----------------------
 
 @contextmanager
 def _translated(url: httpx.URL) -> Iterator[None]:

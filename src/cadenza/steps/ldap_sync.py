@@ -35,6 +35,7 @@ from typing import Annotated, Any, Literal
 import sqlalchemy as sa
 from pydantic import AfterValidator, Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.schema_settings import LdapConnection
 from cadenza.config.types import NonEmptyStr, Ref, StrictModel, fail
 from cadenza.domain.errors import Fatal
@@ -67,9 +68,11 @@ def _filter(value: str) -> str:
 class LdapTarget(StrictModel):
     """The SQL table the entries are written to, and its ``key`` column."""
 
-    connection: SqlConnectionName
-    table: TableName
-    key: NonEmptyStr
+    connection: SqlConnectionName = Field(description=(
+        "The SQL connection of the table, e.g. warehouse."))
+    table: TableName = Field(description="The table the entries go to, e.g. people.")
+    key: NonEmptyStr = Field(title="Key column", description=(
+        "The column that identifies an entry, e.g. uid."))
 
 
 class LdapSyncConfig(StepConfig):
@@ -77,18 +80,31 @@ class LdapSyncConfig(StepConfig):
     renames attributes to columns; ``delete`` says what happens to rows whose entry is gone;
     more than ``max_delete_ratio`` of the rows deleted at once aborts the step."""
 
-    connection: Annotated[str, Ref("connection", "ldap")]
-    base: NonEmptyStr
-    target: LdapTarget
-    scope: Literal["base", "one", "subtree"] = "subtree"
-    filter: Annotated[str, AfterValidator(_filter)] = "(objectClass=*)"
-    attributes: list[NonEmptyStr] = Field(default_factory=list)
-    mapping: dict[str, NonEmptyStr] = Field(default_factory=dict)
-    delete: Literal["none", "soft", "hard"] = "none"
-    max_delete_ratio: float = Field(0.2, ge=0, le=1)
-    multi_valued: Literal["join", "json"] = "join"
-    page_size: int = Field(500, ge=1, le=100_000)
-    batch_size: int = Field(1000, ge=1, le=1_000_000)
+    connection: Annotated[str, Ref("connection", "ldap")] = Field(description=(
+        "An ldap connection of cadenza.toml, e.g. directory."))
+    base: NonEmptyStr = Field(title="Search base", description=(
+        "Where the search starts, e.g. ou=people,dc=example,dc=org."))
+    target: LdapTarget = Field(description="The SQL table the entries are written to.")
+    scope: Literal["base", "one", "subtree"] = Field("subtree", description=(
+        "The base entry only, its children, or the whole subtree."))
+    filter: Annotated[str, AfterValidator(_filter)] = Field("(objectClass=*)", description=(
+        "An LDAP filter, e.g. (objectClass=person)."))
+    attributes: list[NonEmptyStr] = Field(default_factory=list, description=(
+        "The attributes read, e.g. uid, mail (default: all)."))
+    mapping: dict[str, NonEmptyStr] = Field(default_factory=dict, description=(
+        "Attribute = column, one per line, e.g. mail = \"email\"."))
+    delete: Literal["none", "soft", "hard"] = Field("none", title="Gone entries",
+                                                   description=(
+        "Rows whose entry is gone: kept (none), marked deleted (soft) or deleted (hard)."))
+    max_delete_ratio: float = Field(0.2, ge=0, le=1, json_schema_extra=ADVANCED, description=(
+        "The step stops rather than delete more than this share of the rows, e.g. 0.2."))
+    multi_valued: Literal["join", "json"] = Field("join", json_schema_extra=ADVANCED,
+                                                 description=(
+        "An attribute with several values is written joined or as a JSON list."))
+    page_size: int = Field(500, ge=1, le=100_000, json_schema_extra=ADVANCED,
+                           description="Entries read per page of the search.")
+    batch_size: int = Field(1000, ge=1, le=1_000_000, json_schema_extra=ADVANCED,
+                            description="Rows written per batch.")
 
     @model_validator(mode="after")
     def _columns(self) -> LdapSyncConfig:
@@ -138,7 +154,7 @@ def render_base(template: str, scope: Scope) -> str:
 
 
 class LdapSyncStep(StepType):
-    """Synchronise LDAP entries into a table (SPEC §4)."""
+    """Synchronise LDAP entries into a table (docs/ldap_sync.md)."""
 
     name = "ldap_sync"
     Config = LdapSyncConfig

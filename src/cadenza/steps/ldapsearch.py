@@ -10,7 +10,7 @@ says why not python-ldap). Two things of ldap3 2.9 are replaced here:
 * its import uses names pyasn1 0.6 deprecates: the warnings are silenced around the import
   only.
 
-Errors are translated here, once (SPEC §7): refused credentials, a missing base, a bad
+Errors are translated here, once (docs/retries.md): refused credentials, a missing base, a bad
 filter, refused TLS and a server that ignores paging are :class:`Fatal` (no later attempt
 gets past them); a server that cannot be reached, drops the connection, is busy or forgets
 the paging cookie mid-search is :class:`Retryable` (the next attempt searches again from
@@ -243,7 +243,7 @@ class Directory:
         return False
 
     def _translate(self, exc: BaseException, what: str) -> StepError:
-        """The SPEC §7 class of an ldap3 error (see the module's docstring)."""
+        """The error class of an ldap3 error (see the module's docstring)."""
         head = f"{self.where()}: {what}"
         if isinstance(exc, lx.LDAPOperationResult):
             code = int(getattr(exc, "result", 0) or 0)

@@ -1,4 +1,4 @@
-"""Network safety for HTTP: which addresses a request may reach (SPEC §12), and answers
+"""Network safety for HTTP: which addresses a request may reach (docs/steps.md "http"), and answers
 read with a bound.
 
 Cadenza refuses, unless a connection says ``allow_private = true``, every target that is

@@ -1,4 +1,4 @@
-"""``notify``: send a message through a notification channel (SPEC §4, §11).
+"""``notify``: send a message through a notification channel (docs/notifications.md).
 
 ::
 
@@ -48,15 +48,20 @@ class NotifyConfig(StepConfig):
     the default channel of cadenza.toml; ``body`` may hold ``${...}`` tokens; ``attach``
     lists files inside ``[files].roots``."""
 
-    to: Annotated[list[Recipient], BeforeValidator(to_list), Field(min_length=1)]
-    subject: NonEmptyStr
-    channel: Annotated[Identifier | None, Ref("channel")] = None
-    body: str = ""
-    attach: list[FilePath] = Field(default_factory=list)
+    to: Annotated[list[Recipient], BeforeValidator(to_list), Field(min_length=1)] = Field(
+        description="Who is told: addresses, role:NAME or user:NAME, e.g. role:ops.")
+    subject: NonEmptyStr = Field(description=(
+        "The message's subject, e.g. Sales for ${params.period} loaded."))
+    channel: Annotated[Identifier | None, Ref("channel")] = Field(None, description=(
+        "A channel of cadenza.toml (default: its default channel)."))
+    body: str = Field("", description=(
+        "The message; ${...} values are filled in, e.g. ${steps.load.rows} rows."))
+    attach: list[FilePath] = Field(default_factory=list, title="Attachments", description=(
+        "Files to attach, inside the file roots, e.g. ${steps.report.path}."))
 
 
 class NotifyStep(StepType):
-    """Send a notification (SPEC §4)."""
+    """Send a notification (docs/notifications.md)."""
 
     name = "notify"
     Config = NotifyConfig

@@ -1,7 +1,7 @@
 """``python``: call ``module:function`` from ``plugins/`` with the merged parameters.
 
 The function is imported from the home's ``plugins/`` directory (put first on ``sys.path``)
-and called with keyword arguments (SPEC §5):
+and called with keyword arguments (docs/running.md "``python`` steps"):
 
 * the step's own arguments (``op_kwargs``, then the run's ``--arg STEP.k=v``) are always
   passed: a name the function does not accept is a fatal error naming it;
@@ -41,8 +41,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, Field
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import fail
 from cadenza.domain.errors import Fatal
 from cadenza.steps.base import StepConfig
@@ -63,8 +64,13 @@ class PythonConfig(StepConfig):
     """``callable`` is ``"module:function"``; ``isolation = "process"`` runs it in a child
     process that a timeout or cancel can kill, ``"thread"`` in the worker."""
 
-    callable: Annotated[str, AfterValidator(_callable)]
-    isolation: Literal["process", "thread"] = "process"
+    callable: Annotated[str, AfterValidator(_callable)] = Field(description=(
+        "The function to call, as module:function, from the plugins folder, e.g. "
+        "sales:load_month."))
+    isolation: Literal["process", "thread"] = Field("process", json_schema_extra=ADVANCED,
+                                                    description=(
+        "process runs it in a child process that a timeout or cancel can stop; thread runs "
+        "it in the worker (faster, cannot be stopped)."))
 
 
 @functools.lru_cache(maxsize=64)
@@ -162,7 +168,7 @@ def to_result(value: object, spec: str) -> StepResult:
 
 
 class PythonStep(StepType):
-    """Call a Python function (SPEC §4)."""
+    """Call a Python function (docs/running.md)."""
 
     name = "python"
     Config = PythonConfig

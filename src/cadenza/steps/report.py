@@ -36,6 +36,7 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, NonEmptyStr, RelativePath, StrictModel, fail
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.params import ParamError, render
@@ -77,12 +78,19 @@ class ReportConfig(StepConfig):
     from ``format``, else the extension (.html, .pdf, .xlsx), else html; later steps read
     the file's path as ``${steps.<name>.path}``."""
 
-    sections: list[ReportSection] = Field(min_length=1)
-    path: FilePath
-    format: Literal["html", "pdf", "xlsx"] | None = None
-    title: str | None = None
-    template: RelativePath | None = None
-    overwrite: bool = True
+    sections: list[ReportSection] = Field(min_length=1, description=(
+        "One or more sections, each a title, a connection and a query, with an optional "
+        "chart, e.g. { title = \"Sales\", connection = \"warehouse\", "
+        "query = \"SELECT day, total FROM sales\", chart = \"line\", x = \"day\", "
+        "y = \"total\" }."))
+    path: FilePath = Field(description=(
+        "The report file, inside the file roots, e.g. reports/sales-${params.period}.pdf."))
+    format: Literal["html", "pdf", "xlsx"] | None = Field(None, description=(
+        "The file format (default: from the extension, else html)."))
+    title: str | None = Field(None, description="The report's heading.")
+    template: RelativePath | None = Field(None, json_schema_extra=ADVANCED, description=(
+        "An HTML template of your own, relative to the Cadenza home."))
+    overwrite: bool = Field(True, description="Replace a file that is already there.")
 
     @model_validator(mode="after")
     def _template_format(self) -> ReportConfig:
@@ -145,7 +153,7 @@ def display(value: Any) -> str:
 
 
 class ReportStep(StepType):
-    """Build a report file (SPEC §4)."""
+    """Build a report file (docs/report.md)."""
 
     name = "report"
     Config = ReportConfig

@@ -18,7 +18,7 @@ may predate the attribute (a plugin's own test harness): the system clock then.
 
 Errors: raise :class:`cadenza.Retryable`, :class:`cadenza.Deferred`,
 :class:`cadenza.Fatal` or :class:`cadenza.ResourceFault`; a built-in step translates its
-driver's exceptions into these at its boundary (SPEC §7).
+driver's exceptions into these at its boundary (docs/retries.md).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class StepLog(Protocol):
 
 
 class StepContext(Protocol):
-    """The ``ctx`` of SPEC §4, as built-in and plugin steps see it."""
+    """The ``ctx`` of a step, as built-in and plugin steps see it (docs/running.md)."""
 
     params: Mapping[str, Any]
     run: RunInfo
@@ -134,7 +134,7 @@ class StepContext(Protocol):
 
     def checkpoint(self, state: Any) -> None:
         """Save the step's own progress (JSON-able, at most 1 MiB) durably, at once; a later
-        attempt of the same step reads it back as :attr:`last_checkpoint` (SPEC §7)."""
+        attempt of the same step reads it back as :attr:`last_checkpoint` (docs/exactly-once.md)."""
         ...
 
     @property

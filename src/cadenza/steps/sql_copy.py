@@ -14,14 +14,14 @@ Python objects.
 - ``append`` adds rows; ``upsert`` inserts or updates on ``key``.
 - ``type_coercion = "jde"``: JD Edwards tables (:func:`cadenza.steps.sqltypes.jde_columns`).
 
-Per-batch checkpoints (SPEC §7): with a ``ctx`` that keeps checkpoints (the executor's), each
-batch commits together with the copy's progress (rows done) in ``cadenza_load_progress`` of
-the target database; a later attempt (a retry, or a resume after a crash) skips exactly
-the rows already committed, so every row lands once (the source must return the same rows
-in the same order: a table unchanged in between, or a query with ``ORDER BY``). Each
-attempt takes the copy over with its own holder token; an older attempt still running
-fails its next commit. A copy that fails for good drops its ``__new`` table and progress.
-A ``ctx`` without checkpoints copies in one transaction.
+Per-batch checkpoints (docs/exactly-once.md): with a ``ctx`` that keeps checkpoints (the
+executor's), each batch commits together with the copy's progress (rows done) in
+``cadenza_load_progress`` of the target database; a later attempt (a retry, or a resume after a
+crash) skips exactly the rows already committed, so every row lands once (the source must return the
+same rows in the same order: a table unchanged in between, or a query with ``ORDER BY``). Each
+attempt takes the copy over with its own holder token; an older attempt still running fails its next
+commit. A copy that fails for good drops its ``__new`` table and progress. A ``ctx`` without
+checkpoints copies in one transaction.
 
 Output: ``{"source_rows", "target_rows", "batches", "elapsed", "table", "mode"}``.
 """
@@ -35,6 +35,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from pydantic import Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import NonEmptyStr, StrictModel, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render, render_sql
@@ -48,9 +49,11 @@ from cadenza.steps.sql_query import parse, to_driver
 class CopySource(StrictModel):
     """Where rows come from: a ``query`` or a ``table`` on a SQL ``connection``."""
 
-    connection: SqlConnectionName
-    query: NonEmptyStr | None = None
-    table: TableName | None = None
+    connection: SqlConnectionName = Field(description=(
+        "The SQL connection rows are read from, e.g. erp."))
+    query: NonEmptyStr | None = Field(None, title="SQL", description=(
+        "The rows to copy, e.g. SELECT * FROM orders WHERE day = :day; or a table."))
+    table: TableName | None = Field(None, description="A whole table to copy, e.g. orders.")
 
     @model_validator(mode="after")
     def _query_or_table(self) -> CopySource:
@@ -62,8 +65,9 @@ class CopySource(StrictModel):
 class CopyTarget(StrictModel):
     """Where rows go: a ``table`` on a SQL ``connection``."""
 
-    connection: SqlConnectionName
-    table: TableName
+    connection: SqlConnectionName = Field(description=(
+        "The SQL connection rows are written to, e.g. warehouse."))
+    table: TableName = Field(description="The table written, e.g. staging_orders.")
 
 
 class SqlCopyConfig(StepConfig):
@@ -72,15 +76,25 @@ class SqlCopyConfig(StepConfig):
     ``type_coercion = "jde"`` reads JD Edwards tables (with ``decimal_mode``);
     ``trim_strings`` drops trailing spaces of text values."""
 
-    source: CopySource
-    target: CopyTarget
-    mode: Literal["overwrite", "append", "upsert"] = "overwrite"
-    key: ColumnList | None = None
-    batch_size: int = Field(10_000, ge=1, le=10_000_000)
-    create: bool = True
-    type_coercion: Literal["none", "jde"] = "none"
-    decimal_mode: Literal["truncate", "preserve"] | None = None
-    trim_strings: bool = False
+    source: CopySource = Field(description="Where rows come from.")
+    target: CopyTarget = Field(description="Where rows go.")
+    mode: Literal["overwrite", "append", "upsert"] = Field("overwrite", description=(
+        "overwrite swaps in a full copy (the table is never empty), append adds rows, "
+        "upsert updates by key."))
+    key: ColumnList | None = Field(None, title="Key columns", description=(
+        "The columns that identify a row, for upsert, e.g. order_id."))
+    batch_size: int = Field(10_000, ge=1, le=10_000_000, json_schema_extra=ADVANCED,
+                            description="Rows written per batch.")
+    create: bool = Field(True, title="Create the table", json_schema_extra=ADVANCED,
+                         description="Create a missing target table.")
+    type_coercion: Literal["none", "jde"] = Field("none", json_schema_extra=ADVANCED,
+                                                 description=(
+        "jde reads JD Edwards dates and decimals as such."))
+    decimal_mode: Literal["truncate", "preserve"] | None = Field(
+        None, json_schema_extra=ADVANCED,
+        description="With jde: truncate or preserve the decimals of numbers.")
+    trim_strings: bool = Field(False, json_schema_extra=ADVANCED, description=(
+        "Drop trailing spaces of text values."))
 
     @model_validator(mode="after")
     def _key_with_upsert(self) -> SqlCopyConfig:
@@ -94,7 +108,7 @@ class SqlCopyConfig(StepConfig):
 
 
 class SqlCopyStep(StepType):
-    """Copy rows between SQL connections (SPEC §4)."""
+    """Copy rows between SQL connections (docs/sql_copy.md)."""
 
     name = "sql_copy"
     Config = SqlCopyConfig

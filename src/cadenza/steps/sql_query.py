@@ -33,6 +33,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from pydantic import Field, model_validator
 
+from cadenza.config.labels import ADVANCED
 from cadenza.config.types import JsonMap, NonEmptyStr, RelativePath, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render_sql
@@ -53,12 +54,18 @@ class SqlQueryConfig(StepConfig):
     """``connection`` and ``query`` (or ``file``, a ``.sql`` file relative to the home);
     ``params`` are bind values; ``fetch`` says what is recorded as output."""
 
-    connection: SqlConnectionName
-    query: NonEmptyStr | None = None
-    file: RelativePath | None = None
-    params: JsonMap = Field(default_factory=dict)
-    fetch: Literal["count", "first", "all"] = "count"
-    max_rows: int = Field(1000, ge=1, le=1_000_000)
+    connection: SqlConnectionName = Field(description=(
+        "A SQL connection of cadenza.toml, e.g. warehouse."))
+    query: NonEmptyStr | None = Field(None, title="SQL", description=(
+        "The statement to run, e.g. DELETE FROM staging WHERE day < :cutoff; or a file."))
+    file: RelativePath | None = Field(None, title="SQL file", description=(
+        "A .sql file relative to the Cadenza home, instead of SQL, e.g. sql/cleanup.sql."))
+    params: JsonMap = Field(default_factory=dict, title="Bind values", description=(
+        "Values for the statement's :names, one per line, e.g. cutoff = \"${params.day}\"."))
+    fetch: Literal["count", "first", "all"] = Field("count", title="Output", description=(
+        "What the run records: the row count, the first row, or all rows."))
+    max_rows: int = Field(1000, ge=1, le=1_000_000, json_schema_extra=ADVANCED, description=(
+        "The most rows recorded with fetch = all."))
 
     @model_validator(mode="after")
     def _query_or_file(self) -> SqlQueryConfig:
@@ -68,7 +75,7 @@ class SqlQueryConfig(StepConfig):
 
 
 class SqlQueryStep(StepType):
-    """Run one SQL statement (SPEC §4)."""
+    """Run one SQL statement (docs/steps.md)."""
 
     name = "sql_query"
     Config = SqlQueryConfig

@@ -1,5 +1,5 @@
 """SQL helpers shared by the SQL steps: one transaction with the step's time limit, driver
-errors translated into the classes of SPEC §7 (at this one place), identifier quoting,
+errors translated into the error classes (at this one place; docs/retries.md), identifier quoting,
 column types per dialect, table creation, copy of a table's shape, and the atomic swap.
 
 Dialects are named by :func:`kind`: ``"sqlite"``, ``"postgresql"`` or ``"mysql"`` (MariaDB
@@ -82,12 +82,12 @@ def raw_connection(conn: sa.Connection) -> Any:
 # -- errors ---------------------------------------------------------------------------
 
 def translate(exc: BaseException, what: str) -> StepError:
-    """The SPEC §7 class of a driver or SQLAlchemy error: refused credentials or a missing
-    database (PostgreSQL 28000/28P01/3D000, also from a failed connect that carries no
+    """The error class (docs/retries.md) of a driver or SQLAlchemy error: refused credentials or a
+    missing database (PostgreSQL 28000/28P01/3D000, also from a failed connect that carries no
     SQLSTATE; MariaDB 1044/1045/1049; SQLite "unable to open"), syntax, missing objects,
-    permissions, bad data and constraint violations are :class:`Fatal`; deadlocks,
-    serialization failures, lost connections, busy databases and server timeouts are
-    :class:`Retryable`. ``what`` says what was being done; the driver's message follows."""
+    permissions, bad data and constraint violations are :class:`Fatal`; deadlocks, serialization
+    failures, lost connections, busy databases and server timeouts are :class:`Retryable`. ``what``
+    says what was being done; the driver's message follows."""
     if isinstance(exc, StepError):
         return exc
     orig: BaseException = (exc.orig or exc) if isinstance(exc, sa.exc.DBAPIError) else exc

@@ -7,9 +7,10 @@ records the run QUEUED and prints its id: a running ``cadenza serve`` on the sam
 picks it up (its admission rules apply).
 Exit codes: 0 SUCCEEDED (or queued, with ``--no-wait``), 1 FAILED, 2 usage error (unknown
 job, preset, step or parameter, a malformed ``k=v``, an unknown log level, ``--no-wait``
-with ``--local``), 3 any other end (CANCELED after Ctrl-C, or a run whose lease was lost),
-or a write to the store that failed (a full disk, a read-only store: one message says what
-was not recorded and what is kept; a step is shown done only once its end is recorded).
+with ``--local``), 3 any other end (NEEDS_REVIEW, CANCELED after Ctrl-C, or a run whose
+lease was lost), or a write to the store that failed (a full disk, a read-only store: one
+message says what was not recorded and what is kept; a step is shown done only once its end
+is recorded).
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def run(
         "--json", help="Print the finished run as `runs show --json` does.",
     )] = False,
 ) -> None:
-    """Run a job now and show each step as it goes; exit 0 only if the run SUCCEEDED."""
+    """Run a job now and show each step as it goes; exit 0 only if the run SUCCEEDED.
+
+    Exit codes: 0 SUCCEEDED (with --no-wait: queued), 1 FAILED, 2 usage error, 3 any other
+    end: NEEDS_REVIEW (resume or abandon it with `cadenza runs`), CANCELED, or a lost lease.
+    """
     if not wait and local:
         fail("--local runs the job in this process and waits for its end; --no-wait leaves "
              "it queued for `cadenza serve`: choose one", EXIT_USAGE)
@@ -150,7 +155,7 @@ def _queued(run_id: str, as_json: bool) -> None:
 
 
 def exit_code(result: RunResult) -> int:
-    """0 SUCCEEDED, 1 FAILED, 3 anything else."""
+    """0 SUCCEEDED, 1 FAILED, 3 anything else (NEEDS_REVIEW, CANCELED, a lost lease)."""
     if result.state is RunState.SUCCEEDED:
         return EXIT_SUCCEEDED
     if result.state is RunState.FAILED:

@@ -1,4 +1,4 @@
-"""Admission: which queued run may start now, and why the others wait (SPEC §9).
+"""Admission: which queued run may start now, and why the others wait (docs/admission.md).
 
 ::
 
@@ -53,7 +53,7 @@ _SECOND = timedelta(seconds=1)
 
 
 class WaitRule(StrEnum):
-    """Which rule holds a run (``WaitReason.rule``); the order of SPEC §9."""
+    """Which rule holds a run (``WaitReason.rule``); the order of docs/admission.md."""
 
     NOT_BEFORE = "not_before"
     WINDOW = "window"
@@ -107,7 +107,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class JobLimits:
-    """One job's admission settings (SPEC §4); ``budget_per_hour = 0`` is unlimited."""
+    """One job's admission settings (docs/admission.md); ``budget_per_hour = 0`` is unlimited."""
 
     max_concurrency: int = 1
     budget_per_hour: int = 0
@@ -294,7 +294,7 @@ def limits_from_config(
 ) -> Limits:
     """Build :class:`Limits` from plain mappings shaped like the config files.
 
-    ``jobs`` maps job id → :class:`JobSpec` (missing keys take the defaults of SPEC §4:
+    ``jobs`` maps job id → :class:`JobSpec` (missing keys take the documented defaults:
     ``max_concurrency = 1``, no budget, no windows, no tags); a job without ``timezone``
     uses ``default_timezone`` (the server's zone). Raises :class:`ValueError` for a bad
     window, an unknown zone or a limit below its minimum.

@@ -1,18 +1,18 @@
-"""The cron dialect of SPEC §6.
+"""The cron dialect of docs/scheduling.md.
 
 Five fields: minute hour day-of-month month day-of-week, with ``* , - /`` and names.
 **Day of week counts 0 = Monday … 6 = Sunday** (names ``mon``…``sun`` are recommended);
 7 is an error. When both day fields are restricted, either matching fires (the OR rule).
 Aliases: ``@hourly @daily @weekly @monthly @yearly`` (``@annually``, ``@midnight`` too).
 
-Parsing is ours, so that errors name the field and the dialect is exactly the spec's; the
-firing engine underneath is cronsim. The DST rule is SPEC §6's: a time in the spring gap
-fires once at the first instant after the gap; a time repeated in autumn fires once, at its
-first occurrence; ``*``/step hours fire in both. cronsim counts 0 = Sunday, so the
-day-of-week set is translated at this boundary and handed over as an explicit list.
+Parsing is ours, so that errors name the field and the dialect is exactly the documented one; the
+firing engine underneath is cronsim. The DST rule (docs/scheduling.md): a time in the spring gap
+fires once at the first instant after the gap; a time repeated in autumn fires once, at its first
+occurrence; ``*``/step hours fire in both. cronsim counts 0 = Sunday, so the day-of-week set is
+translated at this boundary and handed over as an explicit list.
 
-cronsim is driven in wall-clock mode (every field is handed over as an explicit list), which
-gives the gap rule and "once, at the first occurrence" in the autumn fold. SPEC §6 wants
+cronsim is driven in wall-clock mode (every field is handed over as an explicit list), which gives
+the gap rule and "once, at the first occurrence" in the autumn fold. The documented rule wants
 ``*``/step hours to fire in both repeated hours, so :meth:`CronExpr.fires` adds the second
 occurrence of each repeated wall time for those schedules (``repeat_in_fold``).
 
@@ -274,7 +274,7 @@ def parse_cron(expr: str) -> CronExpr:
             f"expected 5 fields (minute hour day-of-month month day-of-week), got {len(parts)}"
         )
     parsed = [_parse_field(p, i) for i, p in enumerate(parts)]
-    # SPEC §6: "*"/step hours fire in both repeated hours; fixed hours fire once.
+    # docs/scheduling.md: "*"/step hours fire in both repeated hours; fixed hours fire once.
     repeat = parts[1].startswith("*") or "/" in parts[1]
     (minutes, _), (hours, _), (days, dom_r), (months, _), (weekdays, dow_r) = parsed
     if dom_r and not dow_r:

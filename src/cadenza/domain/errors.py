@@ -19,7 +19,7 @@
      │         ├── FileDiskFull    (also a DiskFull)
      │         └── FileReadOnly    (also a ReadOnlyStorage)
      ├── SecretError            a secret is missing, or the key file is unusable
-     └── StepError              raised by steps; the class decides what happens next (SPEC §7)
+     └── StepError              raised by steps; the class decides what happens next
           ├── Retryable         try again after the retry policy's backoff
           ├── Deferred          wait until ``until``, then retry without spending an attempt
           ├── Fatal             the run fails at once

@@ -1,4 +1,4 @@
-"""Event types of the audit log (SPEC §10). Events are append-only."""
+"""Event types of the audit log (docs/store.md). Events are append-only."""
 
 from __future__ import annotations
 

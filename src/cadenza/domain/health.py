@@ -1,4 +1,4 @@
-"""Route health: the score and what a probe's outcome does to a route (SPEC §8).
+"""Route health: the score and what a probe's outcome does to a route (docs/health-checks.md).
 
 Pure: no I/O, no clock; ``now`` is an argument. The health checker
 (:mod:`cadenza.resources.health`) probes, then asks :func:`judge` what to record and which

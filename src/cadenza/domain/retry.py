@@ -1,4 +1,4 @@
-"""What happens after a failed step (SPEC §7 "Errors and retries"), as pure functions.
+"""What happens after a failed step (docs/retries.md), as pure functions.
 
 :func:`backoff_delay` is the wait before the next try of a retryable error:
 

@@ -1,4 +1,4 @@
-"""State machines of runs, step runs and resources (SPEC §7, §8), as data.
+"""State machines of runs, step runs and resources (docs/store.md, docs/pools.md), as data.
 
 Each machine is a table ``{from_state: allowed_to_states}``; ``None`` as the from-state
 stands for creation. :func:`check` enforces a table in code; the store enforces the same
@@ -55,7 +55,7 @@ RUN_TRANSITIONS: Mapping[RunState | None, frozenset[RunState]] = {
 }
 
 S = StepState
-# SPEC §7 names the step states but no table; this is the smallest one that records
+# The step states, in the smallest table that records
 # one row per attempt: a row is created PENDING (or directly RUNNING / SKIPPED) and ends once.
 STEP_TRANSITIONS: Mapping[StepState | None, frozenset[StepState]] = {
     None: frozenset({S.PENDING, S.RUNNING, S.SKIPPED}),

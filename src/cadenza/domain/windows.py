@@ -160,7 +160,7 @@ def _instant(day: date, minute: int, tz: tzinfo, fold: int) -> datetime:
     """The UTC instant the clocks of ``tz`` show ``minute`` on ``day`` (pass ``fold``).
 
     A wall time inside a spring gap never shows; it maps to the instant the clocks jump
-    past it (the first instant after the gap), like the cron rule of SPEC §6.
+    past it (the first instant after the gap), like the cron rule (docs/scheduling.md).
     """
     naive = datetime.combine(day, time()) + timedelta(minutes=minute)
     utc = naive.replace(tzinfo=tz, fold=fold).astimezone(UTC)

@@ -26,7 +26,7 @@ def stats_command(
     as_json: Annotated[bool, typer.Option("--json", help="Machine output.")] = False,
 ) -> None:
     """Queue and execution times, retry rate, error shares, time to recovery, pool
-    utilization and resources cooling down (SPEC §17)."""
+    utilization and resources cooling down (the dashboard's figures, docs/ui.md)."""
     services = state(ctx).services
     with handled():
         figures = stats(services.store(), services.clock, since).as_json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -225,6 +226,54 @@ def test_run_form_shows_values_and_where_they_come_from(env: ApiEnv) -> None:
     assert 'type="submit"' in editor and "Save as preset" in editor
     bad = viewer.get("/jobs/sales-load/run", params={"preset": "nope"})
     assert bad.status_code == 422 and "has no preset" in bad.text
+
+
+class _Fields(HTMLParser):
+    """The run form's value fields, each with whether a disabled fieldset holds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.disabled_depth = 0
+        self.depth = 0
+        self.fields: dict[str, bool] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "fieldset":
+            self.depth += 1
+            if "disabled" in values and not self.disabled_depth:
+                self.disabled_depth = self.depth
+        name = values.get("name") or ""
+        if tag in ("input", "select", "textarea") and values.get("type") != "hidden" \
+                and (name.startswith(("param:", "arg:")) or name in (
+                    "run_steps", "more_args", "log_level")):
+            self.fields[name] = bool(self.disabled_depth) or "disabled" in values
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "fieldset":
+            if self.disabled_depth == self.depth:
+                self.disabled_depth = 0
+            self.depth -= 1
+
+
+def _fields(html: str) -> dict[str, bool]:
+    parser = _Fields()
+    parser.feed(html)
+    return parser.fields
+
+
+def test_a_viewer_gets_the_run_form_read_only_with_a_note(env: ApiEnv) -> None:
+    note = "Your role can look at these values but not run the job."
+    for path in ("/jobs/sales-load/run", "/jobs/hello/run"):
+        page = env.session("viewer").get(path).text
+        fields = _fields(page)
+        assert "param:period" in fields or "arg:count:upto" in fields
+        assert fields and all(fields.values()), fields  # nothing to edit
+        assert "more_args" in fields and "log_level" in fields
+        assert page.index(note) < page.index('name="log_level"')  # said before the values
+        assert 'id="preset"' in page  # a preset's values may still be looked at
+    operator = env.session("operator").get("/jobs/sales-load/run").text
+    assert not any(_fields(operator).values()) and note not in operator
 
 
 def test_run_with_parameters_queues_what_was_asked(env: ApiEnv) -> None:

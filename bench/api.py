@@ -17,7 +17,7 @@ placeholders drawn per request: ``{job}`` a job of the fill, ``{state}`` a run s
 ``{run}`` a run anywhere in history, ``{deep}`` a run among the oldest fifth (a keyset cursor
 deep in history). Defaults: ``GET /api/runs`` (newest 50; by job; by state; a cursor page deep
 in history), ``GET /api/runs/{run}``, ``GET /api/events?run={run}``. ``--ui`` switches the
-defaults to the runs page (``/runs`` and ``/runs?state=FAILED``, issue 16) and the target to
+defaults to the runs page (``/runs`` and ``/runs?state=FAILED``) and the target to
 100 ms; ``--auth session`` logs a viewer in (cookie) instead of a bearer token.
 ``--base-url`` measures a server already running (give ``--token`` or ``--cookie``).
 
@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--path", action="append", default=[], metavar="NAME=TEMPLATE",
                         help="an endpoint to measure (repeatable; replaces the defaults)")
     parser.add_argument("--ui", action="store_true",
-                        help="the runs page (issue 16): /runs paths, target 100 ms")
+                        help="the runs page: /runs paths, target 100 ms")
     parser.add_argument("--target-ms", type=float, default=None)
     parser.add_argument("--auth", choices=["token", "session"], default="token")
     parser.add_argument("--token", default=None, help="a bearer token (with --base-url)")

@@ -386,7 +386,7 @@ def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
 def _starting_claim(b: object, run_id: str, *boundaries: Boundary) -> list[str]:
     """A claim that writes its run's first boundaries in its own transaction (as the
     executor's claim_and_start); returns the SQLite statements of that transaction that
-    touch ``resources`` (empty on PostgreSQL: no trace there)."""
+    touch ``resources`` (empty on PostgreSQL: no trace there), each once."""
     from tests.integration.pools_home import PoolBench
 
     assert isinstance(b, PoolBench)
@@ -406,7 +406,10 @@ def _starting_claim(b: object, run_id: str, *boundaries: Boundary) -> list[str]:
         finally:
             if traced:
                 raw.set_trace_callback(None)  # type: ignore[union-attr]
-    return [s for s in seen if "resources" in s and not s.startswith("SELECT")]
+    # SQLite traces a statement again each time a trigger of it runs (the resource state
+    # guard, once per row changed): those repeats are no round trip.
+    once = [s for i, s in enumerate(seen) if i == 0 or s != seen[i - 1]]
+    return [s for s in once if "resources" in s and not s.startswith("SELECT")]
 
 
 def test_a_starting_claim_leases_straight_to_running_in_one_statement(

@@ -78,6 +78,36 @@ RESOURCE_TRANSITIONS: Mapping[ResourceState | None, frozenset[ResourceState]] = 
     X.DISABLED: frozenset({X.AVAILABLE}),
 }
 
+
+
+class Lease(StrEnum):
+    """What an UPDATE that moves a resource by a :data:`RESOURCE_SHORTCUTS` entry does to
+    its lease, as the database sees it in the row (the evidence that the steps between were
+    taken in the statement, not skipped)."""
+
+    TAKEN = "taken"
+    """A lease taken: ``lease_epoch`` one more, a holder (``lease_owner``) set."""
+    GIVEN_BACK = "given back"
+    """A lease taken in the same transaction put back (nobody saw it): ``lease_epoch`` one
+    less, no holder."""
+
+
+RESOURCE_SHORTCUTS: Mapping[tuple[ResourceState, ResourceState], Lease] = {
+    # A member whose cooldown has passed is leased in one statement.
+    (X.COOLDOWN, X.LEASED): Lease.TAKEN,  # COOLDOWN -> AVAILABLE -> LEASED
+    # A claim that starts its runs' first steps leases straight to RUNNING.
+    (X.AVAILABLE, X.RUNNING): Lease.TAKEN,  # AVAILABLE -> LEASED -> RUNNING
+    (X.COOLDOWN, X.RUNNING): Lease.TAKEN,  # COOLDOWN -> AVAILABLE -> LEASED -> RUNNING
+    # A claim that cannot have all it needs puts back what it took, as it was.
+    (X.LEASED, X.COOLDOWN): Lease.GIVEN_BACK,
+    (X.RUNNING, X.AVAILABLE): Lease.GIVEN_BACK,
+}
+"""Moves the pool leaser makes in one statement, each a path of
+:data:`RESOURCE_TRANSITIONS` (taken) or the undoing of one in its own transaction (given
+back). The database accepts them only with the lease change that proves it
+(:class:`Lease`); nothing else may skip a step. :func:`check` and the store's
+compare-and-swap know only the table: these are the leaser's SQL's, and the trigger's."""
+
 TERMINAL_RUN_STATES = frozenset({R.SUCCEEDED, R.FAILED, R.CANCELED, R.MISSED})
 ACTIVE_RUN_STATES = frozenset({R.QUEUED, R.RUNNING, R.NEEDS_REVIEW})
 

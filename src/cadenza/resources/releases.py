@@ -33,10 +33,17 @@ if TYPE_CHECKING:
 AVAILABLE, LEASED, RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 COOLDOWN, FAULT, DISABLED = "COOLDOWN", "FAULT", "DISABLED"
 
-_UNSTART = ("UPDATE resources SET state = 'LEASED' WHERE state = 'RUNNING'"
-            " AND resource_id IN ({marks}) AND lease_owner IN ({owners})")
+_UNSTART = ("UPDATE resources SET state = {m}, lease_owner = NULL,"
+            " lease_epoch = lease_epoch - 1 WHERE resource_id = {m} AND state = 'RUNNING'"
+            " AND lease_owner = {m}",
+            "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
+            " lease_epoch = lease_epoch + 1 WHERE resource_id = {m} AND state = {m}"
+            " AND lease_owner IS NULL")
 """Members leased straight to RUNNING by a starting claim whose run started no step in the
-transaction after all: LEASED, as the lease left them (nobody saw the other state)."""
+transaction after all: LEASED, as the lease left them (nobody saw the other state). Two
+statements, the lease given back and taken again, because the database refuses RUNNING ->
+LEASED (:mod:`cadenza.store.state_guard`); ``updated_at``, ``lease_until`` and
+``lease_step`` stay as the lease set them, the epoch comes back to the lease's."""
 
 
 @dataclass
@@ -108,10 +115,13 @@ class Releases:
         early = self._early_of(conn, run_ids)
         if not early:
             return
-        d = self._d
-        members = [m.resource_id for held in early.values() for m, _ in held]
-        cursor.execute(_UNSTART.format(marks=d.marks(len(members)),
-                                       owners=d.marks(len(early))), [*members, *early])
+        back, again = (sql.format(m=self._d.mark) for sql in _UNSTART)
+        for run_id, held in early.items():  # rare: a claim's run that started nothing
+            for member, _step in held:
+                was = COOLDOWN if member.was_cooling else AVAILABLE
+                cursor.execute(back, [was, member.resource_id, run_id])
+                if cursor.rowcount == 1:
+                    cursor.execute(again, [run_id, member.resource_id, was])
 
     def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
         """Release what the runs of ``ended`` held (see the module docstring)."""

@@ -5,6 +5,9 @@ Steps are validated one by one against their type's ``Config`` (see
 :mod:`cadenza.steps.registry`) and attached to the job afterwards, so that one bad step
 never hides the problems of the others.
 
+Each step is serialised by its own class (:data:`Steps`): dumping a job gives every key of
+every step, those of its type included, so what the API shows can be saved back whole.
+
 Preset keys (docs/configuration.md): ``description``, ``schedule``, ``timezone``
 (default: the job's), ``enabled``, ``params``, ``step_args`` (``{ STEP = { key = value } }``,
 the run overrides of one step's arguments, as in the API's ``step_args``), ``disabled_steps``
@@ -14,9 +17,9 @@ and ``log_level``. A preset's ``params`` must be declared in the job's ``params`
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializeAsAny
 
 from cadenza.config.types import (
     CronSchedule,
@@ -34,6 +37,21 @@ from cadenza.config.types import (
 from cadenza.steps.base import StepConfig
 
 JobId = Identifier
+
+Steps = Annotated[list[SerializeAsAny[StepConfig]], "each step dumped by its own type"]
+"""A job's steps: :class:`StepConfig` subclasses, each serialised with its own class.
+
+Why not a discriminated union on ``type``: the step types are plugins (the entry point
+group ``cadenza.steps``), known only once the registry has loaded, and may change when it
+reloads; a union fixed when this module is imported would know none of them, and one
+rebuilt from the registry would make every plugin's ``Config`` declare ``type`` as a
+``Literal`` of its own name. The loader already chooses each step's class by its
+``type`` (and locates the errors of each step on its own), so serialisation only has to
+follow the class of the instance, which ``SerializeAsAny`` does on every pydantic 2
+release. Without it pydantic dumps each step as the declared base class, dropping the
+keys of its type (a python step's ``callable``, an http step's ``url``).
+"""
+
 
 
 class Alerts(StrictModel):
@@ -84,7 +102,7 @@ class JobConfig(StrictModel):
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     alerts: Alerts = Field(default_factory=Alerts)
     presets: dict[Identifier, Preset] = Field(default_factory=dict)
-    steps: list[StepConfig] = Field(default_factory=list)
+    steps: Steps = Field(default_factory=list)
 
     def step(self, name: str) -> StepConfig | None:
         """The step called ``name``, or None."""

@@ -9,6 +9,7 @@ Operations::
     document() -> JobsFile                          the text of jobs.toml and its hash
     create(job_id, table, base_hash) -> JobsFile    InvalidRequest if it exists
     edit(job_id, table, base_hash) -> JobsFile      NotFound if it does not
+    edit_definition(job_id, sent, base_hash) -> JobsFile   as show() gives it; spelling kept
     delete(job_id, base_hash) -> JobsFile
     save_preset(job_id, name, values, base_hash) -> JobsFile
 
@@ -121,10 +122,13 @@ class JobService:
                 for job_id, job in self.services.config().jobs.items()]
 
     def show(self, job_id: str) -> JobDefinition:
+        """The job's definition: every key of the job and of each step (those of the
+        step's type included), secrets redacted (see :mod:`cadenza.config.definitions`)."""
+        from cadenza.config.definitions import definition
+
         job = self.get(job_id)
-        definition = self.services.home.redactor.redact_value(
-            job.model_dump(mode="json", exclude_none=True))
-        return JobDefinition(job_id, job.description, definition)
+        shown = self.services.home.redactor.redact_value(definition(job))
+        return JobDefinition(job_id, job.description, shown)
 
     def next_fires(self, job_id: str, count: int = 10, start: str | None = None) -> NextFires:
         """The next ``count`` fires of the job's enabled schedules (job and presets), from
@@ -167,6 +171,26 @@ class JobService:
             from cadenza.config.writer import set_job
 
             self._require(doc, job_id)
+            set_job(doc, job_id, table)
+
+        return self._write(change, base_hash, f"job {job_id} edited")
+
+    def edit_definition(self, job_id: str, sent: Mapping[str, Any],
+                        base_hash: str) -> JobsFile:
+        """Replace the job ``job_id``'s keys with a definition as :meth:`show` gives it:
+        a key whose value shows as the file's does keeps the file's spelling (a default
+        the file leaves out stays out, a redacted secret stays as written), so saving
+        what was shown changes nothing; what changed is written as sent."""
+        def change(doc: TOMLDocument) -> None:
+            from cadenza.config.definitions import keep_written, table_definition
+            from cadenza.config.writer import set_job
+
+            self._require(doc, job_id)
+            written = doc["jobs"][job_id].unwrap()
+            shown = table_definition(job_id, written)
+            table = keep_written(
+                written, self.services.home.redactor.redact_value(shown), sent,
+                table_definition(job_id, sent))
             set_job(doc, job_id, table)
 
         return self._write(change, base_hash, f"job {job_id} edited")

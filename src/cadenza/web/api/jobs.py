@@ -101,10 +101,14 @@ def create_job(body: NewJobBody, principal: AsEditor, request: Request) -> dict[
 @router.put("/{job_id}")
 def edit_job(job_id: str, body: JobBody, principal: AsEditor,
              request: Request) -> dict[str, Any]:
-    """Replace the job's keys, keeping every comment of what is unchanged."""
+    """Replace the job's keys, keeping every comment of what is unchanged. The
+    ``definition`` may be the one ``GET /api/jobs/{id}`` gave: a key whose value is
+    unchanged keeps its spelling in jobs.toml, and a default the file leaves out stays
+    out, so saving what was loaded leaves the file as it is."""
     with services_for(request, principal) as services:
         try:
-            written = services.jobs.edit(job_id, body.definition, body.base_hash)
+            written = services.jobs.edit_definition(job_id, body.definition,
+                                                    body.base_hash)
         except StaleConfigError as exc:
             raise _stale(services, exc, job_id, body.definition) from None
     return {"id": job_id, "hash": written.hash, "reloaded": written.reloaded}

@@ -11,7 +11,8 @@ every step, those of its type included, so what the API shows can be saved back 
 Preset keys (docs/configuration.md): ``description``, ``schedule``, ``timezone``
 (default: the job's), ``enabled``, ``params``, ``step_args`` (``{ STEP = { key = value } }``,
 the run overrides of one step's arguments, as in the API's ``step_args``), ``disabled_steps``
-and ``log_level``. A preset's ``params`` must be declared in the job's ``params``.
+and ``log_level``. A preset's ``params`` must be declared in the job's ``params``, each value of
+the type of the job's (see :func:`cadenza.domain.params.param_type`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cadenza.config.types import (
     Identifier,
     JsonMap,
     LogLevel,
+    ParamMap,
     PoolNeeds,
     Recipient,
     RetryPolicy,
@@ -71,7 +73,7 @@ class Preset(StrictModel):
     schedule: CronSchedule | None = None
     timezone: Timezone | None = None
     enabled: bool = True
-    params: JsonMap = Field(default_factory=dict)
+    params: ParamMap = Field(default_factory=dict)
     step_args: dict[Identifier, JsonMap] = Field(default_factory=dict)
     disabled_steps: list[Identifier] = Field(default_factory=list)
     log_level: LogLevel | None = None
@@ -86,7 +88,7 @@ class JobConfig(StrictModel):
     schedule: CronSchedule | None = None
     timezone: Timezone | None = None
     enabled: bool = True
-    params: JsonMap = Field(default_factory=dict)
+    params: ParamMap = Field(default_factory=dict)
     log_level: LogLevel = "INFO"
     timeout: Duration = timedelta(hours=24)
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)

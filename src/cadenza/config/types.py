@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Literal, NoReturn
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -224,6 +224,42 @@ SqlUrl = Annotated[str, AfterValidator(_sql_url)]
 HeaderMap = Annotated[dict[str, str], AfterValidator(_headers)]
 StatusPatterns = Annotated[list[str], PlainValidator(_status_patterns)]
 JsonMap = dict[str, JsonValue]
+
+
+def _json_value(value: Any, at: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            fail(f"{at}expected a finite number")
+        return
+    if isinstance(value, list):
+        for item in value:
+            _json_value(item, at)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                fail(f"{at}expected text keys")
+            _json_value(item, at)
+        return
+    fail(f"{at}expected a string, number, boolean, array or table (a date only as the "
+         f"whole value), got {type(value).__name__}")
+
+
+def _param_value(value: Any) -> Any:
+    """A parameter's value: JSON, or a TOML date / date-time as the whole value (it makes a
+    date or date-time parameter, see :func:`cadenza.domain.params.param_type`)."""
+    if isinstance(value, date | datetime):
+        return value
+    _json_value(value, "")
+    return value
+
+
+ParamValue = Annotated[Any, PlainValidator(_param_value)]
+ParamMap = dict[str, ParamValue]
+"""A job's, a preset's or a ``call_job`` step's ``params``: each value's type is the
+parameter's (a date default makes a date parameter)."""
 LogLevel = Literal["WARNING", "INFO", "DEBUG"]
 Count = Annotated[int, Field(ge=1, le=1_000_000)]
 PoolNeeds = Annotated[dict[Identifier, Count], Ref("pool")]

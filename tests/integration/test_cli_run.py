@@ -83,8 +83,10 @@ def test_json_output_is_the_runs_show_document(home: Path) -> None:
     assert [list(s) for s in document["steps"]] == [
         ["name", "type", "state", "attempt", "rows", "error", "reason", "output"]] * 3
     first, second, third = document["steps"]
-    # job params < preset < -p; op_kwargs < preset step_args < --arg; values stay strings
-    assert first["output"]["kwargs"] == {"period": "2026-01", "region": "north", "n": "9",
+    # job params < preset < -p; op_kwargs < preset step_args < --arg; a value takes the
+    # type of its declared default (the preset's "9" for op_kwargs n = 1 is the integer 9;
+    # "extra" is declared nowhere and stays text)
+    assert first["output"]["kwargs"] == {"period": "2026-01", "region": "north", "n": 9,
                                          "extra": "x"}
     assert second["error"] == "ValueError: no luck" and second["attempt"] == 1
     assert third["state"] == "SKIPPED" and third["reason"] == "earlier step failed"

@@ -12,7 +12,8 @@ gets the same checks by marking its fields the same way.
 * ``call_job.job`` names another job (never the job itself, never a cycle), its ``preset``
   is a preset of that job and its ``params`` are declared there;
 * ``${...}`` tokens are well placed (:mod:`cadenza.config.tokens`);
-* step names are unique; presets name existing steps and declared params;
+* step names are unique; presets name existing steps and declared params, each value of
+  the type of the job's (``call_job`` params likewise, of the called job's);
 * absolute file paths stay inside ``[files].roots``; a ``python`` callable's module can
   be found (a warning otherwise: it may be installed later).
 """
@@ -32,6 +33,7 @@ from cadenza.config.problems import KeyPath, Reporter
 from cadenza.config.tokens import StepScope, check_tokens
 from cadenza.config.types import InRoots, Ref, without_tokens
 from cadenza.config.validation import raw_table, type_tag, union_members
+from cadenza.domain.params import ParamTypeError, convert
 
 Marker = Ref | InRoots
 
@@ -175,11 +177,14 @@ class JobChecker:
             preset = raw_table(value)
             where: KeyPath = (*at, "presets", name)
             check_tokens(preset.get("params"), (*where, "params"), self.report, "params")
-            for key in raw_table(preset.get("params")):
+            for key, given in raw_table(preset.get("params")).items():
                 if key not in params:
                     self.report.error((*where, "params", key), f"parameter {key!r} is not "
                                       f"declared in the job's params (declared: "
                                       f"{', '.join(sorted(params)) or 'none'})", at="key")
+                else:
+                    self._typed((*where, "params", key), key, given,
+                                raw_table(raw.get("params"))[key])
             for step, args in raw_table(preset.get("step_args")).items():
                 if step not in names:
                     self.report.error((*where, "step_args", step), _no_step(step, names),
@@ -264,11 +269,22 @@ class JobChecker:
             self.report.error((*at, "preset"), f"job {target!r} has no preset {preset!r} "
                               f"(presets: {', '.join(raw_table(other.get('presets'))) or 'none'})")
         declared = set(raw_table(other.get("params")))
-        for key in raw_table(step.get("params")):
+        for key, given in raw_table(step.get("params")).items():
             if key not in declared:
                 self.report.error((*at, "params", key), f"parameter {key!r} is not declared in "
                                   f"job {target!r}'s params (declared: "
                                   f"{', '.join(sorted(declared)) or 'none'})", at="key")
+            else:
+                self._typed((*at, "params", key), key, given,
+                            raw_table(other.get("params"))[key])
+
+    def _typed(self, at: KeyPath, name: str, value: Any, default: Any) -> None:
+        """A value given for a declared parameter must convert to the type of its default
+        (a value holding a ``${...}`` token is checked when the run starts)."""
+        try:
+            convert(name, value, default)
+        except ParamTypeError as exc:
+            self.report.error(at, str(exc))
 
     def _callable(self, at: KeyPath, value: object) -> None:
         if not isinstance(value, str) or ":" not in value:

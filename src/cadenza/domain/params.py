@@ -1,4 +1,4 @@
-"""Parameters and ``${...}`` substitution (SPEC §5). Pure: no I/O, ``now`` never read.
+"""Parameters: their types, and ``${...}`` substitution. Pure: no I/O, ``now`` never read.
 
 Precedence, later wins: job ``params`` → preset ``params`` → run overrides; for one step:
 shared params → the step's ``op_kwargs`` → run overrides of that step's args.
@@ -6,14 +6,19 @@ shared params → the step's ``op_kwargs`` → run overrides of that step's args
 A token is ``${NAMESPACE...}``; ``$${`` writes a literal ``${``. A value that is exactly one
 token keeps the token's type; a token inside a longer string is rendered as text. Tokens
 are looked up, never evaluated. In SQL text a token becomes a bind parameter.
+
+A parameter's type is its declared default's (:func:`param_type`); :func:`convert` turns a
+given value into it, or says what was expected.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -182,3 +187,162 @@ def merge(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
         if layer:
             merged.update(layer)
     return merged
+
+
+# --- typed parameters ------------------------------------------------------------------------
+#
+# A parameter's type is the type of its declared default (a job's ``params``, a step's
+# ``op_kwargs``). A value given for it — text from ``-p``/``--arg`` or the form, a JSON value
+# from the API, a TOML value from a preset or a ``call_job`` step — is converted to that type
+# once, when the run is requested, so every path stores the same value. Values are JSON:
+# a date or date-time parameter holds its ISO text.
+
+PARAM_TYPES = ("string", "integer", "float", "boolean", "date", "datetime", "list", "table",
+               "any")
+_EXPECTED = {
+    "string": "a string",
+    "integer": "an integer",
+    "float": "a number",
+    "boolean": "true or false",
+    "date": "a date (YYYY-MM-DD)",
+    "datetime": "a date and time (YYYY-MM-DDTHH:MM:SS)",
+    "list": "a list (JSON, like [1, 2])",
+    "table": 'a table (JSON, like {"key": 1})',
+}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+class ParamTypeError(ValueError):
+    """A value does not convert to its parameter's type; the message names the parameter,
+    the expected type and the value."""
+
+
+def param_type(default: Any) -> str:
+    """The type a parameter declared with ``default`` takes (one of :data:`PARAM_TYPES`):
+    ``any`` for no default (``None``), else the default's type; a string default (tokens
+    included) makes a ``string`` parameter."""
+    if default is None:
+        return "any"
+    if isinstance(default, bool):
+        return "boolean"
+    if isinstance(default, int):
+        return "integer"
+    if isinstance(default, float):
+        return "float"
+    if isinstance(default, datetime):
+        return "datetime"
+    if isinstance(default, date):
+        return "date"
+    if isinstance(default, list | tuple):
+        return "list"
+    if isinstance(default, Mapping):
+        return "table"
+    return "string"
+
+
+def expected(kind: str) -> str:
+    """How a message names the values of type ``kind`` ("an integer")."""
+    return _EXPECTED.get(kind, "any value")
+
+
+def as_json(value: Any) -> Any:
+    """A declared default as a run holds it: a date or date-time as its ISO text."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def has_token(value: Any) -> bool:
+    """Whether ``value`` is text holding a ``${...}`` token (resolved when the run starts,
+    so its type is not checked before)."""
+    return isinstance(value, str) and TOKEN_RE.search(value) is not None
+
+
+def convert(name: str, value: Any, default: Any, *, label: str | None = None) -> Any:
+    """``value`` converted to the type of ``default`` (see :func:`param_type`).
+
+    Text is parsed (``"7"`` → 7, ``"true"`` → True, ``"2026-01-31"`` for a date, JSON for a
+    list or table); a typed value must already be of the type (an integer is accepted for a
+    float). A string holding a ``${...}`` token is left as it is. Raises
+    :class:`ParamTypeError` ("parameter n: expected an integer, got 'x'"; ``label``
+    replaces "parameter n")."""
+    return convert_to(name, value, param_type(default), label=label)
+
+
+def convert_to(name: str, value: Any, kind: str, *, label: str | None = None) -> Any:
+    """:func:`convert` for a parameter of type ``kind`` (one of :data:`PARAM_TYPES`)."""
+    if kind == "any" or has_token(value):
+        return value
+    converted = _convert(kind, value)
+    if converted is _REFUSED:
+        raise ParamTypeError(f"{label or f'parameter {name}'}: expected {expected(kind)}, "
+                             f"got {value!r}")
+    return converted
+
+
+_REFUSED = object()
+
+
+def _convert(kind: str, value: Any) -> Any:
+    if isinstance(value, str) and kind != "string":
+        return _parse(kind, value.strip())
+    if kind == "string":
+        return value if isinstance(value, str) else _REFUSED
+    if kind == "boolean":
+        return value if isinstance(value, bool) else _REFUSED
+    if isinstance(value, bool):
+        return _REFUSED  # never 1 or 0
+    if kind == "integer":
+        return value if isinstance(value, int) else _REFUSED
+    if kind == "float":
+        ok = isinstance(value, int | float) and math.isfinite(value)
+        return float(value) if ok else _REFUSED
+    if kind == "datetime":
+        return value.isoformat() if isinstance(value, datetime) else _REFUSED
+    if kind == "date":
+        ok = isinstance(value, date) and not isinstance(value, datetime)
+        return value.isoformat() if ok else _REFUSED
+    if kind == "list":
+        return list(value) if isinstance(value, list | tuple) else _REFUSED
+    return dict(value) if isinstance(value, Mapping) else _REFUSED
+
+
+def _parse(kind: str, text: str) -> Any:
+    """Text for a parameter of type ``kind`` (not ``string``)."""
+    try:
+        if kind == "integer":
+            return int(text) if _INTEGER.fullmatch(text) else _REFUSED
+        if kind == "float":
+            number = float(text)
+            return number if math.isfinite(number) else _REFUSED
+        if kind == "boolean":
+            return {"true": True, "false": False}.get(text.lower(), _REFUSED)
+        if kind == "date":
+            return date.fromisoformat(text).isoformat()
+        if kind == "datetime":
+            return datetime.fromisoformat(text).isoformat()
+        loaded = json.loads(text)
+    except ValueError:
+        return _REFUSED
+    if kind == "list":
+        return loaded if isinstance(loaded, list) else _REFUSED
+    return loaded if isinstance(loaded, dict) else _REFUSED
+
+
+def convert_all(values: Mapping[str, Any], declared: Mapping[str, Any]
+                ) -> tuple[dict[str, Any], list[str]]:
+    """Each of ``values`` converted to the type of its default in ``declared`` (a name not
+    declared is kept as it is: the caller refuses it); and the problems, one per value
+    that does not convert."""
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, value in values.items():
+        if name not in declared:
+            out[name] = value
+            continue
+        try:
+            out[name] = convert(name, value, declared[name])
+        except ParamTypeError as exc:
+            problems.append(str(exc))
+            out[name] = value
+    return out, problems

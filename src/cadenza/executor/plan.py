@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.types import Ref
 from cadenza.domain.errors import Fatal
-from cadenza.domain.params import ParamError, Scope, merge, render
+from cadenza.domain.params import ParamError, Scope, as_json, merge, render
 from cadenza.steps.base import StepConfig
 from cadenza.steps.registry import StepType
 from cadenza.store.records import RunRecord
@@ -111,7 +111,8 @@ def plan_run(job: JobConfig, run: RunRecord, default_zone: ZoneInfo) -> RunPlan:
         timezone=zone,
         scheduled_for=run.scheduled_for or run.created_at,
     )
-    raw = merge(job.params, run.params, overrides.get("params"))
+    defaults = {name: as_json(value) for name, value in job.params.items()}
+    raw = merge(defaults, run.params, overrides.get("params"))
     scope = plan.scope(params={})
     resolved: dict[str, Any] = {}
     for name, value in raw.items():

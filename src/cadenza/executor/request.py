@@ -1,7 +1,9 @@
 """A request to run a job now (CLI ``cadenza run``, later the API's ``POST /runs``).
 
 A :class:`RunRequest` is checked against the job (:func:`check_request`: unknown preset,
-step, parameter or log level are usage errors, each message listing what exists; a step
+step, parameter or log level are usage errors, each message listing what exists; so is a
+parameter or step argument whose value does not convert to the type of its declared
+default, :func:`typed_params`; a step
 arg that names no setting or argument of its step, or a value its step's config refuses, is
 one too: see :mod:`cadenza.executor.plan`) and then
 stored with the run as its ``overrides``, in the same shape as a preset's scheduled fire
@@ -23,8 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from cadenza.config.schema_jobs import JobConfig
-from cadenza.domain.params import merge
-from cadenza.executor.plan import check_step_args
+from cadenza.domain.params import ParamTypeError, convert, convert_all, merge
+from cadenza.executor.plan import check_step_args, split_step_args
 from cadenza.steps.registry import registry
 from cadenza.store.boundary import NewRun
 
@@ -67,6 +69,7 @@ def check_request(job: JobConfig, request: RunRequest) -> None:
             problems.append(f"parameter {name!r} is not declared in job {job.id!r}'s params "
                             f"(declared: {_known(declared)})")
     preset = job.presets.get(request.preset) if request.preset is not None else None
+    problems += typed_params(job, request)[1]
     for step, args in request.step_args.items():
         config = job.step(step)
         if config is None:
@@ -76,6 +79,7 @@ def check_request(job: JobConfig, request: RunRequest) -> None:
         if not request.replayed:
             below = preset.step_args.get(step) if preset is not None else None
             problems += check_step_args(job, config, args, registry().get(config.type), below)
+        problems += typed_step_args(job, step, args)[1]
     for step in request.disabled_steps:
         if step not in steps:
             problems.append(f"--disable: job {job.id!r} has no step {step!r} "
@@ -88,21 +92,54 @@ def check_request(job: JobConfig, request: RunRequest) -> None:
         raise RequestError("; ".join(problems))
 
 
+def typed_params(job: JobConfig, request: RunRequest) -> tuple[dict[str, Any], list[str]]:
+    """The run's parameter values, the preset's with the request's on top, each converted
+    to the type of the job's declared default (:func:`cadenza.domain.params.convert`); and
+    the values that do not convert, each named with its parameter and expected type."""
+    preset = job.presets.get(request.preset) if request.preset else None
+    below, problems = convert_all(preset.params if preset is not None else {}, job.params)
+    problems = [f"preset {request.preset}: {problem}" for problem in problems]
+    given, wrong = convert_all(request.params, job.params)
+    return merge(below, given), problems + wrong
+
+
+def typed_step_args(job: JobConfig, step: str, args: Mapping[str, Any]
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """A run's step args for ``step`` with each argument (a key of the step's ``op_kwargs``
+    or of the job's ``params``) converted to the type of its declared default, the step's
+    own first (an argument declared nowhere stays as given); settings are left to the
+    step's config. And the values that do not convert."""
+    config = job.step(step)
+    if config is None:
+        return dict(args), []
+    _, arguments, _ = split_step_args(job, config, args)
+    out = dict(args)
+    problems: list[str] = []
+    for key in arguments:
+        default = config.op_kwargs[key] if key in config.op_kwargs else job.params.get(key)
+        try:
+            out[key] = convert(key, args[key], default, label=f"--arg {step}.{key}")
+        except ParamTypeError as exc:
+            problems.append(str(exc))
+    return out, problems
+
+
 def overrides_of(job: JobConfig, request: RunRequest) -> dict[str, Any]:
-    """The run's ``overrides``: the preset's values (if any) with the request's on top."""
+    """The run's ``overrides``: the preset's values (if any) with the request's on top,
+    parameters and step arguments converted to their declared types."""
     preset = job.presets.get(request.preset) if request.preset else None
     step_args: dict[str, dict[str, Any]] = {}
     if preset is not None:
         for step, preset_args in preset.step_args.items():
-            step_args[step] = dict(preset_args)
+            step_args[step] = typed_step_args(job, step, preset_args)[0]
     for step, run_args in request.step_args.items():
-        step_args[step] = merge(step_args.get(step), run_args)
+        step_args[step] = merge(step_args.get(step), typed_step_args(job, step, run_args)[0])
     disabled = list(preset.disabled_steps) if preset is not None else []
     disabled += [step for step in request.disabled_steps if step not in disabled]
     level = request.log_level or (preset.log_level if preset is not None else None)
     return {
         "preset": request.preset,
-        "params": merge(preset.params if preset is not None else None, request.params),
+        "params": typed_params(job, request)[0],
         "step_args": step_args,
         "disabled_steps": disabled,
         "log_level": level.upper() if level else None,
@@ -161,7 +198,8 @@ def request_from_cli(
     log_level: str | None = None,
 ) -> RunRequest:
     """A :class:`RunRequest` from the CLI's repeated ``-p k=v`` and ``--arg STEP.k=v``
-    (values stay strings; the last of repeated names wins)."""
+    (values are the texts given, converted to their parameters' types when the run is
+    created; the last of repeated names wins)."""
     values: dict[str, Any] = {}
     for text in params:
         key, value = parse_assignment(text)

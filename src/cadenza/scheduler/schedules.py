@@ -14,12 +14,14 @@ Zones: the preset's ``timezone``, else the job's, else the server's zone
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from cadenza.domain.cron import CronExpr, parse_cron
+from cadenza.domain.params import convert_all
 
 JOB_SCHEDULE = "job"
 PRESET_PREFIX = "preset:"
@@ -133,17 +135,21 @@ def schedules_of(job: Any, default_zone: ZoneInfo | None = None) -> list[Schedul
                 if preset.enabled
                 else f"preset {name!r} is disabled (enabled = false)",
                 preset=name,
-                overrides=preset_overrides(name, preset),
+                overrides=preset_overrides(name, preset, job.params),
             )
         )
     return out
 
 
-def preset_overrides(name: str, preset: Any) -> dict[str, Any]:
-    """The ``runs.overrides`` of a fire of preset ``name``."""
+def preset_overrides(name: str, preset: Any,
+                     declared: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``runs.overrides`` of a fire of preset ``name``; its params converted to the
+    types of the job's ``declared`` ones, as for a run asked for by hand (the configuration
+    check refused a value that does not convert)."""
+    params, _ = convert_all(preset.params, declared or {})
     return {
         "preset": name,
-        "params": dict(preset.params),
+        "params": params,
         "step_args": {step: dict(args) for step, args in preset.step_args.items()},
         "disabled_steps": list(preset.disabled_steps),
         "log_level": preset.log_level,

@@ -22,11 +22,12 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from cadenza.domain.cron_words import describe
+from cadenza.domain.params import ParamTypeError, as_json, convert_to, param_type
 from cadenza.domain.states import RunState
 from cadenza.services.errors import InvalidRequest
 from cadenza.services.history import RunView
@@ -133,6 +134,20 @@ class FormValue:
     origin: str
     typed: bool = False
     """The value is not a string (a number, a list ...): it is read back as JSON."""
+    kind: str = ""
+    """A parameter's type (:func:`cadenza.domain.params.param_type`: integer, date ...),
+    shown next to its name; its value is converted to it."""
+    error: str | None = None
+    """Why the value given for it was refused (a form sent back to be corrected)."""
+
+
+class FormProblems(InvalidRequest):
+    """Values of the form that do not convert to their parameters' types: ``fields`` maps
+    each field's name (``param:NAME``) to its problem; the message lists them all."""
+
+    def __init__(self, fields: Mapping[str, str]) -> None:
+        super().__init__("; ".join(fields.values()))
+        self.fields = dict(fields)
 
 
 @dataclass(frozen=True)
@@ -175,6 +190,28 @@ def _read(text: str, typed: bool) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def _param(value: FormValue, text: str) -> Any:
+    """The text of a parameter's field as its typed value (a value the job's own form
+    shows that does not convert, such as a preset's ``${...}`` token, is kept as it is)."""
+    if value.kind in ("", "string", "any"):
+        return text
+    if text == value.text:
+        try:
+            return convert_to(value.name, text, value.kind)
+        except ParamTypeError:
+            return _read(text, value.typed)
+    return convert_to(value.name, text, value.kind)
+
+
+def refilled(form: RunForm, fields: Mapping[str, Any], problems: Mapping[str, str]) -> RunForm:
+    """``form`` with the values a person submitted, and each refused value's problem under
+    its field (the form sent back to be corrected)."""
+    params = tuple(replace(p, text=str(fields.get(f"param:{p.name}", p.text)),
+                           error=problems.get(f"param:{p.name}"))
+                   for p in form.params)
+    return replace(form, params=params)
 
 
 def matches(job: JobSummary, q: str, tags: Sequence[str]) -> bool:
@@ -366,8 +403,9 @@ class JobPagesService:
                 value, origin = picked.params[name], "preset"
             else:
                 value, origin = job.params[name], "job"
-            text, typed = _text(value)
-            params.append(FormValue(name, text, origin, typed))
+            kind = param_type(job.params.get(name))
+            text, typed = _text(as_json(value))
+            params.append(FormValue(name, text, origin, typed and kind != "string", kind))
         steps = []
         disabled = set(picked.disabled_steps) if picked else set()
         for step in job.steps:
@@ -401,8 +439,16 @@ class JobPagesService:
         log level."""
         from cadenza.executor.request import RequestError, parse_step_assignment
 
-        params = {p.name: _read(str(fields.get(f"param:{p.name}", p.text)), p.typed)
-                  for p in form.params}
+        params: dict[str, Any] = {}
+        wrong: dict[str, str] = {}
+        for p in form.params:
+            text = str(fields.get(f"param:{p.name}", p.text))
+            try:
+                params[p.name] = _param(p, text)
+            except ParamTypeError as exc:
+                wrong[f"param:{p.name}"] = str(exc)
+        if wrong:
+            raise FormProblems(wrong)
         step_args: dict[str, dict[str, Any]] = {}
         for step in form.steps:
             for arg in step.args:
@@ -430,7 +476,7 @@ class JobPagesService:
         """The run a filled form asks for: the picked preset, and on top of it only what
         the person changed (so the run's overrides say what was asked)."""
         params, step_args, disabled, level = self._filled(form, fields)
-        shown_params = {p.name: _read(p.text, p.typed) for p in form.params}
+        shown_params = {p.name: _param(p, p.text) for p in form.params}
         shown_args = {s.name: {a.name: _read(a.text, a.typed) for a in s.args}
                       for s in form.steps}
         changed_args: dict[str, dict[str, Any]] = {}
@@ -457,7 +503,8 @@ class JobPagesService:
             values.update(existing.model_dump(
                 mode="json", exclude_none=True, exclude_defaults=True,
                 include={"description", "schedule", "timezone", "enabled"}))
-        own_params = {k: v for k, v in params.items() if job.params.get(k, _MISSING) != v}
+        own_params = {k: v for k, v in params.items()
+                      if as_json(job.params.get(k, _MISSING)) != v}
         if own_params:
             values["params"] = own_params
         own_args: dict[str, dict[str, Any]] = {}

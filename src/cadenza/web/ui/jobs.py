@@ -22,7 +22,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from cadenza.domain.errors import StaleConfigError
 from cadenza.services.errors import InvalidRequest
-from cadenza.services.job_pages import JobPagesService, preset_diff
+from cadenza.services.job_pages import FormProblems, JobPagesService, preset_diff, refilled
 from cadenza.services.runs import RunRequestInput
 from cadenza.web.api.errors import StaleEdit
 from cadenza.web.auth import services_for
@@ -117,7 +117,19 @@ def run_with_parameters(job_id: str, me: PageOperator, request: Request,
     with services_for(request, me) as services:
         pages = JobPagesService(services)
         form = pages.run_form(job_id, str(fields.get("preset") or "") or None)
-        run_id = services.runs.enqueue(pages.submitted(form, fields))
+        try:
+            asked = pages.submitted(form, fields)
+        except FormProblems as exc:
+            # The form again, as filled, each refused value's problem under its field.
+            again = refilled(form, fields, exc.fields)
+            more = {"more_args": str(fields.get("more_args", ""))}
+            if is_htmx(request):
+                return render(request, "ui/_jobs_run_form.html", {"form": again, **more},
+                              me=me, status=422,
+                              headers={"HX-Retarget": "#run-form", "HX-Reswap": "outerHTML"})
+            return render(request, "ui/jobs_run.html", {"form": again, **more}, me=me,
+                          nav="jobs", status=422)
+        run_id = services.runs.enqueue(asked)
     return _to_run(request, run_id)
 
 

@@ -29,8 +29,11 @@ EVERY_TYPE = '''
 # defaults left out).
 [jobs.every-type]
 description = "One step of each type"
-params = { period = "2027-03" }
 timeout = "90m"                   # shown as 1h30m
+
+[jobs.every-type.params]
+period = "2027-03"
+since = 2027-03-01                # a date parameter, shown as "2027-03-01"
 
 [[jobs.every-type.steps]]
 name = "call"
@@ -139,7 +142,10 @@ def contains(shown: Any, written: Any) -> bool:
 def test_every_step_shows_every_key_of_its_own_type(env: ApiEnv) -> None:
     answer = env.session("viewer").get("/api/jobs/every-type")
     assert answer.status_code == 200, answer.text
-    steps = answer.json()["definition"]["steps"]
+    shown = answer.json()["definition"]
+    assert shown["params"] == {"period": "2027-03", "since": "2027-03-01"}
+    assert shown["timeout"] == "1h30m" and "id" in shown
+    steps = shown["steps"]
     assert {step["type"] for step in steps} == BUILT_INS
     written: dict[str, dict[str, Any]] = {
         s["name"]: s for s in env.services.config().jobs["every-type"].model_dump(

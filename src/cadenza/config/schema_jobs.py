@@ -55,14 +55,16 @@ keys of its type (a python step's ``callable``, an http step's ``url``).
 """
 
 
-
 class Alerts(StrictModel):
     """Failure alerts without any rule: on FAILED or NEEDS_REVIEW (``on_failure``), and once
     when a run lasts longer than ``long_run``."""
 
-    recipients: list[Recipient] = Field(default_factory=list)
-    on_failure: bool = True
-    long_run: Duration | None = None
+    recipients: list[Recipient] = Field(default_factory=list, description=(
+        "Who is told: e-mail addresses, role:NAME or user:NAME, e.g. role:ops."))
+    on_failure: bool = Field(True, description=(
+        "Send an alert when a run fails or needs review."))
+    long_run: Duration | None = Field(None, description=(
+        "Alert once when a run lasts longer than this, e.g. 3h."))
 
 
 class Preset(StrictModel):
@@ -82,29 +84,56 @@ class Preset(StrictModel):
 class JobConfig(StrictModel):
     """One job: identity, schedule, params, limits, retry policy, alerts, presets, steps."""
 
-    id: JobId
-    description: str = ""
-    tags: list[Identifier] = Field(default_factory=list)
-    schedule: CronSchedule | None = None
-    timezone: Timezone | None = None
-    enabled: bool = True
-    params: ParamMap = Field(default_factory=dict)
-    log_level: LogLevel = "INFO"
-    timeout: Duration = timedelta(hours=24)
-    priority: int = Field(0, ge=-1_000_000, le=1_000_000)
-    max_concurrency: int = Field(1, ge=1, le=10_000)
-    on_overlap: Literal["skip", "queue"] = "skip"
-    on_missed: Literal["skip", "run_latest", "run_all"] = "skip"
-    missed_grace: Duration = timedelta(seconds=60)
-    catchup_max: int = Field(10, ge=0, le=10_000)
-    windows: list[WindowSpec] = Field(default_factory=list)
-    jitter: Duration = timedelta(0)
-    budget_per_hour: int = Field(0, ge=0, le=1_000_000)
-    requires: PoolNeeds = Field(default_factory=dict)
-    retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    alerts: Alerts = Field(default_factory=Alerts)
-    presets: dict[Identifier, Preset] = Field(default_factory=dict)
-    steps: Steps = Field(default_factory=list)
+    id: JobId = Field(title="Job ID", description=(
+        "1 to 64 characters from A-Z a-z 0-9 _ -, e.g. nightly-sales."))
+    description: str = Field("", description="One line saying what the job does.")
+    tags: list[Identifier] = Field(default_factory=list, description=(
+        "Words to find and group jobs by, e.g. sales."))
+    schedule: CronSchedule | None = Field(None, description=(
+        "When the job runs, as cron: minute hour day month weekday (0 = Monday), e.g. "
+        "0 2 * * * for every day at 02:00. Empty: only run by hand or by another job."))
+    timezone: Timezone | None = Field(None, description=(
+        "The zone the schedule is read in, e.g. Europe/Paris (default: the server's)."))
+    enabled: bool = Field(True, description=(
+        "A disabled job is not scheduled; it can still be run by hand."))
+    params: ParamMap = Field(default_factory=dict, description=(
+        "Values the steps read as ${params.NAME}, one per line, e.g. "
+        "period = \"${month.previous}\"."))
+    log_level: LogLevel = Field("INFO", description="How much the runs log.")
+    timeout: Duration = Field(timedelta(hours=24), description=(
+        "A run still going after this is stopped, e.g. 2h."))
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000, description=(
+        "Higher runs first when runs wait for the same workers or resources, e.g. 10."))
+    max_concurrency: int = Field(1, ge=1, le=10_000, description=(
+        "How many runs of this job may go at once."))
+    on_overlap: Literal["skip", "queue"] = Field("skip", description=(
+        "When a fire comes while the job already runs its maximum: skip it or queue it."))
+    on_missed: Literal["skip", "run_latest", "run_all"] = Field("skip", description=(
+        "Fires missed while the scheduler was down: skip them, run the latest once, or "
+        "run each."))
+    missed_grace: Duration = Field(timedelta(seconds=60), description=(
+        "A fire this late still runs as if on time, e.g. 5m."))
+    catchup_max: int = Field(10, ge=0, le=10_000, description=(
+        "The most missed fires run after a restart with run_all."))
+    windows: list[WindowSpec] = Field(default_factory=list, description=(
+        "When runs may start, e.g. Mon-Fri 08:00-18:00; a fire outside waits for the next "
+        "window."))
+    jitter: Duration = Field(timedelta(0), description=(
+        "A random delay up to this before each scheduled run, e.g. 5m, to spread load."))
+    budget_per_hour: int = Field(0, ge=0, le=1_000_000, description=(
+        "The most runs started in any hour (0: no limit)."))
+    requires: PoolNeeds = Field(default_factory=dict, description=(
+        "Resource pools a run leases before it starts, one per line: pool = count, e.g. "
+        "egress = 1."))
+    retry: RetryPolicy = Field(default_factory=RetryPolicy, title="Retry", description=(
+        "How a failed step is tried again; a step may override any of these."))
+    alerts: Alerts = Field(default_factory=Alerts, description=(
+        "Who is told when a run fails or runs long, without any notification rule."))
+    presets: dict[Identifier, Preset] = Field(default_factory=dict, description=(
+        "Named sets of run values, each with an optional schedule of its own, e.g. "
+        "month-end = { schedule = \"0 6 1 * *\", params = { period = \"last\" } }."))
+    steps: Steps = Field(default_factory=list, description=(
+        "What a run does, in order."))
 
     def step(self, name: str) -> StepConfig | None:
         """The step called ``name``, or None."""

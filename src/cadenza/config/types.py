@@ -31,6 +31,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from cadenza.config.durations import format_duration, parse_duration
+from cadenza.config.labels import ADVANCED, human_title
 from cadenza.config.windows import parse_window
 from cadenza.domain.params import TOKEN_RE
 
@@ -58,10 +59,12 @@ def has_tokens(value: str) -> bool:
 
 
 class StrictModel(BaseModel):
-    """Base of every config model: no unknown keys, strict types, finite numbers, frozen."""
+    """Base of every config model: no unknown keys, strict types, finite numbers, frozen;
+    a field without a ``title`` gets its key's human label (:mod:`cadenza.config.labels`)."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, populate_by_name=False
+        extra="forbid", strict=True, frozen=True, allow_inf_nan=False, populate_by_name=False,
+        field_title_generator=human_title,
     )
 
 
@@ -269,11 +272,17 @@ class RetryPolicy(StrictModel):
     """How a failed step is tried again (docs/retries.md). On a step, keys not given there inherit
     from the job's policy."""
 
-    attempts: int = Field(3, ge=1, le=100)
-    backoff: Literal["fixed", "exponential"] = "exponential"
-    base_seconds: float = Field(30, ge=0, le=86_400)
-    max_seconds: float = Field(900, ge=0, le=604_800)
-    jitter: float = Field(0.1, ge=0, le=1)
+    attempts: int = Field(3, ge=1, le=100, description=(
+        "How many times a step is tried in all, the first try included (1: no retry)."))
+    backoff: Literal["fixed", "exponential"] = Field("exponential", description=(
+        "fixed waits the first delay every time; exponential doubles it at each retry."))
+    base_seconds: float = Field(30, ge=0, le=86_400, description=(
+        "The wait before the first retry, in seconds, e.g. 30."))
+    max_seconds: float = Field(900, ge=0, le=604_800, description=(
+        "The longest wait between two tries, in seconds, e.g. 900."))
+    jitter: float = Field(0.1, ge=0, le=1, json_schema_extra=ADVANCED, description=(
+        "A random share added to each wait so retries do not all fire together, e.g. 0.1 "
+        "for up to a tenth more."))
 
     @model_validator(mode="after")
     def _max_not_below_base(self) -> RetryPolicy:

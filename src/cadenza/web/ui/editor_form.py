@@ -6,7 +6,10 @@ Each schema property becomes a :class:`Field` of one kind: ``text``/``textarea``
 ``integer``/``number``, ``bool`` (a choice of default / true / false, so an unset key stays
 unset), ``enum`` (a select), ``list`` (strings, one per line), ``table`` (a map, written as
 TOML ``key = value`` lines), ``value`` (anything else: a TOML value, or plain text taken as
-a string) and ``group`` (a nested model: a fieldset of its own fields). Keys that the
+a string) and ``group`` (a nested model: a fieldset of its own fields). A field's label
+and help are its schema's ``title`` and ``description`` (set on the config models,
+:mod:`cadenza.config.labels`); required fields come first; ``x-advanced`` fields are
+folded under "More options" by the page. Keys that the
 schema does not know (a typo, a key of another step type) are kept in an ``other`` field
 as TOML lines, where validation names them: a save never drops what it does not know.
 
@@ -24,6 +27,8 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from cadenza.config.labels import human_title
 
 _MULTILINE = frozenset({"query", "body", "template"})
 OTHER = "__other"
@@ -45,8 +50,15 @@ class Field:
     help: str = ""
     ref: str = ""
     secret: bool = False
+    advanced: bool = False
     value: str = ""
     children: list[Field] = field(default_factory=list)
+
+    @property
+    def shows_key(self) -> bool:
+        """Whether the TOML key is worth showing beside the label (not when the label
+        is just the key's words: never the key twice)."""
+        return self.label.lower() != self.key.replace("_", " ").lower()
 
     @property
     def slot(self) -> str:
@@ -130,15 +142,18 @@ def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, pa
         prop, _ = _resolve(raw, defs)
         kind = _kind(key, prop, defs)
         sub_name, sub_path = f"{name}.{key}", f"{path}.{key}" if path else key
-        title = raw.get("title") or (key.replace("_", " ").capitalize() if kind == "group"
-                                     else prop.get("title")) or key
+        # The field's own title and description, never those of the model it refers to
+        # (a model's title is its class name, its description a docstring for developers).
+        title = raw.get("title") or (prop.get("title") if "$ref" not in raw
+                                     and kind != "group" else None) or human_title(key)
         made = Field(key=key, name=sub_name, path=sub_path, label=str(title), kind=kind,
                      required=key in required, default=_default_text(prop.get("default")),
                      options=tuple(str(o) for o in prop.get("enum", ())),
-                     help=" ".join(str(prop.get("description") or "").split("\n\n")[0]
+                     help=" ".join(str(raw.get("description") or "").split("\n\n")[0]
                                    .replace("``", "").split()),
                      ref=str(raw.get("x-ref") or prop.get("x-ref") or ""),
-                     secret=bool(raw.get("x-secret")))
+                     secret=bool(raw.get("x-secret")),
+                     advanced=bool(raw.get("x-advanced") or prop.get("x-advanced")))
         current = values.get(key)
         if kind == "group":
             made.children = build(prop, current if isinstance(current, Mapping) else {},
@@ -146,6 +161,7 @@ def build(schema: Mapping[str, Any], values: Mapping[str, Any], *, name: str, pa
         elif key in values:
             made.kind, made.value = _shown(kind, current)
         out.append(made)
+    out.sort(key=lambda f: not f.required)  # what must be filled in first, else as declared
     known = set(schema.get("properties", {})) | set(skip)
     other = {k: v for k, v in values.items() if k not in known}
     if other or posted_other:  # keys the schema does not know: shown, never dropped

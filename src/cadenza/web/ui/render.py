@@ -9,7 +9,9 @@ never mark user data ``|safe``. A page gets, besides its own values:
   reader may take,
 * ``static(path)`` — the URL of a file under ``/static`` (with the version for caching),
 * ``nav`` — which top-bar entry is current, ``lang`` — the page's language,
-* ``_``/``gettext``/``ngettext`` — the catalogue (``{{ _("Run now") }}``).
+* ``_``/``gettext``/``ngettext`` — the catalogue (``{{ _("Run now") }}``),
+* ``|translated`` — a text that comes from elsewhere (a config model's field label or help,
+  :mod:`cadenza.config.labels`) looked up in the catalogue as is, without ``%`` formatting.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def environment(lang: str) -> Environment:
                       auto_reload=False)  # installed files: no stat per template per page
     env.install_gettext_translations(translations(lang), newstyle=True)  # type: ignore[attr-defined]
     env.globals["static"] = static_url
+    env.filters["translated"] = translations(lang).gettext
     env.filters["isoutc"] = iso_utc
     env.filters["utctext"] = utc_text
     env.globals["version"] = cadenza.__version__

@@ -75,19 +75,22 @@ def test_edit_a_job_in_the_toml_tab(ui: UI, page: Any, tmp_path: Path) -> None:
     before = jobs_toml(ui)
     login(page, ui, "eddie", next_path="/jobs/hello/edit")
     page.click("#tab-toml")
-    area = page.locator("#toml-text")
-    assert area.is_visible() and not page.locator("#panel-form").is_visible()
-    text = area.input_value()
+    editor = page.locator("#panel-toml .CodeMirror")  # over the textarea (test_editor_toml)
+    assert editor.is_visible() and not page.locator("#panel-form").is_visible()
+    text = page.locator("#toml-text").input_value()
     assert text.startswith("[jobs.hello]")
-    area.fill(text.replace('tags = ["demo"]', 'tags = ["demo"]\nschedule = "every night"'))
+    fill = "t => document.querySelector('#panel-toml .CodeMirror').CodeMirror.setValue(t)"
+    page.evaluate(fill, text.replace('tags = ["demo"]',
+                                     'tags = ["demo"]\nschedule = "every night"'))
     problem = page.locator("#toml-problems li[data-line]")
     problem.first.wait_for()
     assert problem.first.get_attribute("data-line") == "4"
     assert "expected 5 fields" in problem.first.inner_text()
-    shot(page, "job-editor-toml", tmp_path)
     problem.first.locator("a").click()  # puts the caret on the problem
-    assert page.evaluate("document.activeElement.id") == "toml-text"
-    area.fill(text.replace('tags = ["demo"]', 'tags = ["demo"]\nschedule = "15 4 * * 1-5"'))
+    assert page.evaluate("document.querySelector('#panel-toml .CodeMirror')"
+                         ".CodeMirror.getCursor().line") == 3
+    page.evaluate(fill, text.replace('tags = ["demo"]',
+                                     'tags = ["demo"]\nschedule = "15 4 * * 1-5"'))
     page.locator("#toml-problems .ok").wait_for()
     page.click("#save-toml")
     page.wait_for_url(f"{ui.base}/jobs/hello")

@@ -10,6 +10,7 @@ Operations (each takes the :class:`~cadenza.services.context.Services` it acts w
     job_text(services, job_id) -> JobText      the job's lines of jobs.toml, comments kept
     table_text(job_id, table) -> str           a table as the writer would write it
     parse_job_text(job_id, text) -> dict       the table of ``[jobs.ID]`` in a TOML text
+    splice_text(current, job_id, text, creating=...) -> (str, int)   jobs.toml with it
     check_table(services, job_id, table, creating=...) -> list[Problem]
     check_text(services, job_id, text, creating=...) -> list[LocatedProblem]
 
@@ -275,26 +276,31 @@ def check_table(services: Services, job_id: str, table: Mapping[str, Any], *,
     return [p for p in _validate(services, doc.as_string()) if _ours(p, job_id)]
 
 
+def splice_text(current: str, job_id: str, text: str, *, creating: bool) -> tuple[str, int]:
+    """``current`` (jobs.toml) with the job's lines replaced by ``text`` as typed, its
+    comments included (appended after a blank line when ``creating``); and the line of
+    the new file where ``text`` starts (1-based). InvalidRequest when ``creating`` a job
+    that exists; NotFound when the job has no ``[jobs.ID]`` table of its own to replace."""
+    lines = current.splitlines(keepends=True)
+    draft = text if text.endswith("\n") else text + "\n"
+    if creating:
+        if job_id in tomllib.loads(current).get("jobs", {}):
+            raise InvalidRequest(f"job {job_id!r} exists; edit it instead")
+        before = current if current.endswith("\n") or not current else current + "\n"
+        return before + "\n" + draft, len(before.splitlines()) + 2
+    span = _span(lines, job_id)
+    if span is None:
+        raise NotFound(f"no job {job_id!r} with its own [jobs.{job_id}] table in jobs.toml")
+    return "".join(lines[:span[0]]) + draft + "".join(lines[span[1]:]), span[0] + 1
+
+
 def check_text(services: Services, job_id: str, text: str, *,
                creating: bool) -> list[LocatedProblem]:
     """The problems of ``text`` (the job's TOML) put in place of the job in jobs.toml
     (appended when ``creating``), each located in ``text`` where it lies there."""
     _, current, _ = _document(services)
-    lines = current.splitlines(keepends=True)
-    draft = text if text.endswith("\n") else text + "\n"
-    span = None if creating else _span(lines, job_id)
-    if creating:
-        if job_id in tomllib.loads(current).get("jobs", {}):
-            raise InvalidRequest(f"job {job_id!r} exists; edit it instead")
-        before = current if current.endswith("\n") or not current else current + "\n"
-        start, candidate = len(before.splitlines()) + 1, before + "\n" + draft
-        start += 1
-    elif span is None:
-        raise NotFound(f"no job {job_id!r} with its own [jobs.{job_id}] table in jobs.toml")
-    else:
-        start = span[0] + 1
-        candidate = "".join(lines[:span[0]]) + draft + "".join(lines[span[1]:])
-    count = len(draft.splitlines())
+    candidate, start = splice_text(current, job_id, text, creating=creating)
+    count = len(text.splitlines()) or 1
     out: list[LocatedProblem] = []
     for problem in _validate(services, candidate):
         inside = start <= problem.line < start + count

@@ -9,6 +9,7 @@ Operations::
     document() -> JobsFile                          the text of jobs.toml and its hash
     create(job_id, table, base_hash) -> JobsFile    InvalidRequest if it exists
     edit(job_id, table, base_hash) -> JobsFile      NotFound if it does not
+    save_text(job_id, text, base_hash, creating=...) -> JobsFile   the job's TOML as typed
     edit_definition(job_id, sent, base_hash) -> JobsFile   as show() gives it; spelling kept
     delete(job_id, base_hash) -> JobsFile
     save_preset(job_id, name, values, base_hash) -> JobsFile
@@ -195,6 +196,28 @@ class JobService:
 
         return self._write(change, base_hash, f"job {job_id} edited")
 
+    def save_text(self, job_id: str, text: str, base_hash: str, *,
+                  creating: bool) -> JobsFile:
+        """Put ``text``, the job's TOML as a person typed it (``[jobs.ID]`` and its
+        sub-tables, comments included), in place of the job's lines of jobs.toml, or after
+        them when ``creating``: what was typed is written as typed. InvalidRequest when the
+        text is not that one job; NotFound when the job has no table of its own to replace
+        (then :meth:`edit` its table instead)."""
+        from cadenza.services.job_drafts import parse_job_text, splice_text
+
+        parse_job_text(job_id, text)
+        if not creating:
+            self._require_id(job_id)
+        new, _ = splice_text(self.document().text, job_id, text, creating=creating)
+        verb = "created" if creating else "edited"
+        return self._write_text(new, base_hash, f"job {job_id} {verb}")
+
+    def _require_id(self, job_id: str) -> None:
+        from cadenza.config.writer import read_document
+
+        doc, _ = read_document(self.services.home.jobs_file)
+        self._require(doc, job_id)
+
     def delete(self, job_id: str, base_hash: str) -> JobsFile:
         """Remove the job ``job_id`` (its runs stay in the history)."""
         def change(doc: TOMLDocument) -> None:
@@ -224,25 +247,31 @@ class JobService:
 
     def _write(self, change: Callable[[TOMLDocument], None], base_hash: str,
                what: str) -> JobsFile:
-        from cadenza.config import validate_jobs_text
-        from cadenza.config.writer import read_document, write_document
+        from cadenza.config.writer import read_document
 
-        home = self.services.home
         self.services.require_home()
-        doc, _ = read_document(home.jobs_file)
+        doc, _ = read_document(self.services.home.jobs_file)
         try:
             change(doc)
         except ValueError as exc:  # an invalid id or value (tomledit)
             raise InvalidRequest(str(exc)) from None
+        return self._write_text(doc.as_string(), base_hash, what)
+
+    def _write_text(self, text: str, base_hash: str, what: str) -> JobsFile:
+        from cadenza.config import validate_jobs_text
+        from cadenza.config.writer import write_document
+
+        home = self.services.home
+        self.services.require_home()
         digest = write_document(
-            home.jobs_file, doc, base_hash=base_hash, clock=self.services.clock,
-            validate=lambda text: validate_jobs_text(home.path, text,
-                                                     resolve_secret=home.secrets.get))
+            home.jobs_file, text, base_hash=base_hash, clock=self.services.clock,
+            validate=lambda new: validate_jobs_text(home.path, new,
+                                                    resolve_secret=home.secrets.get))
         self.services.store().append_event(EventType.CONFIG_CHANGED, f"{what} in jobs.toml",
                                            payload={"file": "jobs.toml"},
                                            actor=self.services.actor.id)
         reloaded = None
         if self.on_change is not None:
             reloaded = bool(self.on_change())
-        return JobsFile(doc.as_string(), digest, reloaded)
+        return JobsFile(text, digest, reloaded)
 

@@ -5,7 +5,8 @@ the config models' JSON schema (:mod:`cadenza.web.ui.editor_form`) and a raw TOM
 Both tabs validate as the person types (``/editor/check``, ``/editor/check-toml``: the
 problems of ``cadenza validate``, under the field in the form, by line and column in the
 TOML tab) and both save through the job edit services (create/edit/delete with the hash of
-the jobs.toml the page was loaded from): comments and order are kept, the node reloads, a
+the jobs.toml the page was loaded from; the TOML tab's text is written as typed, so the
+comments typed there are kept too): comments and order are kept, the node reloads, a
 stale save answers 409 with the diff and leaves the person's text in the page, a bad save
 leaves the file unchanged.
 """
@@ -25,7 +26,7 @@ from starlette.datastructures import FormData
 
 from cadenza.domain.errors import ConfigError, StaleConfigError
 from cadenza.services import job_drafts
-from cadenza.services.errors import InvalidRequest
+from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.web.auth import services_for
 from cadenza.web.ui.auth import PageEditor
 from cadenza.web.ui.editor_form import OTHER, Field, build, field_for, read, slot_id, walk
@@ -370,7 +371,9 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
         table = draft.table
     with services_for(request, me) as services:
         try:
-            if creating:
+            if source == "toml":  # written as typed: its comments too
+                _save_text(services, job_id, text, table, base_hash, creating)
+            elif creating:
                 services.jobs.create(job_id, table, base_hash)
             else:
                 services.jobs.edit(job_id, table, base_hash)
@@ -388,6 +391,16 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
                                  posted=set(form.keys()),
                                  message="the job is not saved: jobs.toml is unchanged")
     return Response(status_code=200, headers={"HX-Redirect": f"/jobs/{job_id}"})
+
+
+def _save_text(services: Any, job_id: str, text: str, table: Mapping[str, Any],
+               base_hash: str, creating: bool) -> None:
+    """The TOML tab's text written as typed, comments included; a job whose keys sit in
+    no ``[jobs.ID]`` table of its own (inline in ``[jobs]``) is saved by its table."""
+    try:
+        services.jobs.save_text(job_id, text, base_hash, creating=creating)
+    except NotFound:
+        services.jobs.edit(job_id, table, base_hash)
 
 
 def _toml_refused(request: Request, me: Any, services: Any, job_id: str, text: str,

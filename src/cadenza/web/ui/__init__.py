@@ -8,7 +8,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from cadenza.web.ui import admin, audit, dashboard, editor, jobs, resources, runs, session
+from cadenza.web.ui import (
+    admin,
+    api_docs,
+    audit,
+    dashboard,
+    editor,
+    jobs,
+    resources,
+    runs,
+    session,
+)
 from cadenza.web.ui.auth import LoginRequired, PageViewer
 from cadenza.web.ui.errors import page_error
 from cadenza.web.ui.render import STATIC
@@ -36,4 +46,5 @@ def install(app: FastAPI) -> None:
     app.include_router(audit.router)
     app.include_router(dashboard.router)
     app.include_router(admin.router)
+    app.include_router(api_docs.router)  # /api/docs, FastAPI's CDN page being off
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

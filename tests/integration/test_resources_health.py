@@ -41,10 +41,10 @@ from cadenza.store import Store
 
 X = ResourceState
 INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2
-NODE_LOOPS = 8
+NODE_LOOPS = 9
 """Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, config
-watch, dispatcher, health, notification sender (a lower count lets the test read before the
-health loop's first round)."""
+watch, dispatcher, health, cooldown ends, notification sender (a lower count lets the test
+read before the health loop's first round)."""
 
 
 def pool_settings(echo: EchoServer, members: list[dict[str, Any]], **health: Any

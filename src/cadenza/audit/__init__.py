@@ -6,7 +6,7 @@ with :data:`REDACTED`; ``SecretStore`` keeps ``${secret.NAME}`` values encrypted
 
 from __future__ import annotations
 
-from cadenza.audit.redact import REDACTED, Redactor, is_secret_key
+from cadenza.audit.redact import REDACTED, Redactor, is_secret_key, redact_url
 from cadenza.audit.secrets import SecretStore
 
-__all__ = ["REDACTED", "Redactor", "SecretStore", "is_secret_key"]
+__all__ = ["REDACTED", "Redactor", "SecretStore", "is_secret_key", "redact_url"]

@@ -63,6 +63,17 @@ _HARMLESS_WORDS = frozenset({"null", "none", "true", "false", "nil", REDACTED})
 _MAX_VALUE_SCAN = 100_000  # bound on the scan for the end of a quoted or bracketed value
 
 
+def redact_url(text: str) -> str:
+    """``text`` (a URL, or text holding URLs) with the user-info of every URL replaced by
+    ``***``: ``http://user:pass@127.0.0.1:3128`` becomes ``http://***@127.0.0.1:3128``,
+    ``socks5://u:p@host:1080`` ``socks5://***@host:1080``. The one mask of a proxy URL
+    (a route's) wherever it is shown — health checks, a route's faults, events, pages, API
+    answers, the CLI — and the same as :meth:`Redactor.redact_text` gives for such a URL."""
+    if "@" not in text and "%40" not in text.upper():
+        return text
+    return _apply(text, list(_userinfo_spans(text)))
+
+
 def is_secret_key(name: str) -> bool:
     """True when ``name`` (a mapping key, header or parameter name) looks like it holds a secret."""
     lowered = name.lower()

@@ -47,7 +47,7 @@ def show(
         print_json(detail.as_json())
         return
     view = detail.view.as_json()
-    for key in [*_COLUMNS, "route", "last_error"]:
+    for key in [*_COLUMNS, "route", "proxy", "last_error"]:
         if view.get(key) is not None:
             out.print(f"{key}: {view[key]}", markup=False)
     for key, value in detail.health.items():

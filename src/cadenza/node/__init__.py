@@ -23,6 +23,8 @@ scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fi
 retention     :class:`~cadenza.retention.RetentionSweeper`: the daily prune (leader only)
 health        :class:`~cadenza.resources.health.HealthChecker`: route health checks (every
               node on SQLite, the leader on PostgreSQL)
+cooldowns     :class:`~cadenza.resources.cooldowns.CooldownEnds`: a cooldown ends at its
+              time (a unit back AVAILABLE, a route probed once more), where health runs
 config        :class:`~cadenza.node.config.ConfigHolder`: the current configuration, its
               reload, the watch of ``cadenza.toml`` and ``jobs.toml``
 dispatcher    :class:`~cadenza.node.dispatcher.Dispatcher`: admission, claims, staged due
@@ -80,6 +82,7 @@ from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher, _claimer_for
 from cadenza.node.leases import Reaper
 from cadenza.node.scheduling import SchedulerService
+from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
 from cadenza.retention import RetentionSweeper
 from cadenza.scheduler.leader import Leadership, leadership_for
@@ -169,6 +172,10 @@ class Node:
         self.health = HealthChecker(self.store, self.life, lambda: self.config.settings,
                                     leader=self.leader)
         services.append(self.health)
+        # Cooldowns end at their time (docs/pools.md): units come back, routes are probed.
+        self.cooldowns = CooldownEnds(self.store, self.life, lambda: self.config.settings,
+                                      self.health)
+        services.append(self.cooldowns)
         services += [self.holder, self.dispatcher]
         return services
 

@@ -20,8 +20,9 @@ exchange (read, write or protocol error, read timeout) while the proxy no longer
 connections — a proxy that died mid-request. A broken exchange through a proxy that still
 answers stays the target's (Retryable).
 
-The proxy URL holds credentials: it is shown only as :func:`shown_proxy` (no user-info),
-and messages of httpx's errors are cleaned of it (:func:`clean`).
+The proxy URL holds credentials: it is shown only as :func:`shown_proxy` (user-info masked
+as ``***``, the one mask of :func:`cadenza.audit.redact.redact_url`), and messages of
+httpx's errors are cleaned of it (:func:`clean`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any
 
 import httpx
 
+from cadenza.audit.redact import redact_url
 from cadenza.domain.errors import Fatal, ResourceFault, StepError
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.netguard import EgressPolicy, GuardedTransport
@@ -52,12 +54,10 @@ LIVENESS_TIMEOUT = 1.0
 
 
 def shown_proxy(proxy: str) -> str:
-    """``proxy`` without its user-info (``http://user:pw@h:3128`` → ``http://h:3128``)."""
-    try:
-        url = httpx.URL(proxy)
-    except httpx.InvalidURL:
-        return "(an unreadable proxy URL)"
-    return str(url.copy_with(userinfo=b""))
+    """``proxy`` as it is shown anywhere: its user-info masked by
+    :func:`cadenza.audit.redact.redact_url` (``http://user:pw@h:3128`` →
+    ``http://***@h:3128``)."""
+    return redact_url(proxy)
 
 
 def proxy_address(proxy: str) -> tuple[str, int]:
@@ -67,9 +67,12 @@ def proxy_address(proxy: str) -> tuple[str, int]:
 
 
 def clean(text: str, proxy: str | None) -> str:
-    """``text`` with the proxy's user-info, user name and password taken out."""
+    """``text`` with the proxy's user-info, user name and password taken out: the proxy's
+    URL, and any URL with user-info, shown as :func:`shown_proxy` shows it, the pieces
+    quoted apart as ``***``."""
     if not proxy:
-        return text
+        return redact_url(text)
+    text = redact_url(text.replace(proxy, shown_proxy(proxy)))
     try:
         url = httpx.URL(proxy)
     except httpx.InvalidURL:

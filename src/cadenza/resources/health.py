@@ -120,6 +120,7 @@ class HealthChecker:
         self._postgres = store.engine.dialect.name == "postgresql"
         self._timeouts: dict[str, list[datetime]] = {}
         self._lock = threading.Lock()
+        self._wake = life.wake_on_stop(threading.Event())
         self.rounds = 0
         """Rounds done (tests wait on it)."""
 
@@ -131,15 +132,27 @@ class HealthChecker:
         """Start the loop on its thread; the stack joins it."""
         self.life.spawn(stack, self._loop, "cadenza-health")
 
+    def wake(self) -> None:
+        """Do a round now (the cooldown watch: a route's cooldown that began after this
+        loop planned its wait has ended)."""
+        self._wake.set()
+
     def _loop(self) -> None:
         while not self.life.stopping.is_set():
+            self._wake.clear()
             try:
                 wait = self.round()
             except Exception:  # a store outage must not end the checks; next round retries
                 log.exception("health checks: the round failed")
                 wait = IDLE_WAIT
-            if self.life.pause(wait):
-                return
+            self.clock.wait(self._wake, wait)
+
+    def probes(self, settings: Settings, record: ResourceRecord) -> bool:
+        """Whether this checker probes ``record`` (a route of a route pool of
+        ``settings`` that still lists it), when it leads."""
+        pool = settings.pools.get(record.pool)
+        return (record.kind == "route" and pool is not None and pool.kind == "route"
+                and route_of(record, pool) is not None)
 
     def leads(self) -> bool:
         """Whether this node probes: always on SQLite, the scheduler's leader on PostgreSQL."""

@@ -4,7 +4,8 @@ Operations::
 
     list(pool=None) -> list[ResourceView]     state, score, latency, cooldown, holder, region
     show(resource_id) -> ResourceDetail       the member and its recent health history
-    enable(resource_id, reason=None)          DISABLED or FAULT -> AVAILABLE (an event, actor)
+    enable(resource_id, reason=None)          DISABLED or FAULT -> AVAILABLE (an event, actor);
+                                              its consecutive failed checks start again at 0
     disable(resource_id, reason=None)         any -> DISABLED (an event, actor)
     probes(per_member=12, resource_id=None)   the latest health checks of each route
     utilization(since) -> {pool: share}       share of member time LEASED or RUNNING
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cadenza.audit.redact import redact_url
 from cadenza.domain.states import ResourceState
 from cadenza.services.errors import NotFound, Refused
 from cadenza.store.records import ResourceRecord
@@ -50,9 +52,13 @@ class ResourceView:
     egress_region: str | None
     route: str | None
     last_error: str | None
+    proxy: str | None = None
+    """A route's proxy URL, its user-info masked (:func:`cadenza.audit.redact.redact_url`)."""
 
     @classmethod
-    def of(cls, record: ResourceRecord) -> ResourceView:
+    def of(cls, record: ResourceRecord, proxy: str | None = None) -> ResourceView:
+        """The view of ``record``; ``proxy``: the member's proxy URL from the configuration
+        (shown masked)."""
         health = record.health
         cooling = health.cooldown_until if health is not None else None
         return cls(
@@ -63,14 +69,15 @@ class ResourceView:
             cooldown_until=cooling if record.state is ResourceState.COOLDOWN else None,
             holder=record.lease_owner,
             egress_region=None if health is None else health.egress_region,
-            route=record.route_id, last_error=record.last_error)
+            route=record.route_id, last_error=record.last_error,
+            proxy=None if proxy is None else redact_url(proxy))
 
     def as_json(self) -> dict[str, Any]:
         return {"resource_id": self.resource_id, "pool": self.pool, "kind": self.kind,
                 "state": self.state.value, "score": self.score, "latency_ms": self.latency_ms,
                 "cooldown_until": self.cooldown_until, "holder": self.holder,
                 "egress_region": self.egress_region, "route": self.route,
-                "last_error": self.last_error}
+                "proxy": self.proxy, "last_error": self.last_error}
 
 
 @dataclass(frozen=True)
@@ -134,7 +141,14 @@ class ResourceService:
         if pool is not None and pool not in config.settings.pools:
             known = ", ".join(sorted(config.settings.pools)) or "none"
             raise NotFound(f"no pool {pool!r} (pools: {known})")
-        return [ResourceView.of(r) for r in self.services.store().list_resources(pool)]
+        proxies = self._proxies()
+        return [ResourceView.of(r, proxies.get(r.resource_id))
+                for r in self.services.store().list_resources(pool)]
+
+    def _proxies(self) -> dict[str, str]:
+        """Member id -> its proxy URL (routes), from the configuration."""
+        return {m.id: m.proxy for p in self.services.config().settings.pools.values()
+                for m in p.members if m.proxy}
 
     def _record(self, resource_id: str) -> ResourceRecord:
         self._synced()
@@ -154,7 +168,8 @@ class ResourceService:
                                                    newest_first=True)
         history = tuple(HistoryLine(e.created_at, str(e.event_type), e.message, e.actor)
                         for e in events)
-        return ResourceDetail(ResourceView.of(record), health, history)
+        return ResourceDetail(ResourceView.of(record, self._proxies().get(resource_id)),
+                              health, history)
 
     def enable(self, resource_id: str, reason: str | None = None) -> ResourceView:
         """DISABLED (or FAULT) -> AVAILABLE; Refused from any other state."""
@@ -162,7 +177,8 @@ class ResourceService:
         if record.state not in (ResourceState.DISABLED, ResourceState.FAULT):
             raise Refused(f"resource {resource_id} is {record.state.value}: only a DISABLED "
                           "or FAULT member can be enabled")
-        return self._move(resource_id, ResourceState.AVAILABLE, reason or "enabled")
+        return self._move(resource_id, ResourceState.AVAILABLE, reason or "enabled",
+                          fresh=record)
 
     def disable(self, resource_id: str, reason: str | None = None) -> ResourceView:
         """Any state -> DISABLED; Refused when it is DISABLED already."""
@@ -171,17 +187,35 @@ class ResourceService:
             raise Refused(f"resource {resource_id} is DISABLED already")
         return self._move(resource_id, ResourceState.DISABLED, reason or "disabled")
 
-    def _move(self, resource_id: str, to: ResourceState, reason: str) -> ResourceView:
+    def _move(self, resource_id: str, to: ResourceState, reason: str,
+              fresh: ResourceRecord | None = None) -> ResourceView:
+        """Move the member; ``fresh`` (enable: the record as read) also starts its count
+        of consecutive failed health checks again, in the same transaction, so that its
+        old count does not disable it at its next failure."""
+        from cadenza.domain.health import score
+
         store = self.services.store()
         actor = self.services.actor.id
-        if not store.transition_resource(resource_id, to, actor=actor,
-                                         reason=f"{reason} by {actor}"):
+        why = f"{reason} by {actor}"
+        health = fresh.health if fresh is not None else None
+        reset = health is not None and health.consecutive_failures > 0
+        if reset and health is not None:
+            why += f"; consecutive failed health checks reset (were {health.consecutive_failures})"
+        with store.write() as conn:
+            moved = store.transition_resource(resource_id, to, actor=actor, reason=why,
+                                              conn=conn)
+            if moved and reset and health is not None:
+                store.update_resource_health(resource_id, {
+                    "consecutive_failures": 0, "cooldown_until": None,
+                    "score": score(health.latency_ms, 0, health.recent_timeouts)},
+                    conn=conn)
+        if not moved:
             now = store.get_resource(resource_id)
             state = now.state.value if now is not None else "gone"
             raise Refused(f"resource {resource_id} changed meanwhile (now {state}); try again")
         record = store.get_resource(resource_id)
         assert record is not None
-        return ResourceView.of(record)
+        return ResourceView.of(record, self._proxies().get(resource_id))
 
     def probes(self, per_member: int = 12, resource_id: str | None = None,
                scan: int = 2000) -> Probes:

@@ -194,7 +194,8 @@ class Resources(Protocol):
         """One resource with its health."""
         ...
 
-    def list_resources(self, pool: str | None = ...) -> list[ResourceRecord]:
+    def list_resources(self, pool: str | None = ..., *,
+                       state: ResourceState | None = ...) -> list[ResourceRecord]:
         """Resources (of one pool, or all) with their health."""
         ...
 

@@ -255,11 +255,15 @@ class ResourcesRepository(Transitions):
             ).first()
         return None if row is None else ResourceRecord.from_row(row)
 
-    def list_resources(self, pool: str | None = None) -> list[ResourceRecord]:
-        """Resources (of one pool, or all), by pool then id, with their health."""
+    def list_resources(self, pool: str | None = None, *,
+                       state: ResourceState | None = None) -> list[ResourceRecord]:
+        """Resources (of one pool, or all; in ``state``, or any), by pool then id, with
+        their health."""
         query = self._resource_query()
         if pool is not None:
             query = query.where(resources.c.pool == pool)
+        if state is not None:
+            query = query.where(resources.c.state == ResourceState(state).value)
         with self.read() as c:
             rows = c.execute(query.order_by(resources.c.pool, resources.c.resource_id)).all()
         return [ResourceRecord.from_row(row) for row in rows]

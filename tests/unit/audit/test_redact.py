@@ -462,3 +462,19 @@ def test_no_encoding_of_a_secret_survives(
     out = Redactor([secret]).redact_text(before + embedded + after)
     for name, encoded in _encodings(secret).items():
         assert encoded not in out, f"{name} form of the secret survived {form}: {out!r}"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("http://user:pass@127.0.0.1:3128", "http://***@127.0.0.1:3128"),
+    ("socks5://u:p@host:1080", "socks5://***@host:1080"),
+    ("socks5h://only-user@host:1080/", "socks5h://***@host:1080/"),
+    ("http://u:p%40ss@h:3128", "http://***@h:3128"),
+    ("http://127.0.0.1:3128", "http://127.0.0.1:3128"),
+    ("proxy http://a:b@h:1 and https://c:d@k:2 refused",
+     "proxy http://***@h:1 and https://***@k:2 refused"),
+])
+def test_redact_url_is_the_redactors_mask_of_a_url(url: str, shown: str) -> None:
+    from cadenza.audit import redact_url
+
+    assert redact_url(url) == shown
+    assert Redactor([]).redact_text(url) == shown

@@ -5,7 +5,9 @@ finds no Probe/Enable/Disable, an admin creates a token and sees it once; screen
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -180,4 +182,67 @@ def test_admin_sends_a_test_message_through_a_channel(ops: UI, page: Any,
     # the log below is swapped anew with the delivery
     page.wait_for_selector("#deliveries table")
     assert "ops@example.org" in page.locator("#deliveries").inner_text()
+    # ... and dressed as the page was: times in the browser's zone with UTC on hover, not
+    # the server's UTC text the swap brought
+    when = page.locator("#deliveries time").first
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#deliveries time')].every(t => t.title)")
+    assert not when.inner_text().endswith("UTC"), when.inner_text()
+    assert when.get_attribute("title").endswith(" UTC")
+    assert page.locator("#channels table").count() == 1  # the swap left the layout alone
+    assert page.locator("#test-result table, #test-result #deliveries").count() == 0
     shot(page, "notifications", tmp_path)
+
+
+ISO_LOCAL = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)?$")
+HOVER = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \(Asia/Tokyo\) — "
+                   r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC$")
+
+
+def test_times_and_charts_in_one_style(ops: UI, browser: Any) -> None:
+    """Every time in the browser's zone (here +09:00), 24-hour and ISO-like, with UTC on
+    hover; the charts' time axes too, their legends numbers (never --), success green."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  timezone_id="Asia/Tokyo", locale="en-US")
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        login(page, ops, "ada", next_path="/audit")
+        first = page.locator("table.audit time").first
+        shown = first.get_attribute("title")
+        match = HOVER.match(shown)
+        assert match, shown
+        local, utc = (datetime.fromisoformat(t) for t in match.groups())
+        assert local - utc == timedelta(hours=9)
+        page.goto(f"{ops.base}/runs")
+        run = page.locator("table.runs-table a[href^='/runs/']").first.get_attribute("href")
+        page.goto(f"{ops.base}{run}")
+        started = page.locator(".run-started time")
+        assert ISO_LOCAL.match(started.inner_text()), started.inner_text()
+        assert HOVER.match(started.get_attribute("title"))
+        page.goto(f"{ops.base}/dashboard")
+        page.wait_for_selector(".chart .uplot")
+        for chart in page.locator(".chart[data-chart]").all():
+            labels = chart.get_attribute("data-x-labels")
+            assert labels and re.search(r"\b\d\d:\d\d\b", labels), labels
+            assert not re.search(r"(?i)\d\s*[ap]\.?m\b", labels), labels
+            assert all(re.fullmatch(r"\d\d:\d\d( \d{4}-\d\d-\d\d)?", label)
+                       for label in labels.split(" | ")), labels
+        legend = page.locator(".chart .u-legend").first.inner_text()
+        assert "--" not in legend, legend
+        # hovering the chart shows its time and its numbers
+        box = page.locator(".chart .u-over").first.bounding_box()
+        page.mouse.move(box["x"] + box["width"] - 3, box["y"] + box["height"] / 2)
+        values = page.locator(".chart .u-legend").first.locator(".u-value").all_inner_texts()
+        assert ISO_LOCAL.match(values[0]), values
+        assert all(re.fullmatch(r"\d+(\.\d+)?", v) for v in values[1:]), values
+        green = page.evaluate("() => { const s = document.createElement('span');"
+                              " s.className = 'state state-succeeded'; document.body.append(s);"
+                              " const c = getComputedStyle(s).color; s.remove(); return c; }")
+        marker = page.locator(".chart .u-legend .u-series", has_text="succeeded").first
+        assert marker.locator(".u-marker").evaluate(
+            "m => getComputedStyle(m).borderColor") == green
+    finally:
+        context.close()
+    assert not errors, errors

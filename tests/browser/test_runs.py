@@ -30,6 +30,16 @@ callable = "ui_runs_tasks:tick"
 isolation = "thread"
 op_kwargs = { upto = 400 }
 
+[jobs.brief]
+description = "Ticks for about four seconds, then succeeds (the live header's test)"
+
+[[jobs.brief.steps]]
+name = "tick"
+type = "python"
+callable = "ui_runs_tasks:tick"
+isolation = "thread"
+op_kwargs = { upto = 40 }
+
 [jobs.flaky]
 description = "Fails every time: one attempt, then NEEDS_REVIEW"
 
@@ -150,12 +160,42 @@ def test_live_lines_then_the_end_refreshes_the_header(ui: UI, page: Any) -> None
     page.locator("#live-tag").wait_for(state="hidden", timeout=30_000)
 
 
+def test_a_running_runs_header_ticks_then_ends_succeeded(ui: UI, page: Any) -> None:
+    login(page, ui, "otto", next_path="/runs")
+    run_id = _start(ui, "brief")
+    eventually(lambda: _state(ui, run_id) == "RUNNING", what="brief to run")
+    page.goto(f"{ui.base}/runs/{run_id}")
+    page.evaluate("() => { window.cadenzaMarker = 1; }")  # no reload from here on
+    head = page.locator("#run-summary .run-head .state")
+    assert head.inner_text().endswith("RUNNING")
+    duration = page.locator("#run-summary .run-duration")
+    first = duration.inner_text()
+    page.wait_for_function("t => document.querySelector('#run-summary .run-duration')"
+                           ".textContent.trim() !== t", arg=first.strip(), timeout=3_000)
+    second = duration.inner_text()
+    assert second != first and second.endswith(" s"), (first, second)
+    assert page.locator("#run-summary .run-finished time").count() == 0  # not ended yet
+    head.filter(has_text="SUCCEEDED").wait_for(timeout=30_000)
+    assert page.evaluate("() => window.cadenzaMarker") == 1
+    finished = page.locator("#run-summary .run-finished time")
+    assert finished.count() == 1 and finished.get_attribute("title").endswith(" UTC")
+    ended = duration.inner_text()  # a finished run's duration stands still
+    page.wait_for_timeout(1_500)
+    assert duration.inner_text() == ended
+    assert duration.get_attribute("data-elapsed") is None
+
+
 def test_cancel_a_running_run_from_its_page(ui: UI, page: Any) -> None:
     login(page, ui, "otto", next_path="/runs")
     run_id = _start(ui, "ticker")
     eventually(lambda: _state(ui, run_id) == "RUNNING", what="the ticker to run")
     page.goto(f"{ui.base}/runs/{run_id}")
-    page.click("button:has-text('Cancel')")
+    # Cancel asks first: the button that cancels is behind "Cancel…", with what is kept
+    assert page.locator("button:has-text('Cancel this run')").is_hidden()
+    page.click("summary:has-text('Cancel')")
+    assert "Kept:" in page.locator(".confirm-cancel").inner_text()
+    assert _state(ui, run_id) == "RUNNING"  # opening it did nothing yet
+    page.click("button:has-text('Cancel this run')")
     page.locator("#run-summary .run-head .state").filter(has_text="CANCELED").wait_for(
         timeout=30_000)
     assert _state(ui, run_id) == "CANCELED"

@@ -136,6 +136,30 @@ def test_run_page_actions_follow_role_and_state(env: ApiEnv) -> None:
     assert viewer.get("/runs/nope").status_code == 404
 
 
+def test_a_running_runs_header_carries_its_elapsed_time_and_cancel_asks(env: ApiEnv) -> None:
+    running, done = _runs(env, 2)
+    assert env.store.transition_run(running, RunState.RUNNING)
+    env.services.clock.advance(75)  # type: ignore[attr-defined]
+    operator = env.session("operator")
+    page = operator.get(f"/runs/{running}").text
+    # the duration the page's script counts on from, each second
+    found = re.search(r'<dd class="run-duration" data-elapsed="([\d.]+)">([^<]+)</dd>', page)
+    assert found and float(found.group(1)) == pytest.approx(75, abs=1), page
+    assert found.group(2) == "75.0 s"
+    assert re.search(r'<dd class="run-started"><time datetime="[^"]+Z" data-seconds>', page)
+    # Cancel asks first: the button that posts sits in a confirmation with what is kept
+    confirm = re.search(r'<details class="confirm-cancel">(.*?)</details>', page, re.S)
+    assert confirm and f'hx-post="/runs/{running}/cancel"' in confirm.group(1)
+    assert "Kept:" in confirm.group(1) and "Cancel this run" in confirm.group(1)
+    assert page.count(f'hx-post="/runs/{running}/cancel"') == 1
+    # an ended run's header stands still: no elapsed time to count on from
+    env.store.transition_run(done, RunState.RUNNING)
+    env.store.transition_run(done, RunState.SUCCEEDED)
+    ended = operator.get(f"/runs/{done}").text
+    assert "data-elapsed" not in ended
+    assert re.search(r'<dd class="run-finished"><time datetime="[^"]+Z" data-seconds>', ended)
+
+
 def test_actions_redirect_and_refuse(env: ApiEnv) -> None:
     queued, review, other = _runs(env, 3)
     _needs_review(env, review)

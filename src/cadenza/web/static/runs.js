@@ -1,7 +1,8 @@
 /* The runs pages' script (no inline script: CSP script-src 'self'). On a run page: the log
    level filter (a data-min attribute the stylesheet reads), the "follow" toggle (keeps the
-   log scrolled to its end as the server-sent lines arrive), and the "live" tag going away
-   when the stream ends. */
+   log scrolled to its end as the server-sent lines arrive), the "live" tag going away
+   when the stream ends, a running run's duration ticking, and the Cancel confirmation kept
+   open across the header's swaps. */
 (function () {
   "use strict";
 
@@ -49,6 +50,40 @@
     }
     toEnd();
   }
+
+  // The header of a running run: its duration (and a running step's) ticks each second
+  // from the server's figure (data-elapsed, seconds when the page or the header was read),
+  // counted on this page's clock so a browser whose clock is off still counts right. The
+  // stream swaps the whole header when the run moves; a finished run's has no data-elapsed.
+  function durationText(s) {
+    if (s < 1) return Math.round(s * 1000) + " ms";
+    if (s < 120) return s.toFixed(1) + " s";
+    if (s < 7200) return Math.floor(s / 60) + " min " + Math.floor(s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+  function tick() {
+    const now = performance.now();
+    document.querySelectorAll("#run-summary [data-elapsed]").forEach(function (el) {
+      if (!el.dataset.base) el.dataset.base = String(now);
+      const s = parseFloat(el.dataset.elapsed) + (now - parseFloat(el.dataset.base)) / 1000;
+      if (!isNaN(s)) el.textContent = durationText(Math.max(0, s));
+    });
+  }
+  setInterval(tick, 1000);
+
+  // "Cancel…" opens a confirmation; a header swapped while it is open keeps it open.
+  let cancelOpen = false;
+  document.addEventListener("toggle", function (e) {
+    if (e.target && e.target.classList && e.target.classList.contains("confirm-cancel")) {
+      cancelOpen = e.target.open;
+    }
+  }, true);
+  document.addEventListener("htmx:load", function (e) {
+    if (!e.target || e.target.id !== "run-summary") return;
+    const box = e.target.querySelector("details.confirm-cancel");
+    if (box && cancelOpen && !box.open) box.open = true;
+    tick();
+  });
 
   document.addEventListener("DOMContentLoaded", wire);
   document.addEventListener("htmx:sseMessage", function () { localTimes(document); toEnd(); });

@@ -144,9 +144,13 @@ def test_kill_9_while_the_parent_waits_resumes_with_the_same_child(tmp_path: Pat
     with store_of(home) as store:
         children = ChildRuns(store).children(parent_id)
         parent = store.get_run(parent_id)
+        calls = [s for s in store.list_step_runs(parent_id) if s.step == "call"]
     assert [c.id for c in children] == [child_id]
     assert children[0].state.value == "SUCCEEDED"
     assert parent is not None and parent.rows == 1
+    # The wait was one attempt of the step, through the crash: it went on and SUCCEEDED.
+    assert [(s.attempt, s.state.value, s.error_class) for s in calls] == [
+        (1, "SUCCEEDED", None)]
 
 
 def test_fifty_parents_on_fifty_children_with_four_workers_complete(tmp_path: Path) -> None:

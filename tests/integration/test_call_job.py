@@ -24,6 +24,7 @@ from cadenza.executor.request import RunRequest
 from cadenza.services import Actor, Services
 from cadenza.store.boundary import Boundary, RunEnd
 from cadenza.store.children import ChildRecord, ChildRuns
+from cadenza.store.stats import run_stats
 
 JOBS = """
 [jobs.child]
@@ -102,6 +103,12 @@ def test_a_parent_waits_without_a_worker_and_succeeds_with_its_child(bench: Benc
     assert record is not None and record.state is RunState.QUEUED
     assert record.trigger == f"call_job:parent@{parent_id}"
     assert record.params == {"n": 7}
+    # The step waits: its one attempt is PENDING with the wait as its reason, not FAILED.
+    (waiting,) = [s for s in bench.store.list_step_runs(parent_id) if s.step == "call"]
+    assert waiting.state is StepState.PENDING and waiting.attempt == 1
+    assert waiting.reason == f"waiting for child run {child.id} (child)"
+    assert waiting.error is None and waiting.error_class is None
+    assert waiting.finished_at is None
 
     assert bench.executor.execute(child.id).state is RunState.SUCCEEDED
     woken = bench.store.get_run(parent_id)
@@ -114,8 +121,11 @@ def test_a_parent_waits_without_a_worker_and_succeeds_with_its_child(bench: Benc
     assert only_child(bench, parent_id).id == child.id  # the resumed parent made no second
     steps = bench.store.list_step_runs(parent_id)
     call = [s for s in steps if s.step == "call"]
-    assert [s.state for s in call] == [StepState.FAILED, StepState.SUCCEEDED]
-    assert call[0].error_class == "deferred"
+    # One attempt that waited, then went on: the same row, SUCCEEDED.
+    assert [(s.id, s.state, s.attempt) for s in call] == [
+        (waiting.id, StepState.SUCCEEDED, 1)]
+    assert call[0].error is None and call[0].error_class is None and call[0].reason is None
+    assert call[0].finished_at is not None
     assert call[-1].output == {"child_run_id": child.id, "job": "child",
                                "state": "SUCCEEDED", "rows": 7}
     assert call[-1].rows == 7
@@ -124,6 +134,11 @@ def test_a_parent_waits_without_a_worker_and_succeeds_with_its_child(bench: Benc
     lines = [m for _, step, m in bench.log(parent_id) if step == "call"]
     assert f"started child run {child.id} of job child" in lines
     assert f"waiting for child run {child.id} (child)" in lines
+    # The wait is neither an error nor a retry in the statistics.
+    numbers = run_stats(bench.store, bench.store.clock.now() - timedelta(days=1))
+    assert numbers.errors_by_class == {} and numbers.retried_attempts == 0
+    events = [e.event_type for e in bench.store.list_events(run_id=parent_id)]
+    assert "STEP_FAILED" not in events and "RETRY_SCHEDULED" not in events
 
 
 def test_a_failed_child_fails_the_parent(bench: Bench) -> None:
@@ -159,6 +174,9 @@ def test_canceling_a_waiting_parent_cancels_its_child(bench: Bench) -> None:
     with alice(bench) as services:
         outcome = services.runs.cancel(parent_id)
     assert outcome.canceled and outcome.state is RunState.CANCELED
+    (call,) = bench.store.list_step_runs(parent_id)  # its attempt that waited ends with it
+    assert call.state is StepState.CANCELED and call.reason == "canceled by alice"
+    assert call.finished_at is not None
     after = bench.store.get_run(child.id)
     assert after is not None and after.state is RunState.CANCELED
     assert after.reason == f"canceled by parent run {parent_id} (canceled by alice)"

@@ -57,10 +57,13 @@ RUN_TRANSITIONS: Mapping[RunState | None, frozenset[RunState]] = {
 S = StepState
 # The step states, in the smallest table that records
 # one row per attempt: a row is created PENDING (or directly RUNNING / SKIPPED) and ends once.
+# RUNNING -> PENDING is a step that waits without a worker (a call_job step waiting for its
+# child run; its reason says so): the same attempt goes on RUNNING when its run is taken
+# again, or ends CANCELED with its run.
 STEP_TRANSITIONS: Mapping[StepState | None, frozenset[StepState]] = {
     None: frozenset({S.PENDING, S.RUNNING, S.SKIPPED}),
     S.PENDING: frozenset({S.RUNNING, S.SKIPPED, S.CANCELED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELED, S.PENDING}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset(),
     S.SKIPPED: frozenset(),

@@ -65,7 +65,8 @@ class StepOutcome:
     until: datetime | None = None
     """A deferral's time (:class:`cadenza.Deferred`'s ``until``, HTTP 429 Retry-After)."""
     wait_reason: str | None = None
-    """The run's ``wait_reason`` a deferral asks for (a call_job waiting for its child)."""
+    """The run's ``wait_reason`` a deferral asks for (a call_job waiting for its child);
+    such an outcome is PENDING, not FAILED: the step waits."""
 
     @property
     def failed(self) -> bool:
@@ -262,7 +263,10 @@ class StepRunner:
         # run end hook reads it (docs/pools.md).
         named = getattr(exc, "resource_id", None)
         output = {"resource_id": named} if isinstance(named, str) else None
-        return StepOutcome(StepState.FAILED, error=error, error_class=error_class,
+        # A wait is PENDING: the tracker keeps the attempt open (or fails it past the
+        # run's timeout); the class still says how to schedule the next try.
+        state = StepState.PENDING if wait_reason is not None else StepState.FAILED
+        return StepOutcome(state, error=error, error_class=error_class,
                            seconds=self.clock.monotonic() - started, error_type=class_name(exc),
                            until=until, wait_reason=wait_reason, output=output)
 

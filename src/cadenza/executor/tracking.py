@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -160,6 +160,9 @@ class RunTracker:
         self.spent = 0
         """Attempts already spent on the step at ``start_index`` (read back at a re-claim)."""
         self.resumed_from: str | None = None
+        self.waited: dict[str, int] = {}
+        """Step name -> id of its PENDING step run: an attempt that waited (a call_job
+        step for its child) and goes on when the step starts again."""
         self.launched: Attempt | None = None
         """The first step, when :meth:`launch` started it before :meth:`go`."""
 
@@ -187,6 +190,10 @@ class RunTracker:
         point = self.store.get_run_checkpoint(self.run.id)
         for row in recorded:
             self.attempts[row.step] = max(self.attempts.get(row.step, 1), row.attempt + 1)
+        for row in recorded:  # in id order: a step's last row is the one that may wait
+            if row.state is StepState.PENDING and row.attempt + 1 == self.attempts[row.step]:
+                self.waited[row.step] = row.id
+                self.attempts[row.step] = row.attempt  # the same attempt goes on
         if point is None or point.next_step is None:
             return  # it never passed its first step: start again from the beginning
         names = [s.name for s in self.job.steps]
@@ -365,6 +372,8 @@ class RunTracker:
                           deadline=self.deadline_at, until=outcome.until, rand=self.rand)
         error = f"step {step.name!r} failed: {outcome.error}"
         self.next_index = None
+        if end.state is StepState.PENDING:  # a wait that cannot go on is the step's failure
+            end = replace(end, state=StepState.FAILED)
         if decision.action is Action.FAIL:
             if decision.why:
                 error = f"step {step.name!r}: {decision.why} (it failed: {outcome.error})"
@@ -381,8 +390,17 @@ class RunTracker:
             return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
                 RunState.NEEDS_REVIEW, self.rows, error, reason, attempt=decision.spent))
         wait = self._wait_text(outcome, decision, policy.attempts)
-        self.log.add("WARNING", f"run QUEUED again: {wait}", step.name)
         assert decision.not_before is not None
+        if outcome.wait_reason is not None:
+            # A wait, not a failure: the attempt is PENDING with the wait as its reason and
+            # goes on when the run is taken again (no error, no retry recorded).
+            self.log.add("INFO", f"run QUEUED, step {step.name!r} waits: {wait}", step.name)
+            waiting = replace(end, state=StepState.PENDING, reason=wait, error=None,
+                              error_class=None, output=None)
+            return self._boundary(step_end=waiting, checkpoint=point, run_end=RunEnd(
+                RunState.QUEUED, self.rows, None, wait, not_before=decision.not_before,
+                wait_reason=wait, attempt=decision.spent))
+        self.log.add("WARNING", f"run QUEUED again: {wait}", step.name)
         self.log.event(EventSpec(
             EventType.RETRY_SCHEDULED, f"step {step.name}: {wait}", "WARNING", {
                 "step": step.name, "class": outcome.error_class,
@@ -391,9 +409,7 @@ class RunTracker:
                 "delay_s": round(decision.delay, 3),
                 "next_try": decision.not_before.isoformat()}))
         return self._boundary(step_end=end, checkpoint=point, run_end=RunEnd(
-            # A call_job parent waiting for its child has no error to show, only its wait.
-            RunState.QUEUED, self.rows, None if outcome.wait_reason else error, wait,
-            not_before=decision.not_before,
+            RunState.QUEUED, self.rows, error, wait, not_before=decision.not_before,
             wait_reason=wait, attempt=decision.spent))
 
     def _wait_text(self, outcome: StepOutcome, decision: Decision, attempts: int) -> str:
@@ -421,7 +437,8 @@ class RunTracker:
                 self.log.add("INFO", "skipped: disabled", step.name)
                 self.observer.step_skipped(step.name, DISABLED)
                 continue
-            starts.append(StepStart(step.name, step.type, self._attempt(step.name)))
+            starts.append(StepStart(step.name, step.type, self._attempt(step.name),
+                                    resumes=self.waited.pop(step.name, None)))
             return starts, k
         return starts, None
 

@@ -93,12 +93,24 @@ END_STEP = _update(
     ("id", "state", "reason", "rows", "output", "error", "error_class"), 2,
     "UPDATE step_runs SET state = v.column2, reason = v.column3, rows = v.column4,"
     " output_json = v.column5, error = v.column6, error_class = v.column7,"
-    " updated_at = ?, finished_at = ? FROM (VALUES {values}) AS v"
+    " updated_at = ?, finished_at = CASE WHEN v.column2 = 'PENDING' THEN NULL ELSE ? END"
+    " FROM (VALUES {values}) AS v"
     " WHERE step_runs.id = v.column1 AND step_runs.state = 'RUNNING'",
-    "UPDATE step_runs SET state = :state, updated_at = :now, finished_at = :now,"
+    "UPDATE step_runs SET state = :state, updated_at = :now,"
+    " finished_at = CASE WHEN CAST(:state AS VARCHAR) = 'PENDING' THEN NULL"
+    " ELSE CAST(:now AS TIMESTAMPTZ) END,"
     " reason = :reason, rows = :rows, output_json = :output, error = :error,"
     " error_class = :error_class WHERE id = :id AND state = 'RUNNING'")
-"""A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded."""
+"""A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded, or
+RUNNING -> PENDING for an attempt that waits (finished_at stays empty)."""
+RESUME_STEP = _update(
+    ("id",), 1,
+    "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = ?"
+    " FROM (VALUES {values}) AS v WHERE step_runs.id = v.column1"
+    " AND step_runs.state = 'PENDING'",
+    "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = :now"
+    " WHERE id = :id AND state = 'PENDING'")
+"""An attempt that waited goes on: PENDING -> RUNNING (its started_at kept)."""
 RUN_PARAMS = _update(
     ("id", "epoch", "params"), 1,
     "UPDATE runs SET params_json = v.column3, updated_at = ? FROM (VALUES {values}) AS v"
@@ -462,25 +474,35 @@ class BoundaryWriter(StoreCore):
         """Insert every step start of the batch at once (see :func:`_insert`)."""
         rows: list[tuple[Any, ...]] = []
         owners: list[tuple[int, tuple[str, str, int]]] = []
+        resumed: list[dict[str, Any]] = []
         for b in live:
             new_ids[id(b)] = []
             for start in b.starts:
+                if start.resumes is not None:
+                    resumed.append({"id": start.resumes, "now": stamp})
+                    continue
                 running = start.state is StepState.RUNNING
                 rows.append((b.run_id, start.step, start.step_type, start.attempt,
                              start.state.value, self._redact_text(start.reason), stamp,
                              stamp if running else None, None if running else stamp, stamp))
                 owners.append((id(b), (b.run_id, start.step, start.attempt)))
-        if not rows:
-            return
-        returned = insert_rows(cursor, d, "step_runs", STEP_COLUMNS, rows,
-                           returning="id, run_id, step, attempt")
-        # RETURNING gives no order guarantee: match the rows by their unique key.
-        created = {(run_id, step, attempt): int(step_run_id)
-                   for step_run_id, run_id, step, attempt in returned}
-        if len(created) != len(rows):
-            raise StoreError("the database returned fewer ids than step runs inserted")
-        for owner, key in owners:
-            new_ids[owner].append(created[key])
+        update_rows(cursor, d, RESUME_STEP, resumed, stamp, "step resume")
+        created: dict[tuple[str, str, int], int] = {}
+        if rows:
+            returned = insert_rows(cursor, d, "step_runs", STEP_COLUMNS, rows,
+                                   returning="id, run_id, step, attempt")
+            # RETURNING gives no order guarantee: match the rows by their unique key.
+            created = {(run_id, step, attempt): int(step_run_id)
+                       for step_run_id, run_id, step, attempt in returned}
+            if len(created) != len(rows):
+                raise StoreError("the database returned fewer ids than step runs inserted")
+        mine = iter(owners)
+        for b in live:
+            for start in b.starts:
+                if start.resumes is not None:
+                    new_ids[id(b)].append(start.resumes)
+                else:
+                    new_ids[id(b)].append(created[next(mine)[1]])
 
     def _checkpoint(self, cursor: Any, d: Dialect, marked: list[Boundary], stamp: Any) -> None:
         """Upsert the checkpoints of ``marked`` (one row per run: the last one wins)."""
@@ -539,12 +561,14 @@ class BoundaryWriter(StoreCore):
         for start, step_run_id in zip(b.starts, created, strict=True):
             kind, level = _step_event(start.state)
             reason = self._redact_text(start.reason)
+            before = None if start.resumes is None else StepState.PENDING
             rows.append(event_row(
-                kind, f"step {start.step} (attempt {start.attempt}) {start.state}"
+                kind, f"step {start.step} (attempt {start.attempt}) "
+                + (f"{before} -> " if before else "") + f"{start.state}"
                 + (f": {reason}" if reason else ""), b.run_id, level,
                 {"step_run_id": step_run_id, "step": start.step, "step_type": start.step_type,
-                 "attempt": start.attempt, "from": None, "to": start.state.value,
-                 "reason": reason}, b.actor, stamp))
+                 "attempt": start.attempt, "from": before.value if before else None,
+                 "to": start.state.value, "reason": reason}, b.actor, stamp))
         if b.run_end is not None:
             rows.extend(self._run_end_events(b, b.run_end, job_id, started, now, stamp))
         return rows
@@ -599,6 +623,8 @@ def _check_targets(boundary: Boundary) -> None:
     if end is not None and not is_allowed(STEP_TRANSITIONS, StepState.RUNNING, end.state):
         raise InvalidTransition("step_run", StepState.RUNNING, end.state)
     for start in boundary.starts:
+        if start.resumes is not None and start.state is not StepState.RUNNING:
+            raise InvalidTransition("step_run", StepState.PENDING, start.state)
         if start.state not in (StepState.RUNNING, StepState.SKIPPED):
             raise InvalidTransition("step_run", None, start.state)
     run_end = boundary.run_end

@@ -57,18 +57,23 @@ class EventSpec:
 @dataclass(frozen=True, slots=True)
 class StepStart:
     """A step run row to create: RUNNING (the step starts now) or SKIPPED with a reason
-    (disabled | earlier step failed | canceled)."""
+    (disabled | earlier step failed | canceled). With ``resumes``, no row is created: the
+    PENDING row of that id (an attempt that waited, e.g. a call_job step for its child)
+    goes on RUNNING."""
 
     step: str
     step_type: str
     attempt: int = 1
     state: StepState = StepState.RUNNING
     reason: str | None = None
+    resumes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StepEnd:
-    """The end of a RUNNING step run: SUCCEEDED, FAILED or CANCELED, with what it recorded."""
+    """The end of a RUNNING step run: SUCCEEDED, FAILED or CANCELED, with what it recorded;
+    or PENDING (with the wait in ``reason``): the attempt waits, its run goes back to QUEUED,
+    and it goes on when the run is taken again (:attr:`StepStart.resumes`)."""
 
     step_run_id: int
     step: str

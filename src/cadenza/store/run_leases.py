@@ -218,7 +218,8 @@ class RunLeasesRepository(LeaseClock):
     def request_cancel(self, run_id: str, by: str, *,
                        conn: sa.Connection | None = None) -> CancelResult:
         """``runs cancel``: QUEUED -> CANCELED now (reason ``canceled by <by>``; the
-        RUN_STATE_CHANGED and RUN_FINISHED events), or for a RUNNING run set
+        RUN_STATE_CHANGED and RUN_FINISHED events; a step run that waited, PENDING, ends
+        CANCELED with it), or for a RUNNING run set
         ``cancel_requested_by`` / ``cancel_requested_at`` (kept when already set) and write a
         CANCEL_REQUESTED event: its holder stops it and ends it CANCELED. Any other state
         changes nothing (``message`` says why). Raises :class:`StoreError` for no such run."""
@@ -234,6 +235,7 @@ class RunLeasesRepository(LeaseClock):
                     store = cast("RunsRepository", self)  # combined in Store
                     if store.transition_run(run_id, RunState.CANCELED, actor=by,
                                             reason=reason, conn=c):
+                        self._cancel_waiting_steps(c, run_id, reason, by)
                         return CancelResult(run_id, RunState.CANCELED, canceled=True,
                                             message=f"run {run_id} CANCELED ({reason})")
                     continue
@@ -263,6 +265,19 @@ class RunLeasesRepository(LeaseClock):
                                     message=f"run {run_id} is {state.value}: nothing to "
                                             f"cancel{hint}")
         raise StoreError(f"run {run_id}: its state kept changing; try again")
+
+    def _cancel_waiting_steps(self, conn: sa.Connection, run_id: str, reason: str,
+                              by: str) -> None:
+        """The PENDING step runs of a run canceled while QUEUED (an attempt that waited,
+        e.g. a call_job step for its child) end CANCELED with it."""
+        steps = cast("StepRunsRepository", self)  # combined in Store
+        waiting = conn.execute(
+            sa.select(step_runs.c.id)
+            .where(step_runs.c.run_id == run_id, step_runs.c.state == StepState.PENDING.value)
+            .order_by(step_runs.c.id)).scalars().all()
+        for step_run_id in waiting:
+            steps.transition_step_run(step_run_id, StepState.CANCELED, reason=reason,
+                                      actor=by, conn=conn)
 
     def reap_expired_run_leases(
         self,

@@ -10,13 +10,14 @@ A definition says what a job means, not how jobs.toml spells it: a default the f
 out is shown, ``key = "id"`` is shown as ``["id"]``, a secret is shown redacted. So that an
 editor saving what it loaded changes nothing, :func:`keep_written` gives back, for each key
 whose value shows the same as the file's, the value as the file writes it (and leaves out
-a default the file leaves out); only what changed is written as sent. Steps are matched
-by name, tables key by key.
+a default the file leaves out); only what changed is written as sent (a date the file
+wrote as a TOML date stays one). Steps are matched by name, tables key by key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import date, datetime, time
 from typing import Any
 
 from pydantic import ValidationError
@@ -82,8 +83,22 @@ def keep_written(written: Mapping[str, Any], shown: Mapping[str, Any] | None,
                 and isinstance(before, Mapping) and isinstance(after, Mapping):
             out[key] = keep_written(old, before, value, after)
         else:
-            out[key] = value
+            out[key] = _as_written_type(old, value)
     return out
+
+
+def _as_written_type(old: object, value: Any) -> Any:
+    """``value``, a date or time again when the file wrote one and the definition (JSON,
+    which has none) sends its ISO text: a date parameter stays a date."""
+    if not isinstance(value, str):
+        return value
+    for kind in (datetime, date, time):  # datetime first: it is also a date
+        if isinstance(old, kind):
+            try:
+                return kind.fromisoformat(value)
+            except ValueError:
+                return value
+    return value
 
 
 def _keep_steps(written: Sequence[Mapping[str, Any]], shown: Sequence[Mapping[str, Any]],

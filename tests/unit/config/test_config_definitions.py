@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,15 @@ def test_an_invalid_definition_is_written_as_sent() -> None:
     written = job({"name": "count", "type": "python", "callable": "t:count"})
     sent = job({"name": "count", "type": "python"}, timeout="1h")
     assert save(written, sent) == sent  # the configuration check says what is wrong
+
+
+def test_a_changed_date_parameter_stays_a_date() -> None:
+    written = job({"name": "count", "type": "python", "callable": "t:count"},
+                  params={"since": date(2027, 3, 1), "at": datetime(2027, 3, 1, 6, 0),
+                          "label": "2027-03-01"})
+    sent = table_definition("j", written)
+    assert sent is not None and sent["params"]["since"] == "2027-03-01"
+    sent["params"] = {"since": "2027-04-01", "at": "2027-04-01T07:30:00",
+                      "label": "2027-04-01"}
+    assert save(written, sent)["params"] == {
+        "since": date(2027, 4, 1), "at": datetime(2027, 4, 1, 7, 30), "label": "2027-04-01"}

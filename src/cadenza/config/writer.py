@@ -110,9 +110,12 @@ def write_document(path: Path, content: str | TOMLDocument, *, base_hash: str | 
 
 
 def _encode(text: str, current: bytes | None) -> bytes:
-    """``text`` as bytes in the style of the current file (CRLF, byte order mark)."""
+    """``text`` as bytes in the style of the current file (CRLF, byte order mark): the
+    lines an edit adds (``\n``) or a browser posts (``\r\n``) end like the file's."""
     if current is not None and b"\r\n" in current:
         text = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    elif current is not None:
+        text = text.replace("\r\n", "\n")
     if current is not None and current.startswith(BOM.encode()) and not text.startswith(BOM):
         text = BOM + text
     return text.encode("utf-8")

@@ -36,8 +36,15 @@ def types(**kwargs):
 
 JOBS = """
 
-[jobs.typed]
-params = { n = 1, ratio = 0.5, flag = false, day = 2027-01-31, at = 2027-01-31T08:00:00, tags = ["a"], opts = { k = 1 }, label = "x" }
+[jobs.typed.params]
+n = 1
+ratio = 0.5
+flag = false
+day = 2027-01-31
+at = 2027-01-31T08:00:00
+tags = ["a"]
+opts = { k = 1 }
+label = "x"
 
 [jobs.typed.presets.big]
 params = { n = 1000, ratio = 2 }

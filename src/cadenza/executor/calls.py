@@ -14,11 +14,12 @@ One attempt of a ``call_job`` step (:meth:`ChildCalls.call`):
    it (fatal); CANCELED cancels the parent run (its step CANCELED, the run CANCELED
    "canceled by child run ...");
 4. the child has not ended: :class:`WaitingForChild`, a deferral until the run's deadline
-   with the wait reason ``waiting for child run <id> (<job>)``: the run goes back to QUEUED
-   and frees its worker, spending no attempt; the child's end makes it due at once (the run
-   end hook of :mod:`cadenza.store.children`), and the next attempt comes back here and
-   finds the child ended. Past the run's deadline the run fails with "run timeout", like any
-   deferral.
+   with the wait reason ``waiting for child run <id> (<job>)``: the step's attempt is left
+   PENDING with that reason (a wait, not a failure), the run goes back to QUEUED and frees
+   its worker, spending no attempt; the child's end makes it due at once (the run end hook
+   of :mod:`cadenza.store.children`), and the same attempt goes on (PENDING -> RUNNING),
+   comes back here and finds the child ended. Past the run's deadline the run fails with
+   "run timeout", like any deferral.
 """
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ Failures (docs/retries.md). A failed step's class decides, through
   (nothing sleeps here). Deferrals and resource faults spend no attempt; a next try past
   the run's timeout fails the run ("run timeout");
 * retryable with the attempts spent: NEEDS_REVIEW, until ``cadenza runs resume`` or
-  ``abandon``.
+  ``abandon``;
+* a wait (a deferral with a ``wait_reason``: a call_job step whose child has not ended) is
+  not a failure: the run goes back to QUEUED as for a deferral, but the step's attempt is
+  left PENDING with the wait as its reason (no error, no RETRY_SCHEDULED event), and the
+  next claim goes on with that same attempt (:attr:`RunTracker.waited`).
 
 Checkpoints. Every boundary after a step records the run's checkpoint (next step, outputs so
 far) with it. A claim of a run that was claimed before (``lease_epoch > 1``: retried,

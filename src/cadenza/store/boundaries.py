@@ -14,7 +14,8 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
 2. step ends (:data:`END_STEP`); the step lease hook (:class:`StepLeaseHook`: the pools
    return what the step that ended held and take what the next step needs; a run whose
    step cannot have it goes back to QUEUED in this boundary instead of starting it);
-   step starts as INSERTs, the run's parameters
+   step starts as INSERTs (an attempt that waited goes on: PENDING -> RUNNING,
+   :data:`RESUME_STEP`), the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
 3. the run end hooks (:meth:`BoundaryWriter.add_run_end_hook`), in the order added, with the runs
@@ -350,8 +351,10 @@ class BoundaryWriter(StoreCore):
         QUEUED instead (``wait_reason`` and a WARNING log line say why; no attempt spent;
         the checkpoint, if any, still names that step).
         Columns changed: a step end sets state, reason, rows, output_json (redacted), error
-        (redacted), error_class, finished_at, updated_at; a step start inserts a row (RUNNING
-        sets started_at, SKIPPED sets finished_at); ``params`` replaces params_json; a run end
+        (redacted), error_class, finished_at (not for PENDING: the attempt waits),
+        updated_at; a step start inserts a row (RUNNING sets started_at, SKIPPED sets
+        finished_at), or with ``resumes`` sets that PENDING row RUNNING again; ``params``
+        replaces params_json; a run end
         sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
         not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
         then :attr:`run_end_hooks` are called with the runs that ended. Events, in this order

@@ -86,7 +86,8 @@
   // the browser's zone, 24-hour dates on the time axis and in the legend (never
   // 12/4/26 8:14pm), numbers as numbers (never a legend of --), no legend for a single
   // series, and a series named for a run state in that state's colour (the badges' CSS
-  // variables: succeeded is green here as everywhere). The x axis's last labels are kept in
+  // variables: succeeded is green here as everywhere). The legend's time goes without
+  // uPlot's English "Time" label (cadenza.css hides it). The x axis's last labels are kept in
   // data-x-labels (what the axis shows, for tests and for reading the chart as text).
   const palette = ["--s-running", "--s-needs-review", "--s-canceled", "--s-missed", "--s-queued"];
   function cssVar(name) {
@@ -110,7 +111,9 @@
     const labels = splits.map(function (ts) {
       if (ts == null) return "";
       if (days || incr >= 86400) return timeLabel(ts, days, false);
-      const text = timeLabel(ts, false), day = text.slice(0, 10), clock = text.slice(11);
+      // seconds when the ticks are less than a minute apart (runs started seconds apart)
+      const text = localText(new Date(ts * 1000), incr < 60);
+      const day = text.slice(0, 10), clock = text.slice(11);
       const label = day !== lastDay ? clock + "\n" + day : clock;
       lastDay = day;
       return label;
@@ -130,8 +133,7 @@
       const opts = {
         width: Math.max(280, el.clientWidth || 600), height: 180,
         legend: { show: many },
-        series: [{ label: "",
-                   value: function (u, ts) { return ts == null ? "" : timeLabel(ts, days); } }]
+        series: [{ value: function (u, ts) { return ts == null ? "" : timeLabel(ts, days); } }]
           .concat(spec.series.map(function (s, i) {
             const color = seriesColor(s, i);
             return { label: s.label, stroke: color, width: 1.5,

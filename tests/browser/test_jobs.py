@@ -84,17 +84,33 @@ def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Pat
     assert run["params"]["period"] == "2026-09"
 
 
+def _commented_hello(text: str) -> str:
+    """jobs.toml with comments above, beside and inside [jobs.hello]."""
+    head, hello = text.split("\n[jobs.hello]\n", 1)
+    hello = hello.replace(TAGS, 'tags = ["demo"]  # shown as a chip\n', 1)
+    return f"{head}\n# the smallest job, no schedule\n[jobs.hello]  # a python step\n{hello}"
+
+
+TAGS = 'tags = ["demo"]\n'
+
+
 def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any, tmp_path: Path) -> None:
-    login(page, ui, "eddie")
     jobs_toml = ui.home / "jobs.toml"
+    before = _commented_hello(jobs_toml.read_text(encoding="utf-8"))
+    jobs_toml.write_text(before, encoding="utf-8")
+    chip = 'tags = ["demo"]  # shown as a chip\n'
+    login(page, ui, "eddie")
     switch = page.locator("#switch-hello")
     assert switch.get_attribute("aria-checked") == "true"
     switch.click()
     page.locator("#switch-hello[aria-checked=false]").wait_for()
-    assert "enabled = false" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
+    # one line added after the job's last key; every comment and other line as it was
+    off = before.replace(chip, chip + "enabled = false\n", 1)
+    assert jobs_toml.read_text(encoding="utf-8") == off
     page.locator("#switch-hello").click()
     page.locator("#switch-hello[aria-checked=true]").wait_for()
-    assert "enabled = true" in jobs_toml.read_text(encoding="utf-8").split("[jobs.hello]")[1]
+    assert jobs_toml.read_text(encoding="utf-8") == \
+        off.replace("enabled = false\n", "enabled = true\n", 1)
     page.reload()
     page.locator("#job-sales-load .strip a").first.wait_for()
     shot(page, "jobs", tmp_path)

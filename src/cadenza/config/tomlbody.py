@@ -163,6 +163,14 @@ def trailing_comments(tail: list[Item]) -> list[Item]:
     return taken
 
 
+def blank_out(comments: Sequence[Item]) -> None:
+    """Make comment lines render as nothing: tomlkit has no public way to remove a comment
+    from a document's root, which is edited in place."""
+    for item in comments:
+        trivia = item.trivia
+        trivia.indent = trivia.comment_ws = trivia.comment = trivia.trail = ""
+
+
 # -- lines ----------------------------------------------------------------------------------
 def last_line(body: Sequence[Entry]) -> Item | None:
     """The item that renders the last line of ``body`` (None for an empty body)."""

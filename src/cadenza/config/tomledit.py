@@ -28,6 +28,7 @@ import tomlkit
 from tomlkit.items import (
     AoT,
     Array,
+    Comment,
     InlineTable,
     Item,
     Key,
@@ -114,12 +115,22 @@ def _delete(doc: TOMLDocument, job_id: str) -> None:
         tb.trailing_comments(kept)  # the comment block just above the deleted header
         holder = tb.item_with_tail(held, tb.collapse([*kept, *tail], last=last))
         body[previous] = (body[previous][0], held if holder is None else holder)
-    elif not last:
+    else:  # the first job: the comment block just above it is in [jobs] or the root
+        start = index
+        while start and body[start - 1][0] is None and isinstance(body[start - 1][1], Comment):
+            start -= 1
+        del body[start:index]
+        index = start
+        if jobs.is_super_table():
+            root = tb.entries(doc)
+            above = [item for _, item in root[:next(i for i, (k, _) in enumerate(root)
+                                                    if k is not None and k == key)]]
+            tb.blank_out(tb.trailing_comments(above))
         while tail and isinstance(tail[0], Whitespace):
             tail.pop(0)  # what comes before the deleted job already ends with its separator
-        if jobs.is_super_table():
+        if not last and jobs.is_super_table():
             before = tail  # the next job's header is the first line of the jobs table
-        else:
+        elif not last:
             body[index:index] = [(None, item) for item in tail]
     tb.replace_in_root(doc, key, tb.table_with(jobs, body), before=before)
 

@@ -87,11 +87,8 @@ def test_run_with_parameters_and_save_as_preset(ui: UI, page: Any, tmp_path: Pat
 def _commented_hello(text: str) -> str:
     """jobs.toml with comments above, beside and inside [jobs.hello]."""
     head, hello = text.split("\n[jobs.hello]\n", 1)
-    hello = hello.replace(TAGS, 'tags = ["demo"]  # shown as a chip\n', 1)
+    hello = hello.replace('tags = ["demo"]\n', 'tags = ["demo"]  # shown as a chip\n', 1)
     return f"{head}\n# the smallest job, no schedule\n[jobs.hello]  # a python step\n{hello}"
-
-
-TAGS = 'tags = ["demo"]\n'
 
 
 def test_the_enable_switch_writes_jobs_toml(ui: UI, page: Any, tmp_path: Path) -> None:

@@ -240,10 +240,9 @@ def _merged(current: Item, value: Any, key: str, level: str) -> Item | None:
 
 
 def _merge_table(table: Table, values: Mapping[str, Any], level: str) -> Table:
-    body = tb.entries(table)
-    if not tb.unique_keys(body):
-        return tb.table_with(table, tb.entries(_table(values, level)))
-    head, tail = tb.split_tail(body)
+    head, tail = tb.split_tail(tb.entries(table))
+    if not tb.unique_keys(head):  # a table split in parts: written anew, in one
+        return tb.table_with(table, tb.with_tail(tb.entries(_table(values, level)), tail))
     out: list[tb.Entry] = []
     kept: set[str] = set()
     for key, item in head:

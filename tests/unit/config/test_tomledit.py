@@ -264,6 +264,14 @@ def test_a_job_written_with_dotted_keys_is_edited_or_refused_never_garbled() -> 
         assert tomllib.loads(doc.as_string()) == {"jobs": {"x": {"a": 1, "b": 2}}}
 
 
+def test_a_job_whose_tables_are_split_apart_is_written_in_one_piece() -> None:
+    text = ("[jobs.a]\nx = 1\n\n[jobs.a.presets.p]\ns = 1\n\n[jobs.a.retry]\nattempts = 2\n\n"
+            "[jobs.a.presets.q]\ns = 2\n\n# about b\n[jobs.b]\ny = 1\n")
+    assert _edited("a", lambda t: t.update(x=2), text) == (
+        "[jobs.a]\nx = 2\n\n[jobs.a.presets.p]\ns = 1\n\n[jobs.a.presets.q]\ns = 2\n\n"
+        "[jobs.a.retry]\nattempts = 2\n\n# about b\n[jobs.b]\ny = 1\n")
+
+
 # -- the file ----------------------------------------------------------------------------------
 def test_a_crlf_file_stays_crlf_byte_for_byte(home: Path) -> None:
     path = home / "jobs.toml"

@@ -110,3 +110,21 @@ def test_catalogue_and_next_fires(services: Services) -> None:
     assert now.fires == ()
     with pytest.raises(InvalidRequest, match="--from: expected an ISO time"):
         services.jobs.next_fires("sales-load", 1, "soon")
+
+
+def test_editing_one_job_leaves_another_jobs_dates_spaced_as_written(
+        services: Services) -> None:
+    """tomlkit renders ``{ since = 2027-03-01 }`` as ``{ since = 2027-03-01}``; an edit of
+    another job must not rewrite that line (nor the raw tab show it rewritten)."""
+    jobs_file = services.home.jobs_file
+    dated = ('\n[jobs.dated]\nparams = { since = 2027-03-01 , n = 1 }\n'
+             '[[jobs.dated.steps]]\nname = "count"\ntype = "python"\n'
+             'callable = "demo_tasks:count"\n')
+    jobs_file.write_text(jobs_file.read_text(encoding="utf-8") + dated, encoding="utf-8")
+    jobs = JobService(services)
+    before = jobs.document()
+    assert before.text == jobs_file.read_text(encoding="utf-8")
+    jobs.create("twice", NEW_JOB, before.hash)
+    after = jobs_file.read_text(encoding="utf-8")
+    assert after.startswith(before.text.rstrip("\n"))
+    assert "params = { since = 2027-03-01 , n = 1 }\n" in after

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+import tomlkit
 from tomlkit.container import Container
+from tomlkit.exceptions import ParseError
 from tomlkit.items import AoT, Comment, InlineTable, Item, Key, Null, Table, Trivia, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
@@ -224,3 +226,33 @@ def replace_in_root(doc: TOMLDocument, key: Key, item: Item,
             doc.append(k, value)
     finally:
         doc.parsing(False)
+
+
+def kept_spacing(original: str, edited: str) -> str:
+    """``edited`` (a document parsed from ``original``, changed, then rendered) with the
+    lines that tomlkit rewrote without being asked given back as ``original`` had them.
+
+    tomlkit (0.13.3 to 0.15.3 checked) drops the blank after a date, a time or a datetime
+    inside an inline table or an array when it renders a document it parsed:
+    ``{ since = 2027-03-01 }`` comes back as ``{ since = 2027-03-01}``, on every line of the
+    file, edited or not. A line of ``edited`` that is such a rewriting of a line of
+    ``original`` (the same characters but for blanks) is replaced by the original line; the
+    two mean the same TOML, so nothing but the spacing changes.
+    """
+    try:
+        rendered = tomlkit.parse(original).as_string()
+    except ParseError:
+        return edited
+    if rendered == original:
+        return edited
+    before = original.splitlines(keepends=True)
+    after = rendered.splitlines(keepends=True)
+    if len(before) != len(after):
+        return edited
+    restore: dict[str, str] = {}
+    for was, now in zip(before, after, strict=True):
+        if was != now and "".join(was.split()) == "".join(now.split()):
+            restore.setdefault(now, was)
+    if not restore:
+        return edited
+    return "".join(restore.get(line, line) for line in edited.splitlines(keepends=True))

@@ -32,6 +32,7 @@ from tomlkit.toml_document import TOMLDocument
 from cadenza.clock import Clock, SystemClock
 from cadenza.config.problems import Problem, has_errors
 from cadenza.config.reader import BOM, decode
+from cadenza.config.tomlbody import kept_spacing
 from cadenza.config.tomledit import delete_job, set_job, set_preset
 from cadenza.domain.errors import ConfigError, StaleConfigError
 
@@ -91,7 +92,7 @@ def write_document(path: Path, content: str | TOMLDocument, *, base_hash: str | 
     the retries of a replace that Windows refuses while another program holds the file.
     """
     path = Path(path)
-    text = content if isinstance(content, str) else content.as_string()
+    text = content if isinstance(content, str) else rendered(path, content)
     if validate is not None:
         problems = validate(text)
         if has_errors(problems):
@@ -107,6 +108,18 @@ def write_document(path: Path, content: str | TOMLDocument, *, base_hash: str | 
         data = _encode(text, current)
         _atomic_write(path, data, clock or SystemClock())
     return file_hash(data)
+
+
+def rendered(path: Path, doc: TOMLDocument) -> str:
+    """``doc`` (read from ``path``, then changed) as text, with the lines tomlkit rewrote
+    on its own given back as the file ``path`` has them
+    (:func:`~cadenza.config.tomlbody.kept_spacing`)."""
+    text = doc.as_string()
+    try:
+        original, _ = decode(path.read_bytes(), path.name)
+    except FileNotFoundError:
+        return text
+    return text if original is None else kept_spacing(original, text)
 
 
 def _encode(text: str, current: bytes | None) -> bytes:

@@ -13,6 +13,7 @@ def preview_diff(current_text: str, job_id: str, table: Mapping[str, Any] | None
     removed, ``None``); an edit that cannot apply gives the reason instead."""
     import tomlkit
 
+    from cadenza.config.tomlbody import kept_spacing
     from cadenza.config.tomledit import delete_job, set_job
 
     doc = tomlkit.parse(current_text)
@@ -24,5 +25,6 @@ def preview_diff(current_text: str, job_id: str, table: Mapping[str, Any] | None
     except (ValueError, KeyError) as exc:
         return f"(the edit does not apply to the current file: {exc})"
     return "".join(difflib.unified_diff(
-        current_text.splitlines(keepends=True), doc.as_string().splitlines(keepends=True),
+        current_text.splitlines(keepends=True),
+        kept_spacing(current_text, doc.as_string()).splitlines(keepends=True),
         fromfile="jobs.toml (current)", tofile="jobs.toml (with your edit)"))

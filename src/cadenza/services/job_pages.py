@@ -578,6 +578,7 @@ def preset_diff(current_text: str, job_id: str, name: str, values: Mapping[str, 
 
     import tomlkit
 
+    from cadenza.config.tomlbody import kept_spacing
     from cadenza.config.tomledit import set_preset
 
     doc = tomlkit.parse(current_text)
@@ -586,7 +587,8 @@ def preset_diff(current_text: str, job_id: str, name: str, values: Mapping[str, 
     except (ValueError, KeyError) as exc:
         return f"(the preset does not apply to the current file: {exc})"
     return "".join(difflib.unified_diff(
-        current_text.splitlines(keepends=True), doc.as_string().splitlines(keepends=True),
+        current_text.splitlines(keepends=True),
+        kept_spacing(current_text, doc.as_string()).splitlines(keepends=True),
         fromfile="jobs.toml (current)", tofile="jobs.toml (with your preset)"))
 
 

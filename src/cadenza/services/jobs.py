@@ -150,10 +150,10 @@ class JobService:
     # --- writes ------------------------------------------------------------------------
 
     def document(self) -> JobsFile:
-        from cadenza.config.writer import read_document
+        from cadenza.config.writer import read_document, rendered
 
         doc, digest = read_document(self.services.home.jobs_file)
-        return JobsFile(doc.as_string(), digest)
+        return JobsFile(rendered(self.services.home.jobs_file, doc), digest)
 
     def create(self, job_id: str, table: Mapping[str, Any], base_hash: str) -> JobsFile:
         """Add the job ``job_id`` (its keys and steps as plain TOML values)."""
@@ -247,7 +247,7 @@ class JobService:
 
     def _write(self, change: Callable[[TOMLDocument], None], base_hash: str,
                what: str) -> JobsFile:
-        from cadenza.config.writer import read_document
+        from cadenza.config.writer import read_document, rendered
 
         self.services.require_home()
         doc, _ = read_document(self.services.home.jobs_file)
@@ -255,7 +255,7 @@ class JobService:
             change(doc)
         except ValueError as exc:  # an invalid id or value (tomledit)
             raise InvalidRequest(str(exc)) from None
-        return self._write_text(doc.as_string(), base_hash, what)
+        return self._write_text(rendered(self.services.home.jobs_file, doc), base_hash, what)
 
     def _write_text(self, text: str, base_hash: str, what: str) -> JobsFile:
         from cadenza.config import validate_jobs_text

@@ -144,11 +144,15 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
 
             statements: dict[str, int] = {}
             tracing = False
+            last = [""]
 
             def trace(sql: str) -> None:
-                if tracing and not sql.startswith("--"):
+                # SQLite traces a statement again each time a trigger of it runs (the
+                # resource state guard, once per row changed): a repeat is no statement.
+                if tracing and not sql.startswith("--") and sql != last[0]:
                     word = sql.split(None, 1)[0].upper() if sql.strip() else "?"
                     statements[word] = statements.get(word, 0) + 1
+                last[0] = sql
 
             def traced(dbapi_conn: Any, *_: Any) -> None:
                 if isinstance(dbapi_conn, sqlite3.Connection):

@@ -104,6 +104,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/login"): None,
     ("POST", "/login"): None,
     ("GET", "/account"): "viewer",
+    ("GET", "/api/docs"): "viewer",  # the API reference: a page (web/ui/api_docs.py)
     ("POST", "/account/password"): "viewer",
     ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
     ("POST", "/api/logout"): "viewer",
@@ -112,6 +113,8 @@ FILL = {"{job_id}": "hello", "{run_id}": "nope", "{session_id}": "nope", "{name}
         "{username}": "nobody",
         "{resource_id}": "nope", "{channel}": "nope"}
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+#: pages whose path is under /api/: they answer as pages (the login form), not JSON
+PAGES_UNDER_API = {"/api/docs"}
 
 
 def concrete(path: str) -> str:
@@ -163,7 +166,8 @@ def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
         answer = anonymous.request(method, concrete(path), headers={"Origin": ORIGIN})
         if (method, path) in ALLOWED_WITHOUT_AUTH:
             assert answer.status_code != 401, (method, path)
-        elif path.startswith("/api/") or path == "/metrics":
+        elif (path.startswith("/api/") and path not in PAGES_UNDER_API) \
+                or path == "/metrics":
             assert answer.status_code == 401, (method, path, answer.text)
             assert "error" in answer.json()
         else:  # a page: 401 with the login form, which comes back here after login

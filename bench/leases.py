@@ -63,6 +63,7 @@ from cadenza.resources.plan import PoolPlan
 from cadenza.resources.pools import install_leaser, sync_members
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
+from cadenza.store.state_guard import drop_guard
 
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 BARE = "bench_units"
@@ -289,6 +290,10 @@ def overlaps(intervals: dict[str, list[tuple[int, int]]]) -> int:
 
 def product(args: argparse.Namespace, url: str, tmp: Path) -> dict[str, Any]:
     store = Store.open(url)
+    if args.without_state_guard:  # the A of an A/B: the database's state check dropped
+        with store.engine.begin() as conn:
+            for statement in drop_guard(store.dialect):
+                conn.exec_driver_sql(statement)
     install_leaser(store, plan(args.units))
     sync_members(store, plan(args.units))
     for first in range(0, args.n, 1000):
@@ -428,6 +433,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keep-db", action="store_true",
                         help="PostgreSQL: keep the databases (their names go to stderr)")
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
+    parser.add_argument("--without-state-guard", action="store_true",
+                        help="drop the trigger that refuses illegal resource state changes "
+                             "(to measure what it costs)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         with database(args, Path(tmp)) as url:

@@ -6,7 +6,11 @@
 * a URL with a NUL byte in its path or a query parameter is refused with 422, naming the
   parameter (:class:`NulGuard`): no id, name or filter of Cadenza holds one, and
   PostgreSQL refuses it in any text it is given, which made ``/api/events?resource=%00``
-  a 503 "store read failed" instead of the client's error.
+  a 503 "store read failed" instead of the client's error;
+* an integer query parameter (a limit, an id, a keyset cursor) is declared with bounds
+  (``ge``/``le``, at most :data:`MAX_ID`): a larger one is a 422 naming it, never a value
+  that overflows the store's integers (SQLite's INTEGER and PostgreSQL's bigint are 64-bit)
+  and ends the request with a 500.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from urllib.parse import parse_qsl
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 1024 * 1024  # a jobs.toml edit or a run request is a few KiB
+MAX_ID = 2**63 - 1
+"""The largest id or cursor an integer query parameter may give: the store's integers
+(SQLite's INTEGER, PostgreSQL's bigint) hold no more."""
 
 
 class BodyLimit:

@@ -68,3 +68,34 @@ def test_a_nul_byte_in_the_url_is_the_clients_error(tmp_path: Path, backend: str
         failures = env.store.login_failures_since(
             "ana\\x00", "testclient", env.services.clock.now() - timedelta(hours=1))
         assert failures[0] == 2, failures
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_huge_integer_parameter_is_the_clients_error(tmp_path: Path, backend: str,
+                                                        request: pytest.FixtureRequest) -> None:
+    # A cursor past 64 bits overflowed the store's integer: SQLite's driver raised
+    # OverflowError (a 500 that reset the connection) and PostgreSQL's bigint compared it.
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    huge = "99999999999999999999999999"
+    with api_env(tmp_path, store_url=url) as env:
+        viewer = env.session("viewer")
+        for path, params, field in [
+                ("/api/events", {"cursor": huge}, "cursor"),
+                ("/api/events", {"cursor": str(2**63)}, "cursor"),
+                ("/api/events", {"cursor": "-1"}, "cursor"),
+                ("/api/events", {"limit": huge}, "limit"),
+                ("/api/runs", {"limit": huge}, "limit"),
+                ("/api/notifications", {"limit": huge}, "limit"),
+                ("/audit", {"before": huge}, "before"),
+                ("/audit", {"after": huge}, "after"),
+                ("/runs/any/live", {"after": huge}, "after")]:
+            answer = viewer.get(path, params=params)
+            assert answer.status_code == 422, (path, params, answer.text)
+            assert field in answer.text, (path, answer.text)
+        # A run id is the runs' cursor: a number is not one (422, not a lookup).
+        runs = viewer.get("/api/runs", params={"cursor": huge})
+        assert runs.status_code == 422 and "invalid cursor" in runs.json()["error"]
+        # The largest id the store holds is still a cursor (an empty page).
+        last = viewer.get("/api/events", params={"cursor": str(2**63 - 1)})
+        assert last.status_code == 200 and last.json() == {"events": [], "next_cursor": None}
+        assert viewer.get("/audit", params={"before": str(2**63 - 1)}).status_code == 200

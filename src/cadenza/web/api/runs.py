@@ -22,6 +22,7 @@ from cadenza.services.history import (
 )
 from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import AsAdmin, AsOperator, AsViewer, ViewerAtRead, context, services_for
+from cadenza.web.limits import MAX_ID
 
 if TYPE_CHECKING:
     from cadenza.services.auth import Principal
@@ -168,7 +169,7 @@ async def list_events(
     caller: ViewerAtRead, request: Request,
     run: str | None = None, resource: str | None = None, type: str | None = None,
     since: str | None = None, limit: int = Query(200, ge=1, le=MAX_PAGE),
-    cursor: int | None = Query(None, ge=0),
+    cursor: int | None = Query(None, ge=0, le=MAX_ID),
     actor: str | None = Query(None, max_length=200),
 ) -> dict[str, Any]:
     """Audit events, oldest first; ``cursor`` is the previous page's ``next_cursor`` (the

@@ -20,6 +20,7 @@ from cadenza.services.errors import InvalidRequest
 from cadenza.services.history import EventQuery, EventView, HistoryService
 from cadenza.services.notifications import STATES
 from cadenza.web.auth import context, services_for
+from cadenza.web.limits import MAX_ID
 from cadenza.web.ui.auth import PageAdmin, PageViewer
 from cadenza.web.ui.render import render
 
@@ -49,8 +50,8 @@ def audit_page(
     resource: Annotated[str | None, Query(max_length=200)] = None,
     actor: Annotated[str | None, Query(max_length=200)] = None,
     since: Annotated[str | None, Query(max_length=64)] = None,
-    before: Annotated[int | None, Query(ge=0)] = None,
-    after: Annotated[int | None, Query(ge=0)] = None,
+    before: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
 ) -> HTMLResponse:
     """The audit log, newest first, one keyset page of :data:`PAGE` events."""
     given = {"type": type, "run": run, "resource": resource, "actor": actor, "since": since}

@@ -29,6 +29,7 @@ from cadenza.services.history import (
     parse_states,
 )
 from cadenza.web.auth import context, services_for
+from cadenza.web.limits import MAX_ID
 from cadenza.web.ui.auth import PageOperator, PageViewer, PageViewerAtRead
 from cadenza.web.ui.render import choose_language, environment, is_htmx, redact_html, render
 from cadenza.web.ui.runs_view import (
@@ -230,14 +231,14 @@ async def live_events(request: Request, store: Store, run_id: str, after: int,
 
 @router.get("/runs/{run_id}/live", response_model=None)
 def run_live(run_id: str, request: Request, me: PageViewer,
-             after: Annotated[int, Query(ge=0)] = 0,
+             after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
              state: Annotated[str, Query(max_length=20)] = "") -> StreamingResponse:
     """The run page's event stream (see :func:`live_events`); 404 for an unknown run."""
     store = context(request).store
     if store.get_run(run_id) is None:
         raise NotFound(f"no run {run_id!r}")
     resumed = request.headers.get("last-event-id", "")
-    if resumed.isdigit():
+    if resumed.isdigit() and len(resumed) <= len(str(MAX_ID)) and int(resumed) <= MAX_ID:
         after = max(after, int(resumed))
     def header() -> str:
         values = _summary_values(request, me, run_id)

@@ -7,12 +7,14 @@ Operations (on :class:`AuthService`, built on a store and a clock, no configurat
     bearer(token) -> Principal | None                    a live API token
     logout(principal)                                     revokes the session at once
     sessions(principal) -> list[SessionView]              the caller's own, never another's
-    passwd(username, password, actor)                     revokes the user's sessions
-    disable(username, actor), set_roles(username, roles, actor)   same
+    passwd(username, password, actor, own)                revokes the user's sessions (and,
+                                                          unless ``own``, their API tokens)
+    disable(username, actor)                              revokes sessions and API tokens
+    set_roles(username, roles, actor)                     revokes the user's sessions
 
 Roles form a ladder, ``viewer < operator < editor < admin``; other role names are groups for
 notifications and grant nothing. A token of a user acts with the lower of its role and the
-user's current one, and stops working when the user is disabled.
+user's current one; disabling the user or resetting their password revokes it for good.
 """
 
 from __future__ import annotations
@@ -199,31 +201,43 @@ class AuthService:
 
     # --- user changes that end sessions ------------------------------------------------
 
-    def passwd(self, username: str, password: str, *, actor: str) -> int:
-        """Set a user's password; revokes the user's sessions (how many)."""
+    def passwd(self, username: str, password: str, *, actor: str, own: bool = False) -> int:
+        """Set a user's password; revokes the user's sessions (how many). A reset by
+        someone else (``own`` false: an admin, the CLI) also revokes the user's API tokens
+        for good: whoever knew the old password may have made them. A user changing their
+        own password (with the current one) keeps their tokens."""
         from cadenza.security import hash_password
         from cadenza.services.users import MIN_PASSWORD_LENGTH
 
         if len(password) < MIN_PASSWORD_LENGTH:
             raise InvalidRequest(f"the password must have at least {MIN_PASSWORD_LENGTH} "
                                  "characters")
-        return self._change(username, actor, password_hash=hash_password(password))
+        return self._change(username, actor, None if own else "password reset",
+                            password_hash=hash_password(password))
 
     def disable(self, username: str, *, actor: str, disabled: bool = True) -> int:
-        """Disable (or enable) a user; revokes the user's sessions."""
-        return self._change(username, actor, disabled=disabled)
+        """Disable (or enable) a user; revokes the user's sessions. Disabling also revokes
+        the user's API tokens for good: enabling the user again does not revive them."""
+        return self._change(username, actor, "user disabled" if disabled else None,
+                            disabled=disabled)
 
     def set_roles(self, username: str, roles: Sequence[str], *, actor: str) -> int:
         """Replace a user's roles; revokes the user's sessions."""
         cleaned = sorted({r.strip() for r in roles if r.strip()})
         if not cleaned:
             raise InvalidRequest("give at least one role")
-        return self._change(username, actor, roles=cleaned)
+        return self._change(username, actor, None, roles=cleaned)
 
-    def _change(self, username: str, actor: str, **fields: Any) -> int:
+    def _change(self, username: str, actor: str, revoke_tokens: str | None,
+                **fields: Any) -> int:
+        """Change the user, end their sessions and, with ``revoke_tokens`` (the reason),
+        revoke their API tokens: one transaction."""
         with self.store.write() as conn:
             if not self.store.update_user(username, actor=actor, conn=conn, **fields):
                 raise NotFound(f"no user {username!r}")
+            if revoke_tokens is not None:
+                self.store.revoke_user_tokens(username, reason=revoke_tokens, actor=actor,
+                                              conn=conn)
             return self.store.revoke_user_sessions(username, conn=conn)
 
 

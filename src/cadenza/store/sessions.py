@@ -256,6 +256,29 @@ class SessionsRepository(StoreCore):
                                actor=actor, now=now)
         return True
 
+    def revoke_user_tokens(self, username: str, *, reason: str, actor: str,
+                           conn: sa.Connection | None = None) -> list[str]:
+        """Revoke every live token of ``username`` (a password reset, the user disabled):
+        the names revoked, one USER_CHANGED ``token_revoked`` event each with ``reason``.
+        Revoked for good: enabling the user again does not bring them back."""
+        now = self._now()
+        with self._joined(conn) as c:
+            names = [r[0] for r in c.execute(sa.select(api_tokens.c.name).where(
+                api_tokens.c.username == username, api_tokens.c.revoked_at.is_(None))
+                .order_by(api_tokens.c.name)).all()]
+            if not names:
+                return []
+            c.execute(sa.update(api_tokens).where(
+                api_tokens.c.username == username, api_tokens.c.name.in_(names),
+                api_tokens.c.revoked_at.is_(None)).values(revoked_at=now))
+            for name in names:
+                self._insert_event(c, EventType.USER_CHANGED,
+                                   f"API token {name} revoked: {reason}",
+                                   payload={"action": "token_revoked", "token": name,
+                                            "username": username, "reason": reason},
+                                   actor=actor, now=now)
+        return names
+
     # --- idempotency keys --------------------------------------------------------------
 
     def reserve_idempotency_key(self, principal: str, key: str, job_id: str,

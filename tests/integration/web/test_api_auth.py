@@ -276,6 +276,42 @@ def test_password_role_and_disable_end_sessions(env: ApiEnv) -> None:
         env.store.update_user("operator", disabled=False, roles=["operator"])
 
 
+@pytest.mark.parametrize("change", [{"password": "another one 123"}, {"disabled": True}])
+def test_reset_or_disable_revokes_the_users_tokens_for_good(env: ApiEnv,
+                                                            change: dict[str, Any]) -> None:
+    admin = env.session("admin2")
+    made = env.session("operator").post("/api/tokens", json={"name": "ci", "role": "operator"})
+    by_token = env.token_client(made.json()["token"])
+    assert by_token.get("/api/me").json()["username"] == "operator"
+    assert admin.put("/api/users/operator", json=change).status_code == 200
+    assert by_token.get("/api/me").status_code == 401
+    # enabling the user again (or a later password) does not bring the token back
+    assert admin.put("/api/users/operator", json={"disabled": False}).status_code == 200
+    assert by_token.get("/api/me").status_code == 401
+    listed = env.store.list_tokens("operator")
+    assert [(t.name, t.revoked_at is not None) for t in listed] == [("ci", True)]
+    revoked = [e for e in env.store.list_events(event_type="USER_CHANGED")
+               if e.payload.get("action") == "token_revoked"]
+    reason = "password reset" if "password" in change else "user disabled"
+    assert [(e.payload["username"], e.payload["reason"], e.actor) for e in revoked] \
+        == [("operator", reason, "user:admin2")]
+    assert revoked[0].message == f"API token ci revoked: {reason}"
+    # a token made afterwards works; a role change leaves it alone
+    fresh = TokenService(env.store).create("ci2", "viewer", username="operator",
+                                           actor="test").token
+    assert admin.put("/api/users/operator", json={"roles": ["operator"]}).status_code == 200
+    assert env.token_client(fresh).get("/api/me").status_code == 200
+
+
+def test_changing_ones_own_password_keeps_ones_tokens(env: ApiEnv) -> None:
+    operator = env.session("operator")
+    token = operator.post("/api/tokens", json={"name": "ci", "role": "viewer"}).json()["token"]
+    changed = operator.post("/api/me/password", json={"current_password": PASSWORD,
+                                                      "new_password": "another one 123"})
+    assert changed.status_code == 204, changed.text
+    assert env.token_client(token).get("/api/me").status_code == 200
+
+
 def test_login_cookies_events_and_throttling(env: ApiEnv) -> None:
     anonymous = TestClient(env.client.app, base_url=ORIGIN)
     ok = anonymous.post("/api/login", json={"username": "viewer", "password": PASSWORD})

@@ -109,7 +109,8 @@ def change_password(body: PasswordBody, principal: AsViewer, request: Request) -
     user = web.store.get_user(principal.username) if principal.username else None
     if user is None or not verify_password(user.password_hash, body.current_password):
         raise InvalidRequest("the current password does not match")
-    _auth(request).passwd(user.username, body.new_password, actor=f"user:{user.username}")
+    _auth(request).passwd(user.username, body.new_password, actor=f"user:{user.username}",
+                          own=True)
 
 
 @router.get("/sessions")

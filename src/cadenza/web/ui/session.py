@@ -103,5 +103,5 @@ def change_password(me: PageViewer, request: Request,
     if new_password != repeat_password:
         raise InvalidRequest("the two new passwords differ")
     AuthService(web.store, web.clock).passwd(user.username, new_password,
-                                             actor=f"user:{user.username}")
+                                             actor=f"user:{user.username}", own=True)
     return Response(status_code=200, headers={"HX-Redirect": "/login"})

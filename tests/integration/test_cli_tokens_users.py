@@ -1,4 +1,4 @@
-"""`cadenza tokens create | list | revoke`, `cadenza users passwd | disable`."""
+"""`cadenza tokens create | list | revoke`, `cadenza users passwd | disable | unlock`."""
 
 from __future__ import annotations
 
@@ -53,3 +53,33 @@ def test_tokens_and_user_security_commands(tmp_path: Path) -> None:
         assert run("tokens", "revoke", "ci")[0] == 0
         assert auth.bearer(token) is None
         assert run("tokens", "revoke", "ci")[0] == 1
+
+
+def test_users_unlock_ends_the_throttling(tmp_path: Path) -> None:
+    import pytest
+
+    from cadenza.services.auth import FREE_FAILURES_PER_PAIR, Throttled, Unauthorized
+
+    home = tmp_path / "home"
+    cli = CliRunner()
+    assert cli.invoke(app, ["init", str(home), "--example"]).exit_code == 0
+    assert cli.invoke(app, ["--home", str(home), "users", "add", "olga", "--role", "viewer",
+                            "--password-stdin"], input="first password\n").exit_code == 0
+    with Services.at(home, actor=Actor.cli(), clock=FakeClock("2027-03-10T09:00:00+00:00")) \
+            as services:
+        auth = AuthService(services.store(), services.clock)
+        for _ in range(FREE_FAILURES_PER_PAIR):
+            with pytest.raises(Unauthorized):
+                auth.login("olga", "guess", "203.0.113.7")
+        with pytest.raises(Throttled):
+            auth.login("olga", "first password", "203.0.113.7")
+        result = cli.invoke(app, ["--home", str(home), "users", "unlock", "olga"])
+        assert result.exit_code == 0, result.output
+        assert "unlocked; 3 failed login(s) forgotten" in result.output
+        assert auth.login("olga", "first password", "203.0.113.7").username == "olga"
+        events = [e for e in services.store().list_events(event_type="USER_CHANGED")
+                  if e.payload.get("action") == "unlocked"]
+        assert [(e.payload["username"], e.actor.split(":")[0]) for e in events] \
+            == [("olga", "cli")]
+        nobody = cli.invoke(app, ["--home", str(home), "users", "unlock", "nobody"])
+        assert nobody.exit_code == 1 and "no user 'nobody'" in nobody.output

@@ -1,4 +1,4 @@
-"""``cadenza users add | list | passwd | disable``."""
+"""``cadenza users add | list | passwd | disable | unlock``."""
 
 from __future__ import annotations
 
@@ -95,3 +95,18 @@ def disable(
             name, actor=services.actor.id, disabled=not enable)
     verb = "enabled" if enable else "disabled"
     out.print(f"User {name} {verb}; {revoked} session(s) ended", markup=False)
+
+
+@app.command("unlock")
+def unlock(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+) -> None:
+    """Forget a user's failed logins from every address: their login throttling ends now."""
+    from cadenza.services.auth import AuthService
+
+    services = state(ctx).configured()
+    with handled():
+        forgotten = AuthService(services.store(), services.clock).unlock(
+            name, actor=services.actor.id)
+    out.print(f"User {name} unlocked; {forgotten} failed login(s) forgotten", markup=False)

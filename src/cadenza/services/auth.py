@@ -3,6 +3,7 @@
 Operations (on :class:`AuthService`, built on a store and a clock, no configuration)::
 
     login(username, password, address) -> NewSession    Throttled, Unauthorized
+    unlock(username, actor)                               forgets the user's failed logins
     session(cookie) -> Principal | None                  a live session, its user enabled
     bearer(token) -> Principal | None                    a live API token
     logout(principal)                                     revokes the session at once
@@ -19,6 +20,7 @@ user's current one; disabling the user or resetting their password revokes it fo
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,12 +32,23 @@ from cadenza.services.errors import InvalidRequest, NotFound, ServiceError
 if TYPE_CHECKING:
     from cadenza.clock import Clock
     from cadenza.store import Store
+    from cadenza.store.sessions import LoginFailures
 
 ROLE_LADDER = ("viewer", "operator", "editor", "admin")
 SESSION_LIFETIME = timedelta(hours=12)
 THROTTLE_WINDOW = timedelta(minutes=15)
-MAX_FAILURES_PER_USER = 5
-MAX_FAILURES_PER_ADDRESS = 20
+"""Failed logins older than this are not counted."""
+FREE_FAILURES_PER_PAIR = 3
+"""Failures of one user name from one address before its logins from there are slowed."""
+FREE_FAILURES_PER_ADDRESS = 20
+"""Failures from one address (any user names) before its logins are slowed."""
+FREE_FAILURES_PER_USER = 10
+"""Failures of one user name from every address together before the logins of that name
+are slowed, from the addresses that failed a login (an address without a failure in the
+window is never slowed by others')."""
+FIRST_DELAY = timedelta(seconds=5)
+"""The wait after the first failure past the free ones; each further failure doubles it,
+up to :data:`THROTTLE_WINDOW`."""
 _BAD_LOGIN = "wrong user name or password"
 
 
@@ -44,7 +57,37 @@ class Unauthorized(ServiceError):
 
 
 class Throttled(ServiceError):
-    """Too many failed logins for this user or address (HTTP 429)."""
+    """Too many recent failed logins for this user name from this address, from this
+    address, or for this user name (HTTP 429); ``retry_after`` is the whole number of
+    seconds until the next attempt is admitted."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def throttle_delay(failures: int, free: int) -> timedelta:
+    """The wait after the latest of ``failures`` recent failures when ``free`` of them are
+    allowed without one: none up to ``free``, then :data:`FIRST_DELAY`, doubling with each
+    further failure, at most :data:`THROTTLE_WINDOW`."""
+    if failures < free:
+        return timedelta(0)
+    doubled = FIRST_DELAY * (1 << min(failures - free, 16))
+    return min(doubled, THROTTLE_WINDOW)
+
+
+def retry_after(failures: LoginFailures, now: datetime) -> int:
+    """Seconds before a login for these ``failures`` may be tried (0: now). The user name's
+    count from every address slows only an address that has failed a login itself."""
+    scopes = [(failures.pair, FREE_FAILURES_PER_PAIR),
+              (failures.address, FREE_FAILURES_PER_ADDRESS)]
+    if failures.address.count > 0:
+        scopes.append((failures.user, FREE_FAILURES_PER_USER))
+    wait = timedelta(0)
+    for scope, free in scopes:
+        if scope.last is not None:
+            wait = max(wait, scope.last + throttle_delay(scope.count, free) - now)
+    return math.ceil(wait.total_seconds()) if wait > timedelta(0) else 0
 
 
 class Forbidden(ServiceError):
@@ -119,19 +162,24 @@ class AuthService:
 
     def login(self, username: str, password: str, address: str) -> NewSession:
         """Check the password and open a session (a new random cookie each time: a login
-        never reuses a session). Throttled once a user or an address has too many recent
-        failures, before the password is even checked."""
+        never reuses a session). Throttled, before the password is even checked, while
+        the progressive wait of a scope's recent failures runs (:func:`retry_after`):
+        failures from one address never slow a login from another address that has not
+        failed."""
         from cadenza.security import hash_token, verify_password
 
         now = self.clock.now()
         # No user name holds a NUL byte (they are checked when made), and PostgreSQL takes
         # none in a text: such a name is nobody, its failures counted under a visible form.
         named = username.replace("\x00", "\\x00")
-        by_user, by_address = self.store.login_failures_since(named, address,
-                                                              now - THROTTLE_WINDOW)
-        if by_user >= MAX_FAILURES_PER_USER or by_address >= MAX_FAILURES_PER_ADDRESS:
-            self.store.record_login_failure(named, address, reason="throttled")
-            raise Throttled("too many failed logins; wait 15 minutes and try again")
+        wait = retry_after(self.store.login_failures_of(named, address,
+                                                        now - THROTTLE_WINDOW), now)
+        if wait > 0:
+            # Not counted: hammering a throttled login must not lengthen the wait (nor,
+            # through the user name's count, another address's).
+            self.store.record_login_failure(named, address, reason="throttled",
+                                            counted=False)
+            raise Throttled(f"too many failed logins; try again in {wait} seconds", wait)
         user = self.store.get_user(username) \
             if len(username) <= 64 and named == username else None
         # Verify against a dummy hash when there is no such user, so that the answer's
@@ -198,6 +246,14 @@ class AuthService:
                     self.store.revoke_session(s.id, username=principal.username)
                     return
         raise NotFound(f"no session {short_id!r} of yours")
+
+    def unlock(self, username: str, *, actor: str) -> int:
+        """Forget the failed logins of ``username`` from every address, which lifts its
+        throttling at once (an audited USER_CHANGED "unlocked"); how many were forgotten.
+        NotFound for an unknown user."""
+        if self.store.get_user(username) is None:
+            raise NotFound(f"no user {username!r}")
+        return self.store.unlock_user_logins(username, actor=actor)
 
     # --- user changes that end sessions ------------------------------------------------
 

@@ -75,6 +75,27 @@ class Credential:
     csrf_token: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FailureCount:
+    """Failed logins of one scope in a window: how many, and the latest one's time."""
+
+    count: int = 0
+    last: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoginFailures:
+    """The failed logins that decide a login's throttling
+    (:meth:`SessionsRepository.login_failures_of`), in three scopes."""
+
+    pair: FailureCount
+    """For this user name from this address."""
+    address: FailureCount
+    """From this address, for any user name."""
+    user: FailureCount
+    """For this user name, from any address."""
+
+
 _TOKEN_SQL = (
     "SELECT t.name, t.username, t.roles_json, t.last_used_at, u.username, u.roles_json,"
     " u.disabled FROM api_tokens t LEFT JOIN users u ON u.username = t.username"
@@ -144,12 +165,16 @@ class SessionsRepository(StoreCore):
 
     # --- failed logins -----------------------------------------------------------------
 
-    def record_login_failure(self, username: str, address: str, *, reason: str) -> None:
-        """Count a failed login and write USER_LOGIN (outcome "failed", never the password)."""
+    def record_login_failure(self, username: str, address: str, *, reason: str,
+                             counted: bool = True) -> None:
+        """Count a failed login (unless ``counted`` is false: an attempt refused by the
+        throttle, which must not push its own delay further) and write USER_LOGIN
+        (outcome "failed", never the password)."""
         now = self._now()
         with self.write() as c:
-            c.execute(sa.insert(login_failures).values(username=username[:64],
-                                                       address=address[:64], failed_at=now))
+            if counted:
+                c.execute(sa.insert(login_failures).values(
+                    username=username[:64], address=address[:64], failed_at=now))
             self._insert_event(c, EventType.USER_LOGIN,
                                f"failed login for {username[:64]!r} from {address}: {reason}",
                                level=Level.WARNING,
@@ -168,6 +193,39 @@ class SessionsRepository(StoreCore):
                                    .where(login_failures.c.address == address[:64],
                                           login_failures.c.failed_at >= since)).scalar_one()
         return int(by_user), int(by_address)
+
+    def login_failures_of(self, username: str, address: str,
+                          since: datetime) -> LoginFailures:
+        """Failed logins since ``since`` for this user name from this address, from this
+        address, and for this user name: each a count and its latest time (three indexed
+        reads)."""
+        col = login_failures.c
+        scopes = {"pair": (col.username == username[:64], col.address == address[:64]),
+                  "address": (col.address == address[:64],),
+                  "user": (col.username == username[:64],)}
+        found: dict[str, FailureCount] = {}
+        with self.read() as c:
+            for scope, where in scopes.items():
+                count, last = c.execute(sa.select(
+                    sa.func.count(), sa.func.max(col.failed_at, type_=col.failed_at.type))
+                    .where(*where, col.failed_at >= since)).one()
+                found[scope] = FailureCount(int(count), last)
+        return LoginFailures(found["pair"], found["address"], found["user"])
+
+    def unlock_user_logins(self, username: str, *, actor: str) -> int:
+        """Forget every failed login of ``username`` (from any address), which ends its
+        throttling; USER_CHANGED (action "unlocked", how many were forgotten)."""
+        now = self._now()
+        with self.write() as c:
+            forgotten = int(c.execute(sa.delete(login_failures).where(
+                login_failures.c.username == username[:64])).rowcount)
+            self._insert_event(c, EventType.USER_CHANGED,
+                               f"user {username} unlocked: {forgotten} failed login(s) "
+                               "forgotten",
+                               payload={"action": "unlocked", "username": username,
+                                        "failures": forgotten},
+                               actor=actor, now=now)
+        return forgotten
 
     def forget_login_failures(self, before: datetime) -> int:
         """Delete the failures older than ``before`` (out of every throttling window)."""

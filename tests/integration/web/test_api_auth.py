@@ -9,7 +9,15 @@ import pytest
 from fastapi.routing import APIRoute
 from tests.integration.web.api_env import ORIGIN, PASSWORD, ApiEnv, TestClient, api_env, user_of
 
-from cadenza.services.auth import MAX_FAILURES_PER_USER, ROLE_LADDER
+from cadenza.clock import FakeClock
+from cadenza.services.auth import (
+    FIRST_DELAY,
+    FREE_FAILURES_PER_ADDRESS,
+    FREE_FAILURES_PER_PAIR,
+    FREE_FAILURES_PER_USER,
+    ROLE_LADDER,
+    THROTTLE_WINDOW,
+)
 from cadenza.services.tokens import TokenService
 from cadenza.web.app import ALLOWED_WITHOUT_AUTH
 
@@ -29,6 +37,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/users"): "admin",
     ("POST", "/api/users"): "admin",
     ("PUT", "/api/users/{username}"): "admin",
+    ("POST", "/api/users/{username}/unlock"): "admin",
     ("GET", "/api/jobs"): "viewer",
     ("GET", "/api/jobs/{job_id}"): "viewer",
     ("POST", "/api/jobs"): "editor",
@@ -96,6 +105,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/admin/users/{username}/disable"): "admin",
     ("POST", "/admin/users/{username}/enable"): "admin",
     ("POST", "/admin/users/{username}/password"): "admin",
+    ("POST", "/admin/users/{username}/unlock"): "admin",
     ("POST", "/admin/tokens"): "admin",
     ("POST", "/admin/tokens/{name}/revoke"): "admin",
     ("GET", "/admin/backup"): "admin",
@@ -320,12 +330,103 @@ def test_login_cookies_events_and_throttling(env: ApiEnv) -> None:
     secure = TestClient(env.client.app, base_url="https://testserver").post(
         "/api/login", json={"username": "viewer", "password": PASSWORD})
     assert "Secure" in secure.headers["set-cookie"]
-    for _ in range(MAX_FAILURES_PER_USER):
+    for _ in range(FREE_FAILURES_PER_PAIR):
         bad = anonymous.post("/api/login", json={"username": "viewer", "password": "nope"})
         assert bad.status_code == 401 and bad.json()["error"] == "wrong user name or password"
     throttled = anonymous.post("/api/login", json={"username": "viewer", "password": PASSWORD})
     assert throttled.status_code == 429
+    assert throttled.headers["Retry-After"] == str(int(FIRST_DELAY.total_seconds()))
     events = [e for e in env.store.list_events(event_type="USER_LOGIN")]
     outcomes = [e.payload["outcome"] for e in events]
-    assert outcomes.count("ok") == 2 and outcomes.count("failed") == MAX_FAILURES_PER_USER + 1
+    assert outcomes.count("ok") == 2 and outcomes.count("failed") == FREE_FAILURES_PER_PAIR + 1
     assert all("nope" not in str(e.payload) and PASSWORD not in e.message for e in events)
+
+
+def _login(env: ApiEnv, address: str, username: str, password: str) -> Any:
+    client = TestClient(env.client.app, base_url=ORIGIN, client=(address, 50000))
+    return client.post("/api/login", json={"username": username, "password": password})
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_throttling_is_progressive_and_per_address(tmp_path: Path, backend: str,
+                                                   request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    with api_env(tmp_path, store_url=url) as env:
+        _progressive_and_per_address(env)
+
+
+def _progressive_and_per_address(env: ApiEnv) -> None:
+    clock = env.services.clock
+    assert isinstance(clock, FakeClock)
+    attacker, other = "203.0.113.7", "198.51.100.2"
+    waits = []
+    for _ in range(FREE_FAILURES_PER_PAIR + 4):
+        answer = _login(env, attacker, "operator", "guess")
+        if answer.status_code == 429:  # wait exactly as long as told, then try again
+            wait = int(answer.headers["Retry-After"])
+            waits.append(wait)
+            assert f"try again in {wait} seconds" in answer.json()["error"]
+            clock.advance(wait - 1)
+            assert _login(env, attacker, "operator", "guess").status_code == 429
+            clock.advance(1)
+            answer = _login(env, attacker, "operator", "guess")
+        assert answer.status_code == 401, answer.text
+    first = int(FIRST_DELAY.total_seconds())
+    assert waits == [first, 2 * first, 4 * first, 8 * first]  # each failure doubles it
+    # the right password from the attacker's address waits too ...
+    blocked = _login(env, attacker, "operator", PASSWORD)
+    assert blocked.status_code == 429 and int(blocked.headers["Retry-After"]) == 16 * first
+    form = TestClient(env.client.app, base_url=ORIGIN, client=(attacker, 50000)).post(
+        "/login", data={"username": "operator", "password": PASSWORD},
+        follow_redirects=False)
+    assert form.status_code == 429 and form.headers["Retry-After"] == str(16 * first)
+    # ... but not from an address that has not failed: the user is not locked out
+    assert _login(env, other, "operator", PASSWORD).status_code == 200
+    # throttled attempts are logged, never counted: hammering does not lengthen the wait
+    for _ in range(10):
+        assert _login(env, attacker, "operator", PASSWORD).status_code == 429
+    assert int(_login(env, attacker, "operator", PASSWORD).headers["Retry-After"]) \
+        == 16 * first
+    # the waits never exceed the window, and the window forgets
+    clock.advance(THROTTLE_WINDOW.total_seconds() + 1)
+    assert _login(env, attacker, "operator", PASSWORD).status_code == 200
+
+
+def test_many_addresses_slow_only_those_that_failed(env: ApiEnv) -> None:
+    clock = env.services.clock
+    assert isinstance(clock, FakeClock)
+    for n in range(FREE_FAILURES_PER_USER):  # one failure from each of many addresses
+        assert _login(env, f"192.0.2.{n}", "editor", "guess").status_code == 401
+    # a botnet address that failed is slowed by the user's count from every address
+    again = _login(env, "192.0.2.0", "editor", PASSWORD)
+    assert again.status_code == 429 and int(again.headers["Retry-After"]) > 0
+    # one that never failed is not
+    assert _login(env, "198.51.100.9", "editor", PASSWORD).status_code == 200
+    # an address spraying many user names is slowed for every name
+    for n in range(FREE_FAILURES_PER_ADDRESS):
+        clock.advance(1)
+        assert _login(env, "203.0.113.50", f"nobody{n}", "x").status_code == 401
+    assert _login(env, "203.0.113.50", "viewer", PASSWORD).status_code == 429
+
+
+def test_an_admin_unlocks_a_user(env: ApiEnv) -> None:
+    for _ in range(FREE_FAILURES_PER_PAIR):
+        _login(env, "203.0.113.7", "operator", "guess")
+    assert _login(env, "203.0.113.7", "operator", PASSWORD).status_code == 429
+    assert env.session("viewer").post("/api/users/operator/unlock").status_code == 403
+    admin = env.session("admin2")
+    answer = admin.post("/api/users/operator/unlock")
+    assert answer.status_code == 200
+    assert answer.json() == {"username": "operator", "failures_forgotten": 3}
+    assert _login(env, "203.0.113.7", "operator", PASSWORD).status_code == 200
+    assert admin.post("/api/users/nobody/unlock").status_code == 404
+    unlocked = [e for e in env.store.list_events(event_type="USER_CHANGED")
+                if e.payload.get("action") == "unlocked"]
+    assert [(e.payload["username"], e.payload["failures"], e.actor) for e in unlocked] \
+        == [("operator", 3, "user:admin2")]
+    # the admin page's button does the same
+    for _ in range(FREE_FAILURES_PER_PAIR):
+        _login(env, "203.0.113.7", "operator", "guess")
+    page = admin.post("/admin/users/operator/unlock")
+    assert page.status_code == 200 and "operator is unlocked" in page.text
+    assert _login(env, "203.0.113.7", "operator", PASSWORD).status_code == 200

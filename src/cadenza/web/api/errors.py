@@ -118,7 +118,8 @@ def install(app: FastAPI) -> None:
         else:
             status = next(code for kind, code in _STATUS if isinstance(exc, kind))
             message = str(exc)
-        headers = {"Retry-After": "900"} if status == 429 else None
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, Throttled) \
+            else None
         page = _page(request, status, message, headers=headers)
         if page is not None:
             return page

@@ -192,3 +192,11 @@ def change_user(username: str, body: UserChange, principal: AsAdmin,
     if body.password is not None:
         revoked += auth.passwd(username, body.password, actor=actor)
     return {"username": username, "logins_ended": revoked}
+
+
+@router.post("/users/{username}/unlock")
+def unlock_user(username: str, principal: AsAdmin, request: Request) -> dict[str, Any]:
+    """Forget the user's failed logins from every address: their login throttling ends
+    now (a USER_CHANGED "unlocked" event)."""
+    forgotten = _auth(request).unlock(username, actor=f"user:{principal.name}")
+    return {"username": username, "failures_forgotten": forgotten}

@@ -1,5 +1,6 @@
 """The admin page (docs/ui.md "Pages: operations"), for admins only: users and roles (add with
-a generated password shown once, change the role, disable or enable, reset the password),
+a generated password shown once, change the role, disable or enable, reset the password,
+unlock the logins),
 API tokens (list, create — the token shown once —, revoke) and a backup download.
 
 The same services as ``/api/users``, ``/api/tokens`` and ``/api/backup``. A page goes
@@ -122,6 +123,15 @@ def enable_user(username: str, me: PageAdmin, request: Request) -> HTMLResponse:
     web = context(request)
     AuthService(web.store, web.clock).disable(username, actor=_actor(me), disabled=False)
     return _users_part(request, me, notice=f"{username} is enabled")
+
+
+@router.post("/admin/users/{username}/unlock", response_class=HTMLResponse)
+def unlock_user(username: str, me: PageAdmin, request: Request) -> HTMLResponse:
+    """Forget the user's failed logins: their login throttling ends now."""
+    web = context(request)
+    forgotten = AuthService(web.store, web.clock).unlock(username, actor=_actor(me))
+    return _users_part(request, me, notice=f"{username} is unlocked ({forgotten} failed "
+                                           "login(s) forgotten)")
 
 
 @router.post("/admin/users/{username}/password", response_class=HTMLResponse)

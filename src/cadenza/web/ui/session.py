@@ -50,8 +50,10 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
         new = AuthService(web.store, web.clock).login(username, password,
                                                       client_address(request))
     except Throttled as exc:
-        return login_page(request, next_path=next, error=str(exc), status=429,
+        page = login_page(request, next_path=next, error=str(exc), status=429,
                           username=username)
+        page.headers["Retry-After"] = str(exc.retry_after)
+        return page
     except Unauthorized:
         return login_page(request, next_path=next, status=401, username=username,
                           error="Wrong user name or password.")

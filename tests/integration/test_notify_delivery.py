@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from notify_home import channels, notify_bench
-from tests.support.mailhooks import free_port, smtp_server, webhook_receiver
+from tests.support.mailhooks import Inbox, Smtp, free_port, smtp_server, webhook_receiver
 
 from cadenza.notify.sender import backoff
 
@@ -145,7 +146,7 @@ def test_bad_recipients_and_targets_are_failed_deliveries_with_reasons(tmp_path:
 name = "nobody"
 on = ["needs_review"]
 jobs = ["*"]
-notify = ["role:auditors", "ops..desk@example.org", "user:ghost"]
+notify = ["role:auditors", "user:legacy", "user:ghost"]
 
 [[rules]]
 name = "private"
@@ -160,6 +161,9 @@ url = "http://127.0.0.1:9/hook"
 """
     with smtp_server() as smtp, webhook_receiver() as hook, \
             notify_bench(tmp_path, FAILING, channels(smtp.port, hook.url, rules)) as bench:
+        # cadenza.toml refuses a malformed address; one stored by an older version (a
+        # user's e-mail) still reaches the sender, which refuses it
+        bench.store.add_user("legacy", "x", ["viewer"], email="ops..desk@example.org")
         run_id = bench.run("nightly")
         bench.sender.round()
         got = {e.recipient: (e.state, e.error) for e in bench.log(run_id=run_id)}
@@ -193,3 +197,55 @@ def test_a_server_dropping_the_connection_mid_data_is_retried(tmp_path: Path) ->
         bench.sender.round()
         assert {e.state for e in bench.log(run_id=run_id)} == {"SENT"}
         assert len(smtp.inbox.mails) == 3
+
+
+class Refusing(Inbox):
+    """An SMTP server that answers 550 for the mailboxes it does not know."""
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: list[str]) -> str:
+        if address.startswith("gone"):
+            return "550 5.1.1 mailbox unavailable"
+        return await super().handle_RCPT(server, session, envelope, address, rcpt_options)
+
+
+BAD_RECIPIENTS = """
+[[rules]]
+name = "people"
+on = ["needs_review"]
+jobs = ["*"]
+notify = ["gone@example.org", "user:old", "user:odd"]
+"""
+
+
+def test_refused_and_malformed_recipients_are_failed_never_pending(tmp_path: Path) -> None:
+    smtp = Smtp()
+    smtp.inbox = Refusing()
+    smtp.start()
+    try:
+        with webhook_receiver() as hook, notify_bench(
+                tmp_path, FAILING, channels(smtp.port, hook.url, BAD_RECIPIENTS)) as bench:
+            # e-mails stored before addresses were checked: one the parser cannot even
+            # read (it used to escape the sender's round, leaving the intent PENDING and
+            # claimed again every few minutes, for ever), one with a header in it
+            bench.store.add_user("old", "x", ["viewer"], email="old@example.org.")
+            bench.store.add_user("odd", "x", ["viewer"], email="a@example.org\r\nBcc: x@y.org")
+            run_id = bench.run("nightly")
+            bench.sender.round()
+            got = {e.recipient: (e.state, e.error, e.attempts)
+                   for e in bench.log(run_id=run_id)}
+            state, error, attempts = got["gone@example.org"]
+            assert (state, attempts) == ("FAILED", 1)
+            assert "refused the recipient" in (error or "") and "550" in (error or "")
+            for address in ("old@example.org.", "a@example.org\r\nBcc: x@y.org"):
+                state, error, attempts = got[address]
+                assert (state, attempts) == ("FAILED", 1), got
+                assert "invalid e-mail address" in (error or "")
+            assert got["alice@example.org"][0] == "SENT"
+            assert all(rcpt != ["x@y.org"] for rcpt, _ in smtp.inbox.mails)
+            # nothing is left to claim: the intent is done, not PENDING
+            assert bench.sender.outbox.pending() == 0
+            bench.clock.advance(timedelta(hours=1))
+            assert bench.sender.round() == 0
+    finally:
+        smtp.stop()

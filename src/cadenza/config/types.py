@@ -33,11 +33,11 @@ from pydantic_core import PydanticCustomError
 from cadenza.config.durations import format_duration, parse_duration
 from cadenza.config.labels import ADVANCED, human_title
 from cadenza.config.windows import parse_window
+from cadenza.domain.addresses import InvalidAddress, check_email
 from cadenza.domain.params import TOKEN_RE
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 ID_EXPECTED = "expected 1 to 64 characters from A-Z a-z 0-9 _ -"
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 _RECIPIENT = re.compile(r"(role|user|channel):[A-Za-z0-9_.@-]{1,128}")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
@@ -135,15 +135,25 @@ def _window(value: str) -> str:
 
 def _recipient(value: str) -> str:
     if TOKEN_RE.search(value):
-        return value  # resolved at run time
-    if not (_EMAIL.fullmatch(value) or _RECIPIENT.fullmatch(value)):
-        fail(f"expected an e-mail address, role:NAME, user:NAME or channel:NAME, got {value!r}")
+        return value  # resolved at run time, and checked before sending
+    if _RECIPIENT.fullmatch(value):
+        return value
+    try:
+        check_email(value)
+    except InvalidAddress as exc:
+        expected = "expected an e-mail address, role:NAME, user:NAME or channel:NAME"
+        fail(f"{expected}, got {value!r}" if "@" not in value
+             else f"{expected}, got {value!r}: {exc}")
     return value
 
 
 def _email(value: str) -> str:
-    if not _EMAIL.fullmatch(without_tokens(value)) and not has_tokens(value):
-        fail(f"expected an e-mail address like 'cadenza@example.org', got {value!r}")
+    if has_tokens(value):
+        return value  # resolved when read, and checked before sending
+    try:
+        check_email(value)
+    except InvalidAddress as exc:
+        fail(f"expected an e-mail address like 'cadenza@example.org', got {value!r}: {exc}")
     return value
 
 

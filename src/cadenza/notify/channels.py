@@ -24,13 +24,13 @@ import email.utils
 import smtplib
 import ssl
 from dataclasses import dataclass, field
-from email.headerregistry import Address
 from email.message import EmailMessage
 from typing import Any
 
 import httpx
 
 from cadenza.config.schema_settings import EmailChannel, WebhookChannel
+from cadenza.domain.addresses import InvalidAddress, check_email
 from cadenza.steps.netguard import EgressPolicy, EgressRefused, guarded_client
 
 
@@ -65,19 +65,14 @@ class DeliveryFailed(Exception):
 
 
 def check_address(address: str) -> str:
-    """``address`` when it is a plain e-mail address (``name@domain.tld``); raises
-    :class:`DeliveryFailed` (permanent) naming it otherwise."""
-    name, parsed = email.utils.parseaddr(address)
+    """``address`` when it is one plain e-mail address
+    (:func:`cadenza.domain.addresses.check_email`); raises :class:`DeliveryFailed`
+    (permanent) naming it otherwise."""
     try:
-        Address(addr_spec=parsed)
-    except (ValueError, IndexError, TypeError) as exc:
+        return check_email(address)
+    except InvalidAddress as exc:
         raise DeliveryFailed(f"invalid e-mail address {address!r}: {exc}",
                              permanent=True) from None
-    local, _, domain = parsed.rpartition("@")
-    if not local or "." not in domain or parsed != address.strip() or name:
-        raise DeliveryFailed(f"invalid e-mail address {address!r}: expected name@domain.tld",
-                             permanent=True)
-    return parsed
 
 
 def build_email(channel: EmailChannel, to: str, message: Message,

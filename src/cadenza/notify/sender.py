@@ -179,6 +179,10 @@ class Sender:
                     self.deliver(channel, target, message)
                 except DeliveryFailed as exc:
                     problem, permanent = str(exc), exc.permanent
+                except Exception as exc:  # a surprise of a library (an address smtplib
+                    # cannot encode ...): a failed try with its reason, retried with the
+                    # backoff and then FAILED, never an intent claimed again forever
+                    problem, permanent = f"{type(exc).__name__}: {exc}", False
             final = problem is None or permanent or attempt >= MAX_ATTEMPTS
             self.outbox.record(key, run_id=intent.run_id, channel=delivery.channel,
                                recipient=delivery.recipient,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cadenza.domain.addresses import InvalidAddress, check_email
 from cadenza.services.errors import InvalidRequest, NotFound
 
 if TYPE_CHECKING:
@@ -82,6 +83,15 @@ class NotificationService:
         if found.type == "email" and not to:
             raise InvalidRequest(f"channel {channel!r} sends e-mail: name a recipient with "
                                  f"--to ADDRESS (or user:NAME, role:NAME)")
+        for item in to:
+            kind, colon, _ = item.partition(":")
+            if colon and kind in ("user", "role", "channel"):
+                continue
+            try:
+                check_email(item)
+            except InvalidAddress as exc:
+                raise InvalidRequest(f"--to {item!r} is not an e-mail address: {exc}") \
+                    from None
         store = self.services.store()
         message = Renderer(config.home, store.redactor).render(
             Facts("test", None, extra={"channel": channel}), config)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from cadenza.domain.addresses import InvalidAddress, check_email
 from cadenza.domain.errors import StoreError
 from cadenza.services.errors import InvalidRequest, Refused
 
@@ -79,8 +80,12 @@ class UserService:
         roles = tuple(sorted({r.strip() for r in user.roles if r.strip()}))
         if not roles:
             raise InvalidRequest("give at least one --role")
-        if user.email is not None and "@" not in user.email:
-            raise InvalidRequest(f"--email {user.email!r} is not an e-mail address")
+        if user.email is not None:
+            try:
+                check_email(user.email)
+            except InvalidAddress as exc:
+                raise InvalidRequest(f"--email {user.email!r} is not an e-mail address: "
+                                     f"{exc}") from None
         if user.password is not None and len(user.password) < MIN_PASSWORD_LENGTH:
             raise InvalidRequest(f"the password must have at least {MIN_PASSWORD_LENGTH} "
                                  "characters")

@@ -67,7 +67,7 @@ def passwd(
     ] = False,
 ) -> None:
     """Set a user's password (generated and shown once without --password-stdin); ends
-    the user's sessions."""
+    the user's sessions and revokes their API tokens for good."""
     from cadenza.services.auth import AuthService, new_password
 
     services = state(ctx).configured()
@@ -86,7 +86,8 @@ def disable(
     name: Annotated[str, typer.Argument(metavar="NAME")],
     enable: Annotated[bool, typer.Option("--enable", help="Enable the user again.")] = False,
 ) -> None:
-    """Disable a user (their sessions end and their tokens stop working at once)."""
+    """Disable a user: their sessions end and their API tokens are revoked for good
+    (enabling them again does not revive the tokens)."""
     from cadenza.services.auth import AuthService
 
     services = state(ctx).configured()

@@ -32,6 +32,7 @@ from cadenza.audit.encodings import (
     MIN_SUBSTRING_LENGTH,
     base64_cores,
     secret_pattern,
+    secret_regex,
 )
 
 REDACTED = "***"
@@ -72,6 +73,31 @@ def redact_url(text: str) -> str:
     if "@" not in text and "%40" not in text.upper():
         return text
     return _apply(text, list(_userinfo_spans(text)))
+
+
+#: A secret shorter than this is masked only where it stands as a token: not inside a
+#: longer run of word characters (``\\w``) on a side where it starts or ends with one. A
+#: short value ("file", "admin1") is often part of ordinary words ("profile", "admin12");
+#: a longer one is random enough that it is masked wherever it appears, even inside a
+#: longer alphanumeric run (where a token glued to other characters would otherwise leak).
+WHOLE_TOKEN_BELOW = 12
+
+
+#: Where a token may start: after a non-word character, or right after an escape that
+#: ends in one (``%3D``, ``\\n``, ``\\u00e9``, ``\\x3d``) — a value in a query string or a
+#: JSON string is still a token.
+_TOKEN_START = (r"(?:(?<!\w)|(?<=%[0-9A-Fa-f]{2})|(?<=\\[nrtbf])"
+                r"|(?<=\\u[0-9A-Fa-f]{4})|(?<=\\x[0-9A-Fa-f]{2}))")
+
+
+def _token_pattern(secret: str) -> re.Pattern[str]:
+    """The pattern of ``secret`` (:func:`secret_pattern`), bounded by ``\\w`` on the sides
+    where a short secret starts or ends with a word character."""
+    if len(secret) >= WHOLE_TOKEN_BELOW:
+        return secret_pattern(secret)
+    head = _TOKEN_START if re.match(r"\w", secret[0]) else ""
+    tail = r"(?!\w)" if re.match(r"\w", secret[-1]) else ""
+    return re.compile(head + secret_regex(secret) + tail)
 
 
 def is_secret_key(name: str) -> bool:
@@ -274,7 +300,7 @@ class Redactor:
         for secret in long:
             pattern = self._pattern_cache.get(secret)
             if pattern is None:
-                pattern = self._pattern_cache[secret] = secret_pattern(secret)
+                pattern = self._pattern_cache[secret] = _token_pattern(secret)
             anchor = _anchor(secret)
             if anchor:
                 anchored.append((anchor, pattern))

@@ -10,10 +10,11 @@ import string
 import time
 from urllib.parse import quote, quote_plus
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from cadenza.audit import Redactor
+from cadenza.audit.redact import WHOLE_TOKEN_BELOW
 
 _ALPHABET = string.ascii_letters + string.digits + "!#$%&()*+,-./:;<=>?@[]^_{|}~ é€"
 _rand = random.Random(7)
@@ -52,6 +53,9 @@ def test_among_many_secrets_no_encoding_of_one_survives(
 ) -> None:
     redactor = many if secret in MANY else Redactor([*MANY, secret])
     embedded = _forms(secret)[form]
+    if len(secret) < WHOLE_TOKEN_BELOW:  # a short secret is masked where it is a token
+        assume(not any(e in before or e in after for e in _forms(secret).values()))
+        before, after = before + " ", " " + after
     if long_text:  # past the short-text path
         before = "lorem ipsum " * 50 + before
     out = redactor.redact_text(before + embedded + after)

@@ -26,12 +26,14 @@ from typing import Any
 
 from cadenza.config.schema_settings import RUN_LOG_LINES
 from cadenza.domain.events import Level
+from cadenza.domain.texts import MAX_MESSAGE as _MAX_MESSAGE
 from cadenza.store.boundary import EventSpec, LogLine
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _RANK = {name: k for k, name in enumerate(LEVELS)}
-MAX_MESSAGE = 64 * 1024
-"""Longer messages are cut (with a note), so one log call cannot bloat the store."""
+MAX_MESSAGE = _MAX_MESSAGE
+"""Longer messages are cut (with a note) when the store writes them, after redaction, so
+one log call cannot bloat the store (:func:`cadenza.domain.texts.cut_redacted`)."""
 
 
 def level_rank(level: str) -> int:
@@ -51,9 +53,7 @@ def format_message(message: object, args: tuple[object, ...]) -> str:
             text = text % args
         except (TypeError, ValueError, KeyError):
             text = f"{text} {args!r}"
-    if len(text) > MAX_MESSAGE:
-        text = text[:MAX_MESSAGE] + f"... [cut: {len(text)} characters]"
-    return text
+    return text  # cut by the store after redaction: a cut here could split a secret
 
 
 class RunLog:

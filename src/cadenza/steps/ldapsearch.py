@@ -269,7 +269,7 @@ class Directory:
 
 def _detail(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
+    return text.splitlines()[0]  # cut by the store, after redaction
 
 
 def text_of(value: bytes, binary: bool) -> str:

@@ -126,7 +126,9 @@ def translate(exc: BaseException, what: str) -> StepError:
 
 
 def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip() or type(exc).__name__).splitlines()[0][:500]
+    # Not cut here: the store cuts a step's error after redaction (a cut before it could
+    # keep the first characters of a secret that the redactor would no longer recognise).
+    return (str(exc).strip() or type(exc).__name__).splitlines()[0]
 
 
 # -- one guarded transaction ------------------------------------------------------------

@@ -68,6 +68,7 @@ from cadenza.domain.states import (
     StepState,
     is_allowed,
 )
+from cadenza.domain.texts import cut_redacted
 from cadenza.store.boundary import Boundary, BoundaryResult, LogLine, RunEnd
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
@@ -440,7 +441,7 @@ class BoundaryWriter(StoreCore):
                 hook(c, ended, now)
         self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
-                 redact.redact_text(line.message)) for b in live for line in b.logs]
+                 cut_redacted(redact.redact_text(line.message))) for b in live for line in b.logs]
         insert_rows(cursor, d, "run_logs", LOG_COLUMNS, logs)
         for b in live:
             fence = seen[b.run_id]

@@ -41,6 +41,7 @@ from cadenza.domain.errors import (
 )
 from cadenza.domain.errors import READ_ONLY as READ_ONLY_STORAGE
 from cadenza.domain.events import EventType, Level
+from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
 from cadenza.store.engine import READ_ONLY
@@ -367,7 +368,9 @@ class StoreCore:
         return require_aware(self.clock.now(), "clock.now()")
 
     def _redact_text(self, text: str | None) -> str | None:
-        return None if text is None else self.redactor.redact_text(text)
+        """``text`` redacted whole, then cut to 64 KiB (a cut before redaction could
+        leave the first characters of a secret, which the redactor no longer knows)."""
+        return None if text is None else cut_redacted(self.redactor.redact_text(text))
 
     def _insert_ignore(self, table: sa.Table, conflict: list[str]) -> Any:
         """``INSERT ... ON CONFLICT (conflict) DO NOTHING`` for this dialect.

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import TERMINAL_RUN_STATES
+from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
@@ -131,7 +132,7 @@ class EventsRepository(StoreCore):
                     ts=self._now(),
                     level=level.value,
                     step=step,
-                    message=self.redactor.redact_text(message),
+                    message=cut_redacted(self.redactor.redact_text(message)),
                 )
             ).inserted_primary_key
         return int(key[0]) if key is not None else 0

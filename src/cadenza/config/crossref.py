@@ -30,10 +30,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from cadenza.config.problems import KeyPath, Reporter
+from cadenza.config.schema_settings import absolute_sqlite_url
 from cadenza.config.tokens import StepScope, check_tokens
 from cadenza.config.types import InRoots, Ref, without_tokens
 from cadenza.config.validation import raw_table, type_tag, union_members
 from cadenza.domain.params import ParamTypeError, convert
+from cadenza.home_templates import template_problem
+from cadenza.plugin_code import callable_problem
+from cadenza.private_files import RULE, PrivateFiles
 
 Marker = Ref | InRoots
 
@@ -48,6 +52,8 @@ class Catalog:
     pools: dict[str, tuple[str, int]] = field(default_factory=dict)
     channels: list[str] = field(default_factory=list)
     roots: list[Path] = field(default_factory=list)
+    allowed_callables: list[str] = field(default_factory=list)
+    store_url: str | None = None
 
 
 def catalog_of(data: Mapping[str, Any] | None, home: Path) -> Catalog:
@@ -64,7 +70,11 @@ def catalog_of(data: Mapping[str, Any] | None, home: Path) -> Catalog:
     roots = raw_table(data.get("files")).get("roots", ["data/files"])
     paths = [(home / r).resolve() for r in roots if isinstance(r, str)] \
         if isinstance(roots, list) else []
-    return Catalog(True, connections, pools, list(raw_table(data.get("channels"))), paths)
+    allowed = raw_table(data.get("security")).get("allowed_callables")
+    store_url = raw_table(data.get("store")).get("url", "sqlite:///data/cadenza.db")
+    return Catalog(True, connections, pools, list(raw_table(data.get("channels"))), paths,
+                   [a for a in allowed if isinstance(a, str)] if isinstance(allowed, list)
+                   else [], store_url if isinstance(store_url, str) else None)
 
 
 def marked(tp: Any, raw: object, path: KeyPath,
@@ -160,11 +170,14 @@ class JobChecker:
         if step_type is None:
             return
         self._refs(job_id, marked(step_type.Config, dict(step), at))
+        self._private_paths(marked(step_type.Config, dict(step), at), names[k])
         self._counts(step.get("requires"), (*at, "requires"))
         if step_type.name == "call_job":
             self._call(job_id, at, step)
         elif step_type.name == "python":
-            self._callable(at, step.get("callable"))
+            self._callable(at, step.get("callable"), names[k])
+        elif step_type.name == "report":
+            self._template(at, step.get("template"), names[k])
         elif step_type.name == "notify" and "channel" not in step and self.catalog.known \
                 and not self.catalog.channels:
             self.report.error((*at, "channel"), "no channel to send through: expected "
@@ -286,8 +299,43 @@ class JobChecker:
         except ParamTypeError as exc:
             self.report.error(at, str(exc))
 
-    def _callable(self, at: KeyPath, value: object) -> None:
+    def _private(self) -> PrivateFiles:
+        url = self.catalog.store_url
+        return PrivateFiles.of(self.home, absolute_sqlite_url(url, self.home) if url else None)
+
+    def _private_paths(self, found: Iterator[tuple[KeyPath, Marker, str, bool]],
+                       step: str) -> None:
+        """A literal file path (no ``${...}``) naming a private file of the home, under
+        any root or as written, is an error (checked again when the step runs)."""
+        private: PrivateFiles | None = None
+        for path, marker, value, is_key in found:
+            if not isinstance(marker, InRoots) or is_key or without_tokens(value) != value:
+                continue
+            private = private or self._private()
+            text = value.replace("\\", "/")
+            places = [Path(text)] if Path(text).is_absolute() else \
+                [root / text for root in self.catalog.roots]
+            for place in places:
+                why = private.reason(place)
+                if why is not None:
+                    self.report.error(path, f"step {step!r}: {path[-1]} {value!r} {RULE} "
+                                      f"({why}); no step may read or write it")
+                    break
+
+    def _template(self, at: KeyPath, value: object, step: str) -> None:
+        if not isinstance(value, str) or without_tokens(value) != value:
+            return
+        problem = template_problem(self.home, value, self._private())
+        if problem is not None:
+            self.report.error((*at, "template"), f"step {step!r}: {problem}")
+
+    def _callable(self, at: KeyPath, value: object, step: str) -> None:
         if not isinstance(value, str) or ":" not in value:
+            return
+        problem = callable_problem(value, self.home, self.catalog.allowed_callables)
+        if problem is not None:
+            self.report.error((*at, "callable"), f"step {step!r}: callable {value!r} "
+                              f"refused: {problem}")
             return
         top = value.split(":", 1)[0].split(".", 1)[0]
         plugins = self.home / "plugins"

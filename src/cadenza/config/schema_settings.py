@@ -173,6 +173,27 @@ class FileSettings(StrictModel):
     roots: list[NonEmptyStr] = Field(default_factory=lambda: ["data/files"], min_length=1)
 
 
+def _callable_pattern(value: str) -> str:
+    from cadenza.plugin_code import PATTERN
+
+    if not PATTERN.fullmatch(value):
+        fail(f"expected 'module:function' or 'module:*' with a module written in full (like "
+             f"'mypkg.tasks:*'), got {value!r}")
+    return value
+
+
+class SecuritySettings(StrictModel):
+    """What jobs.toml may make Cadenza run. ``allowed_callables``: ``module:function``
+    patterns (``*`` after the colon) that a ``python`` step may call besides the modules of
+    the home's ``plugins/`` folder; see docs/security.md, "Code a job may run"."""
+
+    allowed_callables: list[Annotated[str, AfterValidator(_callable_pattern)]] = Field(
+        default_factory=list, max_length=1000, description=(
+            "Functions of installed packages that python steps may call besides the home's "
+            "plugins/ folder, as module:function or module:* (e.g. \"mypkg.tasks:*\"). "
+            "Empty by default: only code of plugins/ runs."))
+
+
 class SqlConnection(StrictModel):
     """A database reached through SQLAlchemy."""
 
@@ -342,6 +363,7 @@ class Settings(StrictModel):
     channels: dict[Identifier, Channel] = Field(default_factory=dict)
     rules: list[Rule] = Field(default_factory=list)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
 
     def store_url(self, home: Path) -> str:
         """The store's SQLAlchemy URL with a relative SQLite path made absolute under ``home``."""

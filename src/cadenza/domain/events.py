@@ -23,6 +23,9 @@ class EventType(StrEnum):
     HEALTH_CHECKED = "HEALTH_CHECKED"
     NOTIFICATION_SENT = "NOTIFICATION_SENT"
     CONFIG_CHANGED = "CONFIG_CHANGED"
+    # A save of jobs.toml refused because it broke a security rule (code only from plugins/,
+    # files Cadenza keeps private); names the actor.
+    CONFIG_REFUSED = "CONFIG_REFUSED"
     USER_LOGIN = "USER_LOGIN"
     USER_CHANGED = "USER_CHANGED"
     SECRET_CHANGED = "SECRET_CHANGED"

@@ -24,6 +24,7 @@ import jinja2
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.states import StepState
+from cadenza.home_templates import HomeTemplateLoader
 from cadenza.notify.channels import Message
 from cadenza.store.core import Redactor
 from cadenza.store.records import RunRecord, StepRunRecord
@@ -60,7 +61,7 @@ class Renderer:
     def __init__(self, home: Path, redactor: Redactor) -> None:
         self.redactor = redactor
         loader = jinja2.ChoiceLoader([
-            jinja2.FileSystemLoader(str(home / OVERRIDE_DIR)),
+            HomeTemplateLoader(home, home / OVERRIDE_DIR),  # never outside templates/
             jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         ])
         self._text = jinja2.Environment(loader=loader, autoescape=False,

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cadenza.domain.events import EventType
+from cadenza.domain.errors import ConfigError
+from cadenza.domain.events import EventType, Level
 from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.services.timeparse import parse_instant
 
@@ -257,16 +258,36 @@ class JobService:
             raise InvalidRequest(str(exc)) from None
         return self._write_text(rendered(self.services.home.jobs_file, doc), base_hash, what)
 
+    def _record_refusal(self, error: ConfigError, what: str) -> None:
+        """A CONFIG_REFUSED event (level WARNING, with the actor) when the save broke a
+        security rule (docs/security.md); other invalid saves leave no event."""
+        from cadenza.plugin_code import RULE as CODE_RULE
+        from cadenza.private_files import RULE as FILE_RULE
+
+        broken = [str(p) for p in error.problems
+                  if getattr(p, "severity", "error") == "error"
+                  and (CODE_RULE in str(p) or FILE_RULE in str(p))]
+        if not broken:
+            return
+        self.services.store().append_event(
+            EventType.CONFIG_REFUSED, f"{what} in jobs.toml refused: {broken[0]}",
+            level=Level.WARNING, payload={"file": "jobs.toml", "problems": broken},
+            actor=self.services.actor.id)
+
     def _write_text(self, text: str, base_hash: str, what: str) -> JobsFile:
         from cadenza.config import validate_jobs_text
         from cadenza.config.writer import write_document
 
         home = self.services.home
         self.services.require_home()
-        digest = write_document(
-            home.jobs_file, text, base_hash=base_hash, clock=self.services.clock,
-            validate=lambda new: validate_jobs_text(home.path, new,
-                                                    resolve_secret=home.secrets.get))
+        try:
+            digest = write_document(
+                home.jobs_file, text, base_hash=base_hash, clock=self.services.clock,
+                validate=lambda new: validate_jobs_text(home.path, new,
+                                                        resolve_secret=home.secrets.get))
+        except ConfigError as exc:
+            self._record_refusal(exc, what)
+            raise
         self.services.store().append_event(EventType.CONFIG_CHANGED, f"{what} in jobs.toml",
                                            payload={"file": "jobs.toml"},
                                            actor=self.services.actor.id)

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 
 from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, NonEmptyStr, fail, without_tokens
+from cadenza.private_files import of_settings
 from cadenza.steps import exporting, outfiles, writers
 from cadenza.steps.base import (
     CsvOptions,
@@ -80,7 +81,9 @@ class FileExportStep(StepType):
         """Check the path, stream the rows into a temporary file, rename it; see the
         module's docstring."""
         fmt = config.format or export_format(config.path) or "csv"
-        place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home))
+        place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home),
+                                of_settings(ctx.home, ctx.settings),
+                                f"step {ctx.step.name!r}: path")
         done = _written_before(ctx, place)
         if done is not None:
             ctx.log.info("%s was written by an earlier attempt of this step (%s rows)",

@@ -53,6 +53,7 @@ from pydantic import Field, model_validator
 from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, JsonMap, NonEmptyStr, fail
 from cadenza.domain.errors import Deferred, Fatal, Retryable
+from cadenza.private_files import of_settings
 from cadenza.steps import files, readers, sqlutil
 from cadenza.steps.base import (
     ColumnList,
@@ -171,7 +172,8 @@ class FileLoadStep(StepType):
     def run(self, ctx: StepContext, config: FileLoadConfig) -> StepResult:
         """Find, check and load the files; see the module's docstring."""
         roots = ctx.settings.file_roots(ctx.home)
-        found = files.find(config.path, roots)
+        found = files.find(config.path, roots, of_settings(ctx.home, ctx.settings),
+                           f"step {ctx.step.name!r}: path")
         if not found:
             return _missing(ctx, config, roots)
         sums = []

@@ -37,6 +37,7 @@ import sqlalchemy as sa
 
 from cadenza.clock import SystemClock
 from cadenza.domain.errors import Fatal
+from cadenza.private_files import PrivateFiles
 
 MAX_MATCHES = 10_000
 #: xlsx limits: total uncompressed size, compression ratio of big members, members
@@ -130,9 +131,11 @@ def _relative_to_root(text: str, roots: list[Path]) -> list[tuple[Path, str]]:
     raise _refuse(text, "the absolute path is outside every root")
 
 
-def find(path: str, roots: list[Path]) -> list[FoundFile]:
+def find(path: str, roots: list[Path], private: PrivateFiles | None = None,
+         what: str = "path") -> list[FoundFile]:
     """The files that ``path`` (a path or glob) names, sorted; empty when none exists.
-    Anything that resolves outside its root, or is not a regular file, refuses the step."""
+    Anything that resolves outside its root, or is not a regular file, refuses the step,
+    and so does a match that is one of ``private`` (``what`` names the step and field)."""
     text = clean(path)
     for root, relative in _relative_to_root(text, roots):
         if _GLOB.search(relative):
@@ -146,6 +149,8 @@ def find(path: str, roots: list[Path]) -> list[FoundFile]:
                 raise Fatal(f"{path!r} matches more than {MAX_MATCHES} files")
             checked = _check(candidate, root, path)
             if checked is not None:
+                if private is not None:
+                    private.check(checked.path, what)
                 found.append(checked)
         if found:
             return found

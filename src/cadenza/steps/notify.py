@@ -35,6 +35,7 @@ from pydantic import BeforeValidator, Field
 
 from cadenza.config.types import FilePath, Identifier, NonEmptyStr, Recipient, Ref
 from cadenza.domain.errors import Fatal, Retryable
+from cadenza.private_files import of_settings
 from cadenza.steps.base import StepConfig, to_list
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult
@@ -152,7 +153,8 @@ def _attachments(ctx: StepContext, paths: list[str]) -> list[Any]:
     out: list[Attachment] = []
     total = 0
     for path in paths:
-        found = files.find(path, roots)
+        found = files.find(path, roots, of_settings(ctx.home, ctx.settings),
+                           f"step {ctx.step.name!r}: attach")
         if not found:
             raise Fatal(f"step {ctx.step.name!r}: attach: no file {path!r} inside "
                         f"[files].roots")

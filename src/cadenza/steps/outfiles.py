@@ -38,6 +38,7 @@ from types import TracebackType
 from typing import Any, BinaryIO
 
 from cadenza.domain.errors import Fatal, Retryable
+from cadenza.private_files import PrivateFiles
 from cadenza.steps import files
 
 PART_SUFFIX = ".cadenza-part"
@@ -60,8 +61,10 @@ def _refuse(path: str, why: str) -> Fatal:
                  "[files].roots)")
 
 
-def target(path: str, roots: list[Path]) -> Target:
-    """The checked place of ``path`` (see the module docstring), its directory made."""
+def target(path: str, roots: list[Path], private: PrivateFiles | None = None,
+           what: str = "path") -> Target:
+    """The checked place of ``path`` (see the module docstring), its directory made; a
+    place that is one of ``private`` is refused (``what`` names the step and field)."""
     text = files.clean(path)
     if path.replace("\\", "/").rstrip().endswith("/"):
         raise _refuse(path, "it names a directory; it names no file")
@@ -85,6 +88,8 @@ def target(path: str, roots: list[Path]) -> Target:
     if not real.is_dir():
         raise _refuse(path, f"{'/'.join(parts[:-1])!r} is not a directory")
     final = real / parts[-1]
+    if private is not None:
+        private.check(final, what)
     try:
         mode = os.lstat(final).st_mode
     except FileNotFoundError:

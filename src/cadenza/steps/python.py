@@ -37,12 +37,13 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
+from cadenza import plugin_code
 from cadenza.config.labels import ADVANCED
 from cadenza.config.types import fail
 from cadenza.domain.errors import Fatal
@@ -90,24 +91,58 @@ def plugins_first(home: Path) -> None:
             sys.path.insert(0, plugins)
 
 
-def load_callable(spec: str) -> Callable[..., Any]:
-    """The object named by ``"module:attr.attr"``; :class:`Fatal` when it cannot be found."""
+def load_callable(spec: str, home: Path | None = None,
+                  patterns: Iterable[str] = ()) -> Callable[..., Any]:
+    """The object named by ``"module:attr.attr"``; :class:`Fatal` when it cannot be found,
+    or (given the ``home``) when it is not code of the home's ``plugins/`` nor matched by
+    ``patterns`` (``[security].allowed_callables``; :mod:`cadenza.plugin_code`)."""
     module_name, _, attrs = spec.partition(":")
     obj: Any = sys.modules.get(module_name)  # imported already: no import machinery
+    if obj is not None and home is not None and _of_another_home(obj, home):
+        _forget(module_name)  # the same name in the plugins/ of another home: import ours
+        obj = None
     try:
         if obj is None or getattr(getattr(obj, "__spec__", None), "_initializing", False):
             obj = importlib.import_module(module_name)
     except ImportError as exc:
         raise Fatal(f"callable {spec!r}: cannot import {module_name!r} from plugins/: "
                     f"{exc}") from exc
+    module = obj
+    path: list[object] = []
     for part in attrs.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise Fatal(f"callable {spec!r}: {module_name!r} has no {attrs!r}") from None
+        path.append(obj)
+    if home is not None:
+        problem = plugin_code.check_loaded(spec, module, path, home, patterns)
+        if problem is not None:
+            raise Fatal(f"callable {spec!r} refused: {problem}")
     if not callable(obj):
         raise Fatal(f"callable {spec!r} is a {type(obj).__name__}, not a function")
     return obj  # type: ignore[no-any-return]
+
+
+def _of_another_home(module: Any, home: Path) -> bool:
+    """Whether ``module`` was imported from the ``plugins/`` folder of another Cadenza home
+    (one process serving several homes, as the tests do). A module of the standard
+    library or of an installed package is never forgotten: it is refused instead."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return False
+    real = Path(file).resolve()
+    ours = (home / "plugins").resolve()
+    for parent in real.parents:
+        if parent.name == "plugins" and (parent.parent / "cadenza.toml").is_file():
+            return parent != ours
+    return False
+
+
+def _forget(module_name: str) -> None:
+    top = module_name.split(".", 1)[0]
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        sys.modules.pop(name, None)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -176,7 +211,8 @@ class PythonStep(StepType):
     def run(self, ctx: StepContext, config: PythonConfig) -> StepResult:
         """Import ``config.callable`` and call it (see the module docstring)."""
         plugins_first(ctx.home)
-        fn = load_callable(config.callable)
+        fn = load_callable(config.callable, ctx.home,
+                           ctx.settings.security.allowed_callables)
         own = dict(config.op_kwargs)
         shared = {k: v for k, v in ctx.params.items() if k not in own}
         value = fn(**arguments(fn, shared, own, ctx))

@@ -40,6 +40,8 @@ from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, NonEmptyStr, RelativePath, StrictModel, fail
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.params import ParamError, render
+from cadenza.home_templates import HomeTemplateLoader, TemplateRefused, template_problem
+from cadenza.private_files import of_settings
 from cadenza.steps import charts, exporting, outfiles, writers
 from cadenza.steps.base import ColumnList, SqlConnectionName, StepConfig
 from cadenza.steps.registry import StepType
@@ -162,7 +164,9 @@ class ReportStep(StepType):
     def run(self, ctx: StepContext, config: ReportConfig) -> StepResult:
         """Query every section, draw the charts, write the file; see the module docstring."""
         fmt = report_format(config)
-        place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home))
+        place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home),
+                                of_settings(ctx.home, ctx.settings),
+                                f"step {ctx.step.name!r}: path")
         if not config.overwrite:
             outfiles.refuse_existing(place)
         template = _template(ctx, config) if fmt != "xlsx" else None
@@ -270,16 +274,22 @@ def _template(ctx: StepContext, config: ReportConfig) -> jinja2.Template:
         env = SandboxedEnvironment(autoescape=True, undefined=jinja2.StrictUndefined)
         return env.from_string(DEFAULT_TEMPLATE)
     home = ctx.home.resolve()
+    private = of_settings(ctx.home, ctx.settings)
+    what = f"step {ctx.step.name!r}: template"
+    problem = template_problem(home, config.template, private)
+    if problem is not None:
+        raise Fatal(f"{what}: {problem}")
     path = (home / config.template.replace("\\", "/")).resolve()
-    if not path.is_relative_to(home):
-        raise Fatal(f"template {config.template!r} resolves outside the home directory")
-    if not path.is_file() or path.stat().st_size > MAX_TEMPLATE:
-        raise Fatal(f"template {config.template!r}: no such file under the home (or larger "
-                    f"than {MAX_TEMPLATE} bytes)")
+    loader = HomeTemplateLoader(home, path.parent, private)
     env = SandboxedEnvironment(autoescape=True, undefined=jinja2.StrictUndefined,
-                               loader=jinja2.FileSystemLoader(path.parent))
+                               loader=loader)
     try:
         return env.get_template(path.name)
+    except TemplateRefused as exc:
+        raise Fatal(f"{what}: {exc.message}") from None
+    except jinja2.TemplateNotFound:
+        raise Fatal(f"template {config.template!r}: no such file under the home (or larger "
+                    f"than {MAX_TEMPLATE} bytes)") from None
     except jinja2.TemplateSyntaxError as exc:
         raise Fatal(f"template {config.template}:{exc.lineno}: {exc.message}") from None
     except UnicodeDecodeError as exc:

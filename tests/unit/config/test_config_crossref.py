@@ -18,8 +18,10 @@ requires = { egress = 1 }
 
 def _job_problems(make_home: MakeHome, jobs: str, settings: str = MINIMAL_SETTINGS,
                   name: str = "home") -> list[Problem]:
-    return [p for p in validate_home(make_home(settings=settings, jobs=jobs, name=name))
-            if p.file == "jobs.toml"]
+    home = make_home(settings=settings, jobs=jobs, name=name)
+    (home / "plugins").mkdir()  # the python steps below call cz_tasks:dumps from plugins/
+    (home / "plugins" / "cz_tasks.py").write_text("def dumps() -> None:\n    pass\n")
+    return [p for p in validate_home(home) if p.file == "jobs.toml"]
 
 
 def _step(body: str) -> str:
@@ -81,7 +83,7 @@ def test_each_dangling_reference_is_a_located_error(make_home: MakeHome, body: s
 
 def test_job_requires_must_name_pools(make_home: MakeHome) -> None:
     jobs = HEAD.replace("egress = 1", "egres = 1") + \
-        '[[jobs.main.steps]]\nname = "s"\ntype = "python"\ncallable = "json:dumps"\n'
+        '[[jobs.main.steps]]\nname = "s"\ntype = "python"\ncallable = "cz_tasks:dumps"\n'
     error = _single_error(_job_problems(make_home, jobs))
     assert error.path == "jobs.main.requires.egres"
     assert "unknown pool 'egres': expected a pool of cadenza.toml (pools: egress)" in error.message
@@ -124,7 +126,7 @@ disabled_steps = ["s", "phantom"]
 [[jobs.main.steps]]
 name = "s"
 type = "python"
-callable = "json:dumps"
+callable = "cz_tasks:dumps"
 """
     problems = [p for p in _job_problems(make_home, jobs) if p.is_error]
     found = {(p.path, p.line) for p in problems}
@@ -137,7 +139,7 @@ callable = "json:dumps"
 
 def test_params_cannot_use_step_outputs_or_secrets(make_home: MakeHome) -> None:
     jobs = HEAD.replace('region = "FR"', 'rows = "${steps.s.rows}", pw = "${env.PW}"') + \
-        '[[jobs.main.steps]]\nname = "s"\ntype = "python"\ncallable = "json:dumps"\n'
+        '[[jobs.main.steps]]\nname = "s"\ntype = "python"\ncallable = "cz_tasks:dumps"\n'
     problems = [p for p in _job_problems(make_home, jobs) if p.is_error]
     assert sorted(p.path for p in problems) == ["jobs.main.params.pw", "jobs.main.params.rows"]
 
@@ -148,7 +150,7 @@ def test_escaped_tokens_are_literal(make_home: MakeHome) -> None:
 
 
 def test_job_ids_differing_only_in_case_are_refused(make_home: MakeHome) -> None:
-    step = '[[jobs.{0}.steps]]\nname = "s"\ntype = "python"\ncallable = "json:dumps"\n'
+    step = '[[jobs.{0}.steps]]\nname = "s"\ntype = "python"\ncallable = "cz_tasks:dumps"\n'
     jobs = "[jobs.Sales]\n" + step.format("Sales") + "[jobs.sales]\n" + step.format("sales")
     error = _single_error(_job_problems(make_home, jobs))
     assert error.line == line_of(jobs, "[jobs.sales]")
@@ -197,7 +199,7 @@ def test_plaintext_secrets_in_jobs_are_warnings(make_home: MakeHome) -> None:
 
 
 def test_loaded_jobs_keep_file_order_and_merge_step_retry(make_home: MakeHome) -> None:
-    step = '[[jobs.{0}.steps]]\nname = "s"\ntype = "python"\ncallable = "json:dumps"\n'
+    step = '[[jobs.{0}.steps]]\nname = "s"\ntype = "python"\ncallable = "cz_tasks:dumps"\n'
     jobs = "[jobs.zeta]\n[jobs.zeta.retry]\nattempts = 5\nmax_seconds = 60\n" + \
         step.format("zeta") + "retry = { base_seconds = 120 }\n" + \
         "[jobs.alpha]\n" + step.format("alpha")
@@ -236,7 +238,7 @@ description = "no call back: no cycle"
 [[jobs.leaf.steps]]
 name = "x"
 type = "python"
-callable = "json:dumps"
+callable = "cz_tasks:dumps"
 """
     error = _single_error(_job_problems(make_home, jobs))
     assert error.message == ("call_job cycle: nightly → export (preset back) → nightly; "
@@ -268,6 +270,6 @@ disabled_steps = ["back"]
 [[jobs.c.steps]]
 name = "x"
 type = "python"
-callable = "json:dumps"
+callable = "cz_tasks:dumps"
 """
     assert [p for p in _job_problems(make_home, jobs) if p.is_error] == []

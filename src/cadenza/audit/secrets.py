@@ -55,6 +55,23 @@ FORMAT_VERSION = 1
 _POSIX = os.name == "posix"
 MAX_SECRET_BYTES = 64 * 1024
 """The largest secret value, in bytes of UTF-8 (see the module docstring)."""
+MIN_SECRET_CHARS = 8
+"""A shorter value is refused by ``cadenza secrets set`` unless ``--allow-short`` is given."""
+
+
+def short_secret_reason(name: str, value: str) -> str | None:
+    """Why ``value`` is too short to be a good secret (None when it is long enough).
+
+    A short value is easy to guess and occurs by chance in ordinary text; the redactor
+    masks it only where it stands as a whole token (docs/security.md)."""
+    length = len(value)
+    if length >= MIN_SECRET_CHARS:
+        return None
+    return (f"secret {name} is {length} character{'s' if length != 1 else ''}; a secret "
+            f"should have at least {MIN_SECRET_CHARS}: a short value is easy to guess, and "
+            "it is masked in logs only where it stands as a whole word")
+
+
 _SEAL_BYTES = NONCE_BYTES + 16  # what sealing adds to a value: its nonce and the GCM tag
 _StrSet = set[str]  # SecretStore.set shadows the builtin inside the class body
 

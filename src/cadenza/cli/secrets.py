@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from cadenza.cli.context import handled, state
-from cadenza.cli.output import out, print_json, print_table
+from cadenza.cli.output import err, out, print_json, print_table
 
 app = typer.Typer(
     help="Encrypted secrets, referenced as ${secret.NAME} in cadenza.toml.", no_args_is_help=True
@@ -22,6 +22,10 @@ def set_secret(
     value_stdin: Annotated[
         bool, typer.Option("--value-stdin", help="Read the value from stdin.")
     ] = False,
+    allow_short: Annotated[
+        bool, typer.Option("--allow-short",
+                           help="Store a value shorter than 8 characters anyway (warns).")
+    ] = False,
 ) -> None:
     """Store a secret (AES-GCM, key in data/secret.key). The value is prompted for, hidden."""
     secrets = state(ctx).services.secrets
@@ -32,7 +36,9 @@ def set_secret(
     else:
         value = typer.prompt(f"Value of {name}", hide_input=True, confirmation_prompt=True)
     with handled():
-        secrets.set(name, value)
+        warning = secrets.set(name, value, allow_short=allow_short)
+    if warning is not None:
+        err.print(f"warning: {warning}", markup=False)
     out.print(f"Stored secret {name}", markup=False)
 
 

@@ -83,7 +83,30 @@ class ConfigService:
         from cadenza.config import validate_home
 
         home = self.services.home
-        return validate_home(home.path, resolve_secret=home.secrets.get)
+        problems = validate_home(home.path, resolve_secret=home.secrets.get)
+        return problems + self._short_secrets()
+
+    def _short_secrets(self) -> list[Problem]:
+        """A warning for each stored secret shorter than ``cadenza secrets set`` accepts
+        without ``--allow-short`` (stored before the rule, or with it): it keeps working."""
+        from cadenza.audit.secrets import short_secret_reason
+        from cadenza.config import Problem
+        from cadenza.domain.errors import SecretError
+
+        secrets = self.services.home.secrets
+        found: list[Problem] = []
+        try:
+            names = secrets.names()
+            for name in names:
+                value = secrets.get(name)
+                reason = None if value is None else short_secret_reason(name, value)
+                if reason is not None:
+                    found.append(Problem("data/secrets.json", 1, 1, f"{reason}; replace it "
+                                         f"with `cadenza secrets set {name}`", "warning",
+                                         f"secret.{name}"))
+        except SecretError:
+            return []  # an unreadable store is reported where a secret is used
+        return found
 
     def reload(self, target: Reloadable) -> bool:
         """Check both files (ConfigError with every located problem, nothing applied),

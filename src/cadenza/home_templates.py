@@ -50,12 +50,12 @@ class HomeTemplateLoader(jinja2.BaseLoader):
         if not os.path.lexists(path):
             raise jinja2.TemplateNotFound(template)
         real = path.resolve()
-        if not _inside(real, self.root):
-            raise TemplateRefused(template, f"template {template!r} resolves outside the "
-                                            f"home's {TEMPLATES_DIR}/ folder")
         why = self.private.reason(real)
         if why is not None:
             raise TemplateRefused(template, f"template {template!r} {RULE} ({why})")
+        if not _inside(real, self.root):
+            raise TemplateRefused(template, f"template {template!r} resolves outside the "
+                                            f"home's {TEMPLATES_DIR}/ folder")
         if not real.is_file():
             raise jinja2.TemplateNotFound(template)
         if real.stat().st_size > MAX_TEMPLATE:

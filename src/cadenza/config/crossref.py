@@ -178,6 +178,8 @@ class JobChecker:
             self._callable(at, step.get("callable"), names[k])
         elif step_type.name == "report":
             self._template(at, step.get("template"), names[k])
+        elif step_type.name == "sql_query":
+            self._home_file(at, "file", step.get("file"), names[k])
         elif step_type.name == "notify" and "channel" not in step and self.catalog.known \
                 and not self.catalog.channels:
             self.report.error((*at, "channel"), "no channel to send through: expected "
@@ -321,6 +323,15 @@ class JobChecker:
                     self.report.error(path, f"step {step!r}: {path[-1]} {value!r} {RULE} "
                                       f"({why}); no step may read or write it")
                     break
+
+    def _home_file(self, at: KeyPath, key: str, value: object, step: str) -> None:
+        """A literal path relative to the home that names a private file is an error."""
+        if not isinstance(value, str) or without_tokens(value) != value:
+            return
+        why = self._private().reason(value.replace("\\", "/"))
+        if why is not None:
+            self.report.error((*at, key), f"step {step!r}: {key} {value!r} {RULE} ({why}); "
+                              "no step may read it")
 
     def _template(self, at: KeyPath, value: object, step: str) -> None:
         if not isinstance(value, str) or without_tokens(value) != value:

@@ -37,6 +37,7 @@ from cadenza.config.labels import ADVANCED
 from cadenza.config.types import JsonMap, NonEmptyStr, RelativePath, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render_sql
+from cadenza.private_files import of_settings
 from cadenza.steps import sqlutil
 from cadenza.steps.base import SqlConnectionName, StepConfig
 from cadenza.steps.registry import StepType
@@ -118,6 +119,7 @@ def _read_file(ctx: StepContext, name: str) -> str:
     path = (home / name.replace("\\", "/")).resolve()
     if not path.is_relative_to(home):
         raise Fatal(f"file {name!r} resolves outside the home directory")
+    of_settings(ctx.home, ctx.settings).check(path, f"step {ctx.step.name!r}: file")
     try:
         with path.open("rb") as fh:
             data = fh.read(MAX_SQL_FILE + 1)

@@ -151,3 +151,15 @@ def test_private_files_follow_the_store_url_and_ignore_ordinary_files(home: Path
     (home / "data" / "files" / "ok.csv").write_text("a\n1\n")
     assert private.reason(home / "data" / "files" / "ok.csv") is None
     assert private.reason(home / "data" / "w.db") is None
+
+
+def test_a_sql_query_file_never_reads_a_private_file(home: Path) -> None:
+    from cadenza.steps.sql_query import SqlQueryStep
+
+    ctx = _ctx(home)
+    try:
+        with pytest.raises(Fatal, match=RULE) as caught:
+            run_step(SqlQueryStep, ctx, connection="w", file="data/secret.key")
+        assert "step 'step': file" in str(caught.value) and KEY not in str(caught.value)
+    finally:
+        ctx.close(ok=False)

@@ -63,6 +63,7 @@ from cadenza.config.schema_settings import (
 )
 from cadenza.domain.errors import Fatal, Retryable, StepError
 from cadenza.domain.outputs import summarize
+from cadenza.domain.texts import cut_before_redaction
 from cadenza.resources.leased import LeasedResource, find_route
 from cadenza.steps.runtime import RunInfo, StepInfo, StepResult
 from cadenza.store.boundary import EventSpec
@@ -491,11 +492,10 @@ class ExecutionContext:
 
     def _log_sql(self, conn: sa.Connection, cursor: Any, statement: str, parameters: Any,
                  context: Any, executemany: bool) -> None:
-        binds = repr(parameters)
-        if len(binds) > MAX_SQL_LOGGED:
-            binds = binds[:MAX_SQL_LOGGED] + "..."
-        text = statement if len(statement) <= MAX_SQL_LOGGED else \
-            statement[:MAX_SQL_LOGGED] + "..."
+        # Cut before the store redacts the line: never inside a secret (the cut moves on
+        # to the next blank), or its first characters would be kept unrecognised.
+        binds = cut_before_redaction(repr(parameters), MAX_SQL_LOGGED, "...")
+        text = cut_before_redaction(statement, MAX_SQL_LOGGED, "...")
         many = " (executemany)" if executemany else ""
         self.log.debug("SQL%s: %s | binds: %s", many, text.strip(), binds)
 

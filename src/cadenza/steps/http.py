@@ -59,6 +59,7 @@ from cadenza.config.labels import ADVANCED
 from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
+from cadenza.domain.texts import cut_before_redaction
 from cadenza.resources.egress import (
     EchoError,
     check_scheme,
@@ -382,7 +383,7 @@ class HttpStep(StepType):
             raise ResourceFault(f"{where} (the proxy refused its credentials)", resource_id=(
                 None if route is None else route.resource_id))
         text = " ".join(_text(body[:PREVIEW_CAP], response, cut=True).split())
-        excerpt = Redactor().redact_text(text[:_EXCERPT])
+        excerpt = Redactor().redact_text(cut_before_redaction(text, _EXCERPT, ""))
         raise Fatal(f"{where}, expected {' or '.join(expect)}" + (f": {excerpt}" if excerpt
                                                                  else ""))
 
@@ -587,7 +588,8 @@ def _decode_json(body: bytes, ctx: StepContext) -> Any:
     try:
         return json.loads(body, parse_constant=refuse)
     except (ValueError, RecursionError) as exc:
-        ctx.log.warning("the answer says JSON but cannot be decoded: %s", str(exc)[:200])
+        ctx.log.warning("the answer says JSON but cannot be decoded: %s",
+                        cut_before_redaction(str(exc), 200))
         return None
 
 
@@ -604,5 +606,6 @@ def _headers_out(response: httpx.Response) -> dict[str, str]:
     out: dict[str, str] = {}
     for name in list(response.headers.keys())[:_MAX_HEADERS]:
         value = ", ".join(response.headers.get_list(name))
-        out[name] = REDACTED if is_secret_key(name) else value[:_MAX_HEADER_VALUE]
+        out[name] = (REDACTED if is_secret_key(name)
+                     else cut_before_redaction(value, _MAX_HEADER_VALUE, ""))
     return out

@@ -35,6 +35,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from cadenza.clock import SystemClock
+from cadenza.domain.texts import cut_before_redaction
 
 MARKER_ENV = "CADENZA_STEP_MARKER"
 """The environment variable that marks the processes of one step attempt."""
@@ -64,8 +65,8 @@ def describe(proc: psutil.Process) -> str:
         command = " ".join(proc.cmdline()) or proc.name()
     except psutil.Error:
         command = "?"
-    if len(command) > 120:
-        command = command[:117] + "..."
+    # The line is redacted by the store after this cut: never cut inside an argument.
+    command = cut_before_redaction(command, 117, "...")
     return f"pid {proc.pid} ({command})"
 
 

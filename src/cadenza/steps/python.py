@@ -1,7 +1,9 @@
 """``python``: call ``module:function`` from ``plugins/`` with the merged parameters.
 
 The function is imported from the home's ``plugins/`` directory (put first on ``sys.path``)
-and called with keyword arguments (docs/running.md "``python`` steps"):
+and must be code of that directory, or match ``[security].allowed_callables``
+(:mod:`cadenza.plugin_code`, checked by :func:`load_callable` after the import), and is
+called with keyword arguments (docs/running.md "``python`` steps"):
 
 * the step's own arguments (``op_kwargs``, then the run's ``--arg STEP.k=v``) are always
   passed: a name the function does not accept is a fatal error naming it;

@@ -27,6 +27,7 @@ from typing import Any
 from cadenza.config.schema_settings import RUN_LOG_LINES
 from cadenza.domain.events import Level
 from cadenza.domain.texts import MAX_MESSAGE as _MAX_MESSAGE
+from cadenza.domain.texts import cut_before_redaction
 from cadenza.store.boundary import EventSpec, LogLine
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -34,6 +35,10 @@ _RANK = {name: k for k, name in enumerate(LEVELS)}
 MAX_MESSAGE = _MAX_MESSAGE
 """Longer messages are cut (with a note) when the store writes them, after redaction, so
 one log call cannot bloat the store (:func:`cadenza.domain.texts.cut_redacted`)."""
+MAX_BUFFERED = 16 * MAX_MESSAGE
+"""Longer messages are cut here already, to bound what a run holds in memory and sends
+between processes: at the next blank past this length (never inside a secret without a
+blank); the store then cuts what is left of it to MAX_MESSAGE after redaction."""
 
 
 def level_rank(level: str) -> int:
@@ -53,7 +58,9 @@ def format_message(message: object, args: tuple[object, ...]) -> str:
             text = text % args
         except (TypeError, ValueError, KeyError):
             text = f"{text} {args!r}"
-    return text  # cut by the store after redaction: a cut here could split a secret
+    if len(text) > MAX_BUFFERED:
+        text = cut_before_redaction(text, MAX_BUFFERED, f"... [cut: {len(text)} characters]")
+    return text
 
 
 class RunLog:

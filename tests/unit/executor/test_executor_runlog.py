@@ -40,6 +40,10 @@ def test_messages_format_like_logging_and_never_fail() -> None:
     assert format_message("%d items", ("x",)) == "%d items ('x',)"
     # Not cut here: the store cuts after redaction (a cut here could split a secret).
     assert format_message("x" * 70_000, ()) == "x" * 70_000
+    # Past 1 MiB, cut at the next blank (never inside a word that may be a secret).
+    huge = "y" * (1 << 20) + "Kq7-Zx91-Lm3P-w8Rt tail " + "z" * 100
+    cut = format_message(huge, ())
+    assert cut == "y" * (1 << 20) + "Kq7-Zx91-Lm3P-w8Rt... [cut: 1048700 characters]"
 
 
 def test_a_closed_step_writes_nothing_more() -> None:

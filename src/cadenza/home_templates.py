@@ -23,8 +23,9 @@ TEMPLATES_DIR = "templates"
 MAX_TEMPLATE = 1 << 20
 
 
-class TemplateRefused(jinja2.TemplateNotFound):
-    """A template name that names a file outside ``templates/`` or a private file."""
+class TemplateRefused(jinja2.TemplateError):
+    """A template name that names a file outside ``templates/`` or a private file (not a
+    ``TemplateNotFound``: a loader chain must not fall back to another file silently)."""
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -52,15 +53,14 @@ class HomeTemplateLoader(jinja2.BaseLoader):
         real = path.resolve()
         why = self.private.reason(real)
         if why is not None:
-            raise TemplateRefused(template, f"template {template!r} {RULE} ({why})")
+            raise TemplateRefused(f"template {template!r} {RULE} ({why})")
         if not _inside(real, self.root):
-            raise TemplateRefused(template, f"template {template!r} resolves outside the "
-                                            f"home's {TEMPLATES_DIR}/ folder")
+            raise TemplateRefused(f"template {template!r} resolves outside the home's "
+                                  f"{TEMPLATES_DIR}/ folder")
         if not real.is_file():
             raise jinja2.TemplateNotFound(template)
         if real.stat().st_size > MAX_TEMPLATE:
-            raise TemplateRefused(template, f"template {template!r} is larger than "
-                                            f"{MAX_TEMPLATE} bytes")
+            raise TemplateRefused(f"template {template!r} is larger than {MAX_TEMPLATE} bytes")
         source = real.read_text(encoding="utf-8")
         mtime = os.path.getmtime(real)
         return source, str(real), lambda: _unchanged(real, mtime)

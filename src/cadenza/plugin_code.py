@@ -97,7 +97,8 @@ def check_loaded(spec: str, module: types.ModuleType, path: list[object], home: 
             return f"{spec!r} reaches the module {obj.__name__!r} through a plugin: {RULE}"
     last = path[-1] if path else None
     if isinstance(last, types.FunctionType | types.BuiltinFunctionType):
-        owner = sys.modules.get(getattr(last, "__module__", None) or "")
+        name = getattr(last, "__module__", None) or ""
+        owner = module if name == module.__name__ else sys.modules.get(name)
         if owner is None or module_problem(owner, plugins) is not None:
             return (f"{spec!r} is a function of {getattr(last, '__module__', None)!r}, not "
                     f"of a plugin: {RULE}")

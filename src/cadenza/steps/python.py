@@ -55,6 +55,7 @@ from cadenza.steps.runtime import StepContext, StepResult
 
 _CALLABLE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _PATH_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
 
 
 def _callable(value: str) -> str:
@@ -100,10 +101,13 @@ def load_callable(spec: str, home: Path | None = None,
     ``patterns`` (``[security].allowed_callables``; :mod:`cadenza.plugin_code`)."""
     module_name, _, attrs = spec.partition(":")
     obj: Any = sys.modules.get(module_name)  # imported already: no import machinery
-    if obj is not None and home is not None and _of_another_home(obj, home):
-        _forget(module_name)  # the same name in the plugins/ of another home: import ours
-        obj = None
     try:
+        if obj is not None and home is not None and _of_another_home(obj, home):
+            with _IMPORT_LOCK:  # one thread forgets it and imports ours; the others wait
+                obj = sys.modules.get(module_name)
+                if obj is not None and _of_another_home(obj, home):
+                    _forget(module_name)  # the same name in another home's plugins/
+                    obj = importlib.import_module(module_name)
         if obj is None or getattr(getattr(obj, "__spec__", None), "_initializing", False):
             obj = importlib.import_module(module_name)
     except ImportError as exc:

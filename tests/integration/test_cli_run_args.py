@@ -62,11 +62,13 @@ def test_arg_sets_a_built_in_steps_field_for_that_run(demo: Path) -> None:
      "--arg load-file.nope: step 'load-file' (file_load) has no setting or argument 'nope'"),
     ("load-file.timeout=1s", "has no setting or argument 'timeout'"),
     ("load-file.connection=downstream",
-     "--arg load-file.connection: step 'load-file' (file_load): 'connection' chooses a "
-     "connection"),
+     "step load-file: field connection cannot be set by a run (it chooses where data goes "
+     "or comes from); an editor can change it in jobs.toml"),
     ("refresh-aggregates.query=DELETE FROM staging_sales",
-     "--arg refresh-aggregates.query: step 'refresh-aggregates' (sql_query)"),
-    ("tell-downstream.method=FETCH", "--arg tell-downstream.method: step 'tell-downstream'"),
+     "step refresh-aggregates: field query cannot be set by a run"),
+    ("tell-downstream.method=FETCH", "step tell-downstream: field method cannot be set"),
+    ("load-file.path=../data/secret.key",
+     "step load-file: field path cannot be set by a run (it chooses a file to read"),
 ])
 def test_a_name_or_value_the_step_refuses_exits_2_and_records_nothing(
         demo: Path, arg: str, expected: str) -> None:

@@ -26,6 +26,10 @@ class EventType(StrEnum):
     # A save of jobs.toml refused because it broke a security rule (code only from plugins/,
     # files Cadenza keeps private); names the actor.
     CONFIG_REFUSED = "CONFIG_REFUSED"
+    # A run's values (--arg, the API's step_args, the form, an operator's preset) refused
+    # because they set a step field its type does not mark run-tunable; names the actor, the
+    # job, each step and field, never the value.
+    RUN_VALUES_REFUSED = "RUN_VALUES_REFUSED"
     USER_LOGIN = "USER_LOGIN"
     USER_CHANGED = "USER_CHANGED"
     SECRET_CHANGED = "SECRET_CHANGED"

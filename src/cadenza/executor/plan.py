@@ -40,10 +40,9 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 
 from cadenza.config.schema_jobs import JobConfig
-from cadenza.config.types import Ref
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, Scope, as_json, merge, render
-from cadenza.steps.base import StepConfig
+from cadenza.steps.base import StepConfig, is_run_tunable
 from cadenza.steps.registry import StepType
 from cadenza.store.records import RunRecord
 
@@ -51,8 +50,6 @@ _FIXED = ("name", "type", "op_kwargs")
 _COMMON = frozenset(StepConfig.model_fields)
 _ARGUMENTS_ONLY = frozenset({"python"})
 """Step types whose step args are all arguments of the step's code (never its settings)."""
-_CODE_KEYS = frozenset({"query", "file"})
-"""Config keys holding SQL text or naming a file of it."""
 
 
 class PlanError(Fatal):
@@ -254,41 +251,50 @@ def with_settings(data: Mapping[str, Any], settings: Mapping[str, Any]) -> dict[
 
 def locked(step_type: type[StepType] | None, step: StepConfig,
            settings: Mapping[str, Any]) -> list[str]:
-    """The settings that a run may not change: what names a connection, job, channel or
-    pool (it chooses whose credentials act), and SQL text (``query``, ``file`` and the
-    type's ``raw_fields``), at any depth. Running a job with parameters must not become
-    editing it."""
-    from cadenza.config.crossref import marked
+    """The settings that a run may not change: every field its step type does not mark
+    run-tunable (:func:`cadenza.steps.base.is_run_tunable`), at any depth. What reads or
+    writes a file, where data goes, whose credentials act and what code or SQL runs is never
+    marked: running a job with parameters must not become editing it."""
+    del step_type  # the rule is the config model's marks, nothing else
+    return [key for key in settings if not is_run_tunable(type(step), key)]
 
-    data = step.model_dump(mode="json", by_alias=True, exclude_unset=True)
-    raw = step_type.raw_fields if step_type is not None else frozenset()
-    out: list[str] = []
-    for key, value in settings.items():
-        if key.split(".", 1)[0] in raw:
-            out.append(key)
-            continue
-        after = with_settings(data, {key: value})
-        refs = {(path, name) for path, m, name, _ in marked(type(step), after, ())
-                if isinstance(m, Ref)}
-        if refs != {(path, name) for path, m, name, _ in marked(type(step), data, ())
-                    if isinstance(m, Ref)} or _code(after) != _code(data):
-            out.append(key)
+
+_FILE_KEYS = frozenset({"path", "file", "template", "attach", "attachments", "output",
+                        "output_dir"})
+_DESTINATION_KEYS = frozenset({"to", "channel", "url", "connection", "table", "target",
+                               "source", "via", "base", "job", "headers"})
+_CODE_FIELDS = frozenset({"callable", "query", "isolation", "sections", "filter", "mapping"})
+
+
+def refused_values(job: JobConfig, step_args: Mapping[str, Mapping[str, Any]]
+                   ) -> list[tuple[str, str]]:
+    """Every (step, field) of a run's ``step_args`` that a run may not set (:func:`locked`);
+    steps the job does not have are left to the request's other checks."""
+    out: list[tuple[str, str]] = []
+    for name, args in step_args.items():
+        step = job.step(name)
+        if step is not None:
+            settings, _, _ = split_step_args(job, step, args)
+            out += [(name, key) for key in locked(None, step, settings)]
     return out
 
 
-def _code(value: Any, path: tuple[object, ...] = ()) -> list[tuple[tuple[object, ...], Any]]:
-    """Every (path, value) under a key naming SQL text or a file of it."""
-    found: list[tuple[tuple[object, ...], Any]] = []
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            if key in _CODE_KEYS:
-                found.append(((*path, key), item))
-            else:
-                found.extend(_code(item, (*path, key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found.extend(_code(item, (*path, index)))
-    return found
+def refusal_reason(key: str) -> str:
+    """Why a run may not set the config field ``key`` (a dotted key: its first part)."""
+    first = key.split(".", 1)[0]
+    if first in _FILE_KEYS:
+        return "it chooses a file to read or write"
+    if first in _DESTINATION_KEYS:
+        return "it chooses where data goes or comes from"
+    if first in _CODE_FIELDS:
+        return "it chooses the code, SQL or data that runs"
+    return "its step type does not mark it run-tunable"
+
+
+def refusal(step: str, key: str) -> str:
+    """The message of a refused run value: the step, the field and the rule."""
+    return (f"step {step}: field {key} cannot be set by a run ({refusal_reason(key)}); "
+            f"an editor can change it in jobs.toml")
 
 
 def check_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any],
@@ -308,9 +314,7 @@ def check_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any],
                         f"{key!r} (settings: {', '.join(settable_fields(type(step)))}; "
                         f"arguments (op_kwargs): {own})")
     for key in locked(step_type, step, settings):
-        problems.append(f"--arg {step.name}.{key}: {where}: {key!r} chooses a connection, "
-                        f"a job or the SQL that runs; a run cannot change it (edit jobs.toml "
-                        f"or add a preset)")
+        problems.append(refusal(step.name, key))
     if problems:
         return problems
     lower, _, _ = split_step_args(job, step, below or {})

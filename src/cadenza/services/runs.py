@@ -239,10 +239,30 @@ class RunService:
         """Raise NotFound (no such job) or InvalidRequest (the request does not fit it)."""
         from cadenza.executor.request import RequestError, check_request
 
+        job = self.job(request.job_id)
         try:
-            check_request(self.job(request.job_id), self._run_request(request))
+            check_request(job, self._run_request(request))
         except RequestError as exc:
+            if not request.replayed:
+                self._record_refused_values(job, request)
             raise InvalidRequest(str(exc)) from None
+
+    def _record_refused_values(self, job: JobConfig, request: RunRequestInput) -> None:
+        """A RUN_VALUES_REFUSED event (level WARNING, with the actor) naming the job and each
+        refused step field; never the values (one could be a secret)."""
+        from cadenza.domain.events import EventType, Level
+        from cadenza.executor.plan import refused_values
+
+        refused = refused_values(job, request.step_args)
+        if not refused:
+            return
+        fields = [f"{step}.{key}" for step, key in refused]
+        self._store.append_event(
+            EventType.RUN_VALUES_REFUSED,
+            f"run values refused for job {job.id}: {', '.join(fields)} cannot be set by a run",
+            level=Level.WARNING, actor=self.services.actor.id,
+            payload={"job": job.id, "fields": [{"step": step, "field": key}
+                                               for step, key in refused]})
 
     def enqueue(self, request: RunRequestInput) -> str:
         """Record a QUEUED run of the request's job (checked first); returns its id. A

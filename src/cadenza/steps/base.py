@@ -11,9 +11,9 @@ from __future__ import annotations
 import codecs
 import re
 from datetime import timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BeforeValidator, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, field_validator
 
 from cadenza.config.types import (
     Duration,
@@ -27,6 +27,45 @@ from cadenza.config.types import (
     fail,
     without_tokens,
 )
+
+RUN_TUNABLE: dict[str, Any] = {"run_tunable": True}
+"""``Field(json_schema_extra=RUN_TUNABLE)`` marks a config field that a run's values (``cadenza
+run --arg``, the API's ``step_args``, the "Run with parameters" form, a preset saved by an
+operator) may set. A field without the mark is not tunable: only an editor changes it, in
+jobs.toml. Mark only fields that choose how much, how or in what shape (batch sizes, modes,
+delimiters, limits, formats), never what file is read or written, where data goes or what
+code runs."""
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def is_run_tunable(config_type: type[BaseModel], key: str) -> bool:
+    """Whether a run may set the (possibly dotted, e.g. ``csv.delimiter``) field ``key`` of
+    ``config_type``: every field on the way is marked :data:`RUN_TUNABLE`, and a whole nested
+    table only when each of its fields is."""
+    model: type[BaseModel] | None = config_type
+    for part in key.split("."):
+        if model is None:
+            return False
+        found = next((f for name, f in model.model_fields.items()
+                      if part in (name, f.alias)), None)
+        extra = found.json_schema_extra if found is not None else None
+        if found is None or not isinstance(extra, dict) or extra.get("run_tunable") is not True:
+            return False
+        model = _nested_model(found.annotation)
+    if model is not None:
+        return all(is_run_tunable(model, f.alias or name)
+                   for name, f in model.model_fields.items())
+    return True
+
 
 FileFormat = Literal["csv", "xlsx", "parquet", "json"]
 SqlConnectionName = Annotated[str, Ref("connection", "sql")]
@@ -91,13 +130,16 @@ class CsvOptions(StrictModel):
     """CSV dialect for ``file_load`` and ``file_export``."""
 
     delimiter: str = Field(",", min_length=1, max_length=1, description=(
-        "The one character between values, e.g. ; or a tab."))
+        "The one character between values, e.g. ; or a tab."), json_schema_extra=RUN_TUNABLE)
     quote: str = Field('"', min_length=1, max_length=1, description=(
-        "The character around values holding the delimiter."))
-    encoding: str = Field("utf-8", description="The text encoding, e.g. utf-8 or latin-1.")
-    header: bool = Field(True, description="The first line names the columns.")
+        "The character around values holding the delimiter."), json_schema_extra=RUN_TUNABLE)
+    encoding: str = Field("utf-8", description="The text encoding, e.g. utf-8 or latin-1.",
+        json_schema_extra=RUN_TUNABLE)
+    header: bool = Field(True, description="The first line names the columns.",
+        json_schema_extra=RUN_TUNABLE)
     null: str = Field("", description=(
-        "The text that stands for a missing value, e.g. NULL (default: empty)."))
+        "The text that stands for a missing value, e.g. NULL (default: empty)."),
+            json_schema_extra=RUN_TUNABLE)
 
     @field_validator("encoding")
     @classmethod

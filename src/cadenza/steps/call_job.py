@@ -8,7 +8,7 @@ from pydantic import Field
 
 from cadenza.config.types import Identifier, JsonMap, Ref
 from cadenza.domain.errors import Fatal
-from cadenza.steps.base import StepConfig
+from cadenza.steps.base import RUN_TUNABLE, StepConfig
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult
 
@@ -24,7 +24,8 @@ class CallJobConfig(StepConfig):
     preset: Identifier | None = Field(None, description=(
         "One of that job's presets to run with, e.g. month-end."))
     wait: bool = Field(True, title="Wait for it", description=(
-        "Wait for the called run to end (false: start it and move on)."))
+        "Wait for the called run to end (false: start it and move on)."),
+            json_schema_extra=RUN_TUNABLE)
 
 
 class ChildCalls(Protocol):

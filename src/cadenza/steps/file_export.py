@@ -24,6 +24,7 @@ from cadenza.config.types import FilePath, NonEmptyStr, fail, without_tokens
 from cadenza.private_files import of_settings
 from cadenza.steps import exporting, outfiles, writers
 from cadenza.steps.base import (
+    RUN_TUNABLE,
     CsvOptions,
     SqlConnectionName,
     StepConfig,
@@ -54,12 +55,12 @@ class FileExportConfig(StepConfig):
     path: FilePath = Field(description=(
         "The file written, inside the file roots, e.g. exports/sales-${params.period}.csv."))
     format: ExportFormat | None = Field(None, description=(
-        "The file format (default: from the path's extension)."))
+        "The file format (default: from the path's extension)."), json_schema_extra=RUN_TUNABLE)
     overwrite: bool = Field(False, description="Replace a file that is already there.")
-    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED,
+    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED | RUN_TUNABLE,
                             description="How a CSV file is written.")
     sheet: str = Field("Sheet1", min_length=1, max_length=31, pattern=r"^[^\[\]:*?/\\']+$",
-                       json_schema_extra=ADVANCED,
+                       json_schema_extra=ADVANCED | RUN_TUNABLE,
                        description="The sheet's name in an xlsx file.")
 
     @model_validator(mode="after")

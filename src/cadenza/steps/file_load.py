@@ -56,6 +56,7 @@ from cadenza.domain.errors import Deferred, Fatal, Retryable
 from cadenza.private_files import of_settings
 from cadenza.steps import files, readers, sqlutil
 from cadenza.steps.base import (
+    RUN_TUNABLE,
     ColumnList,
     CsvOptions,
     FileFormat,
@@ -133,9 +134,10 @@ class FileLoadConfig(StepConfig):
     table: TableName = Field(description=(
         "The table the rows go to, e.g. staging_sales or schema.table."))
     format: FileFormat | None = Field(None, description=(
-        "The file format (default: from the extension)."))
+        "The file format (default: from the extension)."), json_schema_extra=RUN_TUNABLE)
     mode: LoadMode = Field("append", description=(
-        "append adds rows, overwrite replaces the table's rows, upsert updates by key."))
+        "append adds rows, overwrite replaces the table's rows, upsert updates by key."),
+            json_schema_extra=RUN_TUNABLE)
     key: ColumnList | None = Field(None, title="Key columns", description=(
         "The columns that identify a row, for upsert, e.g. order_id."))
     constants: JsonMap = Field(default_factory=dict, title="Added columns",
@@ -144,11 +146,12 @@ class FileLoadConfig(StepConfig):
     columns: dict[str, NonEmptyStr] = Field(default_factory=dict, title="Renamed columns",
                                             json_schema_extra=ADVANCED, description=(
         "File column = table column, one per line, e.g. \"Order No\" = \"order_id\"."))
-    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED,
+    csv: CsvOptions = Field(default_factory=CsvOptions, json_schema_extra=ADVANCED | RUN_TUNABLE,
                             description="How a CSV file is read.")
     on_missing: Literal["fail", "skip", "wait"] = Field("fail", description=(
-        "When no file matches: fail the step, skip it, or wait for one."))
-    skip_if_loaded: bool = Field(True, json_schema_extra=ADVANCED, description=(
+        "When no file matches: fail the step, skip it, or wait for one."),
+            json_schema_extra=RUN_TUNABLE)
+    skip_if_loaded: bool = Field(True, json_schema_extra=ADVANCED | RUN_TUNABLE, description=(
         "A file loaded before (same checksum) is not loaded again."))
 
     @model_validator(mode="after")

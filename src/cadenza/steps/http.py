@@ -71,7 +71,7 @@ from cadenza.resources.egress import (
     routed_errors,
 )
 from cadenza.resources.leased import LeasedResource
-from cadenza.steps.base import StepConfig
+from cadenza.steps.base import RUN_TUNABLE, StepConfig
 from cadenza.steps.netguard import (
     ALLOWED_SCHEMES,
     EgressPolicy,
@@ -125,7 +125,7 @@ class HttpConfig(StepConfig):
         "A value sent as JSON, e.g. { id = 3 }; or a body, not both."))
     body: str | None = Field(None, description="Text sent as the request body.")
     expect: StatusPatterns = Field(default_factory=lambda: ["2xx"], title="Accepted statuses",
-                                   json_schema_extra=ADVANCED, description=(
+                                   json_schema_extra=ADVANCED | RUN_TUNABLE, description=(
         "The HTTP statuses that count as success, e.g. 2xx or 204 (default: 2xx)."))
     via: Annotated[str | None, Ref("pool", "route")] = Field(None, title="Route pool",
                                                             json_schema_extra=ADVANCED,

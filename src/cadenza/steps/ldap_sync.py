@@ -41,7 +41,7 @@ from cadenza.config.types import NonEmptyStr, Ref, StrictModel, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, Scope, find_tokens, lookup
 from cadenza.steps import sqlutil
-from cadenza.steps.base import SqlConnectionName, StepConfig, TableName
+from cadenza.steps.base import RUN_TUNABLE, SqlConnectionName, StepConfig, TableName
 from cadenza.steps.ldapsearch import Directory, Entry, escape_rdn, render_filter, text_of
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
@@ -101,9 +101,9 @@ class LdapSyncConfig(StepConfig):
     multi_valued: Literal["join", "json"] = Field("join", json_schema_extra=ADVANCED,
                                                  description=(
         "An attribute with several values is written joined or as a JSON list."))
-    page_size: int = Field(500, ge=1, le=100_000, json_schema_extra=ADVANCED,
+    page_size: int = Field(500, ge=1, le=100_000, json_schema_extra=ADVANCED | RUN_TUNABLE,
                            description="Entries read per page of the search.")
-    batch_size: int = Field(1000, ge=1, le=1_000_000, json_schema_extra=ADVANCED,
+    batch_size: int = Field(1000, ge=1, le=1_000_000, json_schema_extra=ADVANCED | RUN_TUNABLE,
                             description="Rows written per batch.")
 
     @model_validator(mode="after")

@@ -43,7 +43,7 @@ from cadenza.domain.params import ParamError, render
 from cadenza.home_templates import HomeTemplateLoader, TemplateRefused, template_problem
 from cadenza.private_files import of_settings
 from cadenza.steps import charts, exporting, outfiles, writers
-from cadenza.steps.base import ColumnList, SqlConnectionName, StepConfig
+from cadenza.steps.base import RUN_TUNABLE, ColumnList, SqlConnectionName, StepConfig
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 
@@ -88,8 +88,9 @@ class ReportConfig(StepConfig):
     path: FilePath = Field(description=(
         "The report file, inside the file roots, e.g. reports/sales-${params.period}.pdf."))
     format: Literal["html", "pdf", "xlsx"] | None = Field(None, description=(
-        "The file format (default: from the extension, else html)."))
-    title: str | None = Field(None, description="The report's heading.")
+        "The file format (default: from the extension, else html)."), json_schema_extra=RUN_TUNABLE)
+    title: str | None = Field(None, description="The report's heading.",
+        json_schema_extra=RUN_TUNABLE)
     template: RelativePath | None = Field(None, json_schema_extra=ADVANCED, description=(
         "An HTML template of your own, relative to the Cadenza home."))
     overwrite: bool = Field(True, description="Replace a file that is already there.")

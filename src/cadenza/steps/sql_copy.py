@@ -40,7 +40,7 @@ from cadenza.config.types import NonEmptyStr, StrictModel, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render, render_sql
 from cadenza.steps import copying, sqltypes, sqlutil
-from cadenza.steps.base import ColumnList, SqlConnectionName, StepConfig, TableName
+from cadenza.steps.base import RUN_TUNABLE, ColumnList, SqlConnectionName, StepConfig, TableName
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 from cadenza.steps.sql_query import parse, to_driver
@@ -80,20 +80,20 @@ class SqlCopyConfig(StepConfig):
     target: CopyTarget = Field(description="Where rows go.")
     mode: Literal["overwrite", "append", "upsert"] = Field("overwrite", description=(
         "overwrite swaps in a full copy (the table is never empty), append adds rows, "
-        "upsert updates by key."))
+        "upsert updates by key."), json_schema_extra=RUN_TUNABLE)
     key: ColumnList | None = Field(None, title="Key columns", description=(
         "The columns that identify a row, for upsert, e.g. order_id."))
-    batch_size: int = Field(10_000, ge=1, le=10_000_000, json_schema_extra=ADVANCED,
+    batch_size: int = Field(10_000, ge=1, le=10_000_000, json_schema_extra=ADVANCED | RUN_TUNABLE,
                             description="Rows written per batch.")
     create: bool = Field(True, title="Create the table", json_schema_extra=ADVANCED,
                          description="Create a missing target table.")
-    type_coercion: Literal["none", "jde"] = Field("none", json_schema_extra=ADVANCED,
+    type_coercion: Literal["none", "jde"] = Field("none", json_schema_extra=ADVANCED | RUN_TUNABLE,
                                                  description=(
         "jde reads JD Edwards dates and decimals as such."))
     decimal_mode: Literal["truncate", "preserve"] | None = Field(
-        None, json_schema_extra=ADVANCED,
+        None, json_schema_extra=ADVANCED | RUN_TUNABLE,
         description="With jde: truncate or preserve the decimals of numbers.")
-    trim_strings: bool = Field(False, json_schema_extra=ADVANCED, description=(
+    trim_strings: bool = Field(False, json_schema_extra=ADVANCED | RUN_TUNABLE, description=(
         "Drop trailing spaces of text values."))
 
     @model_validator(mode="after")

@@ -39,7 +39,7 @@ from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render_sql
 from cadenza.private_files import of_settings
 from cadenza.steps import sqlutil
-from cadenza.steps.base import SqlConnectionName, StepConfig
+from cadenza.steps.base import RUN_TUNABLE, SqlConnectionName, StepConfig
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult
 
@@ -64,8 +64,10 @@ class SqlQueryConfig(StepConfig):
     params: JsonMap = Field(default_factory=dict, title="Bind values", description=(
         "Values for the statement's :names, one per line, e.g. cutoff = \"${params.day}\"."))
     fetch: Literal["count", "first", "all"] = Field("count", title="Output", description=(
-        "What the run records: the row count, the first row, or all rows."))
-    max_rows: int = Field(1000, ge=1, le=1_000_000, json_schema_extra=ADVANCED, description=(
+        "What the run records: the row count, the first row, or all rows."),
+            json_schema_extra=RUN_TUNABLE)
+    max_rows: int = Field(1000, ge=1, le=1_000_000,
+        json_schema_extra=ADVANCED | RUN_TUNABLE, description=(
         "The most rows recorded with fetch = all."))
 
     @model_validator(mode="after")

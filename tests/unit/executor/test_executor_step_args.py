@@ -99,16 +99,18 @@ def test_request_checks_name_the_step_and_the_key() -> None:
 
     assert problems("copy", {"mode": "append", "batch_size": "9", "tag": "z"}) == []
     assert problems("py", {"anything": "goes"}) == []
-    assert problems("load", {"path": "${params.period}.csv"}) == []  # tokens: at the start
+    [message] = problems("load", {"path": "${params.period}.csv"})  # a file: never a run's
+    assert message == ("step load: field path cannot be set by a run (it chooses a file to "
+                       "read or write); an editor can change it in jobs.toml")
     [bad] = problems("copy", {"batch_size": "many"})
     assert bad.startswith("--arg copy.batch_size: step 'copy' (sql_copy): ")
     for locked in ({"source.connection": "c"}, {"source.query": "DELETE FROM x"},
                    {"source": {"connection": "c", "table": "src"}},
                    {"target.connection": "a"}):
         [message] = problems("copy", locked)
-        assert "a run cannot change it" in message, message
+        assert "cannot be set by a run" in message, message
     [message] = problems("q", {"query": "DROP TABLE t"})
-    assert message.startswith("--arg q.query: step 'q' (sql_query)")
+    assert message.startswith("step q: field query cannot be set by a run")
     [message] = problems("load", {"retry": "none"})
     assert "has no setting or argument 'retry'" in message
     assert "arguments (op_kwargs): none" in message
@@ -118,7 +120,7 @@ def test_request_checks_name_the_step_and_the_key() -> None:
 
 def test_a_replayed_request_keeps_the_step_args_it_was_created_with() -> None:
     job = _job(QUERY, presets={"fix": {"step_args": {"q": {"query": "SELECT 2"}}}})
-    with pytest.raises(RequestError, match="a run cannot change it"):
+    with pytest.raises(RequestError, match="cannot be set by a run"):
         check_request(job, RunRequest(step_args={"q": {"query": "SELECT 2"}}))
     check_request(job, RunRequest(step_args={"q": {"query": "SELECT 2"}}, replayed=True))
     with pytest.raises(RequestError, match="has no step 'gone'"):

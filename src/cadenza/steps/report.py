@@ -89,8 +89,7 @@ class ReportConfig(StepConfig):
         "The report file, inside the file roots, e.g. reports/sales-${params.period}.pdf."))
     format: Literal["html", "pdf", "xlsx"] | None = Field(None, description=(
         "The file format (default: from the extension, else html)."), json_schema_extra=RUN_TUNABLE)
-    title: str | None = Field(None, description="The report's heading.",
-        json_schema_extra=RUN_TUNABLE)
+    title: str | None = Field(None, description="The report's heading.")
     template: RelativePath | None = Field(None, json_schema_extra=ADVANCED, description=(
         "An HTML template of your own, relative to the Cadenza home."))
     overwrite: bool = Field(True, description="Replace a file that is already there.")

@@ -63,6 +63,7 @@ def test_an_operator_cannot_point_a_run_at_a_file_and_an_outside_address(env: Ap
     ("r", "path", "../../data/secret.key"), ("r", "sections", []),
     ("mail", "attach", ["data/secret.key"]), ("mail", "channel", "other"),
     ("mail", "subject", "${secret.smtp_password}"), ("mail", "body", "x"),
+    ("r", "title", "${secret.smtp_password}"),
 ])
 def test_every_unmarked_field_is_refused(env: ApiEnv, step: str, field: str,
                                          value: object) -> None:
@@ -76,6 +77,6 @@ def test_every_unmarked_field_is_refused(env: ApiEnv, step: str, field: str,
 def test_a_tunable_field_and_a_parameter_are_still_accepted(env: ApiEnv) -> None:
     answer = env.session("operator").post("/api/jobs/monthly-report/runs", json={
         "params": {"month": "2027-02"},
-        "step_args": {"r": {"format": "html", "title": "February"}}})
+        "step_args": {"r": {"format": "html"}}})
     assert answer.status_code == 201, answer.text
     assert env.store.list_events(event_type="RUN_VALUES_REFUSED") == []

@@ -80,3 +80,17 @@ def test_a_tunable_field_and_a_parameter_are_still_accepted(env: ApiEnv) -> None
         "step_args": {"r": {"format": "html"}}})
     assert answer.status_code == 201, answer.text
     assert env.store.list_events(event_type="RUN_VALUES_REFUSED") == []
+
+
+def test_the_run_form_shows_the_refusal_and_offers_no_locked_field(env: ApiEnv) -> None:
+    operator = env.session("operator")
+    form = operator.get("/jobs/monthly-report/run").text
+    assert 'name="arg:r:path"' not in form and 'name="arg:mail:to"' not in form
+    answer = operator.post("/jobs/monthly-report/run", headers={"HX-Request": "true"}, data={
+        "more_args": "r.template=data/secret.key\nmail.attach=data/secret.key"})
+    assert answer.status_code == 422, answer.text
+    assert "step r: field template cannot be set by a run" in answer.text
+    assert "step mail: field attach cannot be set by a run" in answer.text
+    assert env.store.list_runs(job="monthly-report") == []
+    (event,) = env.store.list_events(event_type="RUN_VALUES_REFUSED")
+    assert event.actor == "user:operator" and "secret.key" not in event.message

@@ -11,7 +11,10 @@ a third-party step type gets its references checked by declaring them the same w
 
 from __future__ import annotations
 
+import difflib
+import functools
 import re
+import zoneinfo
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Annotated, Any, Literal, NoReturn
@@ -107,7 +110,26 @@ def _non_empty(value: str) -> str:
     return value
 
 
+_NOT_ZONES = frozenset({"Factory", "localtime", "posixrules"})
+
+
+@functools.cache
+def iana_zone_names() -> frozenset[str]:
+    """The zone database's names (tzdata is a dependency); never the system's
+    ``localtime``, ``posixrules``, ``Factory`` or the ``posix/`` and ``right/`` copies."""
+    return frozenset(
+        name for name in zoneinfo.available_timezones()
+        if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
+    )
+
+
 def _timezone(value: str) -> str:
+    names = iana_zone_names()
+    if value not in names:
+        close = difflib.get_close_matches(value, sorted(names), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        fail(f"unknown time zone {value!r}: expected an IANA name from the zone database "
+             f"like 'Europe/Paris' or 'UTC'{hint}")
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError, OSError):

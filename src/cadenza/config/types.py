@@ -291,8 +291,32 @@ def _param_value(value: Any) -> Any:
     return value
 
 
+RESERVED_PARAM_NAMES = frozenset({
+    "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONPATH", "PYTHONHOME",
+    "PATHEXT", "COMSPEC", "SYSTEMROOT", "BASH_ENV", "IFS",
+})
+"""Names a parameter may not take (compared case-insensitively, as Windows does for the
+environment): the variables that choose which code a process loads or where it looks."""
+RESERVED_PARAM_PREFIXES = ("DYLD_", "LD_", "PYTHON", "CADENZA_")
+
+
+def _param_name(value: str) -> str:
+    if not value.isidentifier():
+        fail(f"parameter name {value!r} refused: a name must be an identifier "
+             "(letters, digits and '_', not starting with a digit)")
+    if value.startswith("__") and value.endswith("__"):
+        fail(f"parameter name {value!r} refused: dunder names (__x__) are reserved")
+    upper = value.upper()
+    if upper in RESERVED_PARAM_NAMES or upper.startswith(RESERVED_PARAM_PREFIXES):
+        fail(f"parameter name {value!r} refused: it is reserved, as a name of an environment "
+             "variable that changes how a program loads code (PATH, LD_*, DYLD_*, PYTHON*, "
+             "CADENZA_ ...); choose another name")
+    return value
+
+
+ParamName = Annotated[str, AfterValidator(_param_name)]
 ParamValue = Annotated[Any, PlainValidator(_param_value)]
-ParamMap = dict[str, ParamValue]
+ParamMap = dict[ParamName, ParamValue]
 """A job's, a preset's or a ``call_job`` step's ``params``: each value's type is the
 parameter's (a date default makes a date parameter)."""
 LogLevel = Literal["WARNING", "INFO", "DEBUG"]

@@ -9,8 +9,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from cadenza.services.errors import InvalidRequest
 from cadenza.services.history import (
@@ -194,18 +195,33 @@ async def list_events(
 
 
 @router.post("/backup", status_code=201)
-def backup(principal: AsAdmin, request: Request) -> dict[str, Any]:
-    """Copy the store (SQLite) to ``backups/cadenza-<time>.db`` in the home; the copy holds
-    no secret value. The place is chosen by the server, never by the request."""
+async def backup(principal: AsAdmin, request: Request) -> dict[str, Any]:
+    """Copy the store (SQLite) to ``data/backups/cadenza-<time>.db`` in the home (mode 0600
+    on POSIX; a folder no step reads); the copy holds no secret value. The place is chosen
+    by the server, never by the request: a body naming a ``path``, ``name`` or ``file`` is
+    refused (422)."""
+    body = await request.body()
+    if body.strip():
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            fields = None
+        if not isinstance(fields, dict) or fields:
+            raise HTTPException(422, "POST /api/backup takes no fields: the backup is always "
+                                     "written under data/backups/ of the home")
+    return await run_in_threadpool(_backup_now, principal, request)
+
+
+def _backup_now(principal: Any, request: Request) -> dict[str, Any]:
     from cadenza.services.backup import backup_document
 
     with services_for(request, principal) as services:
-        folder = services.home.path / "backups"
-        folder.mkdir(exist_ok=True)
+        folder = services.home.path / "data" / "backups"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         stamp = services.clock.now().strftime("%Y%m%dT%H%M%S%fZ")
         report = services.backup.backup(folder / f"cadenza-{stamp}.db")
         document = backup_document(report)
-    return document | {"file": f"backups/cadenza-{stamp}.db"}
+    return document | {"file": f"data/backups/cadenza-{stamp}.db"}
 
 
 @router.get("/stats")

@@ -158,7 +158,23 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
     else:
         (path / CONFIG_FILE).write_text(_MINIMAL_SETTINGS, encoding="utf-8")
         (path / JOBS_FILE).write_text(_MINIMAL_JOBS, encoding="utf-8")
+    _make_home_private(path)
     return Home(path.resolve())
+
+
+def _make_home_private(path: Path) -> None:
+    """Whatever the umask: the home, ``plugins/`` and ``templates/`` 0700, the two files and
+    every plugin or template file 0600 (POSIX; a no-op on Windows, see docs/windows.md)."""
+    _make_private(path, PRIVATE_DIR)
+    for name in (CONFIG_FILE, JOBS_FILE):
+        _make_private(path / name, PRIVATE_FILE)
+    for folder in ("plugins", "templates"):
+        where = path / folder
+        if not where.is_dir():
+            continue
+        _make_private(where, PRIVATE_DIR)
+        for item in where.rglob("*"):
+            _make_private(item, PRIVATE_DIR if item.is_dir() else PRIVATE_FILE)
 
 
 PRIVATE_DIR = 0o700

@@ -162,6 +162,24 @@ def create_home(path: Path, *, example: bool, today: date | None = None) -> Home
     return Home(path.resolve())
 
 
+def world_writable_warnings(path: Path) -> list[str]:
+    """One line per world-writable part of the home (the home, the two files, ``plugins/``,
+    ``templates/``), naming the path and the fix. Empty on Windows, which has no such mode."""
+    if not _POSIX:
+        return []
+    lines: list[str] = []
+    for item in (path, path / CONFIG_FILE, path / JOBS_FILE, path / "plugins",
+                 path / "templates"):
+        try:
+            mode = item.stat().st_mode
+        except OSError:
+            continue
+        if mode & 0o002:
+            lines.append(f"warning: {item} is writable by every user of this machine, who "
+                         f"could change what Cadenza runs; fix: chmod o-w {item}")
+    return lines
+
+
 def _make_home_private(path: Path) -> None:
     """Whatever the umask: the home, ``plugins/`` and ``templates/`` 0700, the two files and
     every plugin or template file 0600 (POSIX; a no-op on Windows, see docs/windows.md)."""

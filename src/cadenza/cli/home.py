@@ -43,6 +43,10 @@ def validate(
     home = services.home
     problems = services.configuration.validate()
     errors = [p for p in problems if p.severity == "error"]
+    from cadenza.services.config import home_mode_warnings
+
+    for line in home_mode_warnings(home.path):
+        err.print(line, markup=False)
     if as_json:
         print_json(
             [

@@ -113,3 +113,11 @@ class ConfigService:
         then ask ``target`` to apply them; returns whether it did."""
         self.services.home.load_config()
         return target.reload()
+
+
+def home_mode_warnings(home: Path) -> list[str]:
+    """Lines warning of a world-writable home, config file, ``plugins/`` or ``templates/``
+    (POSIX; none on Windows), each naming the path and the ``chmod o-w`` fix."""
+    from cadenza.home import world_writable_warnings
+
+    return world_writable_warnings(home)

@@ -36,3 +36,11 @@ def test_init_under_umask_zero_is_private(tmp_path: Path, example: bool) -> None
         if where.exists():
             for item in [where, *where.rglob("*")]:
                 assert mode(item) & 0o022 == 0, item
+
+
+def test_validate_warns_on_a_world_writable_home(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    assert CliRunner().invoke(app, ["init", str(home)]).exit_code == 0
+    os.chmod(home, 0o777)
+    result = CliRunner().invoke(app, ["--home", str(home), "validate"])
+    assert f"chmod o-w {home}" in result.output, result.output

@@ -49,6 +49,10 @@ def _serve(services: Services, options: ServeOptions) -> None:
         server = open_server(services, options)
     if server.warning is not None:
         err.print(server.warning, markup=False)
+    from cadenza.services.config import home_mode_warnings
+
+    for line in home_mode_warnings(services.home.path):
+        err.print(line, markup=False)
     stop = server.stop_event
 
     def on_stop(signum: int, frame: FrameType | None) -> None:

@@ -71,13 +71,23 @@ Network = Annotated[str, AfterValidator(_network)]
 """An IP address (``127.0.0.1``, ``::1``) or a CIDR network (``10.0.0.0/8``)."""
 
 
+def _read_timeout(value: timedelta) -> timedelta:
+    if not timedelta(seconds=1) <= value <= timedelta(minutes=10):
+        fail(f'expected between "1s" and "10m" (how long a client may take to send a '
+             f"request), got {value.total_seconds():g}s")
+    return value
+
+
 class ServerSettings(StrictModel):
     """Where the web UI and API listen; ``base_url`` is the address users reach it at.
 
     ``tls_cert``/``tls_key``: PEM files (relative to the home) to serve https; both or
     neither. ``trusted_proxies``: addresses or networks whose ``X-Forwarded-For`` and
     ``X-Forwarded-Proto`` are believed (nobody's by default). ``metrics_allow``: addresses
-    or networks that may read ``/metrics`` without a token (none by default)."""
+    or networks that may read ``/metrics`` without a token (none by default).
+    ``header_timeout``: how long a client may take to send a request's line and headers
+    (from its first byte, or from the connection); ``body_timeout``: how long it may take
+    to send a request's body. A slower client gets 408 and is disconnected (slowloris)."""
 
     host: NonEmptyStr = "127.0.0.1"
     port: Port = 8765
@@ -86,6 +96,8 @@ class ServerSettings(StrictModel):
     tls_key: NonEmptyStr | None = None
     trusted_proxies: list[Network] = Field(default_factory=list, max_length=1000)
     metrics_allow: list[Network] = Field(default_factory=list, max_length=1000)
+    header_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = timedelta(seconds=10)
+    body_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = _SECONDS_30
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

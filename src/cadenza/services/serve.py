@@ -225,6 +225,7 @@ def open_server(services: Services, options: ServeOptions) -> Server:
     from cadenza.node import Node
     from cadenza.node.throttle import WriteFailureThrottle
     from cadenza.web.app import create_app
+    from cadenza.web.slow_clients import BodyDeadline
 
     config = services.config()
     handler = logging.StreamHandler(sys.stderr)
@@ -250,7 +251,8 @@ def open_server(services: Services, options: ServeOptions) -> Server:
 
         app = create_app(store, home=services.home, reload=reload,
                          metrics_allow=server.metrics_allow)
-        web = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+        bounded = BodyDeadline(app, server.body_timeout.total_seconds())
+        web = uvicorn.Server(uvicorn.Config(bounded, host=host, port=port, log_level="warning",
                                             **uvicorn_settings(services.home.path, server)))
     return Server(services, node, host, port, web, sock, tls=server.tls,
                   proxied=bool(server.trusted_proxies))
@@ -260,11 +262,15 @@ def uvicorn_settings(home: Path, server: ServerSettings) -> dict[str, Any]:
     """uvicorn's TLS and proxy options for ``[server]``: the certificate and key (paths
     relative to the home), and proxy headers believed only from ``trusted_proxies`` (uvicorn
     would otherwise trust 127.0.0.1 by default, letting any local process pick the client
-    address that login throttling and the access log use)."""
+    address that login throttling and the access log use); and the slow-client bound on
+    request headers (:mod:`cadenza.web.slow_clients`)."""
     from cadenza.config.checks_server import tls_path
+    from cadenza.web.slow_clients import deadline_protocol
 
     options: dict[str, Any] = {"proxy_headers": bool(server.trusted_proxies),
-                               "forwarded_allow_ips": list(server.trusted_proxies)}
+                               "forwarded_allow_ips": list(server.trusted_proxies),
+                               "http": deadline_protocol(server.header_timeout.total_seconds()),
+                               "timeout_keep_alive": 5}
     if server.tls_cert is not None and server.tls_key is not None:
         options["ssl_certfile"] = str(tls_path(home, server.tls_cert))
         options["ssl_keyfile"] = str(tls_path(home, server.tls_key))

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 to run it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test test-latest lock lint venv clean
+.PHONY: run test test-latest lock lint venv clean i18n i18n-pot
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,24 @@ test-latest:
 	$(LATEST)/bin/python -m pip install -q --upgrade -e '.[dev]'
 	$(LATEST)/bin/python -m pip freeze --exclude-editable > $(LATEST)/versions.txt
 	$(LATEST)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+## make i18n-pot: extract the strings of the pages, e-mails and labels into messages.pot
+## make i18n: extract, then merge into every catalogue (no fuzzy matching, no obsolete
+## entries: a changed English string is a new message to translate), then compile-check
+LOCALES := src/cadenza/web/locale
+CATALOGUES := fr zh_Hans
+i18n-pot: $(VENV)/.installed-test
+	$(BIN)/pybabel extract -F babel.cfg --no-location --omit-header --sort-output \
+		-o $(LOCALES)/messages.pot .
+i18n: i18n-pot
+	for lang in $(CATALOGUES); do \
+		if [ ! -f $(LOCALES)/$$lang/LC_MESSAGES/messages.po ]; then \
+			$(BIN)/pybabel init -i $(LOCALES)/messages.pot -d $(LOCALES) -D messages -l $$lang; fi; \
+		$(BIN)/pybabel update -i $(LOCALES)/messages.pot -d $(LOCALES) -D messages -l $$lang \
+			--no-fuzzy-matching --ignore-obsolete --width 79 || exit 1; \
+		$(BIN)/pybabel compile --statistics -d $(LOCALES) -D messages -l $$lang \
+			-o /dev/null || exit 1; \
+	done
 
 ## make lint: ruff on everything, mypy --strict on src
 lint: $(VENV)/.installed-test

@@ -87,7 +87,9 @@ class ServerSettings(StrictModel):
     or networks that may read ``/metrics`` without a token (none by default).
     ``header_timeout``: how long a client may take to send a request's line and headers
     (from its first byte, or from the connection); ``body_timeout``: how long it may take
-    to send a request's body. A slower client gets 408 and is disconnected (slowloris)."""
+    to send a request's body. A slower client gets 408 and is disconnected (slowloris).
+    ``language``: the pages' language for whoever has not picked one with the switch
+    (unset: the browser's), and the e-mails' for users without a language of their own."""
 
     host: NonEmptyStr = "127.0.0.1"
     port: Port = 8765
@@ -98,6 +100,7 @@ class ServerSettings(StrictModel):
     metrics_allow: list[Network] = Field(default_factory=list, max_length=1000)
     header_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = timedelta(seconds=10)
     body_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = _SECONDS_30
+    language: Literal["en", "fr", "zh_Hans"] | None = None
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

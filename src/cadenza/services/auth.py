@@ -110,6 +110,8 @@ class Principal:
     session_id: str | None = None
     csrf_token: str | None = None
     token: str | None = None
+    language: str | None = None
+    """The user's chosen page language, read with the session (None: not chosen)."""
 
     @property
     def name(self) -> str:
@@ -208,7 +210,7 @@ class AuthService:
         if found is None or found.user_roles is None or found.user_disabled:
             return None
         return Principal(found.username, _role(found.user_roles), session_id=found.name,
-                         csrf_token=found.csrf_token)
+                         csrf_token=found.csrf_token, language=found.language)
 
     def bearer(self, token: str) -> Principal | None:
         """The principal of a live API token (its user enabled)."""

@@ -250,7 +250,7 @@ def open_server(services: Services, options: ServeOptions) -> Server:
             return True
 
         app = create_app(store, home=services.home, reload=reload,
-                         metrics_allow=server.metrics_allow)
+                         metrics_allow=server.metrics_allow, language=server.language)
         bounded = BodyDeadline(app, server.body_timeout.total_seconds())
         web = uvicorn.Server(uvicorn.Config(bounded, host=host, port=port, log_level="warning",
                                             **uvicorn_settings(services.home.path, server)))

@@ -338,6 +338,11 @@ class UserRecord:
     created_at: datetime
     updated_at: datetime
     password_hash: str = field(repr=False, default="")
+    language: str | None = None
+    """The pages' and e-mails' language (``fr``, ``zh_Hans``); None: the browser's or the
+    server's."""
+    timezone: str | None = None
+    """The IANA zone e-mails show times in; None: the server's or the job's."""
 
     @classmethod
     def from_row(cls, row: sa.Row[Any]) -> UserRecord:
@@ -351,6 +356,8 @@ class UserRecord:
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             password_hash=m["password_hash"],
+            language=m.get("language"),
+            timezone=m.get("timezone"),
         )
 
 

@@ -73,6 +73,8 @@ class Credential:
     """The user's roles; ``None`` when the user does not exist (any more)."""
     user_disabled: bool
     csrf_token: str | None = None
+    language: str | None = None
+    """The user's chosen page language (a session's only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,8 @@ _TOKEN_SQL = (
     " u.disabled FROM api_tokens t LEFT JOIN users u ON u.username = t.username"
     " WHERE t.token_hash = ? AND t.revoked_at IS NULL")
 _SESSION_SQL = (
-    "SELECT s.id, s.username, s.csrf_token, u.username, u.roles_json, u.disabled"
-    " FROM sessions s LEFT JOIN users u ON u.username = s.username"
+    "SELECT s.id, s.username, s.csrf_token, u.username, u.roles_json, u.disabled,"
+    " u.language FROM sessions s LEFT JOIN users u ON u.username = s.username"
     " WHERE s.id = ? AND s.revoked_at IS NULL AND s.expires_at > ?")
 
 
@@ -273,10 +275,10 @@ class SessionsRepository(StoreCore):
         rows = self.quick_rows(_SESSION_SQL, (session_hash, self.raw_time(self._now())))
         if not rows:
             return None
-        session_id, username, csrf, user, user_roles, disabled = rows[0]
+        session_id, username, csrf, user, user_roles, disabled, language = rows[0]
         roles = None if user is None else tuple(loads(user_roles) or ())
         return Credential(session_id, username, roles or (), roles, bool(disabled),
-                          csrf_token=csrf)
+                          csrf_token=csrf, language=language)
 
     def _touch_token(self, name: str, now: datetime) -> None:
         # A write per request would serialize every API call on SQLite: a minute's

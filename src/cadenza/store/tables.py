@@ -293,6 +293,8 @@ users = sa.Table(
     sa.Column("disabled", sa.Boolean(), nullable=False, server_default=sa.false()),
     _ts("created_at", nullable=False),
     _ts("updated_at", nullable=False),
+    sa.Column("language", sa.String(16), nullable=True),
+    sa.Column("timezone", sa.String(64), nullable=True),
 )
 
 # ``id`` holds a hash of the session cookie value, never the value itself.

@@ -78,10 +78,13 @@ class UsersRepository(StoreCore):
         email: str | None = None,
         display_name: str | None = None,
         disabled: bool | None = None,
+        language: str | None = None,
+        timezone: str | None = None,
         actor: str = "system",
         conn: sa.Connection | None = None,
     ) -> bool:
-        """Change the given fields of a user (``None`` = unchanged); ``False`` if no such user.
+        """Change the given fields of a user (``None`` = unchanged; ``""`` clears a
+        ``language`` or ``timezone``); ``False`` if no such user.
 
         Sets updated_at. Writes USER_CHANGED naming the changed fields (for a password, only
         that it changed). Sessions to revoke after a password, role or disabled change are the
@@ -98,6 +101,10 @@ class UsersRepository(StoreCore):
             values["display_name"] = display_name
         if disabled is not None:
             values["disabled"] = disabled
+        if language is not None:
+            values["language"] = language or None
+        if timezone is not None:
+            values["timezone"] = timezone or None
         if not values:
             return self.get_user(username, conn=conn) is not None
         now = self._now()

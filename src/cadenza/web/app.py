@@ -26,18 +26,20 @@ if TYPE_CHECKING:
     from cadenza.home import Home
 
 ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login"),
-                                  ("GET", "/login"), ("POST", "/login")})
+                                  ("GET", "/login"), ("POST", "/login"),
+                                  ("POST", "/language")})
 """The only (method, path) pairs that answer without a session or token (docs/api.md), besides
 the static files under ``/static`` (vendored scripts and styles, no data)."""
 
 
 def create_app(store: Store, *, home: Home | None = None,
                reload: Callable[[], object] | None = None,
-               metrics_allow: Sequence[str] = ()) -> FastAPI:
+               metrics_allow: Sequence[str] = (), language: str | None = None) -> FastAPI:
     """Build the app around an open store (the caller owns and closes it). ``home`` gives
     the configuration the API acts on (without one, only reads of the store work);
     ``reload`` applies a changed jobs.toml (a running node's reload); ``metrics_allow``:
-    addresses and networks that may read ``/metrics`` without a token."""
+    addresses and networks that may read ``/metrics`` without a token; ``language``: the
+    pages' language when the reader chose none (``[server] language``)."""
     from cadenza.web import api, ui
 
     answer_class = redacting_response(home)
@@ -66,6 +68,7 @@ def create_app(store: Store, *, home: Home | None = None,
     app.state.cadenza = WebContext(store, home, store.clock, reload,
                                    answer_class=answer_class)
     app.state.cadenza.metrics_allow = tuple(ip_network(n, strict=False) for n in metrics_allow)
+    app.state.cadenza.language = language
     api.install(app)
     ui.install(app)
     _hot_first(app, [api.runs.router, ui.runs.router])

@@ -62,6 +62,8 @@ class WebContext:
     """``[server] metrics_allow``: who may read ``/metrics`` without a token."""
     answer_class: type[JSONResponse] = JSONResponse
     """The app's redacting JSON response (:mod:`cadenza.web.redacting`)."""
+    language: str | None = None
+    """``[server] language``: the pages' language when the reader chose none."""
     _limiters: dict[int, anyio.CapacityLimiter] = field(default_factory=dict, repr=False)
 
     def answer(self, content: Any, status_code: int = 200) -> JSONResponse:

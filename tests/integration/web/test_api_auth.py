@@ -113,6 +113,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/"): "viewer",
     ("GET", "/login"): None,
     ("POST", "/login"): None,
+    ("POST", "/language"): None,  # a cookie for anyone; a user's setting only with CSRF
     ("GET", "/account"): "viewer",
     ("GET", "/api/docs"): "viewer",  # the API reference: a page (web/ui/api_docs.py)
     ("POST", "/account/password"): "viewer",

@@ -40,10 +40,15 @@ WEB = Path(__file__).resolve().parent.parent
 TEMPLATES = WEB / "templates"
 STATIC = WEB / "static"
 LOCALE_DIR = WEB / "locale"
-LANGUAGES = ("en", "fr")
-"""The page languages with a catalogue: English (the source strings) first; French is
-partial, Chinese comes next (docs/ui.md "Translations"). A string missing from a catalogue
-shows in English."""
+LANGUAGES = ("en", "fr", "zh_Hans")
+"""The page languages: English (the source strings) first, French, Simplified Chinese
+(docs/ui.md "Translations")."""
+LANGUAGE_NAMES = {"en": "English", "fr": "Français", "zh_Hans": "简体中文"}
+"""Each language in its own words: the header's switch."""
+HTML_LANG = {"en": "en", "fr": "fr", "zh_Hans": "zh-Hans"}
+"""The BCP 47 tag of each language, for ``<html lang>`` (fonts and line breaking)."""
+LANG_COOKIE = "cadenza_lang"
+"""The cookie that keeps the switch's choice before login (and for a token's pages)."""
 
 NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),
        ("resources", "/resources", "viewer"), ("audit", "/audit", "viewer"),
@@ -108,26 +113,57 @@ def static_url(path: str) -> str:
     return f"/static/{path}?v={cadenza.__version__}"
 
 
-def choose_language(request: Request) -> str:
-    """The best of :data:`LANGUAGES` for the browser's ``Accept-Language`` (English when
-    none fits or the header is malformed)."""
-    header = request.headers.get("accept-language", "")
-    wanted = [part.split(";")[0].strip().replace("-", "_") for part in header.split(",")]
-    try:
-        best = Locale.negotiate([w for w in wanted if w], list(LANGUAGES), sep="_")
-    except (ValueError, TypeError):
-        best = None
-    return best.language if best is not None and best.language in LANGUAGES else "en"
+def browser_language(header: str) -> str | None:
+    """The best of :data:`LANGUAGES` for an ``Accept-Language`` header, or None.
+
+    Every Chinese tag (``zh``, ``zh-CN``, ``zh-Hans``, ``zh-SG``, and ``zh-TW``/``zh-HK``,
+    which Cadenza has no Traditional catalogue for) reads as Simplified Chinese."""
+    wanted: list[tuple[float, int, str]] = []
+    for order, part in enumerate(header.split(",")[:20]):
+        tag, _, params = part.strip().partition(";")
+        quality = 1.0
+        if params.strip().startswith("q="):
+            try:
+                quality = float(params.strip()[2:])
+            except ValueError:
+                quality = 0.0
+        wanted.append((-quality, order, tag.strip().lower().replace("_", "-")))
+    for negative_quality, _, tag in sorted(wanted):
+        if negative_quality >= 0:
+            break
+        primary = tag.split("-", 1)[0]
+        if primary == "zh":
+            return "zh_Hans"
+        if primary in LANGUAGES:
+            return primary
+    return None
+
+
+def known_language(value: str | None) -> str | None:
+    """``value`` when it is one of :data:`LANGUAGES`, else None (a cookie is user input)."""
+    return value if value in LANGUAGES else None
+
+
+def choose_language(request: Request, me: Principal | None = None) -> str:
+    """The page's language: the signed-in user's choice, else the switch's cookie, else
+    ``[server] language``, else the browser's ``Accept-Language``, else English."""
+    web = getattr(request.app.state, "cadenza", None)
+    return (known_language(me.language if me is not None else None)
+            or known_language(request.cookies.get(LANG_COOKIE))
+            or known_language(getattr(web, "language", None))
+            or browser_language(request.headers.get("accept-language", ""))
+            or "en")
 
 
 def render(request: Request, template: str, values: Mapping[str, Any] | None = None, *,
            me: Principal | None = None, nav: str | None = None, status: int = 200,
            headers: Mapping[str, str] | None = None) -> HTMLResponse:
     """``template`` rendered for this request, redacted, as an HTML response."""
-    lang = choose_language(request)
+    lang = choose_language(request, me)
     page = environment(lang).get_template(template)
     html = page.render(
         me=me, can=(lambda role: me is not None and me.allows(role)), nav=nav, lang=lang,
+        html_lang=HTML_LANG[lang], languages=LANGUAGE_NAMES,
         nav_items=NAV, request=request, path=request.url.path, **dict(values or {}))
     return HTMLResponse(redact_html(request, html), status_code=status,
                         headers=dict(headers or {}))

@@ -9,9 +9,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from cadenza.services.auth import AuthService, Throttled, Unauthorized
 from cadenza.services.errors import InvalidRequest
-from cadenza.web.auth import CSRF_COOKIE, SESSION_COOKIE, check_origin, client_address, context
+from cadenza.web.auth import (
+    CSRF_COOKIE,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    check_origin,
+    client_address,
+    context,
+)
 from cadenza.web.ui.auth import PageViewer
-from cadenza.web.ui.render import is_htmx, render
+from cadenza.web.ui.render import LANG_COOKIE, LANGUAGES, is_htmx, known_language, render
+
+LANG_COOKIE_DAYS = 400
+"""How long the switch's cookie lasts (browsers cap cookies at 400 days)."""
 
 router = APIRouter(include_in_schema=False)
 
@@ -64,6 +74,35 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
                         samesite="lax", secure=secure, path="/")
     response.set_cookie(CSRF_COOKIE, new.csrf_token, max_age=max_age, httponly=False,
                         samesite="lax", secure=secure, path="/")
+    return response
+
+
+@router.post("/language")
+def set_language(request: Request, lang: Annotated[str, Form(max_length=20)]) -> Response:
+    """The header's language switch: the choice goes into a cookie (it holds before login)
+    and, for a signed-in user, onto the user (it holds on every browser, after logout and
+    login, and for the e-mails they receive); then the page reloads in it."""
+    import hmac
+
+    check_origin(request)
+    chosen = known_language(lang)
+    if chosen is None:
+        raise InvalidRequest(f"unknown language {lang!r}; one of {', '.join(LANGUAGES)}")
+    web = context(request)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    me = AuthService(web.store, web.clock).session(cookie) if cookie else None
+    if me is not None and me.username is not None:
+        sent = request.headers.get(CSRF_HEADER, "")
+        if not sent or not hmac.compare_digest(sent, me.csrf_token or ""):
+            return Response(f"missing or wrong {CSRF_HEADER} header", status_code=403)
+        web.store.update_user(me.username, language=chosen, actor=f"user:{me.username}")
+    response: Response
+    if is_htmx(request):
+        response = Response(status_code=204, headers={"HX-Refresh": "true"})
+    else:
+        response = RedirectResponse("/jobs" if me is not None else "/login", 303)
+    response.set_cookie(LANG_COOKIE, chosen, max_age=LANG_COOKIE_DAYS * 86400, httponly=True,
+                        samesite="lax", secure=request.url.scheme == "https", path="/")
     return response
 
 

@@ -49,6 +49,30 @@ HTML_LANG = {"en": "en", "fr": "fr", "zh_Hans": "zh-Hans"}
 LANG_COOKIE = "cadenza_lang"
 """The cookie that keeps the switch's choice before login (and for a token's pages)."""
 
+STATE_CODES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED", "MISSED",
+               "SKIPPED", "NEEDS_REVIEW", "AVAILABLE", "LEASED", "COOLDOWN", "FAULT", "DISABLED")
+"""The states of runs, steps and resources: English pages show the code itself (what the
+CLI and the API say); the other languages their word for it (message context ``state``)."""
+
+
+def _state_msgids(pgettext: Any) -> None:
+    """Never called: the literal calls put each state into the catalogue."""
+    pgettext("state", "PENDING"), pgettext("state", "QUEUED"), pgettext("state", "RUNNING")
+    pgettext("state", "SUCCEEDED"), pgettext("state", "FAILED"), pgettext("state", "CANCELED")
+    pgettext("state", "MISSED"), pgettext("state", "SKIPPED"), pgettext("state", "NEEDS_REVIEW")
+    pgettext("state", "AVAILABLE"), pgettext("state", "LEASED"), pgettext("state", "COOLDOWN")
+    pgettext("state", "FAULT"), pgettext("state", "DISABLED")
+
+
+@cache
+def state_words(lang: str) -> dict[str, str]:
+    """Each state's word in ``lang`` (the code itself in English)."""
+    if lang == "en":
+        return {code: code for code in STATE_CODES}
+    catalogue = translations(lang)
+    return {code: catalogue.pgettext("state", code) for code in STATE_CODES}
+
+
 NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),
        ("resources", "/resources", "viewer"), ("audit", "/audit", "viewer"),
        ("dashboard", "/dashboard", "viewer"), ("admin", "/admin", "admin"))
@@ -82,6 +106,7 @@ def environment(lang: str) -> Environment:
     env.filters["isoutc"] = iso_utc
     env.filters["utctext"] = utc_text
     env.globals["version"] = cadenza.__version__
+    env.globals["state_words"] = state_words(lang)
     from cadenza.web.ui.runs_rows import ascii_html, rows_html
 
     env.globals["runs_rows"] = rows_html  # the runs table's rows (runs_rows.py)

@@ -43,12 +43,14 @@ def escape(value: object) -> str:
     return str(value).translate(_HTML)
 
 
-def state_html(value: str | None) -> str:
-    """The ``state`` macro: the state's word in its coloured badge."""
+def state_html(value: str | None, words: Mapping[str, str] | None = None) -> str:
+    """The ``state`` macro: the state's word (``words``: the page language's) in its
+    coloured badge."""
     if not value:
         return ""
-    word = escape(value)
-    return f'<span class="state state-{word.lower()}">{word}</span>'
+    code = escape(value)
+    word = escape(words.get(value, value)) if words is not None else code
+    return f'<span class="state state-{code.lower()}">{word}</span>'
 
 
 def time_html(value: datetime | None, rel: bool = True) -> str:
@@ -76,7 +78,8 @@ def duration_html(seconds: float | None) -> str:
     return f"{int(seconds // 3600)} h {int((seconds % 3600) // 60)} min"
 
 
-def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> Markup:
+def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str],
+              words: Mapping[str, str] | None = None) -> Markup:
     """The ``<tr>`` of each row of :func:`cadenza.web.ui.runs._row`; ``labels``: the
     translated column names (``run``, ``job``, ``state``, ``trigger``, ``created``,
     ``started``, ``duration``, ``rows``, ``note``) and ``waits`` (the word before a queued
@@ -109,7 +112,7 @@ def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str]) -> M
             f' hx-boost="false"><code>{_ascii(escape(r["short"]))}</code></a></td>'
             f'<td data-label="{lbl["job"]}"><a href="/jobs/{job}" hx-boost="false">{job}</a>'
             f"</td>"
-            f'<td data-label="{lbl["state"]}">{state_html(state)}</td>'
+            f'<td data-label="{lbl["state"]}">{state_html(state, words)}</td>'
             f'<td data-label="{lbl["trigger"]}" class="run-trigger">{said}</td>'
             f'<td data-label="{lbl["created"]}">{time_html(run.created_at)}</td>'
             f'<td data-label="{lbl["started"]}">{time_html(run.started_at)}</td>'

@@ -1,4 +1,4 @@
-"""``cadenza users add | list | passwd | disable | unlock``."""
+"""``cadenza users add | list | passwd | disable | unlock | set``."""
 
 from __future__ import annotations
 
@@ -111,3 +111,23 @@ def unlock(
         forgotten = AuthService(services.store(), services.clock).unlock(
             name, actor=services.actor.id)
     out.print(f"User {name} unlocked; {forgotten} failed login(s) forgotten", markup=False)
+
+
+@app.command("set")
+def set_preferences(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    language: Annotated[str | None, typer.Option(
+        "--language", help="en | fr | zh_Hans, for the pages and the user's e-mails; "
+                           "'' for the browser's or the server's.")] = None,
+    timezone: Annotated[str | None, typer.Option(
+        "--timezone", help="An IANA zone (Asia/Shanghai) for times in the user's e-mails; "
+                           "'' for the job's.")] = None,
+) -> None:
+    """Set a user's language and time zone (the command line itself stays in English)."""
+    services = state(ctx).configured()
+    with handled():
+        services.users.set_preferences(name, language=language, timezone=timezone)
+    out.print(f"User {name}: language {language if language is not None else 'unchanged'}"
+              f", time zone {timezone if timezone is not None else 'unchanged'}",
+              markup=False)

@@ -8,6 +8,9 @@ A recipient as written in ``cadenza.toml``, ``jobs.toml`` or a ``notify`` step i
   such as ``ops`` alike);
 * ``channel:NAME``: a delivery to that channel itself (a webhook: one POST).
 
+A user's delivery carries the user's language and time zone: the message to them is written
+in it (docs/notifications.md, "Language and time zone").
+
 :func:`resolve` never raises: a name that gives nobody (a role with no users, an unknown or
 disabled user, a user without e-mail) is a :class:`Delivery` with a ``problem``, which the
 sender records as a FAILED delivery with that reason.
@@ -36,6 +39,10 @@ class Delivery:
     channel: str
     recipient: str
     problem: str | None = None
+    language: str | None = None
+    """The recipient user's language (None: an address or a webhook: the server's)."""
+    timezone: str | None = None
+    """The recipient user's zone for times (None: the job's)."""
 
 
 def resolve(written: Sequence[str], channel: str, channel_type: str,
@@ -59,7 +66,8 @@ def resolve(written: Sequence[str], channel: str, channel_type: str,
             if not members:
                 out.append(Delivery(channel, item, f"role {name!r} has no enabled user with "
                                                    f"an e-mail address; nobody was notified"))
-            out += [Delivery(channel, u.email or "") for u in members]
+            out += [Delivery(channel, u.email or "", language=u.language,
+                             timezone=u.timezone) for u in members]
         elif kind == "user":
             user = next((u for u in known if u.username == name), None)
             if user is None:
@@ -69,7 +77,8 @@ def resolve(written: Sequence[str], channel: str, channel_type: str,
             elif not user.email:
                 out.append(Delivery(channel, item, f"user {name!r} has no e-mail address"))
             else:
-                out.append(Delivery(channel, user.email))
+                out.append(Delivery(channel, user.email, language=user.language,
+                                    timezone=user.timezone))
         elif kind == "channel":
             out.append(Delivery(name, f"channel:{name}"))
         else:

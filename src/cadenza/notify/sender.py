@@ -7,7 +7,7 @@ intent in this process) the sender
    (:meth:`~cadenza.notify.rules.Notifier.check_long_runs`, ``check_stalled``);
 2. claims due intents (:meth:`~cadenza.notify.outbox.Outbox.claim`: ``FOR UPDATE SKIP
    LOCKED`` on PostgreSQL, so two nodes never take one intent);
-3. for each, resolves the recipients (roles and users read now), renders the message once,
+3. for each, resolves the recipients (roles and users read now), renders the message once per language and zone of its recipients,
    and delivers it to each recipient not yet delivered: the dedup key is
    ``event:run:recipient`` in ``notification_log``, so a retry, a restart after ``kill -9``
    or a second rule naming the same person never sends twice;
@@ -145,13 +145,18 @@ class Sender:
         retry: list[str] = []
         settled = set(intent.context.get("settled", ()))
         tried = 0
-        message: Message | None = None
-        render_error: str | None = None
-        try:
-            message = self._message(item, config)
-        except Exception as exc:  # a broken template or unreadable run: retried, then FAILED
-            render_error = f"message not built: {type(exc).__name__}: {exc}"
+        messages: dict[tuple[str | None, str | None], Message | str] = {}
         for delivery in self._deliveries(item, config):
+            variant = (delivery.language, delivery.timezone)  # one rendering per variant
+            if variant not in messages:
+                try:
+                    messages[variant] = self._message(item, config, *variant)
+                except Exception as exc:  # a broken template or unreadable run: retried,
+                    # then FAILED
+                    messages[variant] = f"message not built: {type(exc).__name__}: {exc}"
+            built = messages[variant]
+            message = built if isinstance(built, Message) else None
+            render_error = built if isinstance(built, str) else None
             key = f"{intent.event}:{intent.run_id or intent.job_id}:{delivery.recipient}"
             if intent.event in ("test", "stalled"):
                 key = f"{intent.key}:{delivery.recipient}"
@@ -222,7 +227,8 @@ class Sender:
                 unique.append(d)
         return unique
 
-    def _message(self, item: Claimed, config: LoadedConfig) -> Message:
+    def _message(self, item: Claimed, config: LoadedConfig, lang: str | None = None,
+                 zone: str | None = None) -> Message:
         intent = item.intent
         run = self.store.get_run(intent.run_id) if intent.run_id else None
         steps = tuple(self.store.list_step_runs(intent.run_id)) if intent.run_id else ()
@@ -232,4 +238,4 @@ class Sender:
             return Message(str(intent.context.get("subject", "")),
                            str(intent.context.get("body", "")))
         return self.renderer.render(Facts(intent.event, intent.job_id, run, steps, when,
-                                          dict(intent.context)), config)
+                                          dict(intent.context)), config, lang=lang, zone=zone)

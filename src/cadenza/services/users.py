@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from cadenza.domain.addresses import InvalidAddress, check_email
 from cadenza.domain.errors import StoreError
-from cadenza.services.errors import InvalidRequest, Refused
+from cadenza.services.errors import InvalidRequest, NotFound, Refused
 
 if TYPE_CHECKING:
     from cadenza.services.context import Services
@@ -46,11 +46,14 @@ class UserView:
     display_name: str | None
     email: str | None
     created_at: datetime
+    language: str | None = None
+    timezone: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"username": self.username, "display_name": self.display_name,
                 "email": self.email, "roles": list(self.roles), "disabled": self.disabled,
-                "created_at": self.created_at}
+                "created_at": self.created_at, "language": self.language,
+                "timezone": self.timezone}
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,29 @@ class UserService:
             raise Refused(str(exc)) from None
         return AddedUser(user.name, roles, None if user.password is not None else password)
 
+    def set_preferences(self, name: str, *, language: str | None = None,
+                        timezone: str | None = None) -> None:
+        """Set a user's language (``en``, ``fr``, ``zh_Hans``) and time zone (an IANA
+        name) for the pages and the e-mails they receive; ``""`` clears one (then the
+        browser's or the server's applies). Unchanged when None."""
+        from difflib import get_close_matches
+
+        from cadenza.config.types import iana_zone_names
+        from cadenza.web.ui.render import LANGUAGES
+
+        if language and language not in LANGUAGES:
+            raise InvalidRequest(f"unknown language {language!r}: one of "
+                                 f"{', '.join(LANGUAGES)}")
+        if timezone and timezone not in iana_zone_names():
+            close = get_close_matches(timezone, sorted(iana_zone_names()), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidRequest(f"unknown time zone {timezone!r}: expected an IANA name "
+                                 f"like 'Europe/Paris' or 'Asia/Shanghai'{hint}")
+        if not self.services.store().update_user(name, language=language, timezone=timezone,
+                                                 actor=self.services.actor.id):
+            raise NotFound(f"no user {name!r}")
+
     def list(self) -> list[UserView]:
         return [UserView(u.username, tuple(u.roles), u.disabled, u.display_name, u.email,
-                         u.created_at) for u in self.services.store().list_users()]
+                         u.created_at, u.language, u.timezone)
+                for u in self.services.store().list_users()]

@@ -117,6 +117,7 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/account"): "viewer",
     ("GET", "/api/docs"): "viewer",  # the API reference: a page (web/ui/api_docs.py)
     ("POST", "/account/password"): "viewer",
+    ("POST", "/account/preferences"): "viewer",
     ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
     ("POST", "/api/logout"): "viewer",
 }

@@ -134,3 +134,43 @@ def test_translations_keep_their_placeholders(lang: str) -> None:
         wanted = set(field.findall(ids[-1]))
         for string in strings:
             assert set(field.findall(string)) == wanted, (message.id, string)
+
+
+def test_the_account_page_sets_language_and_zone(env: ApiEnv) -> None:
+    client = env.session("viewer")
+    page = client.get("/account")
+    assert page.status_code == 200 and 'id="pref-language"' in page.text
+    saved = client.post("/account/preferences",
+                        data={"language": "zh_Hans", "timezone": "Asia/Shanghai"}, headers=HX)
+    assert saved.status_code == 204, saved.text
+    user = env.store.get_user("viewer")
+    assert (user.language, user.timezone) == ("zh_Hans", "Asia/Shanghai")
+    assert "语言" in client.get("/account").text
+    bad = client.post("/account/preferences", data={"language": "fr", "timezone": "Mars/Base"},
+                      headers=HX)
+    assert bad.status_code == 422 and "Mars/Base" in bad.text
+    assert env.store.get_user("viewer").language == "zh_Hans"  # nothing half-saved
+    cleared = client.post("/account/preferences", data={"language": "", "timezone": ""},
+                          headers=HX)
+    assert cleared.status_code == 204
+    assert env.store.get_user("viewer").language is None
+
+
+def test_cli_users_set(env: ApiEnv) -> None:
+    from typer.testing import CliRunner
+
+    from cadenza.cli.main import app
+
+    home = str(env.services.home.path)
+    cli = CliRunner()
+    done = cli.invoke(app, ["--home", home, "users", "set", "operator", "--language", "fr",
+                            "--timezone", "Europe/Paris"])
+    assert done.exit_code == 0, done.output
+    assert env.store.get_user("operator").language == "fr"
+    bad = cli.invoke(app, ["--home", home, "users", "set", "operator", "--language", "de"])
+    assert bad.exit_code == 2 and "unknown language 'de'" in bad.output
+    zone = cli.invoke(app, ["--home", home, "users", "set", "operator", "--timezone",
+                            "Europe/Pari"])
+    assert zone.exit_code == 2 and "did you mean 'Europe/Paris'" in zone.output
+    listed = cli.invoke(app, ["--home", home, "users", "list", "--json"])
+    assert '"language": "fr"' in listed.output

@@ -124,9 +124,35 @@ def logout(me: PageViewer, request: Request) -> Response:
 @router.get("/account", response_class=HTMLResponse)
 def account(me: PageViewer, request: Request) -> HTMLResponse:
     """Your account: role, your live sessions, change your password."""
+    from cadenza.config.types import iana_zone_names
+
     web = context(request)
     sessions = AuthService(web.store, web.clock).sessions(me)
-    return render(request, "ui/account.html", {"sessions": sessions}, me=me)
+    user = web.store.get_user(me.username) if me.username else None
+    return render(request, "ui/account.html", {"sessions": sessions, "user": user,
+                                               "zones": sorted(iana_zone_names())}, me=me)
+
+
+@router.post("/account/preferences")
+def set_preferences(me: PageViewer, request: Request,
+                    language: Annotated[str, Form(max_length=20)] = "",
+                    timezone: Annotated[str, Form(max_length=64)] = "") -> Response:
+    """Your language and the time zone of your e-mails; the page reloads in the language."""
+    from cadenza.web.auth import services_for
+
+    if me.username is None:
+        raise InvalidRequest("only a user's session has preferences")
+    with services_for(request, me) as services:
+        services.users.set_preferences(me.username, language=language,
+                                       timezone=timezone.strip())
+    response = Response(status_code=204, headers={"HX-Refresh": "true"})
+    if language:
+        response.set_cookie(LANG_COOKIE, language, max_age=LANG_COOKIE_DAYS * 86400,
+                            httponly=True, samesite="lax",
+                            secure=request.url.scheme == "https", path="/")
+    else:
+        response.delete_cookie(LANG_COOKIE, path="/")
+    return response
 
 
 @router.post("/account/password", response_class=HTMLResponse)

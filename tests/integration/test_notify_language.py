@@ -34,7 +34,8 @@ def test_each_recipient_reads_the_alert_in_their_language_and_zone(tmp_path: Pat
         bench.sender.round()
         alice = smtp.inbox.to("alice@example.org")[0]
         text = alice.get_body(("plain",)).get_content()
-        assert alice["Subject"].startswith("[cadenza] nightly 待复核 (2027-01-05 16:00 CST (Asia/Shanghai))"), alice["Subject"]
+        subject = "[cadenza] nightly 待复核 (2027-01-05 16:00 CST (Asia/Shanghai))"
+        assert alice["Subject"] == subject, alice["Subject"]
         lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip()
                  for line in text.splitlines() if ":" in line}
         assert lines["任务"] == "nightly" and lines["失败步骤"] == "load", text

@@ -70,7 +70,7 @@ def state_words(lang: str) -> dict[str, str]:
     if lang == "en":
         return {code: code for code in STATE_CODES}
     catalogue = translations(lang)
-    return {code: catalogue.pgettext("state", code) for code in STATE_CODES}
+    return {code: str(catalogue.pgettext("state", code)) for code in STATE_CODES}
 
 
 NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),

@@ -9,8 +9,8 @@ intent in this process) the sender
    LOCKED`` on PostgreSQL, so two nodes never take one intent);
 3. for each, resolves the recipients (roles and users read now), renders the message once
    per language and zone of its recipients, and delivers it to each recipient not yet
-   delivered: the dedup key is ``event:run:recipient`` in ``notification_log``, so a retry, a restart after ``kill -9``
-   or a second rule naming the same person never sends twice;
+   delivered: the dedup key is ``event:run:recipient`` in ``notification_log``, so a retry,
+   a restart after ``kill -9`` or a second rule naming the same person never sends twice;
 4. records each outcome (SENT, or FAILED with the error and the attempts) and a
    NOTIFICATION_SENT event; an intent with a delivery that may succeed later is tried again
    after a backoff (:func:`backoff`: 10 s, 20 s, 40 s ... at most 10 min, :data:`MAX_ATTEMPTS`

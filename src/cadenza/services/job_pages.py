@@ -306,8 +306,20 @@ def charts(runs: Sequence[RunView]) -> tuple[dict[str, Any] | None, dict[str, An
 class JobPagesService:
     """The jobs pages' reads and writes (see the module docstring)."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, language: str = "en") -> None:
         self.services = services
+        self.language = language
+        """The page's language: schedules in words are said in it."""
+
+    def words(self, expression: str | None, zone: str | None) -> str | None:
+        """A schedule in words in the page's language (None without a schedule)."""
+        if not expression:
+            return None
+        if self.language == "en":
+            return describe(expression, zone)
+        from cadenza.domain.cron_words_i18n import describe_in
+
+        return describe_in(self.language, expression, zone)
 
     # --- the catalogue -----------------------------------------------------------------
 
@@ -325,7 +337,7 @@ class JobPagesService:
         for job in shown:
             preview = jobs.next_fires(job.id, 1)
             own = next((s for s in preview.schedules if s.name == "job"), None)
-            words = describe(own.expression, own.zone) if own is not None else None
+            words = self.words(own.expression, own.zone) if own is not None else None
             rows.append(CatalogueRow(job, words, preview.fires[0] if preview.fires else None,
                                      tuple(recent[job.id])))
         return Catalogue(tuple(rows), every_tag, len(summaries), (q or "").strip(), chosen)
@@ -341,11 +353,11 @@ class JobPagesService:
         job = jobs.get(job_id)
         summary = next(s for s in jobs.list() if s.id == job_id)
         preview = jobs.next_fires(job_id, 10)
-        schedules = tuple((s, describe(s.expression, s.zone)) for s in preview.schedules)
+        schedules = tuple((s, self.words(s.expression, s.zone) or "")
+                          for s in preview.schedules)
         presets = tuple(
             PresetView(name, preset.description, preset.schedule,
-                       describe(preset.schedule, _zone_of(preview.schedules, name))
-                       if preset.schedule else None,
+                       self.words(preset.schedule, _zone_of(preview.schedules, name)),
                        preset.enabled,
                        preset.model_dump(mode="json", exclude_none=True,
                                          exclude={"description", "schedule", "timezone",

@@ -238,7 +238,9 @@ def _section(ctx: StepContext, section: ReportSection) -> Section:
 DEFAULT_TEMPLATE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{ title }}</title>
 <style>
-body { font-family: "DejaVu Sans", Arial, sans-serif; font-size: 10pt; margin: 1.5em; }
+body { font-family: "DejaVu Sans", Arial, "Noto Sans CJK SC", "Source Han Sans SC",
+  "WenQuanYi Zen Hei", "Microsoft YaHei", "PingFang SC", sans-serif; font-size: 10pt;
+  margin: 1.5em; }
 h1 { font-size: 16pt; } h2 { font-size: 13pt; margin-top: 1.5em; }
 table { border-collapse: collapse; margin: .5em 0; }
 th, td { border: 1px solid #bbb; padding: 2px 6px; text-align: left; }

@@ -174,3 +174,14 @@ def test_cli_users_set(env: ApiEnv) -> None:
     assert zone.exit_code == 2 and "did you mean 'Europe/Paris'" in zone.output
     listed = cli.invoke(app, ["--home", home, "users", "list", "--json"])
     assert '"language": "fr"' in listed.output
+
+
+def test_schedules_in_words_follow_the_page(env: ApiEnv) -> None:
+    client = env.session("viewer")
+    client.headers["Accept-Language"] = "fr"
+    page = client.get("/jobs").text
+    assert "tous les jours à 02:00, Europe/Paris" in page, page
+    client.headers["Accept-Language"] = "zh-CN"
+    assert "每天 02:00（Europe/Paris）" in client.get("/jobs/sales-load").text
+    client.headers["Accept-Language"] = "en"
+    assert "every day at 02:00, Europe/Paris" in client.get("/jobs").text

@@ -27,7 +27,7 @@ from cadenza.services.runs import RunRequestInput
 from cadenza.web.api.errors import StaleEdit
 from cadenza.web.auth import services_for
 from cadenza.web.ui.auth import PageEditor, PageOperator, PageViewer
-from cadenza.web.ui.render import is_htmx, render
+from cadenza.web.ui.render import choose_language, is_htmx, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -65,7 +65,7 @@ def catalogue(me: PageViewer, request: Request,
               tag: Annotated[list[str] | None, Query(max_length=64)] = None) -> HTMLResponse:
     """The jobs catalogue, filtered by the search ``q`` and the tags ``tag``."""
     with services_for(request, me) as services:
-        view = JobPagesService(services).catalogue(q, tag or ())
+        view = JobPagesService(services, choose_language(request, me)).catalogue(q, tag or ())
     return render(request, "ui/jobs_list.html", {"view": view}, me=me, nav="jobs")
 
 
@@ -94,7 +94,7 @@ def run_now(job_id: str, me: PageOperator, request: Request) -> Response:
 def job_page(job_id: str, me: PageViewer, request: Request) -> HTMLResponse:
     """A job's page."""
     with services_for(request, me) as services:
-        view = JobPagesService(services).job_page(job_id)
+        view = JobPagesService(services, choose_language(request, me)).job_page(job_id)
     return render(request, "ui/jobs_page.html", {"view": view}, me=me, nav="jobs")
 
 

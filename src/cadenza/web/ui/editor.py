@@ -30,7 +30,7 @@ from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.web.auth import services_for
 from cadenza.web.ui.auth import PageEditor
 from cadenza.web.ui.editor_form import OTHER, Field, build, field_for, read, slot_id, walk
-from cadenza.web.ui.render import render
+from cadenza.web.ui.render import N_, render
 
 router = APIRouter(include_in_schema=False)
 
@@ -367,7 +367,7 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
         draft = _read_draft(form, job_id)
         if draft.input_errors:
             return _check_answer(request, me, draft, [], status=422, posted=set(form.keys()),
-                                 message="the job is not saved: fix the fields marked below")
+                                 message=N_("the job is not saved: fix the fields marked below"))
         table = draft.table
     with services_for(request, me) as services:
         try:
@@ -389,7 +389,7 @@ def _save(request: Request, me: Any, form: FormData, *, creating: bool,
                 draft.input_errors[ID_NAME] = str(exc)
             return _check_answer(request, me, draft, problems, status=422,
                                  posted=set(form.keys()),
-                                 message="the job is not saved: jobs.toml is unchanged")
+                                 message=N_("the job is not saved: jobs.toml is unchanged"))
     return Response(status_code=200, headers={"HX-Redirect": f"/jobs/{job_id}"})
 
 
@@ -410,8 +410,8 @@ def _toml_refused(request: Request, me: Any, services: Any, job_id: str, text: s
     located = job_drafts.check_text(services, job_id, text, creating=creating)
     return render(request, "ui/_editor_toml_problems.html", {
         "located": located, "oob": True,
-        "message_flash": "the job is not saved: jobs.toml is unchanged; see the problems "
-                         "under the text"}, me=me, status=422)
+        "message_flash": N_("the job is not saved: jobs.toml is unchanged; see the problems "
+                            "under the text")}, me=me, status=422)
 
 
 def _stale(request: Request, me: Any, services: Any, exc: StaleConfigError, job_id: str,

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 
-from cadenza.web.ui.render import is_htmx, render
+from cadenza.web.ui.render import N_, is_htmx, render
 
 if TYPE_CHECKING:
     from cadenza.services.auth import Principal
 
-TITLES = {400: "Bad request", 401: "Log in", 403: "Not allowed", 404: "Not found",
-          405: "Not allowed", 409: "Conflict", 413: "Too large", 422: "Invalid input",
-          429: "Too many attempts", 503: "Unavailable"}
+TITLES = {400: N_("Bad request"), 401: N_("Log in"), 403: N_("Not allowed"),
+          404: N_("Not found"), 405: N_("Not allowed"), 409: N_("Conflict"),
+          413: N_("Too large"), 422: N_("Invalid input"), 429: N_("Too many attempts"),
+          503: N_("Unavailable")}
 
 
 def is_page_path(path: str) -> bool:
@@ -44,7 +45,7 @@ def page_error(request: Request, status: int, message: str,
                             headers={"HX-Redirect": f"/login?next={quote(target, safe='/')}"})
         query = f"?{request.url.query}" if request.url.query else ""
         return login_page(request, next_path=request.url.path + query, status=401)
-    values = {"status": status, "title": TITLES.get(status, "Error"), "message": message,
+    values = {"status": status, "title": TITLES.get(status, N_("Error")), "message": message,
               "problems": list(problems)}
     if is_htmx(request):
         extra = {"HX-Retarget": "#flash", "HX-Reswap": "innerHTML"}

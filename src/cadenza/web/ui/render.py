@@ -49,6 +49,12 @@ HTML_LANG = {"en": "en", "fr": "fr", "zh_Hans": "zh-Hans"}
 LANG_COOKIE = "cadenza_lang"
 """The cookie that keeps the switch's choice before login (and for a token's pages)."""
 
+def N_(message: str) -> str:
+    """Marks ``message`` for the catalogue where it is written; the page translates it
+    where it shows it (``{{ message|translated }}``)."""
+    return message
+
+
 STATE_CODES = ("PENDING", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED", "MISSED",
                "SKIPPED", "NEEDS_REVIEW", "AVAILABLE", "LEASED", "COOLDOWN", "FAULT", "DISABLED")
 """The states of runs, steps and resources: English pages show the code itself (what the

@@ -18,7 +18,14 @@ from cadenza.web.auth import (
     context,
 )
 from cadenza.web.ui.auth import PageViewer
-from cadenza.web.ui.render import LANG_COOKIE, LANGUAGES, is_htmx, known_language, render
+from cadenza.web.ui.render import (
+    LANG_COOKIE,
+    LANGUAGES,
+    N_,
+    is_htmx,
+    known_language,
+    render,
+)
 
 LANG_COOKIE_DAYS = 400
 """How long the switch's cookie lasts (browsers cap cookies at 400 days)."""
@@ -66,7 +73,7 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
         return page
     except Unauthorized:
         return login_page(request, next_path=next, status=401, username=username,
-                          error="Wrong user name or password.")
+                          error=N_("Wrong user name or password."))
     response = RedirectResponse(safe_next(next), status_code=303)
     secure = request.url.scheme == "https"
     max_age = int((new.expires_at - web.clock.now()).total_seconds())

@@ -47,7 +47,7 @@ PAGES = ["/jobs", "/jobs/xss", "/jobs/xss/run", "/jobs/xss/edit", "/jobs/new", "
          "/dashboard", "/admin", "/account"]
 VIEWER_PAGES = [p for p in PAGES if p not in ("/admin", "/jobs/xss/edit", "/jobs/new",
                                               "/jobs/xss/run")]
-ALLOWED_FOR_ANYONE = ("/logout", "/account/password")
+ALLOWED_FOR_ANYONE = ("/logout", "/account/password", "/account/preferences", "/language")
 
 INJECTED = """() => {
   const bad = [];

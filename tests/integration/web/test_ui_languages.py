@@ -185,3 +185,12 @@ def test_schedules_in_words_follow_the_page(env: ApiEnv) -> None:
     assert "每天 02:00（Europe/Paris）" in client.get("/jobs/sales-load").text
     client.headers["Accept-Language"] = "en"
     assert "every day at 02:00, Europe/Paris" in client.get("/jobs").text
+
+
+def test_days_of_the_week_in_the_page_language() -> None:
+    from datetime import datetime
+
+    from cadenza.web.ui.render import weekday
+
+    sunday = datetime(2026, 12, 6)
+    assert [weekday(lang, sunday) for lang in ("en", "fr", "zh_Hans")] == ["Sun", "dim.", "周日"]

@@ -41,7 +41,7 @@ STATIC = WEB / "static"
 LOCALE_DIR = WEB / "locale"
 LANGUAGES = ("en", "fr", "zh_Hans")
 """The page languages: English (the source strings) first, French, Simplified Chinese
-(docs/ui.md "Translations")."""
+(docs/ui.md "Languages and translations")."""
 LANGUAGE_NAMES = {"en": "English", "fr": "Français", "zh_Hans": "简体中文"}
 """Each language in its own words: the header's switch."""
 HTML_LANG = {"en": "en", "fr": "fr", "zh_Hans": "zh-Hans"}
@@ -79,6 +79,34 @@ def state_words(lang: str) -> dict[str, str]:
     return {code: str(catalogue.pgettext("state", code)) for code in STATE_CODES}
 
 
+def _chart_msgids(pgettext: Any) -> None:
+    """Never called: the words of the pages' charts (series names and axes, message
+    context ``chart``), said in the page's language by :func:`chart_in`."""
+    pgettext("chart", "succeeded"), pgettext("chart", "failed"), pgettext("chart", "seconds")
+    pgettext("chart", "runs"), pgettext("chart", "queue time (mean)")
+    pgettext("chart", "execution time (mean)"), pgettext("chart", "score")
+    pgettext("chart", "latency ms")
+
+
+def chart_in(lang: str, chart: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``chart`` with its series names and axis label in ``lang``; each series keeps its
+    English name as ``state`` (the colour of a succeeded or failed series)."""
+    if chart is None:
+        return None
+    catalogue = translations(lang)
+
+    def say(word: str) -> str:
+        return str(catalogue.pgettext("chart", word))
+
+    out = dict(chart)
+    if isinstance(out.get("ylabel"), str):
+        out["ylabel"] = say(out["ylabel"])
+    out["series"] = [{**series, "state": series.get("state", series.get("label")),
+                      "label": say(series["label"]) if isinstance(series.get("label"), str)
+                      else series.get("label")} for series in chart.get("series", [])]
+    return out
+
+
 NAV = (("jobs", "/jobs", "viewer"), ("runs", "/runs", "viewer"),
        ("resources", "/resources", "viewer"), ("audit", "/audit", "viewer"),
        ("dashboard", "/dashboard", "viewer"), ("admin", "/admin", "admin"))
@@ -113,6 +141,8 @@ def environment(lang: str) -> Environment:
     env.filters["utctext"] = utc_text
     env.globals["version"] = cadenza.__version__
     env.globals["state_words"] = state_words(lang)
+    env.filters["chart"] = lambda chart: chart_in(lang, chart)
+    env.filters["weekday"] = lambda when: weekday(lang, when)
     from cadenza.web.ui.runs_rows import ascii_html, rows_html
 
     env.globals["runs_rows"] = rows_html  # the runs table's rows (runs_rows.py)
@@ -124,6 +154,14 @@ def _utc(value: datetime | str) -> datetime:
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def weekday(lang: str, when: datetime) -> str:
+    """The abbreviated day of the week of ``when`` in ``lang`` (Sun, dim., 周日), by Babel."""
+    from babel import Locale
+    from babel.dates import format_date
+
+    return format_date(when, "EEE", locale=Locale.parse(lang))
 
 
 def iso_utc(value: datetime | str) -> str:

@@ -25,6 +25,8 @@ PAGES = {  # path: words of the glossary the page shows, per language
                          "zh": ["步骤", "预设", "下次触发"]},
     "/jobs/sales-load/run": {"fr": ["Exécuter avec des paramètres", "Préréglage"],
                              "zh": ["带参数运行", "预设"]},
+    "/jobs/sales-load/edit": {"fr": ["Modifier", "Fuseau horaire", "Étapes"],
+                              "zh": ["编辑", "时区", "步骤"]},
     "RUN": {"fr": ["Exécution", "Journal", "Déclencheur", "réussie"],
             "zh": ["运行", "日志", "触发方式", "成功"]},
     "/runs": {"fr": ["Exécutions", "Déclencheur"], "zh": ["运行记录", "触发方式"]},

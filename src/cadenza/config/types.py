@@ -123,13 +123,21 @@ def iana_zone_names() -> frozenset[str]:
     )
 
 
-def _timezone(value: str) -> str:
+def zone_problem(value: str) -> str | None:
+    """Why ``value`` is not a zone of the IANA database (with the closest name), or None."""
     names = iana_zone_names()
-    if value not in names:
-        close = difflib.get_close_matches(value, sorted(names), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        fail(f"unknown time zone {value!r}: expected an IANA name from the zone database "
-             f"like 'Europe/Paris' or 'UTC'{hint}")
+    if value in names:
+        return None
+    close = difflib.get_close_matches(value, sorted(names), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (f"unknown time zone {value!r}: expected an IANA name from the zone database "
+            f"like 'Europe/Paris' or 'UTC'{hint}")
+
+
+def _timezone(value: str) -> str:
+    problem = zone_problem(value)
+    if problem is not None:
+        fail(problem)
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError, OSError):

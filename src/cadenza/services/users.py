@@ -113,19 +113,15 @@ class UserService:
         """Set a user's language (``en``, ``fr``, ``zh_Hans``) and time zone (an IANA
         name) for the pages and the e-mails they receive; ``""`` clears one (then the
         browser's or the server's applies). Unchanged when None."""
-        from difflib import get_close_matches
-
-        from cadenza.config.types import iana_zone_names
+        from cadenza.config.types import zone_problem
         from cadenza.web.ui.render import LANGUAGES
 
         if language and language not in LANGUAGES:
             raise InvalidRequest(f"unknown language {language!r}: one of "
                                  f"{', '.join(LANGUAGES)}")
-        if timezone and timezone not in iana_zone_names():
-            close = get_close_matches(timezone, sorted(iana_zone_names()), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise InvalidRequest(f"unknown time zone {timezone!r}: expected an IANA name "
-                                 f"like 'Europe/Paris' or 'Asia/Shanghai'{hint}")
+        problem = zone_problem(timezone) if timezone else None
+        if problem is not None:
+            raise InvalidRequest(problem)
         if not self.services.store().update_user(name, language=language, timezone=timezone,
                                                  actor=self.services.actor.id):
             raise NotFound(f"no user {name!r}")

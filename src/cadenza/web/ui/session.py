@@ -108,9 +108,17 @@ def set_language(request: Request, lang: Annotated[str, Form(max_length=20)]) ->
         response = Response(status_code=204, headers={"HX-Refresh": "true"})
     else:
         response = RedirectResponse("/jobs" if me is not None else "/login", 303)
-    response.set_cookie(LANG_COOKIE, chosen, max_age=LANG_COOKIE_DAYS * 86400, httponly=True,
-                        samesite="lax", secure=request.url.scheme == "https", path="/")
+    remember_language(request, response, chosen)
     return response
+
+
+def remember_language(request: Request, response: Response, lang: str | None) -> None:
+    """The switch's cookie on ``response``: ``lang`` for a year, or gone when None."""
+    if lang is None:
+        response.delete_cookie(LANG_COOKIE, path="/")
+        return
+    response.set_cookie(LANG_COOKIE, lang, max_age=LANG_COOKIE_DAYS * 86400, httponly=True,
+                        samesite="lax", secure=request.url.scheme == "https", path="/")
 
 
 @router.post("/logout")
@@ -153,12 +161,7 @@ def set_preferences(me: PageViewer, request: Request,
         services.users.set_preferences(me.username, language=language,
                                        timezone=timezone.strip())
     response = Response(status_code=204, headers={"HX-Refresh": "true"})
-    if language:
-        response.set_cookie(LANG_COOKIE, language, max_age=LANG_COOKIE_DAYS * 86400,
-                            httponly=True, samesite="lax",
-                            secure=request.url.scheme == "https", path="/")
-    else:
-        response.delete_cookie(LANG_COOKIE, path="/")
+    remember_language(request, response, language or None)
     return response
 
 

@@ -49,6 +49,11 @@ def test_dashboard_shows_the_figures_and_charts(tmp_path: Path) -> None:
         week = viewer.get("/dashboard", params={"window": "7d"}).text
         assert 'aria-current="page">last 7 days' in week
         assert viewer.get("/dashboard", params={"window": "1y"}).status_code == 422
+        # the same figures in French and Chinese: the locale's decimal sign and units
+        french = viewer.get("/dashboard", headers={"Accept-Language": "fr"}).text
+        assert "2\xa0min 14\u202fs" in french  # recovered after 134 s
+        chinese = viewer.get("/dashboard", headers={"Accept-Language": "zh-CN"}).text
+        assert "2分钟14秒" in chinese
 
 
 def test_an_empty_store_says_so(tmp_path: Path) -> None:

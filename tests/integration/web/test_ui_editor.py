@@ -146,6 +146,38 @@ def test_a_bad_cron_shows_under_the_schedule_field(env: ApiEnv) -> None:
     assert "jobs.toml:" in under and "error: jobs.nightly.schedule:" in under
 
 
+@pytest.mark.parametrize(("language", "cron", "timeout", "toml"), [
+    ("fr", "minute : 61 est hors de la plage 0-59",
+     "attendu une durée comme &#34;30s&#34;, &#34;90m&#34;, &#34;2h&#34;, &#34;1d&#34; ou "
+     "&#34;1h30m&#34;, reçu &#39;ten minutes&#39;",
+     "erreur: jobs.hello.schedule: planification invalide &#39;x&#39; : attendu 5 champs "
+     "(minute hour day-of-month month day-of-week), reçu 1"),
+    ("zh-CN", "minute：61 超出范围 0-59",
+     "应为 &#34;30s&#34;、&#34;90m&#34;、&#34;2h&#34;、&#34;1d&#34; 或 &#34;1h30m&#34; "
+     "这样的时长，实际为 &#39;ten minutes&#39;",
+     "错误: jobs.hello.schedule: 无效的计划 &#39;x&#39;：应为 5 个字段（minute hour "
+     "day-of-month month day-of-week），实际为 1 个"),
+])
+def test_problems_under_the_fields_are_in_the_page_language(
+        env: ApiEnv, language: str, cron: str, timeout: str, toml: str) -> None:
+    client = editor(env)
+    client.headers["Accept-Language"] = language
+    fields = form_of(client.get("/jobs/new").text)
+    fields = set_field(set_field(fields, "id", "nightly"), "job.schedule", "61 * * * *")
+    fields = set_field(fields, "job.timeout", "ten minutes")
+    answer = client.post("/editor/check", data=dict(fields))
+    assert cron in slot_text(answer.text, "job.schedule")
+    assert timeout in slot_text(answer.text, "job.timeout")
+    # the title keeps the words of `cadenza validate`, in English, for a search or a ticket
+    assert "minute: 61 is out of range 0-59" in slot_text(answer.text, "job.schedule")
+    page = client.get("/jobs/hello/edit").text
+    fields_toml = dict(form_of(page, "toml-form"))
+    fields_toml["toml"] = fields_toml["toml"].replace('tags = ["demo"]',
+                                                      'tags = ["demo"]\nschedule = "x"')
+    listed = client.post("/editor/check-toml", data=multi(fields_toml)).text
+    assert toml in listed, listed
+
+
 def test_a_problem_of_a_step_shows_under_the_steps_field(env: ApiEnv) -> None:
     client = editor(env)
     page = client.get("/jobs/hello/edit").text

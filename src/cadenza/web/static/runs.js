@@ -55,11 +55,20 @@
   // from the server's figure (data-elapsed, seconds when the page or the header was read),
   // counted on this page's clock so a browser whose clock is off still counts right. The
   // stream swaps the whole header when the run moves; a finished run's has no data-elapsed.
+  // The units are the page language's (data-units on <html>, from the server's Babel data)
+  // and the numbers the browser's Intl in that language: "1,5 s" in French, "1.5秒" in Chinese.
+  const lang = document.documentElement.lang || undefined;
+  let units = { ms: "{} ms", s: "{} s", min: "{} min", h: "{} h" };
+  try { units = Object.assign(units, JSON.parse(document.documentElement.dataset.units || "{}")); }
+  catch (err) { /* keep the English units */ }
+  const glue = /^zh/.test(lang || "") ? "" : " ";
+  const oneDecimal = new Intl.NumberFormat(lang, { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+  function unit(name, n) { return units[name].replace("{}", n); }
   function durationText(s) {
-    if (s < 1) return Math.round(s * 1000) + " ms";
-    if (s < 120) return s.toFixed(1) + " s";
-    if (s < 7200) return Math.floor(s / 60) + " min " + Math.floor(s % 60) + " s";
-    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+    if (s < 1) return unit("ms", Math.round(s * 1000));
+    if (s < 120) return unit("s", oneDecimal.format(s));
+    if (s < 7200) return unit("min", Math.floor(s / 60)) + glue + unit("s", Math.floor(s % 60));
+    return unit("h", Math.floor(s / 3600)) + glue + unit("min", Math.floor((s % 3600) / 60));
   }
   function tick() {
     const now = performance.now();

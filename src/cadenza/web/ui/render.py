@@ -11,7 +11,11 @@ never mark user data ``|safe``. A page gets, besides its own values:
 * ``nav`` — which top-bar entry is current, ``lang`` — the page's language,
 * ``_``/``gettext``/``ngettext`` — the catalogue (``{{ _("Run now") }}``),
 * ``|translated`` — a text that comes from elsewhere (a config model's field label or help,
-  :mod:`cadenza.config.labels`) looked up in the catalogue as is, without ``%`` formatting.
+  :mod:`cadenza.config.labels`) looked up in the catalogue as is, without ``%`` formatting,
+* ``|said`` — a message of the services (a problem under a field, a refusal in a flash)
+  in the page's language (:mod:`cadenza.web.ui.said`),
+* ``|num``, ``|share``, ``|duration`` — numbers as the language writes them
+  (:mod:`cadenza.web.ui.formats`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from fastapi.responses import HTMLResponse
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 import cadenza
+from cadenza.web.ui import formats
 
 if TYPE_CHECKING:
     from cadenza.services.auth import Principal
@@ -143,7 +148,14 @@ def environment(lang: str) -> Environment:
     env.globals["state_words"] = state_words(lang)
     env.filters["chart"] = lambda chart: chart_in(lang, chart)
     env.filters["weekday"] = lambda when: weekday(lang, when)
+    env.filters["num"] = lambda value, decimals=0: formats.number(lang, value, decimals)
+    env.filters["share"] = lambda fraction, decimals=1: formats.share(lang, fraction, decimals)
+    env.filters["duration"] = lambda seconds: formats.duration(lang, seconds)
+    env.globals["duration_units"] = formats.units(lang)
     from cadenza.web.ui.runs_rows import ascii_html, rows_html
+    from cadenza.web.ui.said import say
+
+    env.filters["said"] = lambda message: say(lang, str(message))
 
     env.globals["runs_rows"] = rows_html  # the runs table's rows (runs_rows.py)
     env.filters["ascii"] = ascii_html

@@ -18,6 +18,8 @@ from typing import Any
 from markupsafe import Markup
 from markupsafe import escape as markup_escape
 
+from cadenza.web.ui import formats
+
 DASH = '<span class="muted">&mdash;</span>'
 _HTML = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 """What markupsafe's escape replaces, with the same entities, in one C pass (``translate``)
@@ -65,10 +67,13 @@ def time_html(value: datetime | None, rel: bool = True) -> str:
 
 
 
-def duration_html(seconds: float | None) -> str:
-    """The ``duration`` macro: ``850 ms``, ``12.5 s``, ``3 min 20 s``, ``2 h 5 min``."""
+def duration_html(seconds: float | None, lang: str = "en") -> str:
+    """The ``duration`` macro: ``850 ms``, ``12.5 s``, ``3 min 20 s``, ``2 h 5 min`` (and
+    :func:`cadenza.web.ui.formats.duration` in another language)."""
     if seconds is None:
         return DASH
+    if lang != "en":
+        return str(escape(formats.duration(lang, seconds)))
     if seconds < 1:
         return f"{round(seconds * 1000)} ms"
     if seconds < 120:
@@ -79,7 +84,7 @@ def duration_html(seconds: float | None) -> str:
 
 
 def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str],
-              words: Mapping[str, str] | None = None) -> Markup:
+              words: Mapping[str, str] | None = None, lang: str = "en") -> Markup:
     """The ``<tr>`` of each row of :func:`cadenza.web.ui.runs._row`; ``labels``: the
     translated column names (``run``, ``job``, ``state``, ``trigger``, ``created``,
     ``started``, ``duration``, ``rows``, ``note``) and ``waits`` (the word before a queued
@@ -105,7 +110,8 @@ def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str],
             if state == "QUEUED":
                 note = f'<span class="muted">{lbl["waits"]}</span> '
             note += str(escape(r["note"]))
-        count = "&mdash;" if run.rows is None else escape(run.rows)
+        count = "&mdash;" if run.rows is None else \
+            escape(run.rows if lang == "en" else formats.number(lang, run.rows))
         out.append(
             f'<tr class="run-row row-{escape(state.lower())}">'
             f'<td data-label="{lbl["run"]}"><a href="/runs/{run_id}" title="{run_id}"'
@@ -116,7 +122,7 @@ def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str],
             f'<td data-label="{lbl["trigger"]}" class="run-trigger">{said}</td>'
             f'<td data-label="{lbl["created"]}">{time_html(run.created_at)}</td>'
             f'<td data-label="{lbl["started"]}">{time_html(run.started_at)}</td>'
-            f'<td data-label="{lbl["duration"]}" class="num">{duration_html(r["seconds"])}'
+            f'<td data-label="{lbl["duration"]}" class="num">{duration_html(r["seconds"], lang)}'
             f"</td>"
             f'<td data-label="{lbl["rows"]}" class="num">{count}</td>'
             f'<td data-label="{lbl["note"]}" class="run-note">{note}</td>'

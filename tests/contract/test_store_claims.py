@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.store import Store
-from cadenza.store.boundaries import EndedRun
-from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepStart
+from cadenza.store.boundary import Boundary, EndedRun, NewRun, RunEnd, StepStart
+from cadenza.store.protocols import StoreHooks
 from cadenza.store.run_leases import RunLease
 
 OWNER = "node:1:1"
@@ -30,8 +30,9 @@ class Refuse:
         self.jobs = set(jobs)
         self.seen: list[list[tuple[str, str]]] = []
 
-    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
-                 now: datetime) -> Mapping[str, str]:
+    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]], now: datetime,
+                 steps: Mapping[str, str] | None = None,
+                 starting: bool = False) -> Mapping[str, str]:
         self.seen.append(list(taken))
         for run_id, job in taken:
             if job not in self.jobs:
@@ -39,6 +40,21 @@ class Refuse:
                     "INSERT INTO cursors_probe (run_id) VALUES (:r)"), {"r": run_id})
         return {run_id: "waiting for a free member of pool p"
                 for run_id, job in taken if job in self.jobs}
+
+    def serves(self, conn: sa.Connection, job_ids: Sequence[str], now: datetime) -> bool:
+        return True
+
+    def flush(self, conn: sa.Connection, now: datetime) -> None:
+        return None
+
+
+class Broken(Refuse):
+    """A claim hook whose table cannot be read."""
+
+    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]], now: datetime,
+                 steps: Mapping[str, str] | None = None,
+                 starting: bool = False) -> Mapping[str, str]:
+        raise RuntimeError("pool table unreadable")
 
 
 @pytest.fixture
@@ -59,7 +75,7 @@ def test_a_refused_run_stays_queued_and_the_other_claims_stand(
     ok, held, ok2 = store.create_runs([NewRun("a", "manual"), NewRun("b", "manual", priority=1),
                                        NewRun("a", "manual")])
     hook = Refuse("b")
-    store.claim_hook = hook
+    store.use_hooks(StoreHooks(claim=hook))
     until = clock.now() + timedelta(minutes=5)
     claimed = store.claim_runs(OWNER, until, limit=3)
     assert [r.id for r in claimed] == [ok, ok2]
@@ -76,7 +92,7 @@ def test_a_refused_run_stays_queued_and_the_other_claims_stand(
         assert got is not None and (got.state, got.lease_epoch) == (RunState.RUNNING, 1)
     # Refused again on the next claim; taken once the hook lets it.
     assert store.claim_runs(OWNER, until, limit=3) == []
-    store.claim_hook = None
+    store.use_hooks(StoreHooks())
     (again,) = store.claim_runs(OWNER, until, limit=3)
     assert (again.id, again.lease_epoch, again.wait_reason) == (held, 1, None)
 
@@ -88,7 +104,7 @@ def test_the_staged_claim_asks_the_same_hook(store: Store, clock: FakeClock,
     starts = [store.stage_start(Boundary(run_id, 1, starts=[StepStart("s1", "python")]),
                                 job, OWNER, until) for run_id, job in ((ok, "a"), (held, "b"))]
     assert all(s is not None for s in starts)
-    store.claim_hook = Refuse("b")
+    store.use_hooks(StoreHooks(claim=Refuse("b")))
     with store.write() as conn:
         ids = store.claim_staged(conn, [s for s in starts if s is not None], OWNER, until)
     assert set(ids) == {ok}
@@ -101,12 +117,7 @@ def test_the_staged_claim_asks_the_same_hook(store: Store, clock: FakeClock,
 
 def test_a_hook_that_raises_rolls_the_whole_claim_back(store: Store, clock: FakeClock) -> None:
     store.create_runs([NewRun("a", "manual"), NewRun("a", "manual")])
-
-    def broken(conn: sa.Connection, taken: Sequence[tuple[str, str]],
-               now: datetime) -> Mapping[str, str]:
-        raise RuntimeError("pool table unreadable")
-
-    store.claim_hook = broken
+    store.use_hooks(StoreHooks(claim=Broken()))
     with pytest.raises(RuntimeError):
         store.claim_runs(OWNER, clock.now() + timedelta(minutes=5), limit=2)
     assert {r.state for r in store.list_runs(limit=10)} == {RunState.QUEUED}
@@ -118,7 +129,7 @@ def test_a_re_claimed_run_refused_keeps_its_first_start(store: Store, clock: Fak
     (first,) = store.claim_runs(OWNER, until)
     store.record_boundaries([Boundary(run_id, 1, run_end=RunEnd(RunState.QUEUED))])
     clock.advance(60)
-    store.claim_hook = Refuse("b")
+    store.use_hooks(StoreHooks(claim=Refuse("b")))
     assert store.claim_runs(OWNER, until) == []
     run = store.get_run(run_id)
     assert run is not None
@@ -139,7 +150,7 @@ def test_the_run_end_hook_sees_the_ends_in_their_transaction(store: Store,
         if any(e.job_id == "b" for e in ended):
             raise RuntimeError("outbox full")
 
-    store.add_run_end_hook(hook)
+    store.use_hooks(StoreHooks(run_end=(hook,)))
     store.record_boundaries([Boundary(a, 1, run_end=RunEnd(RunState.SUCCEEDED, rows=3))])
     assert seen == [[EndedRun(a, "a", RunState.SUCCEEDED, 1)]]
     with pytest.raises(RuntimeError):

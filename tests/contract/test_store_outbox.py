@@ -15,6 +15,7 @@ from cadenza.domain.states import RunState
 from cadenza.notify.outbox import Intent, Outbox, Target
 from cadenza.store import Store
 from cadenza.store.fires import NewFire
+from cadenza.store.protocols import StoreHooks
 from cadenza.store.tables import notification_outbox, runs
 
 
@@ -36,7 +37,7 @@ def test_the_missed_hook_runs_once_per_inserted_missed_fire(store: Store,
         seen.append(missed)
         Outbox(store).add(conn, [intent(f"missed:{r}") for r, _ in missed], clock.now())
 
-    store.add_missed_hook(hook)
+    store.use_hooks(StoreHooks(missed=(hook,)))
     t = clock.now()
     fires = [NewFire("nightly", "job", t, state=RunState.MISSED, reason="missed"),
              NewFire("nightly", "job", t + timedelta(days=1))]
@@ -47,8 +48,8 @@ def test_the_missed_hook_runs_once_per_inserted_missed_fire(store: Store,
 
 
 def test_an_intent_rolls_back_with_its_cause(store: Store, clock: FakeClock) -> None:
-    store.add_missed_hook(lambda conn, missed, now: Outbox(store).add(
-        conn, [intent(f"missed:{r}") for r, _ in missed], clock.now()))
+    store.use_hooks(StoreHooks(missed=(lambda conn, missed, now: Outbox(store).add(
+        conn, [intent(f"missed:{r}") for r, _ in missed], clock.now()),)))
     with pytest.raises(RuntimeError), store.write() as conn:
         store.create_fires([NewFire("nightly", "job", clock.now(), state=RunState.MISSED)],
                            conn=conn)
@@ -117,13 +118,13 @@ def test_the_claims_of_a_dead_sender_of_this_host_are_taken_back(store: Store,
 
 def test_a_configuration_that_cannot_load_never_fails_the_change(
         store: Store, clock: FakeClock, caplog: pytest.LogCaptureFixture) -> None:
+    from cadenza.assembly import assemble
     from cadenza.domain.errors import ConfigError
-    from cadenza.notify.rules import Notifier
 
     def broken() -> object:
         raise ConfigError([])
 
-    Notifier(store, broken).install()  # type: ignore[arg-type]
+    assemble(store, broken)  # type: ignore[arg-type]
     (run_id,) = store.create_fires([NewFire("nightly", "job", clock.now(),
                                             state=RunState.MISSED)])
     assert run_id is not None and store.get_run(run_id) is not None

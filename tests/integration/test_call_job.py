@@ -298,3 +298,20 @@ def test_cadenza_run_local_runs_the_child_in_the_foreground(bench: Bench) -> Non
     child = only_child(bench, parents[0].id)
     assert (child.state, child.rows) == (RunState.SUCCEEDED, 7)
     assert parents[0].rows == 7
+
+
+def test_cli_runs_cancel_of_a_waiting_parent_cancels_its_child(bench: Bench) -> None:
+    """The CLI opens its own store; its hooks are the server's (cadenza.assembly), so the
+    cancel's own transaction cancels the child (no hand-written follow-up)."""
+    parent_id, _ = bench.run("parent")
+    child = only_child(bench, parent_id)
+    assert child.state is RunState.QUEUED
+    result = CliRunner().invoke(app, ["--home", str(bench.home), "runs", "cancel", parent_id])
+    assert result.exit_code == 0, result.output
+    parent = bench.store.get_run(parent_id)
+    assert parent is not None and parent.state is RunState.CANCELED
+    after = bench.store.get_run(child.id)
+    assert after is not None and after.state is RunState.CANCELED
+    assert after.reason is not None and f"canceled by parent run {parent_id}" in after.reason
+    (finished,) = bench.store.list_events(run_id=child.id, event_type="RUN_FINISHED")
+    assert finished.payload["state"] == "CANCELED"

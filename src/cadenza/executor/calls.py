@@ -38,7 +38,6 @@ from cadenza.store.children import (
     MAX_DEPTH,
     ChildRecord,
     ChildRuns,
-    install,
     waiting_reason,
 )
 
@@ -78,7 +77,9 @@ class ChildCalls:
         self.store = store
         self.config = config
         self.keeper = keeper
-        self.children: ChildRuns = install(store)
+        from cadenza.assembly import assemble
+
+        self.children: ChildRuns = assemble(store).children
 
     def call(self, ctx: StepContext, config: CallJobConfig) -> StepResult:
         """One attempt of a ``call_job`` step (see the module docstring)."""

@@ -3,7 +3,7 @@
 One :class:`Connections` per process (or per worker pool) caches one SQLAlchemy engine per
 ``sql`` connection, so that runs share connection pools. Relative SQLite paths resolve
 against the home. Drivers: SQLite (stdlib), PostgreSQL (psycopg 3), MariaDB/MySQL (PyMySQL).
-HTTP clients go through the egress policy of :mod:`cadenza.steps.netguard`, or to a WSGI
+HTTP clients go through the egress policy of :mod:`cadenza.netguard`, or to a WSGI
 application in-process when the connection names one (``app``).
 """
 
@@ -25,7 +25,7 @@ from cadenza.config.schema_settings import (
     absolute_sqlite_url,
 )
 from cadenza.domain.errors import Fatal
-from cadenza.steps.netguard import (
+from cadenza.netguard import (
     EgressPolicy,
     GuardedTransport,
     PublicPolicy,
@@ -80,7 +80,7 @@ class Connections:
         """A new httpx Client for the ``http`` connection ``name``: its base URL, headers,
         timeout and TLS verification. The caller closes it.
 
-        Requests go through the egress policy (:mod:`cadenza.steps.netguard`: private
+        Requests go through the egress policy (:mod:`cadenza.netguard`: private
         targets refused unless ``allow_private``, every hop checked, DNS pinned), or,
         when the connection names a WSGI ``app``, to that application in-process.
         ``resolver`` and ``is_public`` replace the policy's defaults (tests).

@@ -68,18 +68,6 @@ _REAL = SystemClock()
 """Waits for the operating system (a killed process to be gone) are in real time."""
 
 
-def run_in_thread(
-    call: Callable[[], Any],
-    ctx: ExecutionContext,
-    log: RunLog,
-    timeout: float,
-    on_tick: Callable[[], None],
-) -> StepResult:
-    """Run ``call()`` (the step type's ``run``) in a step thread and wait for it, at most
-    ``timeout`` seconds (see the module docstring)."""
-    return ThreadStep(call, ctx, log, timeout).start().wait(on_tick)
-
-
 class ThreadStep:
     """A thread-isolated step: :meth:`start` hands it to a step thread (its ``timeout``
     counts from then), :meth:`wait` waits for it. Split so that a node can prepare the

@@ -194,8 +194,9 @@ class Executor:
         self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
                                 settings=config.settings, home=config.home, clock=store.clock)
         self.steps.calls = ChildCalls(store, lambda: self.config, self.keeper)
-        # The pools of this configuration: the leasing hooks, the members synced (a
-        # node's start and each reload build an executor, so does `run --local`).
+        # The pools of this configuration: the store's leaser (cadenza.assembly) follows
+        # its plan, the members synced (a node's start and each reload build an executor,
+        # so does `run --local`).
         from cadenza.resources.pools import apply_pools
 
         apply_pools(store, config)

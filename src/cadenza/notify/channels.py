@@ -6,7 +6,7 @@
   plain-text body and an HTML alternative, attachments. MIME is built by the standard
   library's :class:`email.message.EmailMessage`, never by hand.
 * :class:`WebhookChannel` settings → :func:`post_webhook`: one JSON POST through the egress
-  guard of the ``http`` step (:mod:`cadenza.steps.netguard`): a private, loopback or
+  guard of the ``http`` step (:mod:`cadenza.netguard`): a private, loopback or
   link-local target is refused unless the channel says ``allow_private = true``. ``format``
   shapes the body: ``json`` (Cadenza's own fields), ``slack`` (``{"text": ...}``, what
   Slack incoming webhooks take) or ``teams`` (a MessageCard, what Microsoft Teams incoming
@@ -31,7 +31,7 @@ import httpx
 
 from cadenza.config.schema_settings import EmailChannel, WebhookChannel
 from cadenza.domain.addresses import InvalidAddress, check_email
-from cadenza.steps.netguard import EgressPolicy, EgressRefused, guarded_client
+from cadenza.netguard import EgressPolicy, EgressRefused, guarded_client
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ MISSED fires are ``missed``; a run RUNNING past its job's ``alerts.long_run`` is
 
 :class:`Notifier` holds the current configuration and writes the intents: its
 :meth:`~Notifier.run_end_hook` runs in the transaction of every run end
-(``Store.add_run_end_hook``), :meth:`~Notifier.missed_hook` in the scheduler's transaction
-that records MISSED fires (``Store.add_missed_hook``); :meth:`~Notifier.check_long_runs`
+(a run end hook), :meth:`~Notifier.missed_hook` in the scheduler's transaction
+that records MISSED fires (a missed hook; both wired by :mod:`cadenza.assembly`, one notifier
+per store, following the configuration it was last given); :meth:`~Notifier.check_long_runs`
 and :meth:`~Notifier.check_stalled` are rounds of the sender service.
 """
 
@@ -28,7 +29,6 @@ import fnmatch
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -37,7 +37,7 @@ from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.states import RunState
 from cadenza.notify.outbox import Intent, Outbox, Target
 from cadenza.store import Store
-from cadenza.store.boundaries import EndedRun
+from cadenza.store.boundary import EndedRun
 from cadenza.store.tables import runs
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,6 @@ STALL_MARGIN = timedelta(seconds=60)
 STALL_LOOKBACK = timedelta(hours=1)
 """How far back (beyond the grace) the stalled check looks: it runs every minute, so a
 silent fire older than this was seen by an earlier check."""
-_SLOT = "_cadenza_notifier"
 """The attribute of a store holding its current :class:`Notifier`."""
 _EVENTS = {RunState.SUCCEEDED: "succeeded", RunState.FAILED: "failed",
            RunState.NEEDS_REVIEW: "needs_review", RunState.CANCELED: "canceled",
@@ -81,29 +80,12 @@ def targets_for(event: str, job_id: str | None, config: LoadedConfig) -> list[Ta
 class Notifier:
     """Writes message intents into the outbox, from the configuration of ``config()``."""
 
-    def __init__(self, store: Store, config: Callable[[], LoadedConfig]) -> None:
+    def __init__(self, store: Store, config: Callable[[], LoadedConfig] | None) -> None:
         self.store = store
         self.config = config
         self.outbox = Outbox(store)
         self.wake: Callable[[], None] = lambda: None
         """Called after intents were written (the sender sets it to wake its loop)."""
-
-    def install(self) -> None:
-        """Make this notifier the one of its store: the store's hooks (registered once per
-        store) call the notifier installed last, so the node's sender, whose configuration
-        follows reloads, takes over from the services' one of the same store."""
-        store = self.store
-        first = getattr(store, _SLOT, None) is None
-        setattr(store, _SLOT, self)
-        if first:
-            def run_end(conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
-                getattr(store, _SLOT).run_end_hook(conn, ended, now)
-
-            def missed(conn: sa.Connection, rows: list[tuple[str, str]], now: datetime) -> None:
-                getattr(store, _SLOT).missed_hook(conn, rows, now)
-
-            store.add_run_end_hook(run_end)
-            store.add_missed_hook(missed)
 
     def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
                      now: datetime) -> None:
@@ -138,7 +120,10 @@ class Notifier:
 
     def _config(self, what: str, run_ids: Sequence[str]) -> LoadedConfig | None:
         """The configuration, or None when it cannot be loaded (a command that ends a run
-        while jobs.toml is broken, e.g. a cancel): the change itself must not fail for it."""
+        while jobs.toml is broken, e.g. a cancel): the change itself must not fail for it.
+        None without a configuration to follow (a store no home configures: a test's)."""
+        if self.config is None:
+            return None
         try:
             return self.config()
         except Exception as exc:
@@ -165,6 +150,8 @@ class Notifier:
     def check_long_runs(self, now: datetime) -> int:
         """An intent per RUNNING run past its job's ``alerts.long_run`` (once per run: the
         key is ``long_run:RUN``). Returns how many were new."""
+        if self.config is None:
+            return 0
         config = self.config()
         limits = {job_id: job.alerts.long_run for job_id, job in config.jobs.items()
                   if job.alerts.long_run is not None}
@@ -196,6 +183,8 @@ class Notifier:
         from cadenza.scheduler.fires import FireStream
         from cadenza.scheduler.schedules import all_schedules
 
+        if self.config is None:
+            return 0
         config = self.config()
         if not any("stalled" in rule.on for rule in config.settings.rules):
             return 0
@@ -243,8 +232,3 @@ def _duration(value: timedelta) -> str:
     if seconds % 60 == 0 and seconds:
         return f"{seconds // 60}m"
     return f"{seconds}s"
-
-
-def intent_context(intent: Intent) -> dict[str, Any]:
-    """The template variables an intent adds to its run's (see messages.Facts.extra)."""
-    return dict(intent.context)

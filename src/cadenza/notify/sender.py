@@ -85,18 +85,22 @@ class Sender:
         self.config = config
         self.life = life
         self.owner = owner
-        self.notifier = Notifier(store, config)
+        from cadenza.assembly import assemble
+
+        self.notifier: Notifier = assemble(store).notifier
         self.outbox = Outbox(store)
         self.renderer = Renderer(config().home, store.redactor)
         self.deliver = deliver_with
         self._wake = life.wake_on_stop(threading.Event())
-        self.notifier.wake = self._wake.set
+        self.install()
         self.started_at: datetime = store.clock.now()
         self._stall_checked: float | None = None
 
     def install(self) -> None:
-        """Register the outbox hooks on the store (before any run ends)."""
-        self.notifier.install()
+        """The store's notifier (its assembly's: the run end and missed hooks) follows this
+        sender's configuration, which follows reloads, and wakes this sender's loop."""
+        self.notifier.config = self.config
+        self.notifier.wake = self._wake.set
 
     def start(self, stack: ExitStack) -> None:
         """Take back what a killed sender of this host held, then start the delivery loop

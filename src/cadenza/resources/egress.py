@@ -7,7 +7,7 @@ support (forwarding for ``http://`` targets, ``CONNECT`` tunnels for ``https://`
 through httpx's SOCKS support (the ``socksio`` package); ``socks5h`` lets the proxy
 resolve the name. httpx has no SOCKS4: such a route is refused with a clear message.
 
-The egress policy (:mod:`cadenza.steps.netguard`) still applies to the *target*: every
+The egress policy (:mod:`cadenza.netguard`) still applies to the *target*: every
 request (every redirect hop) is checked before it is sent. Through a proxy the request is
 sent by name and the proxy resolves it again (httpx cannot keep the TLS server name of a
 tunnel to a pinned address); the check refuses a name that resolves here to an address the
@@ -41,8 +41,8 @@ import httpx
 
 from cadenza.audit.redact import redact_url
 from cadenza.domain.errors import Fatal, ResourceFault, StepError
+from cadenza.netguard import EgressPolicy, GuardedTransport
 from cadenza.resources.leased import LeasedResource
-from cadenza.steps.netguard import EgressPolicy, GuardedTransport
 
 _REGION = re.compile(r"[A-Z0-9_-]{1,16}")
 """A region as an IP echo names it: a country code (``FR``) or a short code of its own."""

@@ -5,7 +5,7 @@ docs/pools.md).
 :class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
 anyway (leasing adds no commit):
 
-* **the claim hook** (:class:`~cadenza.store.claims.ClaimHook`): for each run just taken whose
+* **the claim hook** (:class:`~cadenza.store.protocols.ClaimHook`): for each run just taken whose
   job ``requires`` members of pools, AVAILABLE -> LEASED by conditional UPDATEs
   (``... WHERE resource_id = :id AND state = 'AVAILABLE'``, success only when one row
   changed), pools in name order, all or nothing per run: a member that binds a route is
@@ -17,13 +17,13 @@ anyway (leasing adds no commit):
   on another, so two claims cannot deadlock whatever order they take members in. A member
   of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
   there first (routes with ``[health]`` come back through their probes instead).
-* **the step lease hook** (:attr:`~cadenza.store.boundaries.BoundaryWriter.step_lease_hook`):
+* **the step lease hook** (:class:`~cadenza.store.protocols.StepLeaseHook`):
   a step's own ``requires`` (and an http step's ``via``) beyond what the run holds is taken
   at that step's start, in the boundary's transaction, the same way (``lease_step`` names
   the step), and returned at its end (RUNNING -> COOLDOWN); a step that cannot have it
   sends its run back to QUEUED with a wait_reason, no attempt spent. A staged claim, which
   writes the first step's start, takes that step's needs with the run's.
-* **the step start hook** (:meth:`~cadenza.store.boundaries.BoundaryWriter.add_step_start_hook`):
+* **the step start hook** (:class:`~cadenza.store.protocols.StepStartHook`):
   LEASED -> RUNNING when the run's first step starts (or the step that leased them).
 * **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
   ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT
@@ -72,7 +72,7 @@ from cadenza.resources.releases import (
     at_utc,
 )
 from cadenza.resources.watch import FreeWatch
-from cadenza.store.boundaries import StepChange
+from cadenza.store.boundary import StepChange
 from cadenza.store.hotsql import Dialect
 
 
@@ -102,9 +102,13 @@ class PoolLeaser(Releases):
     claim, which writes the first step's start, takes that step's needs with the run's."""
 
     def __init__(self, plan: PoolPlan, *, postgres: bool,
-                 redact: Callable[[str], str] = str) -> None:
+                 redact: Callable[[str], str] = str,
+                 emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
+                 ) -> None:
         """``redact``: the store's redactor's ``redact_text`` (a fault's error may quote a
-        proxy URL)."""
+        proxy URL); ``emit``: the store's ``emit_events`` (the events go with the
+        transaction's other events, one INSERT for all; None: the leaser's events are not
+        written, a test's)."""
         self.plan = plan
         self.postgres = postgres
         self.redact = redact
@@ -131,9 +135,7 @@ class PoolLeaser(Releases):
         back to LEASED (:data:`_UNSTART`)."""
         self._snapshots: dict[int, tuple[Any, frozenset[str], dict[str, _Member]]] = {}
         """id(connection) -> the snapshot :meth:`serves` read in its transaction."""
-        self.emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None
-        """The store's ``emit_events`` (set by ``install_leaser``): the events go with the
-        transaction's other events, one INSERT for all."""
+        self.emit = emit
         self._held: dict[str, list[tuple[str, str, str, str | None]]] = {}
         """Run id -> the members its last claim in this process leased (id, pool, kind,
         bound route): what ``ctx.resources`` shows, without a read per step."""

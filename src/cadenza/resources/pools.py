@@ -1,10 +1,10 @@
 """The pools of a configuration in the store: sync and the leasing hooks (docs/pools.md).
 
 :func:`apply_pools` is called with every configuration an executor is built for (a node's
-start and each reload, ``cadenza run --local``): the first time it installs a
-:class:`~cadenza.resources.leasing.PoolLeaser` on the store (the claim hook, the step
-lease hook, the step start hook, the run end hook), then it hands the leaser the new plan
-and syncs the members:
+start and each reload, ``cadenza run --local``): it hands the store's
+:class:`~cadenza.resources.leasing.PoolLeaser` (the claim, step lease, step start and run
+end hooks of the store's assembly, :mod:`cadenza.assembly`) the new plan and syncs the
+members:
 
 * a member new in the configuration is registered AVAILABLE (RESOURCE_STATE_CHANGED);
 * a member whose pool, kind or bound route changed is updated in place (state and lease
@@ -36,33 +36,24 @@ _LOCK = threading.Lock()
 
 
 def leaser_of(store: Store) -> PoolLeaser | None:
-    """The store's leaser, when pools were applied to it."""
-    hook = store.claim_hook
+    """The store's leaser, when it was assembled (:func:`cadenza.assembly.assemble`)."""
+    hook = store.hooks.claim
     return hook if isinstance(hook, PoolLeaser) else None
 
 
 def install_leaser(store: Store, plan: PoolPlan) -> PoolLeaser:
-    """Install (once per store) the leaser's hooks, and give it ``plan``."""
+    """The store's leaser (its assembly's), following ``plan`` from now on."""
+    from cadenza.assembly import assemble
+
+    assembly = assemble(store)
     with _LOCK:
-        leaser = leaser_of(store)
-        if leaser is None:
-            leaser = PoolLeaser(plan, postgres=store.dialect == "postgresql",
-                                redact=store.redactor.redact_text)
-            leaser.emit = store.emit_events
-            store.claim_hook = leaser
-            store.step_lease_hook = leaser.steps_changed
-            store.add_step_start_hook(leaser.started)
-            store.add_run_end_hook(leaser.ended)
-        else:
-            leaser.update(plan)
-        if plan.members:
-            store.extends_resource_leases = True
-    return leaser
+        assembly.configure(plan=plan)
+    return assembly.leaser
 
 
 def apply_pools(store: Store, config: LoadedConfig, *, actor: str = "config") -> PoolLeaser:
-    """Install the leasing hooks and sync ``config``'s pools into ``store`` (see the module
-    docstring). Returns the store's leaser."""
+    """Give the store's leaser ``config``'s plan and sync ``config``'s pools into ``store``
+    (see the module docstring). Returns the store's leaser."""
     plan = PoolPlan.of(config)
     leaser = install_leaser(store, plan)
     sync_members(store, plan, actor=actor)

@@ -27,6 +27,7 @@ import httpx
 from cadenza.clock import Clock
 from cadenza.config.schema_settings import PoolHealth
 from cadenza.domain.health import TIMEOUT, ProbeOutcome
+from cadenza.netguard import redacted_url
 from cadenza.resources.egress import (
     EchoError,
     clean,
@@ -37,7 +38,6 @@ from cadenza.resources.egress import (
     shown_proxy,
 )
 from cadenza.resources.leased import LeasedResource
-from cadenza.steps.netguard import redacted_url
 
 
 @dataclass(frozen=True, slots=True)

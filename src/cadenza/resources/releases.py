@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
-from cadenza.store.boundaries import EndedRun
+from cadenza.store.boundary import EndedRun
 from cadenza.store.codec import dumps
 from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
 

@@ -146,11 +146,12 @@ class Services:
             loaded = self._config if self._config is not None else self.settings()
             self._store = self.home.open_store(loaded, clock=self.clock,
                                                lease_time="database")
-            # A run that `cadenza run --local` ends writes its notification intents too; a
-            # serve's sender delivers them (cadenza.notify.rules).
-            from cadenza.notify.rules import Notifier
+            # The store's hooks, wired as in every process (cadenza.assembly): a run that
+            # `cadenza run --local` ends writes its notification intents too (a serve's
+            # sender delivers them), a `runs cancel` of a parent cancels its children.
+            from cadenza.assembly import assemble
 
-            Notifier(self._store, self.config).install()
+            assemble(self._store, self.config)
         return self._store
 
     def on_close(self, closer: Callable[[], None]) -> None:

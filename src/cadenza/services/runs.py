@@ -30,7 +30,7 @@ from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.executor.tracking import Observer, RunOutcome
 from cadenza.services.errors import Interrupted, InvalidRequest, NotFound, Refused
 from cadenza.services.history import RunDetail, StepView
-from cadenza.store.children import ChildRuns, waited_child
+from cadenza.store.children import waited_child
 
 if TYPE_CHECKING:
     from cadenza.config import JobConfig
@@ -349,7 +349,6 @@ class RunService:
                     store.transition_run(run_id, RunState.CANCELED,
                                          actor=self.services.actor.id,
                                          reason="interrupted (Ctrl-C) while it waited")
-                    ChildRuns(store).after_cancel(run_id, self.services.actor.name)
                     raise Interrupted(f"interrupted while run {run_id} waited; it is "
                                       "CANCELED") from None
                 raise Interrupted(f"interrupted during run {run_id}") from None
@@ -404,8 +403,6 @@ class RunService:
             result = store.request_cancel(run_id, by)
         except StoreError as exc:
             raise NotFound(str(exc)) from None
-        if result.canceled:  # ended here, not by a step boundary: its call_job family
-            ChildRuns(store).after_cancel(run_id, by)
         final = store.get_run(run_id)
         accepted = result.canceled or result.requested
         if wait and accepted:

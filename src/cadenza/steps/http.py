@@ -60,6 +60,18 @@ from cadenza.config.schema_settings import HttpConnection
 from cadenza.config.types import HeaderMap, HttpUrl, JsonMap, Ref, StatusPatterns, fail
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable, StepError
 from cadenza.domain.texts import cut_before_redaction
+from cadenza.netguard import (
+    ALLOWED_SCHEMES,
+    EgressPolicy,
+    EgressRefused,
+    PublicPolicy,
+    Resolver,
+    default_is_public,
+    guarded_client,
+    read_body,
+    redacted_url,
+    system_resolver,
+)
 from cadenza.resources.egress import (
     EchoError,
     check_scheme,
@@ -72,18 +84,6 @@ from cadenza.resources.egress import (
 )
 from cadenza.resources.leased import LeasedResource
 from cadenza.steps.base import RUN_TUNABLE, StepConfig
-from cadenza.steps.netguard import (
-    ALLOWED_SCHEMES,
-    EgressPolicy,
-    EgressRefused,
-    PublicPolicy,
-    Resolver,
-    default_is_public,
-    guarded_client,
-    read_body,
-    redacted_url,
-    system_resolver,
-)
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 

@@ -11,15 +11,15 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
 1. one fencing read of the runs concerned (``FOR UPDATE`` on PostgreSQL; SQLite's
    ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
    is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
-2. step ends (:data:`END_STEP`); the step lease hook (:class:`StepLeaseHook`: the pools
-   return what the step that ended held and take what the next step needs; a run whose
-   step cannot have it goes back to QUEUED in this boundary instead of starting it);
-   step starts as INSERTs (an attempt that waited goes on: PENDING -> RUNNING,
-   :data:`RESUME_STEP`), the run's parameters
+2. step ends (:data:`END_STEP`); the step lease hook
+   (:class:`~cadenza.store.protocols.StepLeaseHook`: the pools return what the step that
+   ended held and take what the next step needs; a run whose step cannot have it goes back
+   to QUEUED in this boundary instead of starting it); step starts as INSERTs (an attempt
+   that waited goes on: PENDING -> RUNNING, :data:`RESUME_STEP`), the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
-3. the run end hooks (:meth:`BoundaryWriter.add_run_end_hook`), in the order added, with the runs
-   that ended, in the same transaction;
+3. the run end hooks (``store.hooks.run_end``, :class:`~cadenza.store.protocols.StoreHooks`),
+   in order, with the runs that ended, in the same transaction;
 4. run log lines and audit events, redacted, as multi-row INSERTs;
 5. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
    outputs so far, redacted like step outputs), one multi-row upsert for the batch, which
@@ -50,11 +50,10 @@ lock and the error mapping of :meth:`~cadenza.store.core.StoreCore.write` still 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -63,35 +62,42 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
-    TERMINAL_RUN_STATES,
     RunState,
     StepState,
     is_allowed,
 )
 from cadenza.domain.texts import cut_redacted
-from cadenza.store.boundary import Boundary, BoundaryResult, LogLine, RunEnd
+from cadenza.store.boundary import (
+    Boundary,
+    BoundaryResult,
+    EndedRun,
+    LogLine,
+    RunEnd,
+    StepChange,
+)
 from cadenza.store.codec import dumps
 from cadenza.store.core import Redactor, StoreCore
 from cadenza.store.hotsql import (
     AUDIT_COLUMNS,
     LOG_COLUMNS,
     STEP_COLUMNS,
-    BatchUpdate,
     Dialect,
     insert_rows,
     update_rows,
     update_rows_together,
 )
+from cadenza.store.run_states import (
+    END_RUN,
+    batch_update,
+    end_fields,
+    end_run_row,
+    state_events,
+)
 
 _RUNNING = RunState.RUNNING.value
-_NAMED = re.compile(r":(\w+)")
 
 
-def _update(columns: tuple[str, ...], stamps: int, sqlite: str, named: str) -> BatchUpdate:
-    return BatchUpdate(columns, stamps, sqlite, _NAMED.sub(r"%(\1)s", named))
-
-
-END_STEP = _update(
+END_STEP = batch_update(
     ("id", "state", "reason", "rows", "output", "error", "error_class"), 2,
     "UPDATE step_runs SET state = v.column2, reason = v.column3, rows = v.column4,"
     " output_json = v.column5, error = v.column6, error_class = v.column7,"
@@ -105,7 +111,7 @@ END_STEP = _update(
     " error_class = :error_class WHERE id = :id AND state = 'RUNNING'")
 """A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded, or
 RUNNING -> PENDING for an attempt that waits (finished_at stays empty)."""
-RESUME_STEP = _update(
+RESUME_STEP = batch_update(
     ("id",), 1,
     "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = ?"
     " FROM (VALUES {values}) AS v WHERE step_runs.id = v.column1"
@@ -113,89 +119,14 @@ RESUME_STEP = _update(
     "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = :now"
     " WHERE id = :id AND state = 'PENDING'")
 """An attempt that waited goes on: PENDING -> RUNNING (its started_at kept)."""
-RUN_PARAMS = _update(
+RUN_PARAMS = batch_update(
     ("id", "epoch", "params"), 1,
     "UPDATE runs SET params_json = v.column3, updated_at = ? FROM (VALUES {values}) AS v"
     " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
     "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
     " AND state = 'RUNNING' AND lease_epoch = :epoch")
 """The run's resolved parameters (its first boundary)."""
-END_RUN = _update(
-    ("id", "epoch", "state", "rows", "reason", "error", "final", "not_before", "wait_reason",
-     "attempt"), 2,
-    "UPDATE runs SET state = v.column3, rows = v.column4, reason = v.column5,"
-    " error = v.column6, updated_at = ?,"
-    " finished_at = CASE WHEN v.column7 = 1 THEN ? ELSE runs.finished_at END,"
-    " not_before = CASE WHEN v.column7 = 1 THEN runs.not_before ELSE v.column8 END,"
-    " wait_reason = v.column9, attempt = coalesce(v.column10, runs.attempt),"
-    " lease_owner = NULL, lease_until = NULL FROM (VALUES {values}) AS v"
-    " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
-    "UPDATE runs SET state = :state, rows = :rows, reason = :reason, error = :error,"
-    " updated_at = :now,"
-    " finished_at = CASE WHEN :final = 1 THEN CAST(:now AS TIMESTAMPTZ) ELSE finished_at END,"
-    " not_before = CASE WHEN :final = 1 THEN not_before"
-    " ELSE CAST(:not_before AS TIMESTAMPTZ) END,"
-    " wait_reason = :wait_reason, attempt = coalesce(CAST(:attempt AS INTEGER), attempt),"
-    " lease_owner = NULL, lease_until = NULL"
-    " WHERE id = :id AND state = 'RUNNING' AND lease_epoch = :epoch")
-"""A run's end, which releases its lease: terminal (``final`` 1: finished_at set, not_before
-kept, wait_reason cleared) or not final (``final`` 0: QUEUED for a retry or a deferral, or
-NEEDS_REVIEW: not_before, wait_reason and the spent attempts set, finished_at kept empty)."""
 _FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
-
-
-class StepStartHook(Protocol):
-    """Called in the transaction of a batch of boundaries (and of a staged claim) with the
-    runs ``(run_id, job_id)`` one of whose steps starts RUNNING in it: the resource pools
-    move the members a run leased LEASED -> RUNNING there. Raising rolls the batch back."""
-
-    def __call__(self, conn: sa.Connection, runs: Sequence[tuple[str, str]],
-                 now: datetime) -> None:
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class StepChange:
-    """A boundary of a run that goes on: the step that ended in it (``None``: its first
-    boundary) and the step that starts RUNNING in it (``None``: only skips, or nothing)."""
-
-    run_id: str
-    job_id: str
-    ended: str | None
-    starting: str | None
-
-
-class StepLeaseHook(Protocol):
-    """Called in the transaction of a batch of boundaries, before the step starts are
-    written, with the boundaries that end a step or start one without ending their run:
-    the resource pools return what the step that ended held and take what the starting
-    step needs. Returns ``{run_id: why}`` for the runs whose step cannot start now: their
-    boundary ends the run instead (QUEUED, ``wait_reason`` = why, no attempt spent; see
-    :meth:`BoundaryWriter.record_boundaries`). Raising rolls the batch back."""
-
-    def __call__(self, conn: sa.Connection, changes: Sequence[StepChange],
-                 now: datetime) -> Mapping[str, str]:
-        ...
-
-
-class RunEndHook(Protocol):
-    """Called in the transaction of a batch of boundaries with the runs whose execution
-    ended in it: what else a run end releases or announces is written there (see the
-    module docstring). Raising rolls the whole batch back."""
-
-    def __call__(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class EndedRun:
-    """A run whose execution a boundary ended: its new state (terminal, QUEUED or
-    NEEDS_REVIEW) and the lease epoch it held."""
-
-    run_id: str
-    job_id: str
-    state: RunState
-    epoch: int
 
 
 _CHECKPOINT_COLUMNS = ("run_id", "next_step", "outputs_json", "step_state_json", "updated_at")
@@ -238,29 +169,6 @@ class BoundaryWriter(StoreCore):
     """:meth:`record_boundaries` (see the module docstring)."""
 
     _hot: Dialect | None = None
-    run_end_hooks: tuple[RunEndHook, ...] = ()
-    """What else a run end writes in its transaction (see the module docstring), in order:
-    the resource pools release, the notifications write their outbox rows."""
-
-    def add_run_end_hook(self, hook: RunEndHook) -> None:
-        """Call ``hook`` (after those added before) in the transaction of every run end:
-        a boundary's, the reaper's re-queue or end of a run whose lease expired, and a
-        transition of :meth:`~cadenza.store.runs.RunsRepository.transition_run` that ends
-        a run or takes it out of RUNNING (cancel, abandon)."""
-        self.run_end_hooks = (*self.run_end_hooks, hook)
-
-    step_lease_hook: StepLeaseHook | None = None
-    """What a step's start takes and its end returns (the pools), in the boundary's
-    transaction; may send a run back to the queue (see :class:`StepLeaseHook`)."""
-
-    step_start_hooks: tuple[StepStartHook, ...] = ()
-    """What else a step start writes in its transaction (the pools: LEASED -> RUNNING)."""
-
-    def add_step_start_hook(self, hook: StepStartHook) -> None:
-        """Call ``hook`` (after those added before) in the transaction of every step
-        start (a boundary's, a staged claim's first step)."""
-        self.step_start_hooks = (*self.step_start_hooks, hook)
-
     def _collect(self, conn: sa.Connection) -> bool:
         """Collect the event rows emitted in ``conn``'s transaction from now on, for one
         multi-row INSERT with the batch's own (:meth:`emit_events`); False when they are
@@ -328,13 +236,6 @@ class BoundaryWriter(StoreCore):
         finally:
             cursor.close()
 
-    def _call_run_end_hooks(self, conn: sa.Connection, ended: Sequence[EndedRun],
-                            now: datetime) -> None:
-        """Call every run end hook with ``ended`` (nothing when empty)."""
-        if ended:
-            for hook in self.run_end_hooks:
-                hook(conn, ended, now)
-
     def _sql(self) -> Dialect:
         if self._hot is None:
             self._hot = Dialect(self.dialect)
@@ -347,7 +248,7 @@ class BoundaryWriter(StoreCore):
 
         Returns one :class:`BoundaryResult` per boundary, in order: ``applied`` and the ids of
         the step runs it created, or the run's state when refused (``None``: no such run).
-        An applied boundary's state is RUNNING, or QUEUED when the :attr:`step_lease_hook`
+        An applied boundary's state is RUNNING, or QUEUED when the step lease hook
         refused its step's resources: its RUNNING start was dropped and the run ended
         QUEUED instead (``wait_reason`` and a WARNING log line say why; no attempt spent;
         the checkpoint, if any, still names that step).
@@ -358,7 +259,7 @@ class BoundaryWriter(StoreCore):
         replaces params_json; a run end
         sets state, reason, rows, error (redacted), updated_at and finished_at (terminal) or
         not_before, wait_reason and attempt (QUEUED, NEEDS_REVIEW), and clears the lease;
-        then :attr:`run_end_hooks` are called with the runs that ended. Events, in this order
+        then the run end hooks are called with the runs that ended. Events, in this order
         per boundary: the step's own events, STEP_SUCCEEDED / STEP_FAILED /
         STEP_STATE_CHANGED for the end, STEP_STARTED or STEP_STATE_CHANGED per start,
         RUN_STATE_CHANGED and RUN_FINISHED for the run end.
@@ -409,7 +310,8 @@ class BoundaryWriter(StoreCore):
         if not only_ends:
             update_rows(cursor, d, END_STEP, ends, stamp, "step end")
         waiting: Mapping[str, str] = {}
-        if self.step_lease_hook is not None:
+        hooks = self.hooks
+        if hooks.step_lease is not None:
             waiting = self._step_leases(c, live, seen, now)
             if waiting:
                 applied = [_wait(b, waiting[b.run_id], now)
@@ -417,11 +319,11 @@ class BoundaryWriter(StoreCore):
                            for k, b in enumerate(applied)]
                 live = [b for k, b in enumerate(applied) if k not in refused]
         self._start_steps(cursor, d, live, stamp, new_ids)
-        if self.step_start_hooks:
+        if hooks.step_start:
             starting = [(b.run_id, seen[b.run_id][3]) for b in live
                         if any(s.state is StepState.RUNNING for s in b.starts)]
             if starting:
-                for start_hook in self.step_start_hooks:
+                for start_hook in hooks.step_start:
                     start_hook(c, starting, now)
         update_rows(cursor, d, RUN_PARAMS, [
             {"id": b.run_id, "epoch": b.epoch, "now": stamp,
@@ -434,11 +336,9 @@ class BoundaryWriter(StoreCore):
                                              (END_RUN, run_ends, "run end")], stamp)
         else:
             update_rows(cursor, d, END_RUN, run_ends, stamp, "run end")
-        if self.run_end_hooks and ending:
-            ended = [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
-                     for b in ending if b.run_end is not None]
-            for hook in self.run_end_hooks:
-                hook(c, ended, now)
+        if hooks.run_end and ending:
+            self._run_ended(c, [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
+                                for b in ending if b.run_end is not None], now)
         self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  cut_redacted(redact.redact_text(line.message))) for b in live for line in b.logs]
@@ -461,7 +361,7 @@ class BoundaryWriter(StoreCore):
                      now: datetime) -> Mapping[str, str]:
         """Call the step lease hook with the boundaries of ``live`` that end or start a
         step and do not end their run; ``{run_id: why}`` for the runs that must wait."""
-        hook = self.step_lease_hook
+        hook = self.hooks.step_lease
         assert hook is not None
         changes: list[StepChange] = []
         for b in live:
@@ -536,15 +436,10 @@ class BoundaryWriter(StoreCore):
     def _run_end_row(self, b: Boundary, d: Dialect, stamp: Any) -> dict[str, Any]:
         end = b.run_end
         assert end is not None
-        row = {"id": b.run_id, "epoch": b.epoch, "now": stamp, "state": end.state.value,
-               "rows": end.rows, "reason": self._redact_text(end.reason),
-               "error": self._redact_text(end.error)}
-        if end.state in TERMINAL_RUN_STATES:
-            row.update(final=1, not_before=None, wait_reason=None, attempt=None)
-        else:
-            row.update(final=0, not_before=d.ts(end.not_before),
-                       wait_reason=self._redact_text(end.wait_reason), attempt=end.attempt)
-        return row
+        return end_run_row(b.run_id, b.epoch, end.state, end.rows,
+                           self._redact_text(end.reason), self._redact_text(end.error),
+                           d.ts(end.not_before), self._redact_text(end.wait_reason),
+                           end.attempt, stamp)
 
     def _events(self, b: Boundary, created: list[int], job_id: str,
                 started: datetime | None, now: datetime, d: Dialect) -> list[dict[str, Any]]:
@@ -580,31 +475,13 @@ class BoundaryWriter(StoreCore):
     def _run_end_events(self, b: Boundary, end: RunEnd, job_id: str,
                         started: datetime | None, now: datetime,
                         stamp: Any) -> list[dict[str, Any]]:
-        level = Level.ERROR if end.state is RunState.FAILED else Level.INFO
         reason = self._redact_text(end.reason)
-        suffix = f": {reason}" if reason else ""
-        fields: dict[str, Any] = {"rows": end.rows, "error": self._redact_text(end.error)}
-        if end.state not in TERMINAL_RUN_STATES:
-            fields.update(not_before=end.not_before, attempt=end.attempt,
-                          wait_reason=self._redact_text(end.wait_reason))
-            level = Level.WARNING if end.state is RunState.NEEDS_REVIEW else Level.INFO
-            return [event_row(
-                EventType.RUN_STATE_CHANGED, f"run RUNNING -> {end.state}{suffix}", b.run_id,
-                level, {"job_id": job_id, "from": RunState.RUNNING.value,
-                        "to": end.state.value, "reason": reason, "epoch": b.epoch,
-                        "fields": fields}, b.actor, stamp)]
-        duration = (now - started).total_seconds() if started else None
-        return [
-            event_row(EventType.RUN_STATE_CHANGED, f"run RUNNING -> {end.state}{suffix}",
-                      b.run_id, level, {"job_id": job_id, "from": RunState.RUNNING.value,
-                                        "to": end.state.value, "reason": reason,
-                                        "epoch": b.epoch, "fields": fields}, b.actor, stamp),
-            event_row(EventType.RUN_FINISHED, f"run of {job_id} finished {end.state}{suffix}",
-                      b.run_id, level, {"job_id": job_id, "state": end.state.value,
-                                        "reason": reason, "started_at": started,
-                                        "finished_at": now, "duration_s": duration},
-                      b.actor, stamp),
-        ]
+        fields = end_fields(end.state, end.rows, self._redact_text(end.error),
+                            end.not_before, end.attempt, self._redact_text(end.wait_reason))
+        return [event_row(e.event_type, e.message, b.run_id, e.level, e.payload, b.actor,
+                          stamp)
+                for e in state_events(job_id, RunState.RUNNING, end.state, reason, b.epoch,
+                                      fields, started, now)]
 
 
 def _wait(b: Boundary, why: str, now: datetime) -> Boundary:

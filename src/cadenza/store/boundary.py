@@ -150,3 +150,25 @@ class BoundaryResult:
     applied: bool
     step_run_ids: tuple[int, ...]
     state: RunState | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepChange:
+    """A boundary of a run that goes on: the step that ended in it (``None``: its first
+    boundary) and the step that starts RUNNING in it (``None``: only skips, or nothing)."""
+
+    run_id: str
+    job_id: str
+    ended: str | None
+    starting: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndedRun:
+    """A run whose execution a boundary ended: its new state (terminal, QUEUED or
+    NEEDS_REVIEW) and the lease epoch it held."""
+
+    run_id: str
+    job_id: str
+    state: RunState
+    epoch: int

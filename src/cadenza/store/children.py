@@ -10,7 +10,7 @@ or retried parent never starts a second one).
 A parent that waits goes back to QUEUED with ``wait_reason`` ``waiting for child run <id>
 (<job>)`` and a ``not_before`` at its run deadline (a deferral, :data:`WAITING`): it holds no
 worker and reads nothing meanwhile. :class:`ChildRunHook`, a run end hook
-(:meth:`~cadenza.store.boundaries.BoundaryWriter.add_run_end_hook`), wakes it in the
+(``store.hooks.run_end``, :mod:`cadenza.assembly`), wakes it in the
 transaction of the child's end:
 
 * a run that ended SUCCEEDED, FAILED, CANCELED or NEEDS_REVIEW makes its parent due now
@@ -24,8 +24,9 @@ transaction of the child's end:
   RUNNING one through a cancel request its holder acts on, whose end cancels its children
   in turn).
 
-The other paths that end a run outside a step boundary (``runs cancel`` of a QUEUED run)
-call :meth:`ChildRuns.after_cancel`, which does the same.
+Every writer of a run's end calls the run end hooks (:mod:`cadenza.store.run_states`), a
+``runs cancel`` of a QUEUED run included, in every process: the hook is wired by the one
+assembly of the store (:mod:`cadenza.assembly`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
 from cadenza.store.admission import WAITING_FOR_CHILD
-from cadenza.store.boundaries import EndedRun
+from cadenza.store.boundary import EndedRun
 from cadenza.store.codec import utc_from_raw
 from cadenza.store.records import RUN_COLUMNS_SQL, STEP_COLUMNS_SQL, RunRecord, StepRunRecord
 from cadenza.store.tables import runs
@@ -307,19 +308,6 @@ class ChildRuns:
         ).values(not_before=now, wait_reason=None, updated_at=now))
         return int(done.rowcount or 0)
 
-    def after_cancel(self, run_id: str, by: str) -> None:
-        """A run was canceled outside a step boundary (``runs cancel`` of a QUEUED run):
-        cancel its children, wake its parent. One transaction."""
-        store = self.store
-        with store.write() as c:
-            now = store._now()
-            self.cancel_children(c, [run_id], _parent_canceled(run_id, by))
-            self.wake_parents(c, [run_id], now)
-
-
-def _parent_canceled(run_id: str, by: str) -> str:
-    return f"parent run {run_id} (canceled by {by})"[:128]
-
 
 class ChildRunHook:
     """The run end hook of :class:`ChildRuns` (see the module docstring)."""
@@ -333,16 +321,12 @@ class ChildRunHook:
         canceled = [e.run_id for e in ended if e.state is RunState.CANCELED]
         self.children.wake_parents(conn, finished, now)
         self.children.wake_waiting(conn, queued, now)
-        for run_id in canceled:
-            self.children.cancel_children(conn, [run_id], f"parent run {run_id}")
-
-
-def install(store: Store) -> ChildRuns:
-    """Add :class:`ChildRunHook` to ``store``'s run end hooks (once per store); returns the
-    store's :class:`ChildRuns`."""
-    for hook in store.run_end_hooks:
-        if isinstance(hook, ChildRunHook) and hook.children.store is store:
-            return hook.children
-    hook = ChildRunHook(store)
-    store.add_run_end_hook(hook)
-    return hook.children
+        if canceled:
+            # The child's reason names its parent and why the parent was canceled (its
+            # reason, "canceled by alice"): one read, on a cancel only.
+            reasons = dict(conn.execute(sa.select(runs.c.id, runs.c.reason).where(
+                runs.c.id.in_(canceled))).all())
+            for run_id in canceled:
+                why = reasons.get(run_id)
+                by = f"parent run {run_id}" + (f" ({why})" if why else "")
+                self.children.cancel_children(conn, [run_id], by[:128])

@@ -14,7 +14,8 @@ runs are chosen in admission's order (priority, then scheduled time, then id); o
 ``FOR UPDATE SKIP LOCKED`` in a materialized CTE, so that concurrent claimers never take the
 same run.
 
-**The claim hook** (:class:`ClaimHook`, :attr:`RunClaims.claim_hook`) is the plug point of
+**The claim hook** (:class:`~cadenza.store.protocols.ClaimHook`, ``store.hooks.claim``) is
+the plug point of
 what else a run must hold to start, in the claim's own transaction: from the resource pools
 on, the run's resource leases, taken in a fixed order, all or nothing. It is called with the
 runs just taken (in admission order) and may refuse some; a refused run is given back at once
@@ -36,13 +37,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
-from cadenza.store import later
+from cadenza.store import later, run_states
 from cadenza.store.boundaries import RUN_PARAMS, BoundaryWriter, event_row
 from cadenza.store.boundary import Boundary, NewRun
 from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
@@ -117,20 +118,6 @@ _RUN_COLUMNS = ("id", "job_id", "state", "trigger", "schedule", "scheduled_for",
 _TIMESTAMPS = frozenset(c.name for c in runs.c if isinstance(c.type, UTCDateTime))
 _SENTINEL = "9007199254740993"
 """The step run id in a payload encoded ahead (an integer no table reaches here)."""
-
-
-class ClaimHook(Protocol):
-    """What else a run takes in its claim's transaction (see the module docstring).
-
-    Called with the transaction's connection, the runs just taken as ``(run_id, job_id)`` in
-    admission order, and the claim's time; returns ``{run_id: why}`` for the runs that must
-    not start now (they stay QUEUED with ``why`` as their wait_reason). Whatever it takes it
-    takes in a fixed order (e.g. by resource id), all or nothing per run, so that two claims
-    never wait on each other. Raising rolls the whole transaction back."""
-
-    def __call__(self, conn: sa.Connection, taken: Sequence[tuple[str, str]],
-                 now: datetime) -> Mapping[str, str]:
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,9 +217,6 @@ class RunClaims(BoundaryWriter, LeaseClock):
     (:meth:`stage_start`, :meth:`claim_staged`) and what it checks (see the module
     docstring)."""
 
-    claim_hook: ClaimHook | None = None
-    """What else a run takes in its claim's transaction (see the module docstring)."""
-
     def create_runs(
         self, new_runs: Sequence[NewRun], *, conn: sa.Connection | None = None
     ) -> list[str]:
@@ -321,8 +305,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
         d = self._sql()
         with self._joined(conn) as c:
             now = self._now()
-            serves = getattr(self.claim_hook, "serves", None)
-            if jobs is not None and serves is not None and not serves(c, jobs, now):
+            hook = self.hooks.claim
+            if jobs is not None and hook is not None and not hook.serves(c, jobs, now):
                 return []  # nothing free for any of these jobs: no claim to give back
             cursor = c.connection.cursor()
             starting = starting and conn is not None
@@ -358,18 +342,14 @@ class RunClaims(BoundaryWriter, LeaseClock):
               steps: Mapping[str, str] | None = None,
               starting: bool = False) -> Mapping[str, str]:
         """Call the claim hook, if any, on ``taken``; give back the runs it refuses.
-        ``steps``: run id -> the step whose start this claim writes too (a staged claim),
-        for a hook that declares ``leases_steps`` (the pools: that step's own needs are
-        taken with the run's, all or nothing); ``starting``: the first step starts are
-        written in this transaction, then :meth:`claim_written` is called."""
-        hook = self.claim_hook
+        ``steps``: run id -> the step whose start this claim writes too (a staged claim:
+        that step's own needs are taken with the run's, all or nothing); ``starting``: the
+        first step starts are written in this transaction, then :meth:`claim_written` is
+        called."""
+        hook = self.hooks.claim
         if hook is None or not taken:
             return {}
-        if (steps or starting) and getattr(hook, "leases_steps", False):
-            refused = cast("Mapping[str, str]",
-                           cast("Any", hook)(c, taken, now, steps=steps, starting=starting))
-        else:
-            refused = hook(c, taken, now)
+        refused = hook(c, taken, now, steps=steps, starting=starting)
         if refused:
             stamp = d.ts(now)
             cursor.executemany(_GIVE_BACK.format(m=d.mark), [
@@ -451,7 +431,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 (s.run_id, *s.step, running, None, stamp, stamp, None, stamp) for s in mine
             ], returning="id, run_id")
             ids = {run_id: int(step_run_id) for step_run_id, run_id in returned}
-            for start_hook in self.step_start_hooks:
+            for start_hook in self.hooks.step_start:
                 start_hook(conn, [(s.run_id, s.job_id) for s in mine], now)
             events = [(s.run_id, None, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
             for s in mine:
@@ -479,9 +459,9 @@ class RunClaims(BoundaryWriter, LeaseClock):
     def claim_written(self, conn: sa.Connection, now: datetime | None = None) -> None:
         """A claim made with ``starting`` and its first boundaries are written in
         ``conn``'s transaction: the claim hook writes what it still holds back."""
-        flush = getattr(self.claim_hook, "flush", None)
-        if flush is not None:
-            flush(conn, now if now is not None else self._now())
+        hook = self.hooks.claim
+        if hook is not None:
+            hook.flush(conn, now if now is not None else self._now())
         rows = self._collected(conn, end=True)
         if rows:
             cursor = conn.connection.cursor()
@@ -549,10 +529,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
 
 def claim_event(run_id: str, job_id: str, epoch: int, owner: str, until: datetime,
                 stamp: Any) -> dict[str, Any]:
-    """The RUN_STATE_CHANGED event of a claim (QUEUED -> RUNNING), as ``event_log`` values."""
-    return event_row(
-        EventType.RUN_STATE_CHANGED, "run QUEUED -> RUNNING", run_id, Level.INFO,
-        {"job_id": job_id, "from": RunState.QUEUED.value, "to": RunState.RUNNING.value,
-         "reason": None, "epoch": epoch,
-         "fields": {"lease_owner": owner, "lease_until": until}},
-        "system", stamp)
+    """The RUN_STATE_CHANGED event of a claim (:func:`cadenza.store.run_states.claim_event`)
+    as ``event_log`` values."""
+    event = run_states.claim_event(job_id, epoch, owner, until)
+    return event_row(event.event_type, event.message, run_id, event.level, event.payload,
+                     "system", stamp)

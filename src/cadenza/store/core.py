@@ -19,12 +19,12 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import PurePath
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -45,7 +45,11 @@ from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
 from cadenza.store.engine import READ_ONLY
+from cadenza.store.protocols import StoreHooks
 from cadenza.store.tables import event_log
+
+if TYPE_CHECKING:
+    from cadenza.store.boundary import EndedRun
 
 _INSERT_EVENT = event_log.insert()
 
@@ -151,6 +155,22 @@ class StoreCore:
         """Write transactions committed (counted to tell when writes work again)."""
         self.write_failure: WriteFailure | None = None
         """The last write that failed for lack of space, permission or a working disk."""
+        self.hooks = StoreHooks()
+        """What the store calls inside its transactions (:meth:`use_hooks`)."""
+
+    def use_hooks(self, hooks: StoreHooks) -> None:
+        """Call ``hooks`` from now on, in the transactions they belong to. Given once per
+        store by :func:`cadenza.assembly.assemble` (which builds the one table of hooks for
+        every kind of process); a reload changes what the hooks do, not which hooks."""
+        self.hooks = hooks
+
+    def _run_ended(self, conn: sa.Connection, ended: Sequence[EndedRun],
+                   now: datetime) -> None:
+        """Call every run end hook with ``ended`` in ``conn``'s transaction (nothing when
+        empty): every writer of a run's end calls this (:mod:`cadenza.store.run_states`)."""
+        if ended:
+            for hook in self.hooks.run_end:
+                hook(conn, ended, now)
 
     def close(self) -> None:
         """Close every pooled connection (on SQLite the last close checkpoints the WAL)."""

@@ -33,7 +33,7 @@ from cadenza.domain.errors import InvalidTransition
 from cadenza.domain.states import RUN_TRANSITIONS, TERMINAL_RUN_STATES, RunState
 from cadenza.store.codec import dumps, new_run_id, require_aware
 from cadenza.store.core import Redactor, StoreCore
-from cadenza.store.runs import CREATION_PAYLOAD_KEYS, creation_event
+from cadenza.store.run_states import CREATION_PAYLOAD_KEYS, creation_event
 from cadenza.store.tables import runs
 
 TRIGGER = "scheduled"
@@ -196,22 +196,10 @@ class _Redactions:
         return "{" + ",".join(parts) + "}"
 
 
-MissedHook = Callable[[sa.Connection, list[tuple[str, str]], datetime], None]
-"""``hook(conn, missed, now)``: called in the transaction of :meth:`create_fires` with the
-(run id, job id) of each MISSED run it inserted (the notifications' outbox)."""
-
-
 class FiresRepository(StoreCore):
     """:meth:`create_fires` (see the module docstring)."""
 
     _fire_statements: _Statements | None = None
-    missed_hooks: tuple[MissedHook, ...] = ()
-
-    def add_missed_hook(self, hook: MissedHook) -> None:
-        """Call ``hook`` (after those added before) in the transaction that records MISSED
-        fires, with the runs it inserted MISSED."""
-        self.missed_hooks = (*self.missed_hooks, hook)
-
     def create_fires(
         self,
         fires: Sequence[NewFire],
@@ -292,7 +280,7 @@ class FiresRepository(StoreCore):
                 sql.insert(cursor, "event_log", events)
                 missed = [(ids[k], fire.job_id) for k, fire in enumerate(fires)
                           if ids[k] in inserted and checked[k][0] is RunState.MISSED]
-                for hook in self.missed_hooks if missed else ():
+                for hook in self.hooks.missed if missed else ():
                     hook(c, missed, now)
             finally:
                 cursor.close()

@@ -10,11 +10,10 @@ on PostgreSQL; :func:`~cadenza.store.hotsql.insert_rows` into those two tables, 
 RETURNING, appends to the list (:func:`keep`) instead of executing; whatever must see them
 first sends them (:func:`send`): an INSERT that returns the row's id (one event written
 through SQLAlchemy) goes after them, so that the log keeps the order things happened in.
-Nothing in a write transaction reads those tables after writing them (the reaper reads
-RUN_RECOVERED counts first). An error in one of them is raised by the commit, which then
-rolls everything back, as it would have been raised earlier. A block that ends its
-transaction itself sends them just before its COMMIT, or drops them with its ROLLBACK
-(:func:`follow`).
+Nothing in a write transaction reads those tables after writing them. An error in one of
+them is raised by the commit, which then rolls everything back, as it would have been
+raised earlier. A block that ends its transaction itself sends them just before its COMMIT,
+or drops them with its ROLLBACK (:func:`follow`).
 """
 
 from __future__ import annotations

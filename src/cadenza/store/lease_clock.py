@@ -50,11 +50,6 @@ class LeaseClock(StoreCore):
     lease_time: LeaseTime = "clock"
     """``"clock"``: the store's clock; ``"database"``: the database's time."""
 
-    @property
-    def lease_in_sql(self) -> bool:
-        """Whether lease times are computed inside the statements (PostgreSQL's ``now()``)."""
-        return self.lease_time == "database" and self.dialect == "postgresql"
-
     def lease_end(self, until: datetime, now: datetime) -> datetime | timedelta:
         """What a claim or renewal writes for a lease that ends at ``until`` on a clock that
         reads ``now``: ``until`` itself (``"clock"``); the same length from the OS clock

@@ -45,10 +45,11 @@ import sqlalchemy as sa
 from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
-from cadenza.store.boundaries import EndedRun
+from cadenza.store.boundary import EndedRun
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.lease_clock import LeaseClock
-from cadenza.store.tables import event_log, resources, runs, step_runs
+from cadenza.store.run_states import RunRecovery, reap_decision, reap_statement, state_events
+from cadenza.store.tables import resources, runs, step_runs
 
 if TYPE_CHECKING:
     from cadenza.store.runs import RunsRepository
@@ -61,7 +62,6 @@ REAP_BATCH = 500
 sequence of short transactions, not one long one)."""
 LOST_ERROR = "the worker was lost (lease expired)"
 LOST_CLASS = "lost"
-RUN_RECOVERED = EventType.RUN_RECOVERED
 CANCEL_REQUESTED = EventType.CANCEL_REQUESTED
 
 _RUNNING = RunState.RUNNING.value
@@ -316,60 +316,32 @@ class RunLeasesRepository(LeaseClock):
                 expired = sa.or_(expired, runs.c.lease_owner.like(owner_like))
             query = (sa.select(runs.c.id, runs.c.job_id, runs.c.lease_owner,
                                runs.c.lease_epoch, runs.c.lease_until, runs.c.resumes,
+                               runs.c.recoveries, runs.c.started_at,
                                runs.c.cancel_requested_by)
                      .where(runs.c.state == _RUNNING, expired)
                      .order_by(runs.c.lease_until).limit(limit))
             if self.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)
-            candidates = []
-            for row in conn.execute(query):
+            for row in conn.execute(query).all():
                 lapsed = row.lease_until is None or row.lease_until < expiry
                 if lapsed or (dead_owner is not None and row.lease_owner is not None
                               and dead_owner(row.lease_owner)):
-                    candidates.append(row)
-            if not candidates:
-                return []
-            counts: dict[str, int] = dict(conn.execute(
-                sa.select(event_log.c.run_id, sa.func.count())
-                .where(event_log.c.run_id.in_([r.id for r in candidates]),
-                       event_log.c.event_type == RUN_RECOVERED)
-                .group_by(event_log.c.run_id)).all())
-            for row in candidates:
-                done = self._reap_one(conn, row, at, expiry, counts.get(row.id, 0),
-                                      max_recoveries)
-                if done is not None:
-                    recovered.append(done)
+                    done = self._reap_one(conn, row, at, expiry, max_recoveries)
+                    if done is not None:
+                        recovered.append(done)
         return recovered
 
     def _reap_one(self, conn: sa.Connection, row: Any, at: datetime, expiry: datetime,
-                  times: int, max_recoveries: int) -> Recovered | None:
+                  max_recoveries: int) -> Recovered | None:
         why = ("lease expired" if row.lease_until is not None and row.lease_until < expiry
                else "its worker is gone" if row.lease_until is not None
                else "it never had a lease")
         holder = row.lease_owner or "no holder"
         budget = max_recoveries * (1 + int(row.resumes or 0))
-        if row.cancel_requested_by is not None:
-            to, reason = RunState.CANCELED, f"canceled by {row.cancel_requested_by}"
-            error = None
-        elif times + 1 > budget:
-            to = RunState.NEEDS_REVIEW
-            reason = (f"{why} (held by {holder}); recovered {times} times already, needs "
-                      "review (`cadenza runs resume` or `runs abandon`)")
-            error = f"the run's worker was lost {times + 1} times (last: {why})"
-        else:
-            to, reason, error = RunState.QUEUED, f"{why} (held by {holder}); re-queued", None
-        values: dict[str, Any] = {
-            "state": to.value, "lease_owner": None, "lease_until": None, "not_before": None,
-            "lease_epoch": runs.c.lease_epoch + 1, "reason": reason, "wait_reason": None,
-            "updated_at": at,
-        }
-        if error is not None:
-            values["error"] = error
-        if to is RunState.CANCELED:
-            values["finished_at"] = at
-        done = conn.execute(sa.update(runs).where(
-            runs.c.id == row.id, runs.c.state == _RUNNING,
-            runs.c.lease_epoch == row.lease_epoch).values(**values))
+        reaped = reap_decision(why, holder, row.cancel_requested_by, int(row.recoveries or 0),
+                               budget)
+        to = reaped.to
+        done = conn.execute(reap_statement(row.id, row.lease_epoch, reaped, at))
         if done.rowcount != 1:
             return None
         # The step runs the lost worker left RUNNING end FAILED through the step machine,
@@ -385,29 +357,15 @@ class RunLeasesRepository(LeaseClock):
             conn, at=at)[0] for step_run_id in running)
         # The run's resource leases go with its run lease (LEASED -> AVAILABLE, RUNNING ->
         # COOLDOWN), and whatever else watches run ends sees this one.
-        hooks = getattr(self, "_call_run_end_hooks", None)
-        if hooks is not None:
-            hooks(conn, [EndedRun(row.id, row.job_id, to, row.lease_epoch)], at)
-        level = Level.INFO if to is RunState.QUEUED else Level.WARNING
-        self._insert_event(
-            conn, EventType.RUN_STATE_CHANGED, f"run RUNNING -> {to.value}: {reason}",
-            run_id=row.id, level=level,
-            payload={"job_id": row.job_id, "from": _RUNNING, "to": to.value, "reason": reason,
-                     "epoch": row.lease_epoch + 1,
-                     "fields": {"lease_owner": None, "lease_until": None, "error": error}},
-            actor="reaper", now=at)
-        if to is RunState.CANCELED:
-            self._insert_event(
-                conn, EventType.RUN_FINISHED, f"run of {row.job_id} finished CANCELED: "
-                f"{reason}", run_id=row.id, level=level,
-                payload={"job_id": row.job_id, "state": to.value, "reason": reason,
-                         "finished_at": at}, actor="reaper", now=at)
-        self._insert_event(
-            conn, RUN_RECOVERED, f"run recovered from {holder} (epoch {row.lease_epoch}): "
-            f"{why}; now {to.value}", run_id=row.id, level=Level.WARNING,
-            payload={"job_id": row.job_id, "old_owner": row.lease_owner,
-                     "old_epoch": row.lease_epoch, "lease_until": row.lease_until,
-                     "why": why, "to": to.value, "recoveries": times + 1,
-                     "steps_ended": ended},
-            actor="reaper", now=at)
+        self._run_ended(conn, [EndedRun(row.id, row.job_id, to, row.lease_epoch)], at)
+        fields = {"lease_owner": None, "lease_until": None, "error": reaped.error}
+        events = state_events(row.job_id, RunState.RUNNING, to, reaped.reason,
+                              row.lease_epoch + 1, fields, row.started_at, at)
+        events.append(RunRecovery(row.job_id, row.lease_owner, row.lease_epoch,
+                                  row.lease_until, why, to, int(row.recoveries or 0) + 1,
+                                  ended).event())
+        for event in events:
+            self._insert_event(conn, event.event_type, event.message, run_id=row.id,
+                               level=event.level, payload=event.payload, actor="reaper",
+                               now=at)
         return Recovered(row.id, row.job_id, row.lease_owner, row.lease_epoch, to, ended)

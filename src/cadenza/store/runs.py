@@ -1,15 +1,15 @@
-"""Runs: creation (one row per fire) and state transitions enforced in SQL (docs/store.md).
+"""Runs: creation (one row per fire), a single run's transition, resume and abandon, and
+the queries of runs (docs/store.md).
 
 A transition is the store's compare-and-swap (:mod:`cadenza.store.transition`) on
-:data:`RUN_MACHINE`: ``UPDATE runs SET state = :to ... WHERE id = :id AND state IN
-(sources_of(to)) [AND lease_epoch = :epoch]``; it happened iff exactly one row changed, and
-its events are inserted in the same transaction. A lost race and a forbidden transition look
-the same to SQL: both return ``False`` and change nothing.
+:data:`~cadenza.store.run_states.RUN_MACHINE`, with the statement and the events of
+:mod:`cadenza.store.run_states`; it happened iff exactly one row changed, and its events are
+inserted in the same transaction. A lost race and a forbidden transition look the same to
+SQL: both return ``False`` and change nothing.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,119 +17,25 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.errors import InvalidTransition, StoreError
-from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import (
     RUN_TRANSITIONS,
     TERMINAL_RUN_STATES,
     RunState,
     StepState,
 )
-from cadenza.store.boundaries import EndedRun
-from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, run_id_time
+from cadenza.store.boundary import EndedRun
+from cadenza.store.codec import dumps, new_run_id, require_aware, run_id_time
 from cadenza.store.records import RUN_COLUMNS_SQL, CheckpointRecord, RunRecord
+from cadenza.store.run_states import (
+    RUN_MACHINE,
+    creation_event,
+    state_events,
+    transition_statement,
+)
 from cadenza.store.steps import StepRunsRepository
 from cadenza.store.tables import checkpoints, runs, step_runs
-from cadenza.store.transition import Machine
-
-RUN_FIELDS = frozenset(
-    "not_before priority rows error wait_reason lease_owner lease_until lease_epoch attempt"
-    " resumes started_at finished_at".split()
-)
-"""Columns a transition may set through ``fields`` (besides state, reason and timestamps)."""
 
 _REDACTED_TEXT = frozenset({"error", "wait_reason"})
-_RUN_LEVEL = {RunState.FAILED: Level.ERROR, RunState.NEEDS_REVIEW: Level.WARNING}
-
-
-def _run_event_level(state: RunState) -> Level:
-    return _RUN_LEVEL.get(state, Level.INFO)
-
-
-CREATION_PAYLOAD_KEYS = (
-    "job_id", "state", "trigger", "schedule", "scheduled_for", "params", "overrides",
-    "priority", "not_before", "reason",
-)
-"""The keys of a RUN_CREATED / RUN_MISSED payload, in the order they are built."""
-
-
-def creation_event(
-    job_id: str,
-    state: RunState,
-    trigger: str,
-    schedule: str | None,
-    scheduled_for: datetime | None,
-    params: dict[str, Any],
-    overrides: dict[str, Any],
-    priority: int,
-    not_before: datetime | None,
-    reason: str | None,
-) -> tuple[EventType, str, Level, dict[str, Any]]:
-    """The RUN_CREATED (QUEUED) or RUN_MISSED (MISSED) event of a new run, not yet redacted:
-    (type, message, level, payload). Shared by :meth:`RunsRepository.create_run` and
-    :meth:`~cadenza.store.fires.FiresRepository.create_fires`, so both write the same event."""
-    missed = state is RunState.MISSED
-    when = f" for {scheduled_for.isoformat()}" if scheduled_for else ""
-    message = f"run of {job_id} {'missed' if missed else 'queued'}{when} ({trigger})"
-    if reason:
-        message += f": {reason}"
-    payload = dict(zip(CREATION_PAYLOAD_KEYS, (
-        job_id, state, trigger, schedule, scheduled_for, params, overrides, priority,
-        not_before, reason,
-    ), strict=True))
-    if missed:
-        return EventType.RUN_MISSED, message, Level.WARNING, payload
-    return EventType.RUN_CREATED, message, Level.INFO, payload
-
-
-# Statements of the hot path are built once: constructing and cache-keying a Core statement
-# costs more Python time than SQLite needs to run it.
-_SELECT_FOR_TRANSITION = (
-    sa.select(runs.c.state, runs.c.lease_epoch, runs.c.started_at, runs.c.job_id)
-    .where(runs.c.id == sa.bindparam("p_id"))
-    .with_for_update()
-)
-
-RUN_MACHINE = Machine(
-    name="run", noun="run", states=RunState, transitions=RUN_TRANSITIONS, table=runs,
-    key=runs.c.id, select=_SELECT_FOR_TRANSITION, fields=RUN_FIELDS,
-    stale="lease epoch {epoch} is stale; {frm} -> {to} refused",
-)
-"""The run state machine of :meth:`RunsRepository.transition_run`."""
-
-
-@functools.cache
-def _update_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> sa.Update:
-    """``UPDATE runs SET ... WHERE id = :p_id AND state IN (sources) [AND lease_epoch = :p_epoch]``.
-
-    Parameters: p_id, p_now, p_reason, p_epoch, and f_<name> for each explicit field.
-    """
-    now = sa.bindparam("p_now", type_=UTCDateTime())
-    values: dict[str, Any] = {
-        "state": to.value,
-        "updated_at": now,
-        "reason": sa.bindparam("p_reason", type_=sa.Text()),
-    }
-    if to is RunState.RUNNING:
-        values["lease_epoch"] = runs.c.lease_epoch + 1
-        values["started_at"] = sa.func.coalesce(runs.c.started_at, now)
-        values["wait_reason"] = None
-    else:
-        values["lease_owner"] = None
-        values["lease_until"] = None
-    if to in TERMINAL_RUN_STATES:
-        values["finished_at"] = now
-        values["wait_reason"] = None
-    if to is RunState.QUEUED:
-        resuming = runs.c.state == RunState.NEEDS_REVIEW.value
-        values["resumes"] = sa.case((resuming, runs.c.resumes + 1), else_=runs.c.resumes)
-        values["attempt"] = sa.case((resuming, 0), else_=runs.c.attempt)
-    for name in fields:
-        values[name] = sa.bindparam(f"f_{name}", type_=runs.c[name].type)
-    where = [runs.c.id == sa.bindparam("p_id"), runs.c.state.in_(RUN_MACHINE.sources(to))]
-    if fenced:
-        where.append(runs.c.lease_epoch == sa.bindparam("p_epoch"))
-    return sa.update(runs).where(*where).values(values)
-
 
 EARLIER_STEP_FAILED = "earlier step failed"
 """The reason of a step recorded SKIPPED after a failed one (docs/retries.md)."""
@@ -276,7 +182,7 @@ class RunsRepository(StepRunsRepository):
     ) -> tuple[bool, RunState | None]:
         to = RunState(to)
         explicit = self._run_values(fields)
-        statement = _update_statement(to, epoch is not None, frozenset(explicit))
+        statement = transition_statement(to, epoch is not None, frozenset(explicit))
 
         def change(before: Any, now: datetime) -> tuple[sa.Executable, dict[str, Any]]:
             params = {f"f_{name}": value for name, value in explicit.items()}
@@ -295,9 +201,8 @@ class RunsRepository(StepRunsRepository):
                                              and to is not RunState.RUNNING):
                 # A run that ends (or leaves RUNNING) here is a run end like a boundary's:
                 # its resources are released, its notification written (the run end hooks).
-                hooks = getattr(self, "_call_run_end_hooks", None)
-                if hooks is not None:
-                    hooks(c, [EndedRun(run_id, before.job_id, to, before.lease_epoch)], now)
+                self._run_ended(c, [EndedRun(run_id, before.job_id, to, before.lease_epoch)],
+                                now)
 
         return self._compare_and_swap(RUN_MACHINE, run_id, to, conn, change, record)
 
@@ -315,43 +220,9 @@ class RunsRepository(StepRunsRepository):
         actor: str,
         now: datetime,
     ) -> None:
-        message = f"run {frm} -> {to}" + (f": {reason}" if reason else "")
-        self._insert_event(
-            c,
-            EventType.RUN_STATE_CHANGED,
-            message,
-            run_id=run_id,
-            level=_run_event_level(to),
-            payload={
-                "job_id": job_id,
-                "from": frm,
-                "to": to,
-                "reason": reason,
-                "epoch": epoch,
-                "fields": dict(explicit),
-            },
-            actor=actor,
-            now=now,
-        )
-        if to in TERMINAL_RUN_STATES:
-            duration = (now - started).total_seconds() if started else None
-            self._insert_event(
-                c,
-                EventType.RUN_FINISHED,
-                f"run of {job_id} finished {to}" + (f": {reason}" if reason else ""),
-                run_id=run_id,
-                level=_run_event_level(to),
-                payload={
-                    "job_id": job_id,
-                    "state": to,
-                    "reason": reason,
-                    "started_at": started,
-                    "finished_at": now,
-                    "duration_s": duration,
-                },
-                actor=actor,
-                now=now,
-            )
+        for event in state_events(job_id, frm, to, reason, epoch, explicit, started, now):
+            self._insert_event(c, event.event_type, event.message, run_id=run_id,
+                               level=event.level, payload=event.payload, actor=actor, now=now)
 
     def resume_run(self, run_id: str, *, actor: str) -> RunRecord:
         """An operator resumes a NEEDS_REVIEW run: QUEUED again, with fresh attempts

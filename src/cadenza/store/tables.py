@@ -83,6 +83,9 @@ runs = sa.Table(
     # The run and step of the call_job that created this run (migration 0010); NULL otherwise.
     sa.Column("parent_run_id", sa.String(26), nullable=True),
     sa.Column("parent_step", sa.String(128), nullable=True),
+    # Times the reaper took the run back from a lost worker (migration 0019): with resumes,
+    # the reaper's budget before NEEDS_REVIEW (cadenza.store.run_states.reap_decision).
+    sa.Column("recoveries", sa.Integer(), nullable=False, server_default="0"),
     # A fire is recorded once. Scheduled runs always carry both schedule and scheduled_for
     # (the CHECK below), so no NULL can slip past the constraint on either dialect.
     sa.UniqueConstraint("job_id", "schedule", "scheduled_for"),
@@ -196,6 +199,8 @@ resources = sa.Table(
     sa.Column("pool", sa.String(64), nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
+    # The id of the RUN that holds the member (LEASED, RUNNING), not a worker: a resource
+    # lease is a run's hold on a member; ``runs.lease_owner`` is the worker holding that run.
     sa.Column("lease_owner", sa.String(200), nullable=True),
     _ts("lease_until"),
     sa.Column("lease_epoch", sa.Integer(), nullable=False, server_default="0"),

@@ -39,7 +39,7 @@ from cadenza.clock import Clock, SystemClock
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.params import Scope
 from cadenza.executor.connections import Connections
-from cadenza.steps.netguard import PublicPolicy, Resolver
+from cadenza.netguard import PublicPolicy, Resolver
 from cadenza.steps.runtime import RunInfo, StepInfo, StepLog
 
 

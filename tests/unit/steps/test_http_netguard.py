@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import httpx
 import pytest
 
-from cadenza.steps.netguard import (
+from cadenza.netguard import (
     BoundedDecoder,
     EgressPolicy,
     EgressRefused,

@@ -14,7 +14,7 @@ from cadenza.audit.redact import Redactor
 from cadenza.domain.states import RunState
 from cadenza.store.codec import dumps
 from cadenza.store.fires import _Redactions
-from cadenza.store.runs import creation_event
+from cadenza.store.run_states import creation_event
 
 SECRET = "hunter2-S3CRET"
 AT = datetime(2027, 3, 1, 8, tzinfo=UTC)

@@ -85,6 +85,6 @@ def assemble(store: Store, config: Callable[[], LoadedConfig] | None = None) -> 
             store.use_hooks(store_hooks(leaser, notifier, children))
             found = Assembly(store, leaser, notifier, children.children)
             _ASSEMBLED[store] = found
-        elif config is not None:
-            found.notifier.config = config
+        else:
+            found.configure(config=config)
     return found

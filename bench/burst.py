@@ -43,7 +43,7 @@ def one(n: int, workers: int) -> dict[str, object]:
         due = (datetime.now(UTC) + timedelta(seconds=2.5)).replace(microsecond=0)
         store.create_runs([NewRun(f"j{k:05d}", "scheduled", scheduled_for=due, not_before=due)
                            for k in range(n)])
-        node.wake()  # as the scheduler does after recording fires ahead
+        node.dispatcher.wake()  # as the scheduler does after recording fires ahead
         done = 0
         while done < n and time.time() < due.timestamp() + 120:
             time.sleep(0.1)

@@ -70,7 +70,7 @@ def bulk(url: str, path: Path) -> float:
 
 def child(url: str, directory: Path, fmt: str) -> None:
     """Run file_export once; print {seconds, rows, bytes, rss_before_kb, rss_peak_kb}."""
-    from cadenza.steps.file_export import FileExportStep
+    from cadenza.steps.builtin.file_export import FileExportStep
 
     ctx = BenchContext(directory, url)
     config = FileExportStep.Config.model_validate({

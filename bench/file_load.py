@@ -163,7 +163,7 @@ def peak_rss_kb() -> int:
 
 def child(url: str, path: Path) -> None:
     """Run file_load once and print {seconds, rows, rss_before_kb, rss_peak_kb}."""
-    from cadenza.steps.file_load import FileLoadStep
+    from cadenza.steps.builtin.file_load import FileLoadStep
 
     ctx = BenchContext(path.parent, url)
     config = FileLoadStep.Config.model_validate({

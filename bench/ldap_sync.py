@@ -27,7 +27,7 @@ from cadenza.clock import SystemClock
 from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
-from cadenza.steps.ldapsearch import ldap3
+from cadenza.steps.builtin.lib.ldapsearch import ldap3
 
 JOBS = """
 [jobs.people]

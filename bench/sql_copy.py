@@ -137,7 +137,7 @@ def peak_rss_kb() -> int:
 
 def child(src: str, dst: str, batch: int, trim: bool) -> None:
     """Run sql_copy once and print {seconds, rows, rss_before_kb, rss_peak_kb}."""
-    from cadenza.steps.sql_copy import SqlCopyStep
+    from cadenza.steps.builtin.sql_copy import SqlCopyStep
 
     ctx = BenchContext(Path.cwd(), src, dst)
     config = SqlCopyStep.Config.model_validate({

@@ -97,7 +97,7 @@ path = "/hold"
         try:
             node.start()
             run_id = store.create_run("fetch", "manual:test")
-            node.wake()
+            node.dispatcher.wake()
             assert echo.wait_held(60), "the http step never reached the target"
             held = eventually(lambda: [r for r in store.list_resources("egress")
                                        if r.lease_owner == run_id], "the run's route")

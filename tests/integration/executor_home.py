@@ -184,7 +184,7 @@ def loaded(root: Path, jobs: str, *, store_url: str | None = None, settings: str
     store = home.open_store(config)
     keeper = None
     if stuck_lease:
-        from cadenza.executor.lease import LeaseKeeper
+        from cadenza.executor.lease_keeper import LeaseKeeper
 
         keeper = LeaseKeeper(store, config.settings.workers.lease)
         keeper.stop()

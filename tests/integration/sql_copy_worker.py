@@ -16,7 +16,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from sql_ctx import SqlTestContext, run_step
 
-from cadenza.steps.sql_copy import SqlCopyStep
+from cadenza.steps.builtin.sql_copy import SqlCopyStep
 
 
 class FileCheckpointContext(SqlTestContext):

@@ -76,7 +76,7 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
         sizes = spy_claims(monkeypatch, store)  # the node's own chunks
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert node.dispatcher._stage is None and stage.dropped is None
         assert stage.claimed == JOBS and stage.chunks == 3
         assert sizes == [staging.CHUNKS[0]]  # the first chunk in the node...
@@ -107,7 +107,7 @@ def test_a_cancel_after_the_first_chunk_stops_the_claimer_and_the_node_checks_ag
 
         monkeypatch.setattr(Dispatcher, "_claim_remote", cancel_first)
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert node.claimer.chunks == 0  # the runs' version moved: it wrote nothing
         assert node.claimer.broken is None  # and stays usable
         assert stage.claimed == staging.CHUNKS[0]
@@ -142,7 +142,7 @@ def test_a_change_that_writes_no_event_still_stops_the_claimer(
 
         monkeypatch.setattr(Dispatcher, "_claim_remote", touch)
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert node.claimer.chunks == 0 and node.claimer.broken is None
         assert checks  # the node's next chunk read the runs due again...
         assert stage.dropped is None and stage.claimed == JOBS  # ...found them unchanged
@@ -162,7 +162,7 @@ def test_a_node_whose_claimer_died_claims_in_process(
         sizes = spy_claims(monkeypatch, store)
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert claimer.broken is not None and claimer.chunks == 0
         assert stage.dropped is None and stage.claimed == JOBS
         assert sizes == [16, 32, 12]  # all in the node

@@ -66,7 +66,7 @@ def test_fires_recorded_ahead_are_claimed_together_at_their_time(
         # Before the fire: nothing is claimed, the dispatcher is told to wake at the fire,
         # and no run gets a wait reason (it is not waiting; it is not due).
         clock.set(FIRE - timedelta(seconds=1))
-        assert node.dispatch_once(clock.now()) == FIRE
+        assert node.dispatcher.dispatch_once(clock.now()) == FIRE
         assert all(r.wait_reason is None for r in store.list_runs(limit=100))
         assert store.list_events(event_type="RUN_WAITING") == []
         assert node.dispatcher._queue.qsize() == 0
@@ -80,7 +80,7 @@ def test_fires_recorded_ahead_are_claimed_together_at_their_time(
                 commits[0] += 1
 
         sa.event.listen(store.engine, "commit", on_commit)
-        node.dispatch_once(clock.now())
+        node.dispatcher.dispatch_once(clock.now())
         sa.event.remove(store.engine, "commit", on_commit)
         assert commits[0] == 1
         assert [state for _, state in scheduled(store)] == ["RUNNING"] * JOBS
@@ -112,7 +112,7 @@ def test_a_decision_reads_as_many_candidates_as_free_slots(tmp_path: Path) -> No
     try:
         for k in range(250):
             store.create_run(f"j{k:02d}", "manual:test")
-        node.dispatch_once(clock.now())
+        node.dispatcher.dispatch_once(clock.now())
         assert node.dispatcher._queue.qsize() == 250  # more than CANDIDATES_PER_DECISION (200)
     finally:
         for _ in range(node.dispatcher._queue.qsize()):

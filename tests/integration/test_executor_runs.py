@@ -384,7 +384,7 @@ def test_an_unknown_token_fails_the_step_naming_it(tmp_path: Path) -> None:
 
 def test_a_step_type_without_run_fails_clearly(tmp_path: Path) -> None:
     from cadenza.executor.runner import Executor
-    from cadenza.steps.python import PythonConfig
+    from cadenza.steps.builtin.python import PythonConfig
     from cadenza.steps.registry import StepType
 
     class ConfigOnly(StepType):

@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the sha
 from sql_ctx import Db, SqlTestContext, database, execute, rows, run_step, scalar
 
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps import file_load, sqlutil
-from cadenza.steps.file_load import FileLoadStep
+from cadenza.steps.builtin import file_load
+from cadenza.steps.builtin.file_load import FileLoadStep
+from cadenza.steps.builtin.lib import sqlutil
 
 N = 25_000
 

@@ -1,4 +1,4 @@
-"""The lease keeper and the node's reaper on real stores (executor/lease.py, node/leases.py;
+"""The lease keeper and the node's reaper on real stores (executor/lease_keeper.py, node/reaper.py;
 docs/leases.md): a renewal round is one UPDATE and one commit for 64 runs; a cancel request
 or a lost lease stops the run's control; a store that cannot be reached stops the runs once
 their lease ran out locally; a node reclaims at start what a dead process of its host left,
@@ -21,7 +21,7 @@ from tests.support.statements import statement_kinds
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.executor.control import RunControl, StopKind
-from cadenza.executor.lease import LeaseKeeper
+from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.runner import default_owner
 from cadenza.home import Home
 from cadenza.node import Node
@@ -174,7 +174,7 @@ def test_serve_start_reclaims_runs_of_dead_processes_of_this_host(node: Node) ->
         (alive, _), = _claimed(store, 1, f"{host}:{live.pid}:1")
         (mine, _), = _claimed(store, 1, node.owner)  # a previous incarnation with our pid
         (remote, _), = _claimed(store, 1, f"elsewhere:{dead.pid}:1")
-        assert node.reclaim_at_start() == 2
+        assert node.reaper.reclaim_at_start() == 2
         states = {r.id: r.state for r in store.list_runs(limit=10)}
         assert states == {gone: RunState.QUEUED, mine: RunState.QUEUED,
                           alive: RunState.RUNNING, remote: RunState.RUNNING}
@@ -186,12 +186,12 @@ def test_serve_start_reclaims_runs_of_dead_processes_of_this_host(node: Node) ->
 def test_the_reaper_requeues_expired_leases_and_the_node_runs_them(
         node: Node, clock: FakeClock) -> None:
     (run_id, _), = _claimed(node.store, 1, "elsewhere:1:1")
-    assert node.reap_once() == 0
+    assert node.reaper.reap_once() == 0
     clock.advance(LEASE + timedelta(seconds=1))
-    assert node.reap_once() == 1
+    assert node.reaper.reap_once() == 1
     run = node.store.get_run(run_id)
     assert run is not None and run.state is RunState.QUEUED
-    node.dispatch_once(clock.now())
+    node.dispatcher.dispatch_once(clock.now())
     started = node.dispatcher._queue.get_nowait()
     assert started is not None
     assert started.go().state is RunState.SUCCEEDED

@@ -21,7 +21,7 @@ from cadenza.domain.params import Scope
 from cadenza.executor.connections import Connections
 from cadenza.executor.context import ExecutionContext, bind_run
 from cadenza.executor.runlog import RunLog
-from cadenza.steps.http import HttpStep
+from cadenza.steps.builtin.http import HttpStep
 from cadenza.steps.runtime import RunInfo, StepInfo
 from cadenza.store import Store
 

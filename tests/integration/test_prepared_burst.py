@@ -76,7 +76,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
 
         runner.Started.launch = spy  # type: ignore[method-assign]
         try:
-            node.dispatch_once(clock.now())
+            node.dispatcher.dispatch_once(clock.now())
         finally:
             runner.Started.launch = real  # type: ignore[method-assign]
         # WORKERS threads wait: WORKERS runs are launched here, the prefetched rest is not.
@@ -84,7 +84,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(
                 r.state is not RunState.SUCCEEDED for r in store.list_runs(limit=100)):
-            node.dispatch_once(clock.now())  # writes the ends the workers held back
+            node.dispatcher.dispatch_once(clock.now())  # writes the ends the workers held back
             time.sleep(0.05)
         runs = store.list_runs(limit=100)
         assert [r.state for r in runs] == [RunState.SUCCEEDED] * JOBS

@@ -1,4 +1,4 @@
-"""The reaper's clock check and its look at the write-ahead log (node/leases.py,
+"""The reaper's clock check and its look at the write-ahead log (node/reaper.py,
 store/maintenance.py; docs/leases.md "Whose clock decides a lease", RELIABILITY #49).
 
 * A node whose clock differs from the store's time by more than
@@ -23,7 +23,7 @@ import pytest
 from cadenza.clock import OffsetClock, SystemClock
 from cadenza.domain.events import EventType
 from cadenza.lifecycle import Lifecycle
-from cadenza.node.leases import Reaper
+from cadenza.node.reaper import Reaper
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
 

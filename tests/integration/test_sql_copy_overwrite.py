@@ -20,7 +20,7 @@ from sql_copy_worker import FileCheckpointContext
 from sql_ctx import Db, SqlTestContext, execute, rows, run_step
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps.sql_copy import SqlCopyStep
+from cadenza.steps.builtin.sql_copy import SqlCopyStep
 
 OLD, NEW = 1_000, 30_000
 

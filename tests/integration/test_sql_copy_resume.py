@@ -19,7 +19,7 @@ from sql_copy_dbs import endpoint, pg_url2  # noqa: F401 (a fixture)
 from sql_copy_worker import FileCheckpointContext
 from sql_ctx import Db, execute, rows, run_step, scalar
 
-from cadenza.steps.sql_copy import SqlCopyStep
+from cadenza.steps.builtin.sql_copy import SqlCopyStep
 
 pytestmark = pytest.mark.slow  # a worker process per test, up to 300,000 rows
 

@@ -123,7 +123,7 @@ def record_ahead(node: Node, clock: FakeClock, count: int) -> None:
 
 def stage_now(node: Node) -> Stage:
     """One decision at AHEAD: nothing is due, the fires of FIRE are staged."""
-    assert node.dispatch_once(AHEAD) == FIRE
+    assert node.dispatcher.dispatch_once(AHEAD) == FIRE
     stage = node.dispatcher._stage
     assert stage is not None and stage.due == FIRE
     return stage
@@ -151,7 +151,7 @@ def drain(nodes: list[Node], store: Store, clock: FakeClock, *, cap: int | None 
         if all(r.state in TERMINAL for r in runs) or time.monotonic() > deadline:
             return runs
         for node in nodes:
-            node.dispatch_once(clock.now())
+            node.dispatcher.dispatch_once(clock.now())
         time.sleep(0.02)
 
 
@@ -360,7 +360,7 @@ def test_a_node_stages_a_due_time_and_claims_it_in_chunks(
         sizes = spy_claims(monkeypatch, store)
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert node.dispatcher._stage is None
         assert stage.dropped is None and stage.claimed == jobs
         assert sizes == [staging.CHUNKS[0], jobs - staging.CHUNKS[0]]  # 16, then 24
@@ -401,11 +401,11 @@ def test_a_run_held_far_ahead_is_not_staged_until_its_last_seconds(
     with running_node(home, clock, workers=2, scheduler=False) as (node, store):
         later = FIRE + timedelta(hours=1)
         (run_id,) = store.create_runs([NewRun("j00", "manual:t", not_before=later)])
-        assert node.dispatch_once(AHEAD) == later
+        assert node.dispatcher.dispatch_once(AHEAD) == later
         assert node.dispatcher._stage is None
         near = later - timedelta(seconds=2)
         clock.set(near)
-        assert node.dispatch_once(near) == later
+        assert node.dispatcher.dispatch_once(near) == later
         stage = node.dispatcher._stage
         assert stage is not None and stage.due == later and set(stage.staged) == {run_id}
 
@@ -421,7 +421,7 @@ def test_a_stage_claimed_too_late_is_left_to_the_ordinary_decision(
         stage = stage_now(node)
         late = FIRE + staging.LATE + timedelta(seconds=1)
         clock.set(late)
-        node.dispatch_once(late)
+        node.dispatcher.dispatch_once(late)
         assert node.dispatcher._stage is None and stage.claimed == 0 and stage.chunks == 0
         runs = drain([node], store, clock)
         assert len(runs) == jobs
@@ -445,7 +445,7 @@ def test_a_run_canceled_after_staging_never_runs(
         assert store.request_cancel(victim, "tester").canceled  # `cadenza runs cancel`
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
         runs = drain([node], store, clock)
         gone = store.get_run(victim)
@@ -480,7 +480,7 @@ def test_a_run_canceled_between_two_chunks_never_runs(
 
         monkeypatch.setattr(Stage, "claim", claim)
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert len(chunks) == 2
         assert stage.claimed == staging.CHUNKS[0]
         assert stage.dropped == "the runs due changed since they were staged (0 more, 1 gone)"
@@ -504,7 +504,7 @@ def test_a_cancel_and_a_new_due_run_drop_the_stage_before_any_claim(
         (extra,) = store.create_runs([NewRun("extra", "manual:test")])
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.dropped == "the runs due changed since they were staged (1 more, 1 gone)"
         assert stage.claimed == 0
         runs = drain([node], store, clock)
@@ -542,7 +542,7 @@ def test_a_higher_priority_run_queued_after_staging_is_admitted_first(
         (vip,) = store.create_runs([NewRun("vip", "manual:test", priority=5)])
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.dropped is not None and stage.claimed == 0  # the ordinary decision
         claimed = {r.id for r in all_runs(store) if r.lease_epoch > 0}
         assert claimed == {vip, *order[:cap - 1]}
@@ -575,7 +575,7 @@ def test_a_job_cap_holds_when_a_run_of_it_started_after_staging(
                 conn, limit=1, lease_until=AHEAD + timedelta(minutes=1), run_ids=[manual])
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.dropped is None  # the load changed: the stage decided again
         assert stage.claimed == jobs - 1
         waiting = store.get_run(held.id)
@@ -611,7 +611,7 @@ def test_the_global_cap_holds_when_a_run_started_after_staging(
                 conn, limit=1, lease_until=AHEAD + timedelta(minutes=1), run_ids=[manual])
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.claimed == cap - 1
         assert sum(r.lease_epoch > 0 for r in all_runs(store)) == cap
         order = _admission_order([r for r in all_runs(store) if r.id != manual])
@@ -661,7 +661,7 @@ def two_nodes_race(tmp_path: Path, store_url: str, calls: Path, *, claimer: bool
         def dispatch(node: Node) -> None:
             try:
                 barrier.wait(5)
-                node.dispatch_once(FIRE)
+                node.dispatcher.dispatch_once(FIRE)
             except BaseException as exc:
                 errors.append(exc)
 
@@ -700,7 +700,7 @@ def test_a_process_step_is_not_staged_and_runs_the_ordinary_way(
         assert len(stage) == jobs and proc.id not in stage.staged
 
         clock.set(FIRE)
-        node.dispatch_once(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
         assert stage.claimed == jobs
         # the ordinary decision after the stage claims the process run at once
         claimed = store.get_run(proc.id)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the sha
 from sql_ctx import Db, SqlTestContext, database, execute, run_step
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps.file_export import FileExportStep
+from cadenza.steps.builtin.file_export import FileExportStep
 
 MILLION = 1_000_000 if os.environ.get("CADENZA_BIG_TESTS") == "1" else 100_000
 """Rows of the big export: the issue's 1,000,000 with ``CADENZA_BIG_TESTS=1`` (about 25 min

@@ -20,7 +20,7 @@ import pytest
 
 from cadenza.domain.errors import Deferred, Fatal, ResourceFault, Retryable
 from cadenza.domain.params import Scope, render
-from cadenza.steps.http import PREVIEW_CAP, HttpConfig, HttpStep
+from cadenza.steps.builtin.http import PREVIEW_CAP, HttpConfig, HttpStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import BIG_TEXT, HttpTestContext, LocalServer, settings_with

@@ -16,7 +16,7 @@ from cadenza.config.schema_settings import HttpConnection
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import Scope, render
 from cadenza.home import Home, create_home
-from cadenza.steps.http import HttpConfig, HttpStep
+from cadenza.steps.builtin.http import HttpConfig, HttpStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import HttpTestContext, settings_with

@@ -25,7 +25,7 @@ import pytest
 from pydantic import ValidationError
 
 from cadenza.netguard import Address, EgressRefused, default_is_public, system_resolver
-from cadenza.steps.http import HttpConfig, HttpStep
+from cadenza.steps.builtin.http import HttpConfig, HttpStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import HttpTestContext, LocalServer, settings_with

@@ -15,7 +15,7 @@ import pytest
 
 from cadenza.domain.errors import Fatal
 from cadenza.netguard import Address
-from cadenza.steps.http import HttpConfig, HttpStep
+from cadenza.steps.builtin.http import HttpConfig, HttpStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import HttpTestContext, settings_with

@@ -35,7 +35,7 @@ from cadenza.config.schema_settings import Settings
 from cadenza.domain.errors import Fatal, ResourceFault, Retryable
 from cadenza.netguard import Address, EgressRefused, default_is_public
 from cadenza.resources.leased import LeasedResource
-from cadenza.steps.http import HttpConfig, HttpStep
+from cadenza.steps.builtin.http import HttpConfig, HttpStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from http_ctx import HttpTestContext, settings_with

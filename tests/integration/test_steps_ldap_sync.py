@@ -23,8 +23,8 @@ from cadenza.executor.connections import Connections
 from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
-from cadenza.steps.ldap_sync import LdapSyncStep
-from cadenza.steps.ldapsearch import ldap3
+from cadenza.steps.builtin.ldap_sync import LdapSyncStep
+from cadenza.steps.builtin.lib.ldapsearch import ldap3
 from cadenza.steps.runtime import StepResult
 
 __all__ = ["slapd"]  # the session fixture, used by name

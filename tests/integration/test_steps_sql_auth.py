@@ -17,7 +17,7 @@ from cadenza.domain.states import RunState
 from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
-from cadenza.steps.sql_query import SqlQueryStep
+from cadenza.steps.builtin.sql_query import SqlQueryStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
 from sql_ctx import SqlTestContext, run_step

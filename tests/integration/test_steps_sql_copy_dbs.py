@@ -22,7 +22,7 @@ from sql_copy_dbs import endpoint, pg_url2  # noqa: F401 (a fixture)
 from sql_ctx import Db, SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps.sql_copy import SqlCopyStep
+from cadenza.steps.builtin.sql_copy import SqlCopyStep
 
 N = 2_000  # generated rows besides the hand-written ones (batch_size 300: 7 batches)
 NUL_TEXT = "nul\x00inside"

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the sha
 from sql_ctx import Db, SqlTestContext, database, execute, rows, run_step, scalar
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps.file_load import FileLoadStep
-from cadenza.steps.sqlutil import category_of
+from cadenza.steps.builtin.file_load import FileLoadStep
+from cadenza.steps.builtin.lib.sqlutil import category_of
 
 HOSTILE = "' ; -- $( ) ` {{ }} %s %(x)s \\N \\ \t \" \r\n é 😀 DROP TABLE x"
 SALES = 'id,customer,amount,day\n1,ACME,10.5,2026-01-01\n2,"Bob, Inc",,2026-01-02\n'

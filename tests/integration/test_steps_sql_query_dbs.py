@@ -24,7 +24,7 @@ from sql_ctx import (
 )
 
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps.sql_query import SqlQueryStep
+from cadenza.steps.builtin.sql_query import SqlQueryStep
 
 HOSTILE = "' ; -- $( ) ` {{ }} %s %(x)s :name ? \\ \" \n é 😀 ${params.x} DROP TABLE t"
 

@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from cadenza.clock import SystemClock
-from cadenza.steps.ldapsearch import escape_rdn, ldap3
+from cadenza.steps.builtin.lib.ldapsearch import escape_rdn, ldap3
 from tests.conftest import service_missing
 
 SLAPD = "/usr/sbin/slapd"

@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from cadenza import Deferred, Fatal, ResourceFault, Retryable
 from cadenza.executor.errors import StepTimeout, classify
-from cadenza.steps import sqlutil
-from cadenza.steps.http import HttpStep, retry_after
+from cadenza.steps.builtin.http import HttpStep, retry_after
+from cadenza.steps.builtin.lib import sqlutil
 
 
 @pytest.mark.parametrize(("exc", "expected"), [

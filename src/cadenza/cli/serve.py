@@ -15,8 +15,8 @@ import typer
 
 from cadenza.cli.context import handled, state
 from cadenza.cli.output import err, guarded_streams, out
+from cadenza.server import ServeOptions, open_server
 from cadenza.services import Services
-from cadenza.services.serve import ServeOptions, open_server
 
 
 def register(app: typer.Typer) -> None:

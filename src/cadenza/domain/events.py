@@ -39,7 +39,7 @@ class EventType(StrEnum):
     # Maintenance (cadenza.store.maintenance): retention deletes, a restored store.
     RETENTION_PRUNED = "RETENTION_PRUNED"
     STORE_RESTORED = "STORE_RESTORED"
-    # The store's health (cadenza.node.leases, cadenza.store.maintenance): a node whose clock
+    # The store's health (cadenza.node.reaper, cadenza.store.maintenance): a node whose clock
     # differs from the store's time; a write-ahead log that a reader keeps from shrinking.
     CLOCK_SKEW = "CLOCK_SKEW"
     WAL_GROWING = "WAL_GROWING"

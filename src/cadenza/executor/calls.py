@@ -32,7 +32,7 @@ from cadenza.domain.errors import Deferred, Fatal
 from cadenza.domain.states import RunState
 from cadenza.executor.context import FencedOut, bound_progress
 from cadenza.executor.request import RequestError, RunRequest, new_run
-from cadenza.steps.call_job import CallJobConfig
+from cadenza.steps.builtin.call_job import CallJobConfig
 from cadenza.steps.runtime import StepContext, StepResult
 from cadenza.store.children import (
     MAX_DEPTH,
@@ -43,7 +43,7 @@ from cadenza.store.children import (
 
 if TYPE_CHECKING:
     from cadenza.config.loader import LoadedConfig
-    from cadenza.executor.lease import LeaseKeeper
+    from cadenza.executor.lease_keeper import LeaseKeeper
     from cadenza.store import Store
 
 

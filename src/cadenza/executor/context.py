@@ -279,7 +279,7 @@ class ExecutionContext:
                 try:
                     conn = self._connections.sql_engine(name).connect()
                 except Exception as exc:  # classified where every database error is
-                    from cadenza.steps.sqlutil import translate
+                    from cadenza.steps.builtin.lib.sqlutil import translate
 
                     raise translate(exc, f"connection {name!r}: cannot connect") from exc
                 if self.log.isEnabledFor("DEBUG"):
@@ -406,7 +406,7 @@ class ExecutionContext:
 
     def _once_in(self, name: str, key: str, fn: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: dict[str, Any], progress: Progress, where: str) -> Any:
-        from cadenza.steps import sqlutil
+        from cadenza.steps.builtin.lib import sqlutil
 
         if not isinstance(self._connections.definition(name), SqlConnection):
             raise Fatal(f"{where}: connection {name!r} is not a sql connection")

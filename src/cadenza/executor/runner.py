@@ -19,7 +19,7 @@ claimed. The rules:
 
 Leases (docs/leases.md): a claim takes the run's lease for ``[workers].lease`` (default 60 s)
 and registers the run, with a :class:`~cadenza.executor.control.RunControl` of its own, with
-the process's :class:`~cadenza.executor.lease.LeaseKeeper`, which renews it every third of
+the process's :class:`~cadenza.executor.lease_keeper.LeaseKeeper`, which renews it every third of
 that, stops the run when a cancel is requested or the lease is lost, and forgets it when the
 run's execution ends. A :meth:`Executor.cancel` in this process stops the run at once.
 
@@ -50,7 +50,7 @@ from cadenza.executor.calls import ChildCalls
 from cadenza.executor.connections import Connections
 from cadenza.executor.control import RunControl
 from cadenza.executor.group_commit import DirectRecorder, Recorder
-from cadenza.executor.lease import LeaseKeeper
+from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import Attempt, StepRunner
 from cadenza.executor.tracking import Observer, RunOutcome, RunTracker

@@ -11,11 +11,11 @@ process, the executors of the current configuration, the scheduler's leadership)
 of **services** (:mod:`cadenza.lifecycle`) that share one start/stop protocol:
 
 ============  ===========================================================================
-keeper        :class:`~cadenza.executor.lease.LeaseKeeper`: renews the leases of the runs
+keeper        :class:`~cadenza.executor.lease_keeper.LeaseKeeper`: renews the leases of the runs
               this process executes (one UPDATE per round, every lease/3), stops a run
               whose cancel was requested or whose lease was lost
 claimer       the claimer process (:mod:`cadenza.executor.claimer`), if the node has one
-reaper        :class:`~cadenza.node.leases.Reaper`: at start takes back what a crash of this
+reaper        :class:`~cadenza.node.reaper.Reaper`: at start takes back what a crash of this
               host left, then re-queues expired leases of any node every lease/3 (not
               while the node's clock is off the store's time); watches SQLite's WAL
 scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fires a
@@ -68,19 +68,18 @@ from __future__ import annotations
 
 import threading
 from contextlib import ExitStack
-from datetime import datetime
 
 from cadenza.clock import Clock
 from cadenza.config.loader import LoadedConfig
 from cadenza.executor.claimer import Claimer
 from cadenza.executor.group_commit import GroupCommit
-from cadenza.executor.lease import LeaseKeeper
+from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.runner import Executor, default_owner
 from cadenza.home import Home
 from cadenza.lifecycle import Begin, Lifecycle, Loop, Service
 from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher, _claimer_for
-from cadenza.node.leases import Reaper
+from cadenza.node.reaper import Reaper
 from cadenza.node.scheduling import SchedulerService
 from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
@@ -113,7 +112,7 @@ class Node:
         self.leader: Leadership | None = None
         if scheduler:
             self.leader = leadership_for(store.engine)
-            self._stack.callback(_close_leader, self.leader)
+            self._stack.callback(self.leader.close)
         self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
                                   clock=clock)
         """One heartbeat for the leases of every run this process executes."""
@@ -220,29 +219,3 @@ class Node:
         """Reload both files at the dispatcher's next occasion (SIGHUP)."""
         self.holder.request_reload()
 
-    def reap_once(self) -> int:
-        """Re-queue the runs whose lease expired, now (:meth:`Reaper.reap_once`)."""
-        return self.reaper.reap_once()
-
-    def reclaim_at_start(self) -> int:
-        """Take back what a previous process of this host left
-        (:meth:`Reaper.reclaim_at_start`)."""
-        return self.reaper.reclaim_at_start()
-
-    @property
-    def reaped(self) -> int:
-        return self.reaper.reaped
-
-    def dispatch_once(self, now: datetime) -> datetime | None:
-        """One admission decision now (:meth:`Dispatcher.dispatch_once`)."""
-        return self.dispatcher.dispatch_once(now)
-
-    def wake(self) -> None:
-        """Make the dispatcher decide now."""
-        self.dispatcher.wake()
-
-
-def _close_leader(leader: Leadership) -> None:
-    close = getattr(leader, "close", None)
-    if close is not None:
-        close()

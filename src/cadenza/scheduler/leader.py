@@ -53,6 +53,10 @@ class Leadership(Protocol):
         """Step down (idempotent)."""
         ...
 
+    def close(self) -> None:
+        """Step down and free what the leadership holds (its connection); idempotent."""
+        ...
+
 
 class AlwaysLeader:
     """Leadership for a single process (an in-memory store, tests)."""
@@ -63,6 +67,9 @@ class AlwaysLeader:
         return True
 
     def release(self) -> None:
+        return None
+
+    def close(self) -> None:
         return None
 
 
@@ -108,6 +115,9 @@ class FileLeadership:
         except OSError:
             pass
         handle.close()
+
+    def close(self) -> None:
+        self.release()
 
     def holder(self) -> str:
         """Who holds the lock, as its file says (empty when unknown)."""

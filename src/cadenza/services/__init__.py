@@ -12,7 +12,8 @@ and the store suffice), :mod:`~cadenza.services.jobs` (catalogue, next fires, ed
 jobs.toml, presets), :mod:`~cadenza.services.config` (init, validate, reload),
 :mod:`~cadenza.services.users`, :mod:`~cadenza.services.secrets`,
 :mod:`~cadenza.services.backup`, :mod:`~cadenza.services.simulate`,
-:mod:`~cadenza.services.serve`, :mod:`~cadenza.services.health`. See docs/services.md.
+:mod:`~cadenza.services.health`. See docs/services.md. Serving (a node and the HTTP server
+over one home) is composed outside this layer, by :mod:`cadenza.server`.
 """
 
 from __future__ import annotations

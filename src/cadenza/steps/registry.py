@@ -4,7 +4,7 @@ Built-in types register exactly like third-party ones, through entry points in
 ``pyproject.toml``::
 
     [project.entry-points."cadenza.steps"]
-    sql_query = "cadenza.steps.sql_query:SqlQueryStep"
+    sql_query = "cadenza.steps.builtin.sql_query:SqlQueryStep"
 
 A step type is a :class:`StepType` subclass whose ``name`` equals the entry point's name
 and whose ``Config`` is a :class:`~cadenza.steps.base.StepConfig` subclass. An entry point

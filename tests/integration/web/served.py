@@ -18,9 +18,9 @@ import httpx
 
 from cadenza.clock import SystemClock
 from cadenza.security import hash_password
+from cadenza.server import ServeOptions, Server, open_server
 from cadenza.services import Actor, Services
 from cadenza.services.config import init_home
-from cadenza.services.serve import ServeOptions, Server, open_server
 
 PASSWORD = "correct horse battery"
 T = TypeVar("T")

@@ -13,7 +13,7 @@ import pytest
 from tests.integration.web.served import PASSWORD, client, make_home, self_signed, served
 
 from cadenza.config.loader import validate_settings_text
-from cadenza.services.serve import exposure_warning
+from cadenza.server import exposure_warning
 
 TLS = 'tls_cert = "tls/cert.pem"\ntls_key = "tls/key.pem"\n'
 FORWARDED = {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https"}

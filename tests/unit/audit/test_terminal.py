@@ -103,7 +103,7 @@ def test_sanitized_std_streams_replace_and_restore(capsys: pytest.CaptureFixture
 
 
 def test_serve_log_lines_are_redacted_whole_and_inert() -> None:
-    from cadenza.services.serve import RedactingFormatter
+    from cadenza.server import RedactingFormatter
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

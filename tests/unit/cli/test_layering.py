@@ -2,9 +2,10 @@
 
 Every import of every module under ``src/cadenza/cli/`` counts, at module level, inside
 functions and under ``TYPE_CHECKING``. Allowed: ``cadenza.cli``, ``cadenza.services``, the
-domain's value types (states, errors, events) and ``cadenza.clock`` (the CLI builds the
-clock from the environment); everything else of ``cadenza`` (store, executor, node,
-scheduler, config, home, security, steps ...) is a layering error.
+domain's value types (states, errors, events) and ``cadenza.clock`` (the CLI builds the clock
+from the environment), and ``cadenza.server``, the composition root of ``cadenza serve`` (a
+node and the HTTP server built from the services); everything else of ``cadenza`` (store,
+executor, node, scheduler, config, home, security, steps ...) is a layering error.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ ALLOWED = (
     "cadenza.domain.errors",
     "cadenza.domain.events",
     "cadenza.clock",
+    "cadenza.server",
 )
 
 

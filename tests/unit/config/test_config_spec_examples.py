@@ -11,8 +11,8 @@ from config_helpers import DATA, SECRETS, MakeHome, resolve_secret
 from cadenza.config import load_home, validate_home
 from cadenza.config.schema_settings import EmailChannel, HttpConnection, SqlConnection
 from cadenza.domain.errors import ConfigError
-from cadenza.steps.file_load import FileLoadConfig
-from cadenza.steps.http import HttpConfig
+from cadenza.steps.builtin.file_load import FileLoadConfig
+from cadenza.steps.builtin.http import HttpConfig
 
 
 def test_spec_examples_have_no_problem_at_all(spec_home: Path) -> None:

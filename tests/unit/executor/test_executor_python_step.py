@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cadenza import Fatal
-from cadenza.steps.python import arguments, load_callable, plugins_first, to_result
+from cadenza.steps.builtin.python import arguments, load_callable, plugins_first, to_result
 
 
 def named(a: int, b: int = 0) -> None:

@@ -17,7 +17,7 @@ from cadenza.cli.main import app
 from cadenza.config import validate_home
 from cadenza.domain.errors import Fatal
 from cadenza.plugin_code import RULE
-from cadenza.steps.python import load_callable, plugins_first
+from cadenza.steps.builtin.python import load_callable, plugins_first
 
 SETTINGS = '[store]\nurl = "sqlite:///data/cadenza.db"\n'
 SNEAKY = "import os\nfrom os import system\n\ndef fine():\n    return 1\n"

@@ -21,9 +21,9 @@ from sql_ctx import SqlTestContext, execute, rows, run_step
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps.file_export import FileExportConfig, FileExportStep
+from cadenza.steps.builtin.file_export import FileExportConfig, FileExportStep
+from cadenza.steps.builtin.lib.writers import neutralise
 from cadenza.steps.registry import registry
-from cadenza.steps.writers import neutralise
 
 HERE = Path(__file__).parent
 #: cells a spreadsheet would run as formulas (OWASP's list, and full-width forms)
@@ -299,7 +299,7 @@ def test_killed_midway_leaves_no_file_at_the_path(tmp_path: Path, url: str,
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "from pathlib import Path\n"
         "from sql_ctx import SqlTestContext, run_step\n"
-        "from cadenza.steps.file_export import FileExportStep\n"
+        "from cadenza.steps.builtin.file_export import FileExportStep\n"
         "c = SqlTestContext(Path(sys.argv[2]), {'w': sys.argv[3]}, timeout=600)\n"
         "run_step(FileExportStep, c, connection='w', query='SELECT * FROM big', path='big.csv')\n"
         "print('finished')\n")
@@ -338,7 +338,7 @@ def test_killed_midway_leaves_no_file_at_the_path(tmp_path: Path, url: str,
 def test_xlsx_row_limit_is_a_clear_error(ctx: SqlTestContext, files: Path,
                                          monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     # the real limit is 1,048,576 rows; lowered so that the test is quick
-    monkeypatch.setattr("cadenza.steps.writers.XLSX_MAX_ROWS", 5)
+    monkeypatch.setattr("cadenza.steps.builtin.lib.writers.XLSX_MAX_ROWS", 5)
     execute(url, "CREATE TABLE few (i INTEGER)", "INSERT INTO few VALUES (1),(2),(3),(4),(5)")
     with pytest.raises(Fatal, match="an xlsx sheet holds at most 4 rows"):
         export(ctx, "few.xlsx", query="SELECT i FROM few")

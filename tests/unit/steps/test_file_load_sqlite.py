@@ -17,7 +17,7 @@ from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import Deferred, Fatal, Retryable
-from cadenza.steps.file_load import FileLoadStep
+from cadenza.steps.builtin.file_load import FileLoadStep
 from cadenza.steps.registry import registry
 
 HOSTILE = "' ; -- $( ) ` {{ }} %s :x ? \\ \" é 😀"
@@ -269,7 +269,7 @@ def test_cancel_and_timeout_roll_back(tmp_path: Path, files: Path, url: str,
     """The test decides when the cancel and the timeout strike: once the first batch was
     written (rows are in the transaction, the rest of the file is not), whatever the
     machine's speed; the step fails and leaves nothing behind (no table, no row)."""
-    from cadenza.steps import file_load
+    from cadenza.steps.builtin import file_load
 
     (files / "big.csv").write_text("id\n" + "".join(f"{i}\n" for i in range(200_000)))
     clock = FakeClock()

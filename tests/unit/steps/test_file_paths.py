@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps import files
+from cadenza.steps.builtin.lib import files
 
 
 @pytest.fixture

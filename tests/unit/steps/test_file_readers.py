@@ -17,7 +17,7 @@ import pytest
 
 from cadenza.domain.errors import Fatal
 from cadenza.steps.base import CsvOptions
-from cadenza.steps.readers import arrow_category, infer, open_source
+from cadenza.steps.builtin.lib.readers import arrow_category, infer, open_source
 
 
 def read(fmt: str, data: bytes, **csv: Any) -> tuple[list[str], list[tuple[Any, ...]]]:

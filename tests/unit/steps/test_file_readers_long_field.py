@@ -9,7 +9,7 @@ import pytest
 
 from cadenza.domain.errors import Fatal
 from cadenza.steps.base import CsvOptions
-from cadenza.steps.readers import open_source
+from cadenza.steps.builtin.lib.readers import open_source
 
 
 def read_all(data: bytes) -> None:

@@ -12,7 +12,7 @@ import pytest
 from http_ctx import HttpTestContext, settings_with
 
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps.http import HttpConfig, HttpStep, _join, _matches, _query, retry_after
+from cadenza.steps.builtin.http import HttpConfig, HttpStep, _join, _matches, _query, retry_after
 from cadenza.steps.registry import registry
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import Scope
-from cadenza.steps.ldap_sync import LdapSyncConfig, column_plan, render_base
+from cadenza.steps.builtin.ldap_sync import LdapSyncConfig, column_plan, render_base
 
 MINIMAL = {"name": "s", "type": "ldap_sync", "connection": "dir", "base": "dc=example,dc=org",
            "target": {"connection": "w", "table": "people", "key": "uid"}}

@@ -13,8 +13,8 @@ import pytest
 from cadenza.config.schema_settings import LdapConnection
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.params import Scope
-from cadenza.steps.ldapsearch import Directory, render_filter, text_of
-from cadenza.steps.ldapsearch import lx as ldap_errors
+from cadenza.steps.builtin.lib.ldapsearch import Directory, render_filter, text_of
+from cadenza.steps.builtin.lib.ldapsearch import lx as ldap_errors
 
 
 def test_filter_values_are_escaped_as_rfc_4515_asks() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps import outfiles
+from cadenza.steps.builtin.lib import outfiles
 
 NOW = datetime(2027, 1, 1, tzinfo=UTC)
 

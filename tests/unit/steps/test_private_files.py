@@ -15,9 +15,9 @@ from sql_ctx import SqlTestContext, execute, run_step
 
 from cadenza.domain.errors import Fatal
 from cadenza.private_files import RULE, PrivateFiles
-from cadenza.steps.file_export import FileExportStep
-from cadenza.steps.file_load import FileLoadStep
-from cadenza.steps.report import ReportStep
+from cadenza.steps.builtin.file_export import FileExportStep
+from cadenza.steps.builtin.file_load import FileLoadStep
+from cadenza.steps.builtin.report import ReportStep
 
 KEY = "c2VjcmV0LWtleS1tYXRlcmlhbC1vZi10aGUtaG9tZQ=="
 
@@ -154,7 +154,7 @@ def test_private_files_follow_the_store_url_and_ignore_ordinary_files(home: Path
 
 
 def test_a_sql_query_file_never_reads_a_private_file(home: Path) -> None:
-    from cadenza.steps.sql_query import SqlQueryStep
+    from cadenza.steps.builtin.sql_query import SqlQueryStep
 
     ctx = _ctx(home)
     try:

@@ -16,8 +16,8 @@ from sql_ctx import SqlTestContext, execute, run_step
 from tests.conftest import service_missing
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps import charts
-from cadenza.steps.report import ReportStep
+from cadenza.steps.builtin.lib import charts
+from cadenza.steps.builtin.report import ReportStep
 
 TITLE = "月度销售报告"
 SECTIONS = [{"title": "各地区销售额", "connection": "w", "chart": "bar", "x": "地区",

@@ -15,9 +15,9 @@ import pytest
 from sql_ctx import SqlTestContext, execute, run_step
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps import files as step_files
+from cadenza.steps.builtin.lib import files as step_files
+from cadenza.steps.builtin.report import ReportConfig, ReportStep
 from cadenza.steps.registry import registry
-from cadenza.steps.report import ReportConfig, ReportStep
 
 XSS = "<script>alert(1)</script>"
 
@@ -68,7 +68,7 @@ def test_registered_and_sections_rendered_by_the_step() -> None:
 
 def test_format_from_the_extension_and_template_only_for_html() -> None:
     base = {"name": "r", "type": "report", "sections": SECTIONS[:1]}
-    from cadenza.steps.report import report_format
+    from cadenza.steps.builtin.report import report_format
 
     assert report_format(ReportConfig.model_validate({**base, "path": "r.PDF"})) == "pdf"
     assert report_format(ReportConfig.model_validate({**base, "path": "r.txt"})) == "html"

@@ -14,9 +14,9 @@ from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps import copying, sqltypes
+from cadenza.steps.builtin.lib import copying, sqltypes
+from cadenza.steps.builtin.sql_copy import SqlCopyStep
 from cadenza.steps.registry import registry
-from cadenza.steps.sql_copy import SqlCopyStep
 
 N = 20_000
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from cadenza.domain.errors import Fatal, Retryable, StepError
-from cadenza.steps import sqlutil
+from cadenza.steps.builtin.lib import sqlutil
 
 
 def classify(exc: BaseException, wrap: bool = True) -> StepError:

@@ -12,7 +12,7 @@ from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import Fatal, Retryable
-from cadenza.steps.sql_query import SqlQueryStep
+from cadenza.steps.builtin.sql_query import SqlQueryStep
 
 HOSTILE = "' ; -- $( ) ` {{ }} %s %(x)s :name ? \\ \" \n ${params.x} é 😀 \x01"
 #: a query that keeps SQLite busy for a long time (the progress handler stops it)

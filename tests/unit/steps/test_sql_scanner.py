@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from cadenza.domain.errors import Fatal
+from cadenza.steps.builtin.sql_query import SqlQueryStep, _unique, jsonable, parse, to_driver
 from cadenza.steps.registry import registry
-from cadenza.steps.sql_query import SqlQueryStep, _unique, jsonable, parse, to_driver
 
 DIALECTS = ["sqlite", "postgresql", "mysql"]
 

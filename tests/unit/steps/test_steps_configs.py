@@ -98,7 +98,7 @@ def test_defaults_of_the_spec_table() -> None:
     assert (ldap.scope, ldap.filter, ldap.delete, ldap.max_delete_ratio) == (
         "subtree", "(objectClass=*)", "none", 0.2)
     assert _config("call_job").wait is True
-    from cadenza.steps.report import report_format
+    from cadenza.steps.builtin.report import report_format
 
     assert report_format(_config("report")) == "html"  # unset: from the extension
     assert _config("notify").channel is None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadenza.services.serve import exposed_host
+from cadenza.server import exposed_host
 
 
 @pytest.mark.parametrize(("host", "exposed"), [
@@ -22,7 +22,7 @@ def test_the_listening_socket_gives_connections_without_nagle() -> None:
     client's delayed ACK, 40 ms per request on a kept-alive connection (W6)."""
     import socket
 
-    from cadenza.services.serve import listen
+    from cadenza.server import listen
 
     server = listen("127.0.0.1", 0)
     client = socket.create_connection(server.getsockname()[:2])

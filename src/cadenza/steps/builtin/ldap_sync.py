@@ -2,8 +2,8 @@
 
 The step (docs/ldap_sync.md):
 
-1. binds to the ``connection`` of cadenza.toml (:mod:`cadenza.steps.ldapsearch`: ldaps or
-   StartTLS, a refused bind is :class:`Fatal`: no retry);
+1. binds to the ``connection`` of cadenza.toml (:mod:`cadenza.steps.builtin.lib.ldapsearch`:
+   ldaps or StartTLS, a refused bind is :class:`Fatal`: no retry);
 2. reads the target table's rows (key → values) and searches the directory page by page
    (simple paged results control). Each entry becomes a row: ``mapping`` renames
    attributes to columns, ``dn`` is the entry's DN, multi-valued attributes are joined
@@ -40,9 +40,15 @@ from cadenza.config.schema_settings import LdapConnection
 from cadenza.config.types import NonEmptyStr, Ref, StrictModel, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, Scope, find_tokens, lookup
-from cadenza.steps import sqlutil
 from cadenza.steps.base import RUN_TUNABLE, SqlConnectionName, StepConfig, TableName
-from cadenza.steps.ldapsearch import Directory, Entry, escape_rdn, render_filter, text_of
+from cadenza.steps.builtin.lib import sqlutil
+from cadenza.steps.builtin.lib.ldapsearch import (
+    Directory,
+    Entry,
+    escape_rdn,
+    render_filter,
+    text_of,
+)
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 

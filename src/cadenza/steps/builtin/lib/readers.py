@@ -35,8 +35,8 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from defusedxml import DefusedXmlException  # type: ignore[import-untyped]
 
 from cadenza.domain.errors import Fatal
-from cadenza.steps import files
 from cadenza.steps.base import CsvOptions
+from cadenza.steps.builtin.lib import files
 
 BATCH_ROWS = 10_000
 CSV_BLOCK = 1 << 19

@@ -1,12 +1,12 @@
 """``file_export``: write a query's rows to a file (temp file, then rename).
 
-The query is bound like ``sql_query``'s (``${...}`` tokens become bind parameters) and read
-in chunks through a server-side cursor (:mod:`cadenza.steps.exporting`); each chunk goes to
-the format's writer (:mod:`cadenza.steps.writers`: csv, xlsx, parquet, jsonl), which writes
-a temporary file next to ``path``; at the end the file is fsynced and renamed onto ``path``
-(:mod:`cadenza.steps.outfiles`). A failure, a cancel, a timeout or a kill -9 leaves no
-partial file at ``path``. ``path`` must lie inside ``[files].roots``; without
-``overwrite`` an existing file there fails the step, naming it.
+The query is bound like ``sql_query``'s (``${...}`` tokens become bind parameters) and read in
+chunks through a server-side cursor (:mod:`cadenza.steps.builtin.lib.exporting`); each chunk
+goes to the format's writer (:mod:`cadenza.steps.builtin.lib.writers`: csv, xlsx, parquet,
+jsonl), which writes a temporary file next to ``path``; at the end the file is fsynced and
+renamed onto ``path`` (:mod:`cadenza.steps.builtin.lib.outfiles`). A failure, a cancel, a
+timeout or a kill -9 leaves no partial file at ``path``. ``path`` must lie inside
+``[files].roots``; without ``overwrite`` an existing file there fails the step, naming it.
 
 Output: ``{"rows", "bytes", "path", "file", "format", "columns"}``: ``path`` is absolute
 (a later step can attach it: it lies inside the roots), ``file`` is relative to its root.
@@ -22,7 +22,6 @@ from pydantic import Field, model_validator
 from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, NonEmptyStr, fail, without_tokens
 from cadenza.private_files import of_settings
-from cadenza.steps import exporting, outfiles, writers
 from cadenza.steps.base import (
     RUN_TUNABLE,
     CsvOptions,
@@ -30,6 +29,7 @@ from cadenza.steps.base import (
     StepConfig,
     format_from_path,
 )
+from cadenza.steps.builtin.lib import exporting, outfiles, writers
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 

@@ -38,8 +38,8 @@ from cadenza.config.types import JsonMap, NonEmptyStr, RelativePath, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render_sql
 from cadenza.private_files import of_settings
-from cadenza.steps import sqlutil
 from cadenza.steps.base import RUN_TUNABLE, SqlConnectionName, StepConfig
+from cadenza.steps.builtin.lib import sqlutil
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult
 

@@ -1,7 +1,7 @@
 """Files that steps write (``file_export``, ``report``): where they go inside
 ``[files].roots`` and how they are written so that no partial file is ever seen at the path.
 
-Where: the path is checked as text by :func:`cadenza.steps.files.clean` (no ``..``, NUL,
+Where: the path is checked as text by :func:`cadenza.steps.builtin.lib.files.clean` (no ``..``, NUL,
 control or percent-encoded characters, Unicode lookalikes, UNC paths...), may not be a
 glob, and must name a file inside a root:
 
@@ -39,7 +39,7 @@ from typing import Any, BinaryIO
 
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.private_files import PrivateFiles
-from cadenza.steps import files
+from cadenza.steps.builtin.lib import files
 
 PART_SUFFIX = ".cadenza-part"
 STALE_PART = timedelta(hours=1)

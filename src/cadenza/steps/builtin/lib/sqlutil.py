@@ -3,7 +3,7 @@ errors translated into the error classes (at this one place; docs/retries.md), i
 column types per dialect, table creation, copy of a table's shape, and the atomic swap.
 
 Dialects are named by :func:`kind`: ``"sqlite"``, ``"postgresql"`` or ``"mysql"`` (MariaDB
-and MySQL through PyMySQL). Bulk inserts live in :mod:`cadenza.steps.file_load`, with
+and MySQL through PyMySQL). Bulk inserts live in :mod:`cadenza.steps.builtin.file_load`, with
 the values adapted here (:func:`adapter`).
 """
 

@@ -1,7 +1,9 @@
-"""Serving: a node (scheduler, workers) and the HTTP server over one home, as one object.
+"""Serving, the composition root of ``cadenza serve``: a node (scheduler, workers) and the
+HTTP server over one home, as one object.
 
 :func:`open_server` builds it from the services (validated configuration, the store on the
-services' clock); the shell starts it, waits on it, and stops it::
+services' clock, wired by :func:`cadenza.assembly.assemble`); the shell starts it, waits on
+it, and stops it::
 
     server = open_server(services, ServeOptions(...))   # ConfigError for a bad config,
                                                         # Refused when the port is taken

@@ -1,10 +1,11 @@
 """``file_load``: load files (a glob) into a table of a SQL connection.
 
-One step is one transaction (SQLite ``BEGIN IMMEDIATE``, PostgreSQL, MariaDB around the
-data): the files matched by ``path`` (inside ``[files].roots``, see
-:mod:`cadenza.steps.files`) are read in bounded batches (:mod:`cadenza.steps.readers`) and
-written with the fastest safe path of the database: SQLite multi-row ``INSERT``,
-PostgreSQL ``COPY`` (CSV produced by Arrow, or ``write_row``), MariaDB ``executemany``.
+One step is one transaction (SQLite ``BEGIN IMMEDIATE``, PostgreSQL, MariaDB around the data):
+the files matched by ``path`` (inside ``[files].roots``, see
+:mod:`cadenza.steps.builtin.lib.files`) are read in bounded batches
+(:mod:`cadenza.steps.builtin.lib.readers`) and written with the fastest safe path of the
+database: SQLite multi-row ``INSERT``, PostgreSQL ``COPY`` (CSV produced by Arrow, or
+``write_row``), MariaDB ``executemany``.
 
 - ``append`` adds rows; ``upsert`` inserts or updates on ``key`` (``ON CONFLICT`` /
   ``ON DUPLICATE KEY UPDATE``); ``overwrite`` fills ``<table>__new`` (same shape as the live
@@ -54,7 +55,6 @@ from cadenza.config.labels import ADVANCED
 from cadenza.config.types import FilePath, JsonMap, NonEmptyStr, fail
 from cadenza.domain.errors import Deferred, Fatal, Retryable
 from cadenza.private_files import of_settings
-from cadenza.steps import files, readers, sqlutil
 from cadenza.steps.base import (
     RUN_TUNABLE,
     ColumnList,
@@ -66,6 +66,7 @@ from cadenza.steps.base import (
     TableName,
     format_from_path,
 )
+from cadenza.steps.builtin.lib import files, readers, sqlutil
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 

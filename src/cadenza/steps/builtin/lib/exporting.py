@@ -26,7 +26,8 @@ import sqlalchemy as sa
 
 from cadenza.domain.errors import Fatal, Retryable, StepError
 from cadenza.domain.params import ParamError, render_sql
-from cadenza.steps import sql_query, sqlutil
+from cadenza.steps.builtin import sql_query
+from cadenza.steps.builtin.lib import sqlutil
 from cadenza.steps.runtime import StepContext, clock_of
 
 CHUNK = 10_000

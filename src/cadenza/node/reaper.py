@@ -21,7 +21,7 @@ where the system tells (:meth:`~cadenza.store.maintenance.MaintenanceRepository.
 repeated at most every :data:`WAL_WARN_EVERY` seconds while it lasts.
 
 The renewal side, one heartbeat for the runs this process executes, is the
-:class:`~cadenza.executor.lease.LeaseKeeper`.
+:class:`~cadenza.executor.lease_keeper.LeaseKeeper`.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.steps import sqltypes, sqlutil
-from cadenza.steps.file_load import PROGRESS, fence, take_over
+from cadenza.steps.builtin.file_load import PROGRESS, fence, take_over
+from cadenza.steps.builtin.lib import sqltypes, sqlutil
 from cadenza.steps.runtime import StepContext, clock_of
 
 KEEP_PROGRESS = timedelta(days=30)

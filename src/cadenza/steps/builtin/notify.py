@@ -147,7 +147,7 @@ class NotifyStep(StepType):
 
 def _attachments(ctx: StepContext, paths: list[str]) -> list[Any]:
     from cadenza.notify.channels import Attachment
-    from cadenza.steps import files
+    from cadenza.steps.builtin.lib import files
 
     roots = ctx.settings.file_roots(ctx.home)
     out: list[Attachment] = []

@@ -1,18 +1,19 @@
 """``sql_copy``: copy a query's rows or a table into a table, in batches (docs/sql_copy.md).
 
 The source is read with a server-side cursor (PostgreSQL named cursor or ``COPY ... TO
-STDOUT``, MariaDB unbuffered cursor, SQLite's lazy cursor), ``batch_size`` rows at a time,
-so memory stays bounded whatever the size. Rows are written with the target's bulk path
-(:mod:`cadenza.steps.copying`): PostgreSQL ``COPY``, multi-row ``INSERT`` elsewhere. From
-PostgreSQL to PostgreSQL without coercion the rows pass as COPY text, never becoming
-Python objects.
+STDOUT``, MariaDB unbuffered cursor, SQLite's lazy cursor), ``batch_size`` rows at a time, so
+memory stays bounded whatever the size. Rows are written with the target's bulk path
+(:mod:`cadenza.steps.builtin.lib.copying`): PostgreSQL ``COPY``, multi-row ``INSERT``
+elsewhere. From PostgreSQL to PostgreSQL without coercion the rows pass as COPY text, never
+becoming Python objects.
 
 - ``overwrite`` fills ``<table>__new`` (the live table's shape, or made from the source's
-  types) and swaps it in at the end (:func:`cadenza.steps.sqlutil.swap`: in the step's
+  types) and swaps it in at the end (:func:`cadenza.steps.builtin.lib.sqlutil.swap`: in the step's
   transaction on PostgreSQL and SQLite, one atomic ``RENAME TABLE`` on MariaDB), so readers
   see the whole old table or the whole new one; a swap that fails leaves the old table live.
 - ``append`` adds rows; ``upsert`` inserts or updates on ``key``.
-- ``type_coercion = "jde"``: JD Edwards tables (:func:`cadenza.steps.sqltypes.jde_columns`).
+- ``type_coercion = "jde"``: JD Edwards tables
+  (:func:`cadenza.steps.builtin.lib.sqltypes.jde_columns`).
 
 Per-batch checkpoints (docs/exactly-once.md): with a ``ctx`` that keeps checkpoints (the
 executor's), each batch commits together with the copy's progress (rows done) in
@@ -39,11 +40,11 @@ from cadenza.config.labels import ADVANCED
 from cadenza.config.types import NonEmptyStr, StrictModel, fail
 from cadenza.domain.errors import Fatal
 from cadenza.domain.params import ParamError, render, render_sql
-from cadenza.steps import copying, sqltypes, sqlutil
 from cadenza.steps.base import RUN_TUNABLE, ColumnList, SqlConnectionName, StepConfig, TableName
+from cadenza.steps.builtin.lib import copying, sqltypes, sqlutil
+from cadenza.steps.builtin.sql_query import parse, to_driver
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
-from cadenza.steps.sql_query import parse, to_driver
 
 
 class CopySource(StrictModel):

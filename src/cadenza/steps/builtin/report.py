@@ -1,13 +1,13 @@
 """``report``: render query results (tables, charts) to an HTML, PDF or XLSX file.
 
 Each section's query runs on its connection (bound like ``sql_query``: ``${...}`` tokens
-become bind parameters; :mod:`cadenza.steps.exporting`), at most :data:`MAX_ROWS` rows are
-kept (the section says how many the query returned), and its chart, if any, is drawn.
+become bind parameters; :mod:`cadenza.steps.builtin.lib.exporting`), at most :data:`MAX_ROWS`
+rows are kept (the section says how many the query returned), and its chart, if any, is drawn.
 A section whose query fails fails the step, with the section's title in the message.
 
 - **html**: the Jinja2 ``template`` (a file of the home), or the built-in one, rendered in
   Jinja2's sandbox with autoescaping (every value from the database is escaped); charts
-  are PNG images drawn by matplotlib (:mod:`cadenza.steps.charts`) embedded as ``data:``
+  are PNG images drawn by matplotlib (:mod:`cadenza.steps.builtin.lib.charts`) embedded as ``data:``
   URIs, so the file stands alone (e.g. as a mail attachment).
 - **pdf**: the same HTML laid out by WeasyPrint; it may load nothing but ``data:`` URIs (a
   template cannot make it read local files or the network).
@@ -16,7 +16,7 @@ A section whose query fails fails the step, with the section's title in the mess
   beside the table.
 
 The file is written through a temporary file renamed into place
-(:mod:`cadenza.steps.outfiles`), inside ``[files].roots``. Output: ``{"path", "file",
+(:mod:`cadenza.steps.builtin.lib.outfiles`), inside ``[files].roots``. Output: ``{"path", "file",
 "format", "bytes", "sections", "rows"}`` and ``"pages"`` (pdf) or ``"sheets"`` (xlsx);
 ``path`` is absolute and inside the roots, so a later step can attach it
 (``${steps.<name>.path}``).
@@ -42,8 +42,8 @@ from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.params import ParamError, render
 from cadenza.home_templates import HomeTemplateLoader, TemplateRefused, template_problem
 from cadenza.private_files import of_settings
-from cadenza.steps import charts, exporting, outfiles, writers
 from cadenza.steps.base import RUN_TUNABLE, ColumnList, SqlConnectionName, StepConfig
+from cadenza.steps.builtin.lib import charts, exporting, outfiles, writers
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 

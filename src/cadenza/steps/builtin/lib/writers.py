@@ -3,7 +3,7 @@ memory stays bounded whatever the number of rows.
 
 Every writer gets the column names once (:meth:`Writer.start`), then chunks of rows as
 tuples (:meth:`Writer.write`), then :meth:`Writer.finish`; it writes to an open binary
-file (the temporary file of :class:`cadenza.steps.outfiles.AtomicFile`).
+file (the temporary file of :class:`cadenza.steps.builtin.lib.outfiles.AtomicFile`).
 
 Values (docs/steps.md has the table):
 
@@ -56,8 +56,8 @@ from openpyxl.styles import Font  # type: ignore[import-untyped]
 
 from cadenza.domain.errors import Fatal
 from cadenza.steps.base import CsvOptions
-from cadenza.steps.sql_query import jsonable
-from cadenza.steps.sqlutil import as_text
+from cadenza.steps.builtin.lib.sqlutil import as_text
+from cadenza.steps.builtin.sql_query import jsonable
 
 ROW_GROUP = 65_536
 XLSX_MAX_ROWS = 1_048_576

@@ -47,18 +47,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType
-from cadenza.resources.lease_sql import (
-    HELD_STEPS,
-    LEASE,
-    LEASE_MANY,
-    LEASE_ROW,
-    RESERVE,
-    SKIP_LOCKED,
-    SNAPSHOT,
-    SNAPSHOT_RESERVED,
-    START,
-    UNDO,
-)
 from cadenza.resources.plan import PoolPlan
 from cadenza.resources.releases import (
     AVAILABLE,
@@ -72,6 +60,7 @@ from cadenza.resources.releases import (
     at_utc,
 )
 from cadenza.resources.watch import FreeWatch
+from cadenza.store import members as sql
 from cadenza.store.boundary import StepChange
 from cadenza.store.hotsql import Dialect
 
@@ -113,8 +102,6 @@ class PoolLeaser(Releases):
         self.postgres = postgres
         self.redact = redact
         self._d = Dialect("postgresql" if postgres else "sqlite")
-        self._lease_sql = LEASE.format(m=self._d.mark,
-                                       lock=SKIP_LOCKED if postgres else "")
         self._lock = threading.Lock()
         self._jobs: set[str] = set(plan.needs) | set(plan.steps)
         self._step_jobs: set[str] = set(plan.steps)
@@ -335,8 +322,7 @@ class PoolLeaser(Releases):
             if len(ranked) < needs[pool]:
                 return False
             ids = [m.resource_id for m in ranked]
-            cursor.execute(RESERVE, [ids, ids, needs[pool]])
-            locked = {row[0] for row in cursor.fetchall()}
+            locked = sql.reserve(cursor, ids, needs[pool])
             if len(locked) < needs[pool]:
                 return False
             for member in ranked:
@@ -385,19 +371,17 @@ class PoolLeaser(Releases):
         """The members of ``pools`` and their bound routes that may be free (AVAILABLE,
         COOLDOWN; ``everyone``: whatever their state). ``reserved`` (PostgreSQL, a
         read in autocommit only: the test's locks end with the statement): a free member
-        that another claim has reserved (:data:`RESERVE` takes an advisory lock with
-        the row lock, until that claim's transaction ends) is marked LEASED, as far as
-        this claim can tell, so that it does not begin a transaction to find it locked."""
+        that another claim has reserved (:func:`~cadenza.store.members.reserve` takes an
+        advisory lock with the row lock, until that claim's transaction ends) is marked
+        LEASED, as far as this claim can tell, so that it does not begin a transaction to
+        find it locked."""
         d = self._d
-        marks = d.marks(len(pools))
-        routes = self.plan.binds_routes(pools)
-        sql = (SNAPSHOT_RESERVED if reserved else SNAPSHOT)[routes, not everyone].format(
-            marks=marks)
-        cursor.execute(sql, [*pools, *pools] if routes else pools)
+        rows = sql.snapshot(cursor, d, pools, routes=self.plan.binds_routes(pools),
+                            free=not everyone, reserved=reserved)
         read = d.read_ts
         out: dict[str, _Member] = {}
         for (rid, pool, kind, state, route, owner, updated, score, cooldown,
-             epoch, *free) in cursor.fetchall():
+             epoch, *free) in rows:
             if free and free[0] is False:
                 state = LEASED  # reserved by a claim in its transaction
             # Only a cooling member's end is read (parsed): the others' is never looked at
@@ -425,8 +409,8 @@ class PoolLeaser(Releases):
                      early: dict[str, list[tuple[_Member, str | None]]] | None = None,
                      ) -> list[tuple[str, Mapping[str, int], str | None, Mapping[str, int]]]:
         """Lease for every run of ``wanted`` that the snapshot can serve, with one
-        multi-row compare-and-swap UPDATE (:data:`LEASE_MANY`, on the state each member
-        had in the snapshot): the members are chosen by the same rules as
+        multi-row compare-and-swap UPDATE (:func:`~cadenza.store.members.lease_many`, on
+        the state each member had in the snapshot): the members are chosen by the same rules as
         :meth:`_lease_run`, run after run. Returns the runs left to :meth:`_lease_run`
         (one by one): those the snapshot cannot serve (it says why) and those one of whose
         members changed since the snapshot (their other members are put back first,
@@ -447,15 +431,8 @@ class PoolLeaser(Releases):
                 for item, chosen in planned for m, lease_step, was, _epoch, _ in chosen]
         if not rows:
             return rest
-        d = self._d
-        ids = [row[0] for row in rows]
-        values = ", ".join([LEASE_ROW[d.postgres].format(m=d.mark)] * len(rows))
-        to = LEASED if early is None else RUNNING
-        cursor.execute(LEASE_MANY[d.postgres].format(m=d.mark, values=values, to=to,
-                                                     marks=d.marks(len(ids))),
-                       [d.ts(now), *[v for row in rows for v in row], d.ts(now),
-                        *(ids if d.postgres else [])])
-        done = {rid: int(epoch) for rid, epoch in cursor.fetchall()}
+        done = sql.lease_many(cursor, self._d, rows, now,
+                              to=LEASED if early is None else RUNNING)
         for item, chosen in planned:
             run_id = item[0]
             if all(m.resource_id in done for m, *_ in chosen):
@@ -614,22 +591,19 @@ class PoolLeaser(Releases):
     def _take(self, cursor: Any, member: _Member, run_id: str, lease_step: str | None,
               now: datetime, pending: list[ResourceEvent],
               mine: list[tuple[_Member, Any]]) -> bool:
-        d = self._d
         if not self._free(member, now):
             return False
         was = member.state
         # Compare and swap on the state the snapshot saw: a member whose cooldown has
         # passed goes COOLDOWN -> AVAILABLE -> LEASED in this one statement (both
         # transitions in its event), unless someone moved it since.
-        cursor.execute(self._lease_sql, [run_id, run_id, d.ts(now), lease_step,
-                                         member.resource_id, was, d.ts(now)]
-                       + ([member.resource_id] if d.postgres else []))
-        done = cursor.fetchone()
-        if done is None:
+        epoch = sql.lease_one(cursor, self._d, member.resource_id, was, run_id, lease_step,
+                              now)
+        if epoch is None:
             member.state = LEASED  # someone else's now, as far as this claim can tell
             return False
         mine.append((member, member.updated_at))
-        member.state, member.lease_owner, member.epoch = LEASED, run_id, int(done[0])
+        member.state, member.lease_owner, member.epoch = LEASED, run_id, epoch
         member.was_cooling = was == COOLDOWN
         pending.append(self._lease_event(member, was, run_id, lease_step))
         return True
@@ -661,9 +635,7 @@ class PoolLeaser(Releases):
         d = self._d
         for member, updated_at in reversed(taken):
             before = COOLDOWN if member.was_cooling else AVAILABLE
-            cursor.execute(UNDO.format(m=d.mark),
-                           [before, d.ts(updated_at) if d.postgres else updated_at,
-                            member.resource_id, run_id])
+            sql.undo_lease(cursor, d, member.resource_id, run_id, before, updated_at)
             member.state, member.lease_owner = before, None
             member.epoch -= 1
         taken.clear()
@@ -719,7 +691,8 @@ class PoolLeaser(Releases):
         """LEASED -> RUNNING for the members of ``runs`` (run id, job id) whose first step
         starts in this transaction. Members a starting claim in this transaction leased
         straight to RUNNING need no statement: only their events change (a run that also
-        leased for its step here, or was not claimed here, runs :data:`START`)."""
+        leased for its step here, or was not claimed here, runs
+        :func:`~cadenza.store.members.start_leased`)."""
         ids = [run_id for run_id, job_id in runs if job_id in self._jobs]
         if not ids:
             return
@@ -734,9 +707,7 @@ class PoolLeaser(Releases):
         try:
             rows: list[Any] = []
             if rest:
-                cursor.execute(START.format(m=d.mark, marks=d.marks(len(rest))),
-                               [d.ts(now), *rest])
-                rows = list(cursor.fetchall())
+                rows = sql.start_leased(cursor, d, rest, now)
             rows += [(m.resource_id, m.pool, run_id, m.epoch, step)
                      for run_id, held in early.items() for m, step in held]
             events: list[ResourceEvent] = []
@@ -782,10 +753,8 @@ class PoolLeaser(Releases):
         refused: dict[str, str] = {}
         cursor = conn.connection.cursor()
         try:
-            cursor.execute(HELD_STEPS.format(marks=d.marks(len(ids)),
-                                             lock=" FOR UPDATE" if d.postgres else ""), ids)
             held: dict[str, list[Any]] = {}
-            for row in cursor.fetchall():
+            for row in sql.held(cursor, d, ids, steps=True):
                 held.setdefault(row[4], []).append(row)
             events: list[ResourceEvent] = []
             ended = [row for c in mine if c.ended is not None

@@ -23,28 +23,16 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
+from cadenza.store import members as sql
 from cadenza.store.boundary import EndedRun
 from cadenza.store.codec import dumps
-from cadenza.store.hotsql import AUDIT_COLUMNS, Dialect, insert_rows
+from cadenza.store.hotsql import Dialect
 
 if TYPE_CHECKING:
     from cadenza.resources.plan import PoolPlan
 
 AVAILABLE, LEASED, RUNNING = "AVAILABLE", "LEASED", "RUNNING"
 COOLDOWN, FAULT, DISABLED = "COOLDOWN", "FAULT", "DISABLED"
-
-_UNSTART = ("UPDATE resources SET state = {m}, lease_owner = NULL,"
-            " lease_epoch = lease_epoch - 1 WHERE resource_id = {m} AND state = 'RUNNING'"
-            " AND lease_owner = {m}",
-            "UPDATE resources SET state = 'LEASED', lease_owner = {m},"
-            " lease_epoch = lease_epoch + 1 WHERE resource_id = {m} AND state = {m}"
-            " AND lease_owner IS NULL")
-"""Members leased straight to RUNNING by a starting claim whose run started no step in the
-transaction after all: LEASED, as the lease left them (nobody saw the other state). Two
-statements, the lease given back and taken again, because the database refuses RUNNING ->
-LEASED (:mod:`cadenza.store.state_guard`); ``updated_at``, ``lease_until`` and
-``lease_step`` stay as the lease set them, the epoch comes back to the lease's."""
-
 
 @dataclass
 class ResourceEvent:
@@ -113,15 +101,10 @@ class Releases:
         step in this transaction (of ``run_ids``, or all): back to LEASED, where the
         lease left them, before anything else reads them."""
         early = self._early_of(conn, run_ids)
-        if not early:
-            return
-        back, again = (sql.format(m=self._d.mark) for sql in _UNSTART)
         for run_id, held in early.items():  # rare: a claim's run that started nothing
             for member, _step in held:
-                was = COOLDOWN if member.was_cooling else AVAILABLE
-                cursor.execute(back, [was, member.resource_id, run_id])
-                if cursor.rowcount == 1:
-                    cursor.execute(again, [run_id, member.resource_id, was])
+                sql.unstart(cursor, self._d, member.resource_id, run_id,
+                            COOLDOWN if member.was_cooling else AVAILABLE)
 
     def ended(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
         """Release what the runs of ``ended`` held (see the module docstring)."""
@@ -149,16 +132,13 @@ class Releases:
                 if one:  # SQLite: RETURNING shows the new state, which tells the old one;
                     # the owner is the one run, or what this process's claims leased
                     # (a run's members are those its claim took: no step leases).
-                    cursor.execute(_RELEASE_RUNS.format(marks=d.marks(len(ids))),
-                                   [d.ts(now), *ids])
                     released = sorted(
                         (rid, pool, kind, LEASED if to == AVAILABLE else RUNNING,
                          ids[0] if len(ids) == 1 else _owner(owners, rid), epoch)
-                        for rid, pool, kind, to, epoch in cursor.fetchall())
+                        for rid, pool, kind, to, epoch in sql.release_runs(cursor, d, ids,
+                                                                           now))
                 else:
-                    cursor.execute(_RELEASE_HELD.format(m=d.mark, marks=d.marks(len(ids))),
-                                   [*ids, d.ts(now)])
-                    released = sorted(cursor.fetchall())
+                    released = sorted(sql.release_held(cursor, d, ids, now))
                 if not released:
                     return
                 events: list[ResourceEvent] = []
@@ -169,9 +149,7 @@ class Releases:
                 self._after_release(cursor, cooldowns, gone, events)
                 self._write(conn, cursor, events, now)
             else:
-                cursor.execute(_HELD.format(marks=d.marks(len(ids)),
-                                            lock=" FOR UPDATE" if d.postgres else ""), ids)
-                held = cursor.fetchall()
+                held = sql.held(cursor, d, ids)
                 if not held:
                     return
                 self._release(conn, cursor, held, mine, now)
@@ -207,8 +185,7 @@ class Releases:
                 why = f"released; cooling down until {at_utc(until)}"
                 if cooldown > timedelta(0):  # none: an earlier cooldown_until has passed
                     cooldowns.append([rid, d.ts(until), stamp])
-            cursor.execute(_RELEASE.format(m=d.mark), [to, stamp, error, rid, state, owner])
-            if cursor.rowcount != 1:
+            if not sql.release_one(cursor, d, rid, state, owner, to=to, now=now, error=error):
                 continue
             events.append(ResourceEvent(
                 kind_ev, rid, owner, f"resource {rid} {state} -> {to}: {why} (run {owner})",
@@ -225,11 +202,10 @@ class Releases:
         """The cooldowns' ends (``resource_health``) and the members removed from the
         configuration, deleted now that they are released."""
         d = self._d
-        for row in cooldowns:
-            cursor.execute(d.insert("resource_health", _HEALTH_COLUMNS, 1) + _HEALTH_UPSERT,
-                           row)
+        for rid, until, stamp in cooldowns:
+            sql.set_cooldown_end(cursor, d, rid, until, stamp)
         for rid in gone:
-            cursor.execute(_GONE.format(m=d.mark), [rid])
+            sql.delete_member(cursor, d, rid)
             events.append(ResourceEvent(EventType.RESOURCE_STATE_CHANGED, rid, None,
                                  f"resource {rid} removed: no longer in the configuration",
                                  {"from": None, "to": None, "removed": True}))
@@ -241,16 +217,13 @@ class Releases:
         """Release every member of ``held`` (no fault among them) with one UPDATE: the
         rows were read FOR UPDATE (PostgreSQL) or under the write lock (SQLite).
         ``steps``: resource id -> the step whose end releases it (a step's lease);
-        ``updated``: the rows are released already (:data:`_RELEASE_HELD`)."""
+        ``updated``: the rows are released already (:func:`~cadenza.store.members.release_held`)."""
         d = self._d
         plan = self.plan
         stamp = d.ts(now)
         ids = [row[0] for row in held]
         if not updated:
-            cursor.execute(_RELEASE_ALL.format(m=d.mark, marks=d.marks(len(ids))),
-                           [stamp, *ids])
-            if cursor.rowcount != len(ids):
-                raise RuntimeError(f"released {cursor.rowcount} of {len(ids)} members")
+            sql.release_members(cursor, d, ids, now)
         ends: dict[str, tuple[timedelta, str, Any]] = {}  # pool -> its cooldown's end
         for rid, pool, _kind, state, owner, epoch in held:
             if state == LEASED:
@@ -283,9 +256,8 @@ class Releases:
         resource fault (re-queued in this transaction)."""
         if not run_ids:
             return {}
-        cursor.execute(_FAULTS.format(marks=self._d.marks(len(run_ids))), run_ids)
         found: dict[str, tuple[str | None, str]] = {}
-        for run_id, error, output in cursor.fetchall():
+        for run_id, error, output in sql.resource_faults(cursor, self._d, run_ids):
             named = None
             try:
                 data = json.loads(output) if output else None
@@ -313,36 +285,7 @@ class Releases:
         if self.emit is not None:
             self.emit(conn, rows)
         else:
-            insert_rows(cursor, self._d, "event_log", AUDIT_COLUMNS, rows)
-
-
-_HELD = ("SELECT resource_id, pool, kind, state, lease_owner, lease_epoch FROM resources"
-         " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
-         " ORDER BY resource_id{lock}")
-_RELEASE = ("UPDATE resources SET state = {m}, lease_owner = NULL, lease_until = NULL,"
-            " lease_step = NULL,"
-            " updated_at = {m}, last_error = coalesce({m}, last_error)"
-            " WHERE resource_id = {m} AND state = {m} AND lease_owner = {m}")
-_RELEASE_ALL = ("UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
-                " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL,"
-                " lease_step = NULL, updated_at = {m}"
-                " WHERE resource_id IN ({marks}) AND state IN ('LEASED', 'RUNNING')")
-_RELEASE_HELD = (
-    "WITH old AS (SELECT resource_id, state, lease_owner, lease_epoch FROM resources"
-    " WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING') FOR UPDATE)"
-    " UPDATE resources AS r SET state = CASE WHEN old.state = 'LEASED' THEN 'AVAILABLE'"
-    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
-    " updated_at = {m} FROM old WHERE r.resource_id = old.resource_id"
-    " RETURNING r.resource_id, r.pool, r.kind, old.state, old.lease_owner, old.lease_epoch")
-"""PostgreSQL: :data:`_HELD` and :data:`_RELEASE_ALL` in one statement (no fault)."""
-_RELEASE_RUNS = (
-    "UPDATE resources SET state = CASE WHEN state = 'LEASED' THEN 'AVAILABLE'"
-    " ELSE 'COOLDOWN' END, lease_owner = NULL, lease_until = NULL, lease_step = NULL,"
-    " updated_at = ? WHERE lease_owner IN ({marks}) AND state IN ('LEASED', 'RUNNING')"
-    " RETURNING resource_id, pool, kind, state, lease_epoch")
-"""SQLite, runs' end (no fault): :data:`_HELD` and :data:`_RELEASE_ALL` in one statement
-(under the write lock); RETURNING gives the new state (AVAILABLE was LEASED, COOLDOWN was
-RUNNING), not the owner: one run's, or known from the claims (``Releases.ended``)."""
+            sql.write_events(cursor, self._d, rows)
 
 
 def _owner(owners: dict[str, str] | None, rid: str) -> str:
@@ -350,10 +293,3 @@ def _owner(owners: dict[str, str] | None, rid: str) -> str:
     if found is None:  # cannot be: a member not leased by these runs' claims
         raise RuntimeError(f"released {rid}, which no claim of these runs leased here")
     return found
-_FAULTS = ("SELECT run_id, error, output_json FROM step_runs WHERE error_class = 'resource'"
-           " AND id IN (SELECT max(id) FROM step_runs WHERE run_id IN ({marks})"
-           " GROUP BY run_id)")
-_GONE = "DELETE FROM resources WHERE resource_id = {m}"
-_HEALTH_COLUMNS = ("resource_id", "cooldown_until", "updated_at")
-_HEALTH_UPSERT = (" ON CONFLICT (resource_id) DO UPDATE SET cooldown_until ="
-                  " excluded.cooldown_until, updated_at = excluded.updated_at")

@@ -35,7 +35,7 @@ from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.states import RunState
 from cadenza.lifecycle import Lifecycle
-from cadenza.notify.outbox import Outbox
+from cadenza.store.outbox import Outbox
 from cadenza.notify.sender import Sender
 from cadenza.store import Store
 from cadenza.store.fires import NewFire

@@ -17,9 +17,9 @@ from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
 from cadenza.lifecycle import Lifecycle
-from cadenza.notify.outbox import LogEntry, Outbox
 from cadenza.notify.sender import Sender
 from cadenza.store import Store
+from cadenza.store.outbox import LogEntry, Outbox
 
 START = datetime.fromisoformat("2027-01-05T08:00:00+00:00")
 

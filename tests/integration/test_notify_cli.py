@@ -94,8 +94,8 @@ def test_a_failure_of_run_local_is_delivered_by_a_later_sender(tmp_path: Path) -
     from cadenza.clock import SystemClock
     from cadenza.home import Home
     from cadenza.lifecycle import Lifecycle
-    from cadenza.notify.outbox import Outbox
     from cadenza.notify.sender import Sender
+    from cadenza.store.outbox import Outbox
 
     with smtp_server() as smtp, webhook_receiver() as hook:
         home = make_home(tmp_path, smtp.port, hook.url)

@@ -13,9 +13,9 @@ from tests.support.mailhooks import smtp_server, webhook_receiver
 
 from cadenza.domain.states import RunState
 from cadenza.lifecycle import Lifecycle
-from cadenza.notify.outbox import Outbox
 from cadenza.notify.sender import Sender
 from cadenza.store.fires import NewFire
+from cadenza.store.outbox import Outbox
 
 JOBS = """
 [jobs.nightly]

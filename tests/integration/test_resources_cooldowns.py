@@ -31,8 +31,8 @@ from cadenza.domain.states import ResourceState
 from cadenza.lifecycle import Lifecycle
 from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
-from cadenza.scheduler.leader import PostgresLeadership
 from cadenza.store import Store
+from cadenza.store.leadership import PostgresLeadership
 
 X = ResourceState
 INTERVAL, ROUTE_COOLDOWN, UNIT_COOLDOWN = 300, 30, 20

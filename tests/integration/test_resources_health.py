@@ -36,8 +36,8 @@ from cadenza.home import Home
 from cadenza.lifecycle import Lifecycle
 from cadenza.node import Node
 from cadenza.resources.health import HealthChecker
-from cadenza.scheduler.leader import PostgresLeadership
 from cadenza.store import Store
+from cadenza.store.leadership import PostgresLeadership
 
 X = ResourceState
 INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2

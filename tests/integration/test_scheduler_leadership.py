@@ -7,8 +7,9 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from cadenza.scheduler.leader import ADVISORY_KEY, PostgresLeadership, leadership_for
+from cadenza.scheduler.leader import leadership_for
 from cadenza.store import Store
+from cadenza.store.leadership import ADVISORY_KEY, PostgresLeadership
 
 
 @pytest.fixture

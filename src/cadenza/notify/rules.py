@@ -35,10 +35,17 @@ import sqlalchemy as sa
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.domain.states import RunState
-from cadenza.notify.outbox import Intent, Outbox, Target
 from cadenza.store import Store
 from cadenza.store.boundary import EndedRun
-from cadenza.store.tables import runs
+from cadenza.store.outbox import (
+    Intent,
+    Outbox,
+    Target,
+    fire_recorded,
+    last_fire_recorded,
+    previous_end_failed,
+    running_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +108,7 @@ class Notifier:
             intents += self._intents(event, run.run_id, run.job_id, config)
             if event == "succeeded":
                 recovered = targets_for("recovered", run.job_id, config)
-                if recovered and self._previous_failed(conn, run.run_id, run.job_id):
+                if recovered and previous_end_failed(conn, run.job_id, run.run_id):
                     intents.append(Intent(f"recovered:{run.run_id}", "recovered", run.run_id,
                                           run.job_id, tuple(recovered), {}))
         if intents and self.outbox.add(conn, intents, now):
@@ -137,16 +144,6 @@ class Notifier:
         return [Intent(f"{event}:{run_id}", event, run_id, job_id, tuple(targets), {})] \
             if targets else []
 
-    @staticmethod
-    def _previous_failed(conn: sa.Connection, run_id: str, job_id: str) -> bool:
-        row = conn.execute(
-            sa.select(runs.c.state).where(
-                runs.c.job_id == job_id, runs.c.id != run_id,
-                runs.c.finished_at.is_not(None),
-                runs.c.state.in_([RunState.SUCCEEDED.value, RunState.FAILED.value]))
-            .order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(1)).first()
-        return row is not None and row[0] == RunState.FAILED.value
-
     def check_long_runs(self, now: datetime) -> int:
         """An intent per RUNNING run past its job's ``alerts.long_run`` (once per run: the
         key is ``long_run:RUN``). Returns how many were new."""
@@ -158,9 +155,7 @@ class Notifier:
         if not limits:
             return 0
         with self.store.read() as c:
-            rows = c.execute(sa.select(runs.c.id, runs.c.job_id, runs.c.started_at).where(
-                runs.c.state == RunState.RUNNING.value,
-                runs.c.job_id.in_(list(limits)))).all()
+            rows = running_of(c, list(limits))
         intents: list[Intent] = []
         for run_id, job_id, started in rows:
             limit = limits[job_id]
@@ -200,14 +195,10 @@ class Notifier:
                 fires = FireStream(spec, start).between(start, now - grace)[-1:]
                 if not fires:
                     continue
-                recorded = c.execute(sa.select(runs.c.id).where(
-                    runs.c.job_id == job_id, runs.c.schedule == name,
-                    runs.c.scheduled_for == fires[0]).limit(1)).first()
-                if recorded is not None:
+                if fire_recorded(c, job_id, name, fires[0]):
                     continue
                 silent = fires
-                last = c.execute(sa.select(sa.func.max(runs.c.scheduled_for)).where(
-                    runs.c.job_id == job_id, runs.c.schedule == name)).scalar()
+                last = last_fire_recorded(c, job_id, name)
                 targets = targets_for("stalled", job_id, config)
                 if targets:
                     anchor = last.isoformat() if last is not None else "never"

@@ -5,7 +5,7 @@ intent in this process) the sender
 
 1. queues the long-run warnings and the stalled-schedule alerts that are due
    (:meth:`~cadenza.notify.rules.Notifier.check_long_runs`, ``check_stalled``);
-2. claims due intents (:meth:`~cadenza.notify.outbox.Outbox.claim`: ``FOR UPDATE SKIP
+2. claims due intents (:meth:`~cadenza.store.outbox.Outbox.claim`: ``FOR UPDATE SKIP
    LOCKED`` on PostgreSQL, so two nodes never take one intent);
 3. for each, resolves the recipients (roles and users read now), renders the message once
    per language and zone of its recipients, and delivers it to each recipient not yet
@@ -41,10 +41,10 @@ from cadenza.config.schema_settings import EmailChannel, WebhookChannel
 from cadenza.lifecycle import Lifecycle
 from cadenza.notify.channels import DeliveryFailed, Message, post_webhook, send_email
 from cadenza.notify.messages import Facts, Renderer
-from cadenza.notify.outbox import FAILED, SENT, Claimed, Outbox
 from cadenza.notify.recipients import Delivery, resolve
 from cadenza.notify.rules import Notifier
 from cadenza.store import Store
+from cadenza.store.outbox import FAILED, SENT, Claimed, Outbox
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import sqlalchemy as sa
-
 from cadenza.config.schema_settings import PoolMember, Settings
 from cadenza.resources.leased import Fields, LeasedResource
-from cadenza.store.tables import resources
 
 if TYPE_CHECKING:
     from cadenza.store import Store
@@ -67,13 +64,7 @@ def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
     if remembered is not None:  # claimed in this process: no read
         rows = [_Row(*item) for item in sorted(remembered)]
     else:
-        with store.read() as conn:
-            rows = list(conn.execute(
-                sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
-                          resources.c.route_id)
-                .where(resources.c.lease_owner == run_id,
-                       resources.c.state.in_(("LEASED", "RUNNING")))
-                .order_by(resources.c.resource_id)).all())
+        rows = [_Row(*item) for item in store.held_by_run(run_id)]
     config = _members(settings)
     by_id = {row.resource_id: row for row in rows}
     out: dict[str, list[LeasedResource]] = {}

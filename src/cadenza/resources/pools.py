@@ -21,13 +21,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.events import EventType
 from cadenza.resources.leasing import PoolLeaser
 from cadenza.resources.plan import PoolPlan
-from cadenza.store.tables import resources
 
 if TYPE_CHECKING:
     from cadenza.store import Store
@@ -63,15 +60,11 @@ def apply_pools(store: Store, config: LoadedConfig, *, actor: str = "config") ->
 def sync_members(store: Store, plan: PoolPlan, *, actor: str = "config") -> None:
     """Make the store's members those of ``plan`` (see the module docstring). One read,
     and a write transaction only when something differs."""
-    with store.read() as conn:
-        known = {row.resource_id: row for row in conn.execute(
-            sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
-                      resources.c.route_id, resources.c.state))}
+    known = store.resource_keys()
     wanted = {rid: (pool, plan.pools[pool].kind, member.route)
               for rid, (pool, member) in plan.members.items()}
     stale = [rid for rid, (pool, kind, route) in wanted.items()
-             if rid not in known or (known[rid].pool, known[rid].kind,
-                                     known[rid].route_id) != (pool, kind, route)]
+             if rid not in known or known[rid][:3] != (pool, kind, route)]
     removed = [rid for rid in known if rid not in wanted]
     if not stale and not removed:
         return
@@ -80,12 +73,10 @@ def sync_members(store: Store, plan: PoolPlan, *, actor: str = "config") -> None
             pool, kind, route = wanted[rid]
             store.upsert_resource(rid, pool, kind, route_id=route, actor=actor, conn=conn)
         for rid in sorted(removed):
-            gone = conn.execute(sa.delete(resources).where(
-                resources.c.resource_id == rid,
-                resources.c.state.not_in(("LEASED", "RUNNING")))).rowcount
+            gone = store.remove_resource(rid, conn=conn)
             message = (f"resource {rid} removed: no longer in the configuration" if gone
                        else f"resource {rid} is no longer in the configuration: it goes "
                             "once its run releases it")
             store.append_event(EventType.RESOURCE_STATE_CHANGED, message, resource_id=rid,
-                               payload={"removed": bool(gone), "pool": known[rid].pool},
+                               payload={"removed": gone, "pool": known[rid][0]},
                                actor=actor, conn=conn)

@@ -70,10 +70,10 @@ class NotificationService:
         ``role:X``; a webhook needs none) and record each delivery."""
         from cadenza.notify.channels import DeliveryFailed
         from cadenza.notify.messages import Facts, Renderer
-        from cadenza.notify.outbox import FAILED, SENT, Outbox
         from cadenza.notify.recipients import resolve
         from cadenza.notify.sender import deliver
         from cadenza.store.codec import new_run_id
+        from cadenza.store.outbox import FAILED, SENT, Outbox
 
         config = self.services.config()
         found = config.settings.channels.get(channel)
@@ -122,7 +122,7 @@ class NotificationService:
     def list(self, *, run: str | None = None, state: str | None = None,
              limit: int = 100) -> list[DeliveryView]:
         """Deliveries, newest first (``state``: SENT or FAILED)."""
-        from cadenza.notify.outbox import Outbox
+        from cadenza.store.outbox import Outbox
 
         if state is not None and state.upper() not in STATES:
             raise InvalidRequest(f"unknown state {state!r}: expected SENT or FAILED")

@@ -267,3 +267,31 @@ class ResourcesRepository(Transitions):
         with self.read() as c:
             rows = c.execute(query.order_by(resources.c.pool, resources.c.resource_id)).all()
         return [ResourceRecord.from_row(row) for row in rows]
+
+    def held_by_run(self, run_id: str) -> list[tuple[str, str, str, str | None]]:
+        """What ``run_id`` holds now (LEASED or RUNNING), by id: (resource_id, pool, kind,
+        route_id) each."""
+        with self.read() as c:
+            rows = c.execute(
+                sa.select(resources.c.resource_id, resources.c.pool, resources.c.kind,
+                          resources.c.route_id)
+                .where(resources.c.lease_owner == run_id,
+                       resources.c.state.in_(("LEASED", "RUNNING")))
+                .order_by(resources.c.resource_id)).all()
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def resource_keys(self) -> dict[str, tuple[str, str, str | None, str]]:
+        """Every member: resource_id -> (pool, kind, route_id, state), without health."""
+        with self.read() as c:
+            rows = c.execute(sa.select(resources.c.resource_id, resources.c.pool,
+                                       resources.c.kind, resources.c.route_id,
+                                       resources.c.state)).all()
+        return {row[0]: (row[1], row[2], row[3], row[4]) for row in rows}
+
+    def remove_resource(self, resource_id: str, *, conn: sa.Connection) -> bool:
+        """Delete the member ``resource_id`` unless a run holds it (LEASED, RUNNING: it goes
+        when released); True when deleted. The caller writes the event, in ``conn``'s
+        transaction."""
+        return bool(conn.execute(sa.delete(resources).where(
+            resources.c.resource_id == resource_id,
+            resources.c.state.not_in(("LEASED", "RUNNING")))).rowcount)

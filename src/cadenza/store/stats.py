@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from cadenza.store.core import StoreCore
 from cadenza.store.pool_stats import PoolStats
-from cadenza.store.tables import runs, step_runs
+from cadenza.store.tables import resources, runs, step_runs
 
 
 @dataclass(frozen=True)
@@ -226,3 +226,32 @@ def _epoch(dialect: str, column: Any) -> Any:
     if dialect == "sqlite":
         return (sa.func.julianday(column) - 2440587.5) * 86400.0
     return sa.cast(sa.extract("epoch", column), sa.Float)
+
+
+# -- what ``GET /metrics`` reads at each scrape (cadenza.web.metrics) -----------------------
+
+
+def run_counts(store: StoreCore) -> list[tuple[str, str, int]]:
+    """Runs in the store by job and state: (job id, state, count) each."""
+    with store.read() as c:
+        rows = c.execute(sa.select(runs.c.job_id, runs.c.state, sa.func.count())
+                         .group_by(runs.c.job_id, runs.c.state)).all()
+    return [(row[0], row[1], int(row[2])) for row in rows]
+
+
+def ended_since(store: StoreCore, since: datetime) -> list[tuple[str, datetime, datetime]]:
+    """The runs that finished at or after ``since`` having started: (job id, started_at,
+    finished_at) each."""
+    with store.read() as c:
+        rows = c.execute(sa.select(runs.c.job_id, runs.c.started_at, runs.c.finished_at)
+                         .where(runs.c.finished_at >= since,
+                                runs.c.started_at.is_not(None))).all()
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def pool_counts(store: StoreCore) -> list[tuple[str, str, int]]:
+    """Pool members by pool and state: (pool, state, count) each."""
+    with store.read() as c:
+        rows = c.execute(sa.select(resources.c.pool, resources.c.state, sa.func.count())
+                         .group_by(resources.c.pool, resources.c.state)).all()
+    return [(row[0], row[1], int(row[2])) for row in rows]

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Annotated
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -28,7 +27,7 @@ from prometheus_client.registry import Collector
 from cadenza.domain.states import ResourceState
 from cadenza.services.auth import Principal
 from cadenza.store import Store
-from cadenza.store.tables import resources, runs
+from cadenza.store.stats import ended_since, pool_counts, run_counts
 from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import SESSION_COOKIE, VIEWER, context
 
@@ -45,12 +44,8 @@ class StoreCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         since = self.store.clock.now() - timedelta(hours=24)
-        with self.store.read() as c:
-            counts = c.execute(sa.select(runs.c.job_id, runs.c.state, sa.func.count())
-                               .group_by(runs.c.job_id, runs.c.state)).all()
-            ended = c.execute(sa.select(runs.c.job_id, runs.c.started_at, runs.c.finished_at)
-                              .where(runs.c.finished_at >= since,
-                                     runs.c.started_at.is_not(None))).all()
+        counts = run_counts(self.store)
+        ended = ended_since(self.store, since)
         gauge = GaugeMetricFamily("cadenza_runs", "Runs in the store by job and state",
                                   labels=["job", "state"])
         queued = 0
@@ -75,10 +70,7 @@ class StoreCollector(Collector):
     def _pools(self) -> Metric:
         """``cadenza_pool_members{pool,state}``: every state of every pool, 0 included
         (a series that comes and goes breaks rates and alerts)."""
-        with self.store.read() as c:
-            rows = c.execute(sa.select(resources.c.pool, resources.c.state, sa.func.count())
-                             .group_by(resources.c.pool, resources.c.state)).all()
-        counts = {(pool, state): count for pool, state, count in rows}
+        counts = {(pool, state): count for pool, state, count in pool_counts(self.store)}
         gauge = GaugeMetricFamily("cadenza_pool_members", "Pool members by state",
                                   labels=["pool", "state"])
         for pool in sorted({pool for pool, _state in counts}):

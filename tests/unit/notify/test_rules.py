@@ -8,8 +8,8 @@ from pathlib import Path
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Settings
-from cadenza.notify.outbox import Target
 from cadenza.notify.rules import selects, targets_for
+from cadenza.store.outbox import Target
 
 
 def config(rules: list[dict[str, object]], jobs: list[dict[str, object]]) -> LoadedConfig:

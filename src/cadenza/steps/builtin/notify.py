@@ -71,10 +71,10 @@ class NotifyStep(StepType):
         """Send one message per recipient (see the module docstring)."""
         from cadenza.home import Home
         from cadenza.notify.channels import DeliveryFailed, Message
-        from cadenza.notify.outbox import FAILED, SENT, Outbox
         from cadenza.notify.recipients import resolve
         from cadenza.notify.sender import deliver
         from cadenza.store import Store
+        from cadenza.store.outbox import FAILED, SENT, Outbox
 
         settings = ctx.settings
         name = config.channel or settings.default_channel()

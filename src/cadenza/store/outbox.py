@@ -1,5 +1,6 @@
 """The outbox and the delivery log in the store (docs/notifications.md; tables
-``notification_outbox`` and ``notification_log``, migration 0009).
+``notification_outbox`` and ``notification_log``, migration 0009), and the queries of the
+notification rules (:mod:`cadenza.notify.rules`).
 
 * :meth:`Outbox.add` writes message intents in the caller's transaction (the run end's, the
   MISSED recording's): ``INSERT ... ON CONFLICT (event_key) DO NOTHING``, so an intent
@@ -19,13 +20,16 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
-from cadenza.store import Store
-from cadenza.store.tables import notification_log, notification_outbox
+from cadenza.domain.states import RunState
+from cadenza.store.tables import notification_log, notification_outbox, runs
+
+if TYPE_CHECKING:
+    from cadenza.store import Store
 
 PENDING, DONE = "PENDING", "DONE"
 SENT, FAILED = "SENT", "FAILED"
@@ -240,3 +244,39 @@ class Outbox:
 def _entry(row: Any) -> LogEntry:
     return LogEntry(row.id, row.event_key, row.run_id, row.channel, row.recipient, row.state,
                     row.error, row.attempts, row.created_at, row.updated_at)
+
+
+# -- what the rules ask (cadenza.notify.rules) ---------------------------------------------
+
+
+def previous_end_failed(conn: sa.Connection, job_id: str, run_id: str) -> bool:
+    """Whether the last run of ``job_id`` before ``run_id`` that SUCCEEDED or FAILED failed
+    (a ``recovered`` rule's condition)."""
+    row = conn.execute(
+        sa.select(runs.c.state).where(
+            runs.c.job_id == job_id, runs.c.id != run_id,
+            runs.c.finished_at.is_not(None),
+            runs.c.state.in_([RunState.SUCCEEDED.value, RunState.FAILED.value]))
+        .order_by(runs.c.finished_at.desc(), runs.c.id.desc()).limit(1)).first()
+    return row is not None and row[0] == RunState.FAILED.value
+
+
+def running_of(conn: sa.Connection, job_ids: Sequence[str]) -> list[tuple[str, str, Any]]:
+    """The RUNNING runs of ``job_ids``: (run id, job id, started_at) each."""
+    rows = conn.execute(sa.select(runs.c.id, runs.c.job_id, runs.c.started_at).where(
+        runs.c.state == RunState.RUNNING.value, runs.c.job_id.in_(list(job_ids)))).all()
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def fire_recorded(conn: sa.Connection, job_id: str, schedule: str, at: datetime) -> bool:
+    """Whether the fire of ``job_id``'s ``schedule`` at ``at`` has a run row."""
+    return conn.execute(sa.select(runs.c.id).where(
+        runs.c.job_id == job_id, runs.c.schedule == schedule,
+        runs.c.scheduled_for == at).limit(1)).first() is not None
+
+
+def last_fire_recorded(conn: sa.Connection, job_id: str, schedule: str) -> datetime | None:
+    """The latest ``scheduled_for`` of ``job_id``'s ``schedule`` in the store, if any."""
+    last: datetime | None = conn.execute(sa.select(sa.func.max(runs.c.scheduled_for)).where(
+        runs.c.job_id == job_id, runs.c.schedule == schedule)).scalar()
+    return last

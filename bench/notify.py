@@ -35,10 +35,10 @@ from cadenza.config.schema_jobs import JobConfig
 from cadenza.config.schema_settings import Settings
 from cadenza.domain.states import RunState
 from cadenza.lifecycle import Lifecycle
-from cadenza.store.outbox import Outbox
 from cadenza.notify.sender import Sender
 from cadenza.store import Store
 from cadenza.store.fires import NewFire
+from cadenza.store.outbox import Outbox
 from cadenza.store.tables import notification_outbox
 
 T0 = datetime(2027, 1, 1, tzinfo=UTC)

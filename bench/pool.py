@@ -27,6 +27,7 @@ from cadenza.executor.connections import Connections
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.executor.tracking import Observer, RunOutcome
+from cadenza.resources.pools import apply_pools
 from cadenza.store import Store
 
 
@@ -67,6 +68,7 @@ class WorkerPool:
         self.workers = workers
         self.batch = batch
         self.recorder = GroupCommit(store)
+        apply_pools(store, config)  # the pools of this configuration, as a node does
         self.executor = Executor(store, config, owner=owner or default_owner(),
                                  connections=connections, recorder=self.recorder)
         self.observer = observer

@@ -36,7 +36,7 @@ from cadenza.resources.leasing import PoolLeaser
 from cadenza.resources.plan import PoolPlan
 from cadenza.store import Store
 from cadenza.store.children import ChildRunHook, ChildRuns
-from cadenza.store.protocols import StoreHooks
+from cadenza.store.hooks import StoreHooks
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from cadenza.domain.states import RunState
 from cadenza.services import Actor, Services
 from tests.browser.conftest import PASSWORD, UI, login, make_home, shot
 from tests.e2e.serve_helpers import Served, eventually
+from tests.support.store_helpers import append_log
 
 JOBS = '''
 [jobs.ticker]
@@ -267,7 +268,7 @@ def test_xss_shows_as_text_and_phones_get_cards(ui: UI, page: Any) -> None:
         store = services.store()
         run_id = store.create_run("hello", f"manual:{XSS[1]}", params={"period": XSS[0]})
         assert run_id is not None
-        store.append_log(run_id, "ERROR", XSS[0] + " " + XSS[1])
+        append_log(store, run_id, "ERROR", XSS[0] + " " + XSS[1])
     eventually(lambda: _state(ui, run_id) == "SUCCEEDED", what="the run to end")
     login(page, ui, "otto", next_path="/runs")
     row = page.locator(f"tr:has(a[href='/runs/{run_id}'])")

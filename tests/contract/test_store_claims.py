@@ -16,7 +16,7 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, EndedRun, NewRun, RunEnd, StepStart
-from cadenza.store.protocols import StoreHooks
+from cadenza.store.hooks import StoreHooks
 from cadenza.store.run_leases import RunLease
 
 OWNER = "node:1:1"

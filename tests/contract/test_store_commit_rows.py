@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from tests.support.store_helpers import append_log
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreError
@@ -49,7 +50,7 @@ def test_rows_kept_for_the_commit_stay_before_a_later_event_of_the_transaction(
         store.record_boundaries([_end(run_id, epoch, step_run_id)], conn=conn)
         store.append_event(EventType.RUN_STATE_CHANGED, "after the end", run_id=run_id,
                            conn=conn)
-        store.append_log(run_id, "INFO", "a line after the end", conn=conn)
+        append_log(store, run_id, "INFO", "a line after the end", conn=conn)
     kinds = [(e.event_type, e.message) for e in store.list_events(run_id=run_id, limit=50)]
     finished = next(k for k, (kind, _) in enumerate(kinds) if kind == "RUN_FINISHED")
     after = kinds.index(("RUN_STATE_CHANGED", "after the end"))

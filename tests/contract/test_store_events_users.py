@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from tests.support.store_helpers import append_log
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreError
@@ -52,10 +53,10 @@ def test_an_event_joins_the_callers_transaction(store: Store) -> None:
 def test_run_logs_keep_order_and_follow(store: Store, clock: FakeClock) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
-    first = store.append_log(run_id, "INFO", "starting")
+    first = append_log(store, run_id, "INFO", "starting")
     clock.advance(1)
-    store.append_log(run_id, Level.DEBUG, "SELECT 1", step="count")
-    store.append_log(run_id, "ERROR", "failed", step="count")
+    append_log(store, run_id, Level.DEBUG, "SELECT 1", step="count")
+    append_log(store, run_id, "ERROR", "failed", step="count")
     lines = store.list_logs(run_id)
     assert [(line.level, line.step, line.message) for line in lines] == [
         ("INFO", None, "starting"),
@@ -73,7 +74,7 @@ def test_run_logs_keep_order_and_follow(store: Store, clock: FakeClock) -> None:
     ]
     assert not store.run_is_finished(run_id)
     with pytest.raises(ValueError):
-        store.append_log(run_id, "CHATTY", "x")
+        append_log(store, run_id, "CHATTY", "x")
 
 
 def test_users(store: Store) -> None:

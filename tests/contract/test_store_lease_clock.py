@@ -74,12 +74,12 @@ def test_lease_ends_are_the_databases_time_whoever_writes_them(
     healthy, fast = nodes
     mine = _claim(healthy, "host-a:1:1")
     theirs = _claim(fast, "host-b:1:1")
-    truth = healthy.store_time()
+    truth = healthy._store_time()
     assert _near(_lease_until(healthy, mine.run_id), truth + LEASE)
     assert _near(_lease_until(fast, theirs.run_id), truth + LEASE)  # not 5 minutes more
     assert fast.renew_run_leases([theirs], fast.clock.now() + LEASE).renewed == {
         theirs.run_id}
-    assert _near(_lease_until(fast, theirs.run_id), fast.store_time() + LEASE)
+    assert _near(_lease_until(fast, theirs.run_id), fast._store_time() + LEASE)
 
 
 def test_a_staged_claim_of_the_fast_node_is_on_the_databases_time(
@@ -93,7 +93,7 @@ def test_a_staged_claim_of_the_fast_node_is_on_the_databases_time(
     with fast.write() as conn:
         assert set(fast.claim_staged(conn, [start], "host-b:1:1", due + LEASE,
                                      now=due)) == {run_id}
-    assert _near(_lease_until(fast, run_id), healthy.store_time() + LEASE)
+    assert _near(_lease_until(fast, run_id), healthy._store_time() + LEASE)
 
 
 def test_an_expired_lease_is_reaped_by_any_node_on_the_databases_time(

@@ -14,8 +14,8 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.store import Store
 from cadenza.store.fires import NewFire
+from cadenza.store.hooks import StoreHooks
 from cadenza.store.outbox import Intent, Outbox, Target
-from cadenza.store.protocols import StoreHooks
 from cadenza.store.tables import notification_outbox, runs
 
 

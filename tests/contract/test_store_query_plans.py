@@ -19,7 +19,7 @@ from cadenza.store.hotsql import Dialect
 def _plans(store: Store, call: Any, *, words: str) -> list[str]:
     """The query plans (EXPLAIN QUERY PLAN, joined) of the statements ``call`` runs whose
     SQL contains ``words``: those through SQLAlchemy and those of the store's hand-written
-    reads on the DBAPI cursor (``StoreCore.quick_read``)."""
+    reads on the DBAPI cursor (``StoreCore._quick_read``)."""
     plans: list[str] = []
 
     def plan(statement: str, params: Any) -> None:
@@ -38,7 +38,7 @@ def _plans(store: Store, call: Any, *, words: str) -> list[str]:
             raw.execute("EXPLAIN QUERY PLAN " + statement, params)
             plans.append(" | ".join(str(row[3]) for row in raw.fetchall()))
 
-    quick_read = store.quick_read
+    quick_read = store._quick_read
 
     @contextmanager
     def traced(**options: Any) -> Iterator[Any]:
@@ -50,11 +50,11 @@ def _plans(store: Store, call: Any, *, words: str) -> list[str]:
             yield read
 
     sa.event.listen(store.engine, "before_cursor_execute", explain)
-    store.quick_read = traced  # type: ignore[method-assign]
+    store._quick_read = traced  # type: ignore[method-assign]
     try:
         call()
     finally:
-        del store.quick_read
+        del store._quick_read
         sa.event.remove(store.engine, "before_cursor_execute", explain)
     return plans
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from tests.support.store_helpers import append_log, transition_resource_or_raise
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import ResourceState, RunState, StepState
@@ -48,11 +49,11 @@ class MarkerRedactor:
 def _write_everything(store: Store) -> str:
     run_id = store.create_run("leaky", "manual", reason=f"asked with {SECRET}")
     assert run_id
-    store.transition_run_or_raise(run_id, RunState.RUNNING, reason=f"lease {SECRET}")
-    store.append_log(run_id, "INFO", f"connecting to postgresql://app:{SECRET}@db/x")
-    store.append_log(run_id, "INFO", f"plain line {CANARY}")
-    sid = store.create_step_run(run_id, "call", "http", state=StepState.RUNNING)
-    assert store.transition_step_run(
+    store._transition_run_or_raise(run_id, RunState.RUNNING, reason=f"lease {SECRET}")
+    append_log(store, run_id, "INFO", f"connecting to postgresql://app:{SECRET}@db/x")
+    append_log(store, run_id, "INFO", f"plain line {CANARY}")
+    sid = store._create_step_run(run_id, "call", "http", state=StepState.RUNNING)
+    assert store._transition_step_run(
         sid,
         StepState.FAILED,
         reason=f"401 for {SECRET}",
@@ -61,7 +62,7 @@ def _write_everything(store: Store) -> str:
             "output": {"headers": {"Authorization": KEY_SECRET}, "body": f"echo {SECRET}"},
         },
     )
-    store.transition_run_or_raise(
+    store._transition_run_or_raise(
         run_id, RunState.FAILED, fields={"error": f"fatal: {SECRET}"}, reason=SECRET
     )
     store.append_event(
@@ -71,7 +72,7 @@ def _write_everything(store: Store) -> str:
         actor="alice",
     )
     store.upsert_resource("fr-1", "egress", "route")
-    store.transition_resource_or_raise(
+    transition_resource_or_raise(store,
         "fr-1", ResourceState.COOLDOWN, fields={"last_error": f"proxy {SECRET} refused"}
     )
     return run_id

@@ -8,6 +8,7 @@ from enum import StrEnum
 
 import pytest
 import sqlalchemy as sa
+from tests.support.store_helpers import transition_resource_or_raise
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import InvalidTransition, StoreError
@@ -68,23 +69,23 @@ def test_lease_epochs_fence_a_resource(store: Store, clock: FakeClock) -> None:
     assert store.transition_resource("fr-1", X.LEASED, fields={"lease_owner": "run-2"})
     assert not store.transition_resource("fr-1", X.RUNNING, epoch=1)  # run-1 came back
     with pytest.raises(StaleEpoch):
-        store.transition_resource_or_raise("fr-1", X.RUNNING, epoch=1)
-    store.transition_resource_or_raise("fr-1", X.RUNNING, epoch=2)
-    store.transition_resource_or_raise(
+        transition_resource_or_raise(store, "fr-1", X.RUNNING, epoch=1)
+    transition_resource_or_raise(store, "fr-1", X.RUNNING, epoch=2)
+    transition_resource_or_raise(store,
         "fr-1", X.FAULT, epoch=2, fields={"last_error": "407 from proxy"}, reason="proxy auth"
     )
     fault = store.get_resource("fr-1")
     assert fault is not None and (fault.state, fault.last_error) == (X.FAULT, "407 from proxy")
     with pytest.raises(InvalidTransition) as info:
-        store.transition_resource_or_raise("fr-1", X.RUNNING)
+        transition_resource_or_raise(store, "fr-1", X.RUNNING)
     assert info.value.frm == X.FAULT
     with pytest.raises(StoreError, match="does not exist"):
-        store.transition_resource_or_raise("nope", X.DISABLED)
+        transition_resource_or_raise(store, "nope", X.DISABLED)
 
 
 def test_registration_keeps_state_and_updates_config(store: Store) -> None:
     store.upsert_resource("u-1", "browsers", "unit", route_id="fr-1")
-    store.transition_resource_or_raise("u-1", X.DISABLED, actor="alice")
+    transition_resource_or_raise(store, "u-1", X.DISABLED, actor="alice")
     store.upsert_resource("u-1", "browsers", "unit", route_id="de-1")
     store.upsert_resource("c-1", "logins", "credential")
     unit = store.get_resource("u-1")

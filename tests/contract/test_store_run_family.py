@@ -28,11 +28,11 @@ def _running(store: Store, clock: FakeClock, job: str) -> tuple[str, int]:
 def test_the_family_read_matches_the_orm_reads(store: Store, clock: FakeClock) -> None:
     family = ChildRuns(store)
     parent_id, epoch = _running(store, clock, "parent")
-    first = store.create_step_run(parent_id, "prepare", "python")
-    store.transition_step_run(first, StepState.RUNNING)
+    first = store._create_step_run(parent_id, "prepare", "python")
+    store._transition_step_run(first, StepState.RUNNING)
     clock.advance(2)
-    store.transition_step_run(first, StepState.SUCCEEDED, fields={"rows": 7})
-    store.create_step_run(parent_id, "call", "call_job")
+    store._transition_step_run(first, StepState.SUCCEEDED, fields={"rows": 7})
+    store._create_step_run(parent_id, "call", "call_job")
     made = family.create(parent_id, epoch, "call", NewRun("child", "call_job:parent"))
     assert made is not None
     child = made[0]
@@ -70,7 +70,7 @@ def test_a_quick_read_gives_its_connection_back_transactional(store: Store) -> N
     assert run_id
     for snapshot in (False, True):
         store.engine.dispose()  # one pooled connection: the write below gets the read's
-        with store.quick_read(snapshot=snapshot) as read:
+        with store._quick_read(snapshot=snapshot) as read:
             assert read("SELECT id FROM runs WHERE id = ?", (run_id,)) == [(run_id,)]
         with pytest.raises(RuntimeError), store.write() as conn:
             conn.execute(sa.update(runs).where(runs.c.id == run_id).values(trigger="changed"))

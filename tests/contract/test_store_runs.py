@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
+from tests.support.store_helpers import append_log
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import InvalidTransition, StoreError
@@ -152,7 +153,7 @@ def test_running_fences_with_an_epoch_and_sets_times(store: Store, clock: FakeCl
     seen = len(store.list_events(run_id=run_id))
     assert not store.transition_run(run_id, R.SUCCEEDED, epoch=1)
     with pytest.raises(StaleEpoch):
-        store.transition_run_or_raise(run_id, R.SUCCEEDED, epoch=1)
+        store._transition_run_or_raise(run_id, R.SUCCEEDED, epoch=1)
     assert len(store.list_events(run_id=run_id)) == seen
     clock.advance(30)
     assert store.transition_run(run_id, R.SUCCEEDED, epoch=2, fields={"rows": 42})
@@ -168,13 +169,13 @@ def test_running_fences_with_an_epoch_and_sets_times(store: Store, clock: FakeCl
 def test_resume_gives_fresh_attempts(store: Store) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
-    store.transition_run_or_raise(run_id, R.RUNNING)
-    store.transition_run_or_raise(run_id, R.QUEUED, fields={"attempt": 2, "wait_reason": "retry"})
-    store.transition_run_or_raise(run_id, R.RUNNING)
+    store._transition_run_or_raise(run_id, R.RUNNING)
+    store._transition_run_or_raise(run_id, R.QUEUED, fields={"attempt": 2, "wait_reason": "retry"})
+    store._transition_run_or_raise(run_id, R.RUNNING)
     retried = store.get_run(run_id)
     assert retried is not None and (retried.attempt, retried.wait_reason) == (2, None)
-    store.transition_run_or_raise(run_id, R.NEEDS_REVIEW, fields={"attempt": 3})
-    store.transition_run_or_raise(run_id, R.QUEUED, actor="alice", reason="resumed")
+    store._transition_run_or_raise(run_id, R.NEEDS_REVIEW, fields={"attempt": 3})
+    store._transition_run_or_raise(run_id, R.QUEUED, actor="alice", reason="resumed")
     resumed = store.get_run(run_id)
     assert resumed is not None and (resumed.attempt, resumed.resumes) == (0, 1)
 
@@ -183,10 +184,10 @@ def test_or_raise_names_the_state_that_blocked_it(store: Store) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
     with pytest.raises(InvalidTransition) as info:
-        store.transition_run_or_raise(run_id, R.SUCCEEDED)
+        store._transition_run_or_raise(run_id, R.SUCCEEDED)
     assert (info.value.frm, info.value.to) == (R.QUEUED, R.SUCCEEDED)
     with pytest.raises(StoreError, match="does not exist"):
-        store.transition_run_or_raise("0" * 26, R.RUNNING)
+        store._transition_run_or_raise("0" * 26, R.RUNNING)
     assert not store.transition_run("0" * 26, R.RUNNING)
 
 
@@ -220,7 +221,7 @@ def test_a_transition_is_one_commit_and_joins_a_caller_transaction(store: Store)
         assert len(commits) == 1
         with pytest.raises(RuntimeError), store.write() as conn:
             assert store.transition_run(run_id, R.SUCCEEDED, conn=conn)
-            store.append_log(run_id, "INFO", "done", conn=conn)
+            append_log(store, run_id, "INFO", "done", conn=conn)
             raise RuntimeError("the caller failed after the transition")
     finally:
         sa.event.remove(store.engine, "commit", count)
@@ -244,7 +245,7 @@ def test_list_runs_filters_and_pages_newest_first(store: Store, clock: FakeClock
     page2 = store.list_runs(limit=3, before=page1[-1].id)
     page3 = store.list_runs(limit=3, before=page2[-1].id)
     assert [r.id for r in page1 + page2 + page3] == ids[::-1]
-    store.transition_run_or_raise(ids[0], R.RUNNING)
+    store._transition_run_or_raise(ids[0], R.RUNNING)
     assert [r.id for r in store.list_runs(state=R.RUNNING)] == [ids[0]]
     assert len(store.list_runs(state=[R.RUNNING, "QUEUED"])) == 7
     newest = store.get_run(ids[-1])
@@ -265,7 +266,7 @@ def test_history_pages_by_states_and_after_a_pruned_cursor(store: Store,
         if i % 4 == 3:
             clock.advance(1)  # four runs per created_at: the id breaks the ties
     for k in (1, 4, 7, 10):
-        store.transition_run_or_raise(ids[k], R.RUNNING)
+        store._transition_run_or_raise(ids[k], R.RUNNING)
     running = [ids[k] for k in (10, 7, 4, 1)]
     queued = [i for i in ids[::-1] if i not in running]
     assert [r.id for r in store.list_runs(state=[R.RUNNING, R.QUEUED])] == ids[::-1]
@@ -297,7 +298,7 @@ def test_a_heartbeat_renews_only_the_current_lease(store: Store, clock: FakeCloc
     assert run_id
     queued = store.renew_run_leases([RunLease(run_id, 0, "node-a")], clock.now())
     assert not queued.renewed and "QUEUED" in queued.lost[run_id]  # nothing to renew
-    store.transition_run_or_raise(run_id, R.RUNNING, fields={"lease_owner": "node-a"})
+    store._transition_run_or_raise(run_id, R.RUNNING, fields={"lease_owner": "node-a"})
     seen = len(store.list_events(run_id=run_id))
     later = clock.now() + timedelta(minutes=3)
     assert store.renew_run_leases([RunLease(run_id, 1, "node-a")], later).renewed == {run_id}

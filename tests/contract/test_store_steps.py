@@ -43,12 +43,12 @@ def test_every_step_state_pair_is_allowed_or_refused_by_the_table(
     problems: list[str] = []
     for n, frm in enumerate(StepState):
         for to in StepState:
-            sid = store.create_step_run(run_id, f"s-{n}-{to}", "python")
+            sid = store._create_step_run(run_id, f"s-{n}-{to}", "python")
             force(step_runs, sid, frm)
             before = _step(store, run_id, sid)
             seen = len(store.list_events(run_id=run_id))
             clock.advance(1)
-            done = store.transition_step_run(sid, to, reason="why", actor="tester")
+            done = store._transition_step_run(sid, to, reason="why", actor="tester")
             after = _step(store, run_id, sid)
             new_events = store.list_events(run_id=run_id)[seen:]
             assert after is not None
@@ -71,17 +71,17 @@ def test_every_step_state_pair_is_allowed_or_refused_by_the_table(
 
 def test_one_row_per_attempt_with_outputs(store: Store, clock: FakeClock) -> None:
     run_id = _run(store)
-    first = store.create_step_run(run_id, "load", "file_load", 1, state=S.RUNNING)
+    first = store._create_step_run(run_id, "load", "file_load", 1, state=S.RUNNING)
     clock.advance(5)
-    assert store.transition_step_run(
+    assert store._transition_step_run(
         first, S.FAILED, fields={"error": "connection reset", "error_class": "retryable"}
     )
-    second = store.create_step_run(run_id, "load", "file_load", 2, state=S.RUNNING)
+    second = store._create_step_run(run_id, "load", "file_load", 2, state=S.RUNNING)
     clock.advance(5)
-    assert store.transition_step_run(
+    assert store._transition_step_run(
         second, S.SUCCEEDED, fields={"rows": 120, "output": {"files": ["a.csv"], "rows": 120}}
     )
-    skipped = store.create_step_run(run_id, "notify", "notify", state=S.SKIPPED, reason="disabled")
+    skipped = store._create_step_run(run_id, "notify", "notify", state=S.SKIPPED, reason="disabled")
     attempts = store.list_step_runs(run_id)
     assert [(s.step, s.attempt, s.state) for s in attempts] == [
         ("load", 1, S.FAILED),
@@ -99,31 +99,31 @@ def test_one_row_per_attempt_with_outputs(store: Store, clock: FakeClock) -> Non
     assert types.count(EventType.STEP_FAILED) == 1
     assert types.count(EventType.STEP_SUCCEEDED) == 1
     with pytest.raises(sa.exc.IntegrityError):
-        store.create_step_run(run_id, "load", "file_load", 2)
+        store._create_step_run(run_id, "load", "file_load", 2)
     with pytest.raises(InvalidTransition):
-        store.create_step_run(run_id, "x", "python", state=S.SUCCEEDED)
+        store._create_step_run(run_id, "x", "python", state=S.SUCCEEDED)
 
 
 def test_step_writes_are_fenced_by_the_run_lease(store: Store) -> None:
     run_id = _run(store)
-    store.transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 1
-    sid = store.create_step_run(run_id, "work", "python", state=S.RUNNING)
-    store.transition_run_or_raise(run_id, RunState.QUEUED, reason="lease expired")
-    store.transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 2: another worker
+    store._transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 1
+    sid = store._create_step_run(run_id, "work", "python", state=S.RUNNING)
+    store._transition_run_or_raise(run_id, RunState.QUEUED, reason="lease expired")
+    store._transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 2: another worker
     seen = len(store.list_events(run_id=run_id))
-    assert not store.transition_step_run(sid, S.SUCCEEDED, epoch=1)
+    assert not store._transition_step_run(sid, S.SUCCEEDED, epoch=1)
     assert _step(store, run_id, sid).state is S.RUNNING
     assert len(store.list_events(run_id=run_id)) == seen
-    assert store.transition_step_run(sid, S.CANCELED, epoch=2, reason="superseded")
+    assert store._transition_step_run(sid, S.CANCELED, epoch=2, reason="superseded")
 
 
 def test_step_errors(store: Store) -> None:
     run_id = _run(store)
-    sid = store.create_step_run(run_id, "a", "python")
-    assert not store.transition_step_run(sid, S.SUCCEEDED)  # PENDING -> SUCCEEDED
+    sid = store._create_step_run(run_id, "a", "python")
+    assert not store._transition_step_run(sid, S.SUCCEEDED)  # PENDING -> SUCCEEDED
     assert _step(store, run_id, sid).state is S.PENDING
-    assert not store.transition_step_run(10**9, S.RUNNING)  # no such step run
+    assert not store._transition_step_run(10**9, S.RUNNING)  # no such step run
     with pytest.raises(ValueError, match="cannot set step run fields"):
-        store.transition_step_run(sid, S.RUNNING, fields={"attempt": 7})
+        store._transition_step_run(sid, S.RUNNING, fields={"attempt": 7})
     with pytest.raises(sa.exc.IntegrityError):
-        store.create_step_run("no-such-run", "a", "python")  # foreign key, on SQLite too
+        store._create_step_run("no-such-run", "a", "python")  # foreign key, on SQLite too

@@ -18,6 +18,7 @@ from cadenza.executor.request import RunRequest
 from cadenza.executor.runner import Executor
 from cadenza.executor.tracking import RunOutcome
 from cadenza.home import Home
+from cadenza.resources.pools import apply_pools
 from cadenza.store import Store
 from cadenza.store.records import ResourceRecord
 
@@ -137,6 +138,7 @@ def pool_bench(root: Path, jobs: str, *, store_url: str | None = None, pools: st
     config = home.load_config()
     clock = FakeClock(start)
     store = home.open_store(config, clock=clock)
+    apply_pools(store, config)
     executor = Executor(store, config)
     try:
         yield PoolBench(home, config, store, executor, clock)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.store_helpers import append_log
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -158,7 +159,7 @@ def test_secret_in_a_connection_never_reaches_db_logs_events_or_output(demo: Pat
                 "b64": base64.b64encode(secret.encode()).decode(),
             },
         )
-        store.append_log(run_id, "INFO", f"calling {resolved_url} with {secret}")
+        append_log(store, run_id, "INFO", f"calling {resolved_url} with {secret}")
     finally:
         store.close()
     for db_file in (demo / "data").glob("cadenza.db*"):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from executor_home import make_home
+from tests.support.store_helpers import append_log
 
 from cadenza.audit import Redactor
 from cadenza.clock import FakeClock
@@ -60,7 +61,7 @@ def test_a_log_line_is_redacted_whole_then_cut(store: Store) -> None:
     run_id = store.create_run("leaky", "manual")
     assert run_id
     for k in CUTS:
-        store.append_log(run_id, "INFO", across_the_cut(k))
+        append_log(store, run_id, "INFO", across_the_cut(k))
     lines = store.list_logs(run_id)
     assert len(lines) == len(CUTS)
     for k, line in zip(CUTS, lines, strict=True):
@@ -75,11 +76,11 @@ def test_a_failed_steps_error_and_the_runs_error_are_redacted_whole_then_cut(
     for k in CUTS:
         run_id = store.create_run("leaky", "manual")
         assert run_id
-        store.transition_run_or_raise(run_id, RunState.RUNNING)
-        sid = store.create_step_run(run_id, "call", "http", state=StepState.RUNNING)
-        assert store.transition_step_run(sid, StepState.FAILED,
+        store._transition_run_or_raise(run_id, RunState.RUNNING)
+        sid = store._create_step_run(run_id, "call", "http", state=StepState.RUNNING)
+        assert store._transition_step_run(sid, StepState.FAILED,
                                          fields={"error": across_the_cut(k)})
-        store.transition_run_or_raise(run_id, RunState.FAILED,
+        store._transition_run_or_raise(run_id, RunState.FAILED,
                                       fields={"error": across_the_cut(k)})
         step = store.list_step_runs(run_id)[0]
         run = store.get_run(run_id)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from tests.integration.pools_home import ACCT_PW, PROXY_PW, pool_bench, python_job
+from tests.support.store_helpers import transition_resource_or_raise
 
 from cadenza.domain.states import ResourceState, RunState
 from cadenza.store.boundary import Boundary, StepStart
@@ -124,8 +125,8 @@ def test_credentials_fields_reach_the_step_and_never_the_store(tmp_path: Path) -
 def test_a_unit_whose_bound_route_is_disabled_is_unavailable_and_says_why(
         tmp_path: Path, store_url: str) -> None:
     with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
-        b.store.transition_resource_or_raise("fr-1", X.DISABLED, actor="ops", reason="test")
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops", reason="test")
+        transition_resource_or_raise(b.store, "fr-1", X.DISABLED, actor="ops", reason="test")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops", reason="test")
         run_id = b.enqueue("scrape")
         assert b.execute(run_id).claimed is False
         run = b.store.get_run(run_id)
@@ -138,7 +139,7 @@ def test_a_unit_whose_bound_route_is_disabled_is_unavailable_and_says_why(
         assert b.resource("u-1").state is X.AVAILABLE
         assert all(e.event_type != "RESOURCE_LEASED"
                    for e in b.store.list_events(resource_id="u-1"))
-        b.store.transition_resource_or_raise("fr-1", X.AVAILABLE, actor="ops")
+        transition_resource_or_raise(b.store, "fr-1", X.AVAILABLE, actor="ops")
         assert b.execute(run_id).state is RunState.SUCCEEDED
 
 
@@ -146,7 +147,7 @@ def test_a_disabled_member_is_never_leased_and_never_goes_running(tmp_path: Path
                                                                   store_url: str) -> None:
     jobs = python_job("login", "show", "logins = 1")
     with pool_bench(tmp_path / "home", jobs, store_url=store_url) as b:
-        b.store.transition_resource_or_raise("acct-1", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "acct-1", X.DISABLED, actor="ops")
         run_id = b.enqueue("login")
         assert b.execute(run_id).claimed is False
         assert b.resource("acct-1").state is X.DISABLED
@@ -159,7 +160,7 @@ def test_a_disabled_member_is_never_leased_and_never_goes_running(tmp_path: Path
 def test_cooldown_blocks_until_it_passes(tmp_path: Path, store_url: str) -> None:
     with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
         assert b.execute(b.enqueue("scrape")).state is RunState.SUCCEEDED
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops")
         run_id = b.enqueue("scrape")
         assert b.execute(run_id).claimed is False
         run = b.store.get_run(run_id)
@@ -250,8 +251,8 @@ def test_the_reaper_returns_a_lost_runs_resources_by_the_rules(tmp_path: Path,
         assert b.states() == {"u-1": "COOLDOWN", "fr-1": "COOLDOWN", "u-2": "AVAILABLE",
                               "fr-2": "AVAILABLE", "acct-1": "AVAILABLE"}
         # Nothing is held by anyone; the re-queued runs lease again and succeed.
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
-        b.store.transition_resource_or_raise("u-2", X.AVAILABLE, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.AVAILABLE, actor="ops")
         assert b.execute(waiting).state is RunState.SUCCEEDED
         b.clock.advance(10)
         assert b.execute(started).state is RunState.SUCCEEDED
@@ -311,7 +312,7 @@ def test_admission_leaves_a_refused_run_alone_until_a_member_comes_back(
     with pool_bench(tmp_path / "home", SHOW_UNIT) as b:
         leaser = leaser_of(b.store)
         assert leaser is not None
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops")
         holder = b.enqueue("scrape")
         _claim(b, holder)  # holds u-1 (and fr-1)
         waiting = b.enqueue("scrape")
@@ -339,7 +340,7 @@ def test_a_member_freed_by_another_process_is_seen_within_a_second(
     with pool_bench(tmp_path / "home", SHOW_UNIT, store_url=store_url) as b:
         leaser = leaser_of(b.store)
         assert leaser is not None
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops")
         _claim(b, b.enqueue("scrape"))  # holds u-1 (and fr-1)
         waiting = b.enqueue("scrape")
         assert b.execute(waiting).claimed is False
@@ -353,7 +354,7 @@ def test_a_member_freed_by_another_process_is_seen_within_a_second(
         other = Store.open(b.store.engine.url.render_as_string(hide_password=False),
                            migrate=False)
         try:
-            other.transition_resource_or_raise("u-2", X.AVAILABLE, actor="cli:ops")
+            transition_resource_or_raise(other, "u-2", X.AVAILABLE, actor="cli:ops")
         finally:
             other.close()
         assert leaser.may_try(waiting, now) is False  # this process did not see it ...
@@ -374,7 +375,7 @@ def test_a_refused_run_is_tried_again_when_the_cooldown_it_waits_for_ends(
         leaser = leaser_of(b.store)
         assert leaser is not None
         assert b.execute(b.enqueue("scrape")).state is RunState.SUCCEEDED
-        b.store.transition_resource_or_raise("u-2", X.DISABLED, actor="ops")
+        transition_resource_or_raise(b.store, "u-2", X.DISABLED, actor="ops")
         waiting = b.enqueue("scrape")
         assert b.execute(waiting).claimed is False
         cooled = b.clock.now() + timedelta(seconds=10)

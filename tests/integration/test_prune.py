@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
+from tests.support.store_helpers import append_log
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -27,8 +28,8 @@ def finished(store: Store, job: str, state: RunState) -> str:
     run_id = store.create_run(job, "manual")
     assert run_id is not None
     assert store.transition_run(run_id, RunState.RUNNING)
-    store.create_step_run(run_id, "s1", "python", state=StepState.RUNNING)
-    store.append_log(run_id, "INFO", f"line of {run_id}")
+    store._create_step_run(run_id, "s1", "python", state=StepState.RUNNING)
+    append_log(store, run_id, "INFO", f"line of {run_id}")
     with store.write() as conn:
         conn.execute(checkpoints.insert().values(run_id=run_id, next_step="s2",
                                                  outputs_json="{}",

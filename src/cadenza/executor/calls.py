@@ -44,7 +44,7 @@ from cadenza.store.children import (
 if TYPE_CHECKING:
     from cadenza.config.loader import LoadedConfig
     from cadenza.executor.lease_keeper import LeaseKeeper
-    from cadenza.store import Store
+    from cadenza.store.protocols import WorkerStore
 
 
 class WaitingForChild(Deferred):
@@ -72,14 +72,12 @@ class ChildCalls:
     ``config`` returns the executor's configuration (the jobs a child is made of);
     ``keeper`` stops a parent whose child was canceled."""
 
-    def __init__(self, store: Store, config: Callable[[], LoadedConfig],
+    def __init__(self, store: WorkerStore, config: Callable[[], LoadedConfig],
                  keeper: LeaseKeeper) -> None:
         self.store = store
         self.config = config
         self.keeper = keeper
-        from cadenza.assembly import assemble
-
-        self.children: ChildRuns = assemble(store).children
+        self.children: ChildRuns = store.children
 
     def call(self, ctx: StepContext, config: CallJobConfig) -> StepResult:
         """One attempt of a ``call_job`` step (see the module docstring)."""

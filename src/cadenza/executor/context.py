@@ -74,8 +74,8 @@ if TYPE_CHECKING:
 
     from cadenza.domain.params import Scope
     from cadenza.executor.runlog import StepLogger
-    from cadenza.store import Store
     from cadenza.store.checkpoints import KeyRecord
+    from cadenza.store.protocols import WorkerStore
 
 MAX_SQL_LOGGED = 4000
 """The SQL text and binds of one DEBUG line are cut past this many characters each."""
@@ -105,7 +105,7 @@ class Progress:
     ``store`` is the executor's store, or (child process) a callable opening one on first
     use; :meth:`close` closes a store opened that way."""
 
-    def __init__(self, store: Store | Callable[[], Store], run_id: str, job_id: str,
+    def __init__(self, store: WorkerStore | Callable[[], WorkerStore], run_id: str, job_id: str,
                  epoch: int) -> None:
         self._store = store if not callable(store) else None
         self._open = store if callable(store) else None
@@ -114,7 +114,7 @@ class Progress:
         self._lock = threading.Lock()
 
     @property
-    def store(self) -> Store:
+    def store(self) -> WorkerStore:
         with self._lock:
             if self._store is None:
                 assert self._open is not None
@@ -145,11 +145,11 @@ class Progress:
                 self._store = None
 
 
-_BOUND: OrderedDict[str, tuple[Store, int]] = OrderedDict()
+_BOUND: OrderedDict[str, tuple[WorkerStore, int]] = OrderedDict()
 _BOUND_LOCK = threading.Lock()
 
 
-def bind_run(run_id: str, store: Store, epoch: int) -> None:
+def bind_run(run_id: str, store: WorkerStore, epoch: int) -> None:
     """Record that this process holds ``run_id`` at ``epoch`` in ``store`` (called by the
     tracker at each claim); the ``ctx`` of its steps write their checkpoints there. Only
     the latest :data:`_MAX_BOUND` runs are kept (far more than a node runs at once)."""
@@ -180,7 +180,7 @@ def bound_fence(run_id: str) -> Fence | None:
 def fence_progress(fence: Fence, run: RunInfo) -> Progress:
     """A child's :class:`Progress`: the store at ``fence.store_url``, opened on first use."""
 
-    def open_store() -> Store:
+    def open_store() -> WorkerStore:
         from cadenza.store import Store
 
         return Store.open(fence.store_url, migrate=False)

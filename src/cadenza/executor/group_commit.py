@@ -27,8 +27,8 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from cadenza.store import Store
 from cadenza.store.boundary import Boundary, BoundaryResult
+from cadenza.store.protocols import WorkerStore
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ class Recorder(Protocol):
 class DirectRecorder:
     """One transaction per boundary, in the caller's thread."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: WorkerStore) -> None:
         self.store = store
 
     def record(self, boundary: Boundary) -> BoundaryResult:
@@ -93,7 +93,7 @@ class _Pending:
 class GroupCommit:
     """Leader/follower group commit of boundaries and jobs (see the module docstring)."""
 
-    def __init__(self, store: Store, *, max_batch: int = 64,
+    def __init__(self, store: WorkerStore, *, max_batch: int = 64,
                  on_end: EndHook | None = None) -> None:
         self.store = store
         self.max_batch = max_batch

@@ -39,7 +39,7 @@ from datetime import timedelta
 
 from cadenza.clock import Clock
 from cadenza.executor.control import RunControl, StopKind
-from cadenza.store import Store
+from cadenza.store.protocols import RunLeases
 from cadenza.store.run_leases import Renewal, RunLease
 
 log = logging.getLogger("cadenza.lease")
@@ -62,7 +62,7 @@ class _Held:
 class LeaseKeeper:
     """Renews the leases of this process's runs (see the module docstring). Thread-safe."""
 
-    def __init__(self, store: Store, lease: timedelta | Callable[[], timedelta], *,
+    def __init__(self, store: RunLeases, lease: timedelta | Callable[[], timedelta], *,
                  clock: Clock | None = None, cancel_poll: float = CANCEL_POLL_SECONDS) -> None:
         self.store = store
         self.clock = clock or store.clock

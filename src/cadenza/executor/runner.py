@@ -57,9 +57,10 @@ from cadenza.executor.tracking import Observer, RunOutcome, RunTracker
 from cadenza.resources.leased import LeasedResource
 from cadenza.scheduler.schedules import server_zone
 from cadenza.steps.registry import StepType, registry
-from cadenza.store import RunRecord, Store
+from cadenza.store import RunRecord
 from cadenza.store.boundary import BoundaryResult, LogLine
 from cadenza.store.claims import StagedStart
+from cadenza.store.protocols import WorkerStore
 
 log = logging.getLogger("cadenza.executor")
 
@@ -169,7 +170,7 @@ class Executor:
 
     def __init__(
         self,
-        store: Store,
+        store: WorkerStore,
         config: LoadedConfig,
         *,
         owner: str | None = None,
@@ -194,12 +195,8 @@ class Executor:
         self.steps = StepRunner(types=step_types or registry(), connections=self.connections,
                                 settings=config.settings, home=config.home, clock=store.clock)
         self.steps.calls = ChildCalls(store, lambda: self.config, self.keeper)
-        # The pools of this configuration: the store's leaser (cadenza.assembly) follows
-        # its plan, the members synced (a node's start and each reload build an executor,
-        # so does `run --local`).
-        from cadenza.resources.pools import apply_pools
-
-        apply_pools(store, config)
+        # The pools of this configuration are applied by whoever builds the executor (a
+        # node at its start and each reload, `run --local`): cadenza.resources.pools.
         if config.settings.pools:
             self.steps.resources = _held_reader(store, config)
 
@@ -328,7 +325,7 @@ class Executor:
         return tracker, control
 
 
-def _held_reader(store: Store, config: LoadedConfig
+def _held_reader(store: WorkerStore, config: LoadedConfig
                  ) -> Callable[[str, str], Mapping[str, Sequence[LeasedResource]]]:
     """What a run holds (``ctx.resources``): one read per step of a job that needs pools."""
     from cadenza.resources.held import held_resources

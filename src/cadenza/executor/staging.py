@@ -42,7 +42,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.admission import Candidate, Limits, Load, admit
 from cadenza.executor.runner import Executor, Staged
-from cadenza.store import Store
+from cadenza.store.protocols import WorkerStore
 
 CHUNKS = (16, 32, 64, 128)
 """Runs per chunk transaction at a due time: small first (the first runs start at once),
@@ -104,7 +104,7 @@ class Stage:
         """In ``conn``'s transaction: one chunk of at most ``limit`` runs (see the module
         docstring); returns the runs claimed with their first step run ids. Empty when
         the stage is done or dropped (:attr:`dropped` says why)."""
-        store: Store = self.executor.store
+        store: WorkerStore = self.executor.store
         if not self.order or self.dropped:
             return []
         store.lock_admission(conn)

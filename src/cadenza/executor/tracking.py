@@ -57,7 +57,7 @@ from cadenza.executor.plan import PlanError, RunPlan, plan_run
 from cadenza.executor.runlog import RunLog
 from cadenza.executor.steprun import Attempt, StepOutcome, StepRunner
 from cadenza.steps.base import StepConfig
-from cadenza.store import RunRecord, Store
+from cadenza.store import RunRecord
 from cadenza.store.boundary import (
     Boundary,
     BoundaryResult,
@@ -67,6 +67,7 @@ from cadenza.store.boundary import (
     StepEnd,
     StepStart,
 )
+from cadenza.store.protocols import WorkerStore
 from cadenza.store.runs import EARLIER_STEP_FAILED
 
 FLUSH_SECONDS = 1.0
@@ -126,7 +127,7 @@ class RunTracker:
     ``control`` is the run's stop switch (default: a fresh one, ``tracker.control``);
     ``rand`` the random source of the retry jitter (tests make it deterministic)."""
 
-    def __init__(self, *, run: RunRecord, job: JobConfig | None, store: Store,
+    def __init__(self, *, run: RunRecord, job: JobConfig | None, store: WorkerStore,
                  recorder: Recorder, steps: StepRunner, zone: ZoneInfo, observer: Observer,
                  lease: timedelta, control: RunControl | None = None,
                  rand: Callable[[], float] | None = None) -> None:

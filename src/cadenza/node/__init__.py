@@ -83,6 +83,7 @@ from cadenza.node.reaper import Reaper
 from cadenza.node.scheduling import SchedulerService
 from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
+from cadenza.resources.pools import apply_pools
 from cadenza.retention import RetentionSweeper
 from cadenza.scheduler.leader import Leadership, leadership_for
 from cadenza.scheduler.service import LOOKAHEAD, Scheduler
@@ -179,6 +180,9 @@ class Node:
         return services
 
     def _executor(self, config: LoadedConfig) -> Executor:
+        """The executor of ``config`` (at the start and at each valid reload), the store's
+        pools made ``config``'s first."""
+        apply_pools(self.store, config)
         return Executor(self.store, config, owner=self.owner, recorder=self.recorder,
                         keeper=self.keeper)
 

@@ -27,7 +27,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.executor.runner import Executor
 from cadenza.home import Home
 from cadenza.lifecycle import Lifecycle
-from cadenza.store import Store
+from cadenza.store.protocols import AuditLog
 
 log = logging.getLogger("cadenza.node")
 
@@ -55,7 +55,7 @@ class ConfigHolder:
 
     name = "config"
 
-    def __init__(self, home: Home, store: Store, config: LoadedConfig, life: Lifecycle,
+    def __init__(self, home: Home, store: AuditLog, config: LoadedConfig, life: Lifecycle,
                  executor_for: Callable[[LoadedConfig], Executor]) -> None:
         """``executor_for`` builds the executor of a configuration (at start and at each
         valid reload)."""

@@ -64,9 +64,9 @@ from cadenza.executor.staging import CHUNKS, LATE, Stage
 from cadenza.lifecycle import Lifecycle
 from cadenza.node.config import ConfigHolder, Current
 from cadenza.resources.pools import leaser_of
-from cadenza.store import Store
 from cadenza.store.boundary import Boundary
 from cadenza.store.engine import sqlite_path
+from cadenza.store.protocols import DispatchStore
 
 log = logging.getLogger("cadenza.node")
 
@@ -101,7 +101,7 @@ class Dispatcher:
 
     name = "dispatcher"
 
-    def __init__(self, store: Store, holder: ConfigHolder, recorder: GroupCommit,
+    def __init__(self, store: DispatchStore, holder: ConfigHolder, recorder: GroupCommit,
                  life: Lifecycle, *, workers: int, claimer: Claimer | None) -> None:
         self.store = store
         self.holder = holder
@@ -586,7 +586,7 @@ def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
         body()
 
 
-def _claimer_for(store: Store, config: LoadedConfig, workers: int,
+def _claimer_for(store: DispatchStore, config: LoadedConfig, workers: int,
                  wanted: bool | None) -> Claimer | None:
     """The claimer process of a node (not started), when it is wanted (default: a SQLite
     file store and at least :data:`~cadenza.executor.claimer.MIN_WORKERS` workers)."""
@@ -602,6 +602,6 @@ def _claimer_for(store: Store, config: LoadedConfig, workers: int,
     return claimer
 
 
-def _pool_plan(store: Store) -> object:
+def _pool_plan(store: DispatchStore) -> object:
     leaser = leaser_of(store)
     return None if leaser is None else leaser.plan

@@ -35,8 +35,8 @@ import psutil  # type: ignore[import-untyped]
 
 from cadenza.domain.events import EventType, Level
 from cadenza.lifecycle import Lifecycle
-from cadenza.store import Store
 from cadenza.store.maintenance import WalCheck
+from cadenza.store.protocols import ReaperStore
 from cadenza.store.run_leases import REAP_BATCH, owner_parts
 
 log = logging.getLogger("cadenza.node")
@@ -56,7 +56,7 @@ class Reaper:
 
     name = "reaper"
 
-    def __init__(self, store: Store, owner: str, life: Lifecycle,
+    def __init__(self, store: ReaperStore, owner: str, life: Lifecycle,
                  lease: Callable[[], timedelta],
                  on_reaped: Callable[[], object] = lambda: None,
                  max_skew: Callable[[], timedelta] = lambda: MAX_CLOCK_SKEW) -> None:

@@ -36,7 +36,7 @@ from cadenza.resources.releases import at_utc
 
 if TYPE_CHECKING:
     from cadenza.resources.health import HealthChecker
-    from cadenza.store import Store
+    from cadenza.store.protocols import PoolStore
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class CooldownEnds:
 
     name = "cooldowns"
 
-    def __init__(self, store: Store, life: Lifecycle, settings: Callable[[], Settings],
+    def __init__(self, store: PoolStore, life: Lifecycle, settings: Callable[[], Settings],
                  checker: HealthChecker) -> None:
         self.store = store
         self.life = life

@@ -49,7 +49,7 @@ from cadenza.resources.probe import Probe, probe_route
 from cadenza.store.records import ResourceRecord
 
 if TYPE_CHECKING:
-    from cadenza.store import Store
+    from cadenza.store.protocols import PoolStore
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class HealthChecker:
 
     name = "health"
 
-    def __init__(self, store: Store, life: Lifecycle, settings: Callable[[], Settings], *,
+    def __init__(self, store: PoolStore, life: Lifecycle, settings: Callable[[], Settings], *,
                  leader: _Leading | None = None,
                  probe: Callable[[LeasedResource, PoolHealth, Clock], Probe] = probe_route
                  ) -> None:

@@ -10,7 +10,7 @@ from cadenza.config.schema_settings import PoolMember, Settings
 from cadenza.resources.leased import Fields, LeasedResource
 
 if TYPE_CHECKING:
-    from cadenza.store import Store
+    from cadenza.store.protocols import PoolStore
 
 Held = Mapping[str, tuple[LeasedResource, ...]]
 """Pool name -> the members held, by id."""
@@ -49,7 +49,7 @@ def _members(settings: Settings) -> dict[str, PoolMember]:
     return found[1]
 
 
-def held_resources(store: Store, settings: Settings, run_id: str) -> Held:
+def held_resources(store: PoolStore, settings: Settings, run_id: str) -> Held:
     """What ``run_id`` holds now (LEASED or RUNNING), with each member's configuration
     (a proxy URL, a region, fields: secrets resolved). A changed proxy URL is seen at the
     member's next lease: the configuration read is the one the run was claimed with.

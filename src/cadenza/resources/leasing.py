@@ -5,7 +5,7 @@ docs/pools.md).
 :class:`PoolLeaser` is three hooks of the store, all running in transactions that exist
 anyway (leasing adds no commit):
 
-* **the claim hook** (:class:`~cadenza.store.protocols.ClaimHook`): for each run just taken whose
+* **the claim hook** (:class:`~cadenza.store.hooks.ClaimHook`): for each run just taken whose
   job ``requires`` members of pools, AVAILABLE -> LEASED by conditional UPDATEs
   (``... WHERE resource_id = :id AND state = 'AVAILABLE'``, success only when one row
   changed), pools in name order, all or nothing per run: a member that binds a route is
@@ -17,13 +17,13 @@ anyway (leasing adds no commit):
   on another, so two claims cannot deadlock whatever order they take members in. A member
   of a pool without health checks whose cooldown has passed goes COOLDOWN -> AVAILABLE
   there first (routes with ``[health]`` come back through their probes instead).
-* **the step lease hook** (:class:`~cadenza.store.protocols.StepLeaseHook`):
+* **the step lease hook** (:class:`~cadenza.store.hooks.StepLeaseHook`):
   a step's own ``requires`` (and an http step's ``via``) beyond what the run holds is taken
   at that step's start, in the boundary's transaction, the same way (``lease_step`` names
   the step), and returned at its end (RUNNING -> COOLDOWN); a step that cannot have it
   sends its run back to QUEUED with a wait_reason, no attempt spent. A staged claim, which
   writes the first step's start, takes that step's needs with the run's.
-* **the step start hook** (:class:`~cadenza.store.protocols.StepStartHook`):
+* **the step start hook** (:class:`~cadenza.store.hooks.StepStartHook`):
   LEASED -> RUNNING when the run's first step starts (or the step that leased them).
 * **the run end hook**: RUNNING -> COOLDOWN (``cooldown_until`` = now + the pool's
   ``cooldown``), LEASED -> AVAILABLE (the run ended before it started), RUNNING -> FAULT

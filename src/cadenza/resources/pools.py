@@ -28,11 +28,12 @@ from cadenza.resources.plan import PoolPlan
 
 if TYPE_CHECKING:
     from cadenza.store import Store
+    from cadenza.store.protocols import Hooked, PoolStore
 
 _LOCK = threading.Lock()
 
 
-def leaser_of(store: Store) -> PoolLeaser | None:
+def leaser_of(store: Hooked) -> PoolLeaser | None:
     """The store's leaser, when it was assembled (:func:`cadenza.assembly.assemble`)."""
     hook = store.hooks.claim
     return hook if isinstance(hook, PoolLeaser) else None
@@ -57,7 +58,7 @@ def apply_pools(store: Store, config: LoadedConfig, *, actor: str = "config") ->
     return leaser
 
 
-def sync_members(store: Store, plan: PoolPlan, *, actor: str = "config") -> None:
+def sync_members(store: PoolStore, plan: PoolPlan, *, actor: str = "config") -> None:
     """Make the store's members those of ``plan`` (see the module docstring). One read,
     and a write transaction only when something differs."""
     known = store.resource_keys()

@@ -65,8 +65,8 @@ from cadenza.scheduler.schedules import (
     policy_of,
     server_zone,
 )
-from cadenza.store import Store
 from cadenza.store.fires import NewFire
+from cadenza.store.protocols import SchedulerStore
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Scheduler:
 
     def __init__(
         self,
-        store: Store,
+        store: SchedulerStore,
         config: Any,
         *,
         clock: Clock | None = None,

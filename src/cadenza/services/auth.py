@@ -31,7 +31,7 @@ from cadenza.services.errors import InvalidRequest, NotFound, ServiceError
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
-    from cadenza.store import Store
+    from cadenza.store.protocols import AccountStore
     from cadenza.store.sessions import LoginFailures
 
 ROLE_LADDER = ("viewer", "operator", "editor", "admin")
@@ -158,7 +158,7 @@ class SessionView:
 class AuthService:
     """Authentication over one store (see the module docstring)."""
 
-    def __init__(self, store: Store, clock: Clock) -> None:
+    def __init__(self, store: AccountStore, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 

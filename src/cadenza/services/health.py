@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import cadenza
 
 if TYPE_CHECKING:
-    from cadenza.store import Store
+    from cadenza.store.protocols import Maintenance
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Health:
                 "store": self.store, "store_ok": self.store_ok, "reason": self.reason}
 
 
-def check_health(store: Store) -> Health:
+def check_health(store: Maintenance) -> Health:
     """The store answers a trivial query and its writes do not fail (never raises)."""
     version, dialect = cadenza.__version__, store.dialect
     if not store.ping():

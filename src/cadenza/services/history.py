@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
 from cadenza.services.errors import InvalidRequest, NotFound
-from cadenza.store.children import ChildRuns
 from cadenza.store.codec import run_id_time
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
-    from cadenza.store import Store
+    from cadenza.store.protocols import HistoryStore
     from cadenza.store.records import RunRecord, StepRunRecord
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -273,7 +272,7 @@ class EventView:
 class HistoryService:
     """Read-only queries of the store (see the module docstring)."""
 
-    def __init__(self, store: Callable[[], Store], clock: Clock) -> None:
+    def __init__(self, store: Callable[[], HistoryStore], clock: Clock) -> None:
         self._store = store
         self.clock = clock
 
@@ -319,7 +318,7 @@ class HistoryService:
     def get_run(self, run_id: str) -> RunDetail:
         """One run and its step attempts; NotFound for an unknown id."""
         # One read snapshot, on the DBAPI cursor (the page of a run and its API answer).
-        found = ChildRuns(self._store()).family(run_id)
+        found = self._store().children.family(run_id)
         if found is None:
             raise NotFound(f"no run {run_id!r}")
         run = found.run
@@ -358,7 +357,7 @@ class HistoryService:
             raise NotFound(f"no run {run_id!r}")
         return self._tail(store, run_id, min_level, follow, poll)
 
-    def _tail(self, store: Store, run_id: str, min_level: str | None, follow: bool,
+    def _tail(self, store: HistoryStore, run_id: str, min_level: str | None, follow: bool,
               poll: float) -> Iterator[LogLine | None]:
         after: int | None = None
         while True:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from cadenza.executor.steprun import StepOutcome
     from cadenza.services.context import Services
     from cadenza.store import Store
+    from cadenza.store.protocols import Transactions
     from cadenza.store.records import RunRecord
 
 FOLLOW_POLL_SECONDS = 0.2
@@ -288,8 +289,11 @@ class RunService:
     def _executor_for(self) -> Executor:
         if self._executor is None:
             from cadenza.executor.runner import Executor
+            from cadenza.resources.pools import apply_pools
 
-            self._executor = executor = Executor(self._store, self.services.config())
+            config = self.services.config()
+            apply_pools(self._store, config)
+            self._executor = executor = Executor(self._store, config)
             self.services.on_close(executor.close)
         return self._executor
 
@@ -500,7 +504,7 @@ _KEPT_RUNNING = ("Kept: what was recorded before; the run stays RUNNING until it
                  "from its last checkpoint (`cadenza runs show {run_id}`)")
 
 
-def leader_is_running(store: Store) -> bool:
+def leader_is_running(store: Transactions) -> bool:
     """Whether the scheduler's leadership of ``store`` is held by another process."""
     from cadenza.scheduler.leader import leadership_for
 

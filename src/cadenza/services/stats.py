@@ -10,13 +10,13 @@ from cadenza.services.history import parse_since
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
-    from cadenza.store import Store
+    from cadenza.store.protocols import Transactions
     from cadenza.store.stats import RunSeries, RunStats
 
 DEFAULT_WINDOW = "7d"
 
 
-def stats(store: Store, clock: Clock, since: str | None = None) -> RunStats:
+def stats(store: Transactions, clock: Clock, since: str | None = None) -> RunStats:
     """The figures of the runs created since ``since`` (an age like ``7d`` or an ISO time;
     default 7 days); InvalidRequest for a bad ``since``."""
     from dataclasses import replace
@@ -29,7 +29,7 @@ def stats(store: Store, clock: Clock, since: str | None = None) -> RunStats:
     return replace(run_stats(store, start), pools=pool_stats(store, start, now))
 
 
-def series(store: Store, clock: Clock, window: str) -> RunSeries:
+def series(store: Transactions, clock: Clock, window: str) -> RunSeries:
     """The dashboard's charts over ``window`` (``24h``: hourly buckets, ``7d``: 6-hourly)."""
     from datetime import timedelta
 

@@ -19,7 +19,7 @@ from cadenza.services.auth import parse_role
 from cadenza.services.errors import InvalidRequest, NotFound, Refused
 
 if TYPE_CHECKING:
-    from cadenza.store import Store
+    from cadenza.store.protocols import AccountStore
 
 TOKEN_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
@@ -53,7 +53,7 @@ class TokenView:
 class TokenService:
     """Tokens over one store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AccountStore) -> None:
         self.store = store
 
     def create(self, name: str, role: str, *, username: str | None = None,

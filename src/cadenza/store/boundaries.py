@@ -12,13 +12,13 @@ boundaries, of any runs, in one transaction and a fixed number of statements:
    ``BEGIN IMMEDIATE`` already holds the write lock): a boundary applies only when its run
    is RUNNING at the boundary's lease ``epoch``; the others are refused and change nothing;
 2. step ends (:data:`END_STEP`); the step lease hook
-   (:class:`~cadenza.store.protocols.StepLeaseHook`: the pools return what the step that
+   (:class:`~cadenza.store.hooks.StepLeaseHook`: the pools return what the step that
    ended held and take what the next step needs; a run whose step cannot have it goes back
    to QUEUED in this boundary instead of starting it); step starts as INSERTs (an attempt
    that waited goes on: PENDING -> RUNNING, :data:`RESUME_STEP`), the run's parameters
    (:data:`RUN_PARAMS`) and run ends (:data:`END_RUN`), each a guarded UPDATE of the whole
    batch, every row count checked;
-3. the run end hooks (``store.hooks.run_end``, :class:`~cadenza.store.protocols.StoreHooks`),
+3. the run end hooks (``store.hooks.run_end``, :class:`~cadenza.store.hooks.StoreHooks`),
    in order, with the runs that ended, in the same transaction;
 4. run log lines and audit events, redacted, as multi-row INSERTs;
 5. the run's checkpoint (:class:`~cadenza.store.boundary.Checkpoint`: the next step and the
@@ -35,7 +35,7 @@ through the store's redactor; the payloads of the step and run events are built 
 redacted parts plus ids, counts, states and jobs.toml identifiers (see :func:`event_row`).
 
 The events and their payloads are those the single-row methods
-(:meth:`~cadenza.store.steps.StepRunsRepository.transition_step_run`,
+(:meth:`~cadenza.store.steps.StepRunsRepository._transition_step_run`,
 :meth:`~cadenza.store.runs.RunsRepository.transition_run`) write.
 
 The run end hook is the plug point of what a run end releases besides its own lease (its

@@ -149,12 +149,12 @@ class ChildRuns:
 
     def family(self, run_id: str) -> RunFamily | None:
         """``run_id``, its parent (id, step, job, state; job and state None once pruned),
-        its children and its step attempts, on the DBAPI cursor (:meth:`StoreCore.quick_read`:
+        its children and its step attempts, on the DBAPI cursor (:meth:`StoreCore._quick_read`:
         a run's page and ``GET /api/runs/{id}``); None for an unknown run. On SQLite one
         read snapshot (BEGIN and COMMIT cost nothing there); on PostgreSQL each statement
         its own, which spares a transaction's round trips (a page refreshed while the run
         moves may show a step newer than the run's row, never a lost one)."""
-        with self.store.quick_read(snapshot=self.store.dialect == "sqlite") as read:
+        with self.store._quick_read(snapshot=self.store.dialect == "sqlite") as read:
             found = read(f"SELECT {RUN_COLUMNS_SQL} FROM runs WHERE id = ?", (run_id,))
             if not found:
                 return None
@@ -313,7 +313,7 @@ class ChildRunHook:
     """The run end hook of :class:`ChildRuns` (see the module docstring)."""
 
     def __init__(self, store: Store) -> None:
-        self.children = ChildRuns(store)
+        self.children = store.children
 
     def __call__(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
         finished = [e.run_id for e in ended if e.state in ENDED_STATES]

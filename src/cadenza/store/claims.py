@@ -14,7 +14,7 @@ runs are chosen in admission's order (priority, then scheduled time, then id); o
 ``FOR UPDATE SKIP LOCKED`` in a materialized CTE, so that concurrent claimers never take the
 same run.
 
-**The claim hook** (:class:`~cadenza.store.protocols.ClaimHook`, ``store.hooks.claim``) is
+**The claim hook** (:class:`~cadenza.store.hooks.ClaimHook`, ``store.hooks.claim``) is
 the plug point of
 what else a run must hold to start, in the claim's own transaction: from the resource pools
 on, the run's resource leases, taken in a fixed order, all or nothing. It is called with the
@@ -165,7 +165,7 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
     """Claim up to ``limit`` QUEUED runs due at ``now`` (only among ``run_ids`` / runs of
     ``job_ids`` when given; ``fresh``: only runs never claimed, epoch 0) for ``owner`` until
     ``until`` (or, a ``timedelta``: the lease's length, which PostgreSQL adds to its
-    ``now()``; see :meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`). Returns the
+    ``now()``; see :meth:`~cadenza.store.lease_clock.LeaseClock._lease_end`). Returns the
     names of the ``returning`` columns and the claimed rows (in no order), timestamps
     decoded."""
     stamp = d.ts(now)
@@ -313,7 +313,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
             if starting:
                 self._collect(c)  # the events go with the first boundaries' (see above)
             try:
-                names, rows = _take(cursor, d, owner=owner, until=self.lease_end(until, now),
+                names, rows = _take(cursor, d, owner=owner, until=self._lease_end(until, now),
                                     now=now, limit=limit, run_ids=ids, job_ids=jobs)
                 if not rows:
                     return []
@@ -414,7 +414,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
         ok = False
         try:
             _, rows = _take(cursor, d, owner=owner,
-                            until=self.lease_end(lease_until, now), now=now,
+                            until=self._lease_end(lease_until, now), now=now,
                             limit=len(staged), run_ids=[s.run_id for s in staged],
                             fresh=True, returning="id")
             taken = {row[0] for row in rows}

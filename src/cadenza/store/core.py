@@ -45,7 +45,7 @@ from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
 from cadenza.store.engine import READ_ONLY
-from cadenza.store.protocols import StoreHooks
+from cadenza.store.hooks import StoreHooks
 from cadenza.store.tables import event_log
 
 if TYPE_CHECKING:
@@ -305,14 +305,14 @@ class StoreCore:
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store read failed: {exc.orig}") from exc
 
-    def quick_rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """The rows of one SELECT (``?`` placeholders): :meth:`quick_read` for one
+    def _quick_rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one SELECT (``?`` placeholders): :meth:`_quick_read` for one
         statement."""
-        with self.quick_read() as query:
+        with self._quick_read() as query:
             return query(sql, params)
 
     @contextmanager
-    def quick_read(self, *, snapshot: bool = False
+    def _quick_read(self, *, snapshot: bool = False
                    ) -> Iterator[Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]]]:
         """A function running SELECTs (``?`` placeholders) through one pooled DBAPI
         connection, without SQLAlchemy's connection, transaction and result layers: for the
@@ -321,7 +321,7 @@ class StoreCore:
         own (SQLite: the driver's autocommit; PostgreSQL: autocommit, so that returning the
         connection to the pool costs no ROLLBACK round trip); with ``snapshot`` they share
         one read transaction. Values come raw: SQLite timestamps as text
-        (:func:`cadenza.store.codec.utc_from_raw`); compare with :meth:`raw_time`."""
+        (:func:`cadenza.store.codec.utc_from_raw`); compare with :meth:`_raw_time`."""
         postgres = self.dialect != "sqlite"
 
         def query(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -359,8 +359,8 @@ class StoreCore:
                 raise StoreError(f"store read failed: {exc}") from exc
             raise
 
-    def raw_time(self, value: datetime) -> Any:
-        """``value`` as :meth:`quick_rows` compares it with a timestamp column: SQLite's
+    def _raw_time(self, value: datetime) -> Any:
+        """``value`` as :meth:`_quick_rows` compares it with a timestamp column: SQLite's
         naive UTC text of fixed width, PostgreSQL's aware datetime."""
         utc = require_aware(value)
         if self.dialect == "sqlite":

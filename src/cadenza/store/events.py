@@ -14,8 +14,6 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import TERMINAL_RUN_STATES
-from cadenza.domain.texts import cut_redacted
-from cadenza.store import later
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.records import EventRecord, LogRecord
@@ -81,7 +79,7 @@ class EventsRepository(StoreCore):
         cursor of newest-first pages (events with a smaller ``event_id``); ``actor`` keeps the
         events of one actor (``user:ana``).
         """
-        # Hand-written SQL on the DBAPI cursor (StoreCore.quick_read): the read behind
+        # Hand-written SQL on the DBAPI cursor (StoreCore._quick_read): the read behind
         # every events page and a run's audit trail.
         where: list[str] = []
         params: list[Any] = []
@@ -95,7 +93,7 @@ class EventsRepository(StoreCore):
             where.append(EVENT_ACTOR_INDEXED)  # the partial index's condition: it is used
         if since is not None:
             where.append('"created_at" >= ?')
-            params.append(self.raw_time(require_aware(since, "since")))
+            params.append(self._raw_time(require_aware(since, "since")))
         if after_id is not None:
             where.append('"event_id" > ?')
             params.append(after_id)
@@ -105,37 +103,9 @@ class EventsRepository(StoreCore):
         sql = (f"SELECT {_EVENT_COLUMNS_SQL} FROM event_log"
                + (" WHERE " + " AND ".join(where) if where else "")
                + f' ORDER BY "event_id"{" DESC" if newest_first else ""} LIMIT ?')
-        with self.quick_read() as read:
+        with self._quick_read() as read:
             rows = read(sql, (*params, limit))
         return [EventRecord.from_raw(row) for row in rows]
-
-    def append_log(
-        self,
-        run_id: str,
-        level: Level | str,
-        message: str,
-        *,
-        step: str | None = None,
-        conn: sa.Connection | None = None,
-    ) -> int:
-        """Append one line to the run's log (``ts`` = now), redacted; returns its id.
-
-        With ``conn``, the line commits with the caller's transaction. Writes no event.
-        """
-        level = Level(level)
-        with self._joined(conn) as c:
-            if self.dialect == "postgresql":  # after the rows kept for the commit, in order
-                later.send(c.connection.driver_connection)
-            key = c.execute(
-                run_logs.insert().values(
-                    run_id=run_id,
-                    ts=self._now(),
-                    level=level.value,
-                    step=step,
-                    message=cut_redacted(self.redactor.redact_text(message)),
-                )
-            ).inserted_primary_key
-        return int(key[0]) if key is not None else 0
 
     def list_logs(
         self,

@@ -50,7 +50,7 @@ class LeaseClock(StoreCore):
     lease_time: LeaseTime = "clock"
     """``"clock"``: the store's clock; ``"database"``: the database's time."""
 
-    def lease_end(self, until: datetime, now: datetime) -> datetime | timedelta:
+    def _lease_end(self, until: datetime, now: datetime) -> datetime | timedelta:
         """What a claim or renewal writes for a lease that ends at ``until`` on a clock that
         reads ``now``: ``until`` itself (``"clock"``); the same length from the OS clock
         (SQLite, ``"database"``); or the length alone, which the statement adds to
@@ -63,7 +63,7 @@ class LeaseClock(StoreCore):
             return length
         return OS_CLOCK.now() + length
 
-    def store_time(self, conn: sa.Connection | None = None) -> datetime:
+    def _store_time(self, conn: sa.Connection | None = None) -> datetime:
         """The time by which this store judges leases now: its clock (``"clock"``), the OS
         clock (SQLite, ``"database"``) or PostgreSQL's ``clock_timestamp()`` (one query; in
         ``conn``'s transaction when given)."""
@@ -80,9 +80,9 @@ class LeaseClock(StoreCore):
         return require_aware(cast("datetime", value), "clock_timestamp()")
 
     def clock_skew(self, clock: Clock) -> timedelta:
-        """How far ``clock`` (a node's) runs ahead of :meth:`store_time` (negative: behind),
+        """How far ``clock`` (a node's) runs ahead of :meth:`_store_time` (negative: behind),
         read around one look at the store's time (half the look's duration is the error)."""
         before = clock.now()
-        store = self.store_time()
+        store = self._store_time()
         after = clock.now()
         return before + (after - before) / 2 - store

@@ -274,7 +274,7 @@ def restore_sqlite(database: Path, source: Path, *, now: datetime, actor: str,
             con.execute("VACUUM INTO ?", (str(staged),))
         store = open_store(f"sqlite:///{staged.as_posix()}")
         try:
-            expired = store.expire_run_leases(now, actor=actor, source=str(source))
+            expired = store._expire_run_leases(now, actor=actor, source=str(source))
             with store.read() as conn:
                 revision_now = migrations.current_revisions(conn)[0]
         finally:
@@ -405,7 +405,7 @@ def _process(pid: int) -> str:
 class MaintenanceRepository(LeaseClock):
     """Backup, retention and the write-ahead log over the store's own database."""
 
-    def sqlite_file(self) -> Path:
+    def _sqlite_file(self) -> Path:
         """The database file of a SQLite store; :class:`StoreError` for other stores."""
         path = sqlite_path(self.engine.url) if self.dialect == "sqlite" else None
         if path is None:
@@ -419,7 +419,7 @@ class MaintenanceRepository(LeaseClock):
         exists, unless ``force``; it is written 0600 and replaced atomically, so a failed
         backup leaves no partial file and no old backup half-overwritten.
         """
-        source = self.sqlite_file()
+        source = self._sqlite_file()
         target = target.resolve()
         if target == source:
             raise StoreError(f"{target} is the live store itself")
@@ -448,14 +448,14 @@ class MaintenanceRepository(LeaseClock):
                              info.events)
         return BackupReport(info, self.clock.monotonic() - started)
 
-    def expire_run_leases(self, now: datetime, *, actor: str = "restore",
+    def _expire_run_leases(self, now: datetime, *, actor: str = "restore",
                               source: str = "") -> list[str]:
         """Set ``lease_until`` one second before ``now``, the store's time and the host's
         clock, whichever is earliest (whichever judges the store next, the leases have
         expired), on every RUNNING run (a restored store: the workers that held them are
         gone) and write one STORE_RESTORED event. Returns the ids of those runs. Changes
         nothing else: the reclaim at the next ``cadenza serve`` start re-queues them."""
-        past = min(require_aware(now, "now"), self.store_time(),
+        past = min(require_aware(now, "now"), self._store_time(),
                    OS_CLOCK.now()) - timedelta(seconds=1)
         with self.write() as conn:
             ids = [row[0] for row in conn.execute(
@@ -520,7 +520,7 @@ class MaintenanceRepository(LeaseClock):
 
     # -- retention --------------------------------------------------------------------------
 
-    def prunable_runs(self, cutoff: datetime, keep_last: int) -> list[tuple[str, str]]:
+    def _prunable_runs(self, cutoff: datetime, keep_last: int) -> list[tuple[str, str]]:
         """(run id, state) of every run :meth:`prune` would delete at ``cutoff``, job by job:
         finished, ended before ``cutoff``, and not among the job's ``keep_last`` most recent
         finished runs (by creation). Reads only (one snapshot per job)."""
@@ -557,7 +557,7 @@ class MaintenanceRepository(LeaseClock):
         now = require_aware(now or self._now(), "now")
         report = PruneReport(now - timedelta(days=days), days, keep_last, dry_run)
         started = self.clock.monotonic()
-        doomed = self.prunable_runs(report.cutoff, keep_last)
+        doomed = self._prunable_runs(report.cutoff, keep_last)
         for chunk in _chunks(doomed, batch_size):
             self._prune_runs(chunk, report)
         self._prune_events(report, batch_size)
@@ -565,7 +565,7 @@ class MaintenanceRepository(LeaseClock):
             self._count_events_of(doomed, report, batch_size)
         report.seconds = self.clock.monotonic() - started
         if not dry_run and (report.runs or report.events):
-            report.event_id = self.append_retention_event(report, actor)
+            report.event_id = self._append_retention_event(report, actor)
         return report
 
     def _prune_runs(self, chunk: Sequence[tuple[str, str]], report: PruneReport) -> None:
@@ -636,7 +636,7 @@ class MaintenanceRepository(LeaseClock):
                         event_log.c.run_id.in_([run_id for run_id, _ in chunk]),
                         event_log.c.created_at < cutoff)).scalar_one())
 
-    def append_retention_event(self, report: PruneReport, actor: str) -> int:
+    def _append_retention_event(self, report: PruneReport, actor: str) -> int:
         """The RETENTION_PRUNED event: what a prune deleted (its report as payload)."""
         message = (f"retention pruned {report.runs} run(s), {report.step_runs} step run(s), "
                    f"{report.logs} log line(s) and {report.events} event(s) older than "

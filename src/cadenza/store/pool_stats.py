@@ -18,13 +18,15 @@ import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType
-from cadenza.store.core import StoreCore
 from cadenza.store.tables import event_log, resource_health, resources
+
+if TYPE_CHECKING:
+    from cadenza.store.protocols import Transactions
 
 HELD = frozenset({"LEASED", "RUNNING"})
 _CHANGES = (EventType.RESOURCE_LEASED.value, EventType.RESOURCE_RELEASED.value,
@@ -74,7 +76,7 @@ class PoolStats:
     cooling: list[Cooling]
 
 
-def pool_stats(store: StoreCore, since: datetime, now: datetime) -> PoolStats:
+def pool_stats(store: Transactions, since: datetime, now: datetime) -> PoolStats:
     """The pool figures of the window ``[since, now]`` (see the module docstring)."""
     with store.read() as c:
         members = c.execute(

@@ -80,7 +80,7 @@ class RunRecord:
     @staticmethod
     def from_raw(row: Any) -> RunRecord:
         """A run from a raw row of every column of ``runs`` in table order, timestamps as
-        the driver gives them (:meth:`StoreCore.quick_read`: the history's pages)."""
+        the driver gives them (:meth:`StoreCore._quick_read`: the history's pages)."""
         run: RunRecord = _make_raw_run(row)
         return run
 
@@ -167,7 +167,7 @@ class StepRunRecord:
     @staticmethod
     def from_raw(row: Any) -> StepRunRecord:
         """An attempt from a raw row of every column of ``step_runs`` in table order
-        (:meth:`StoreCore.quick_read`: a run's page)."""
+        (:meth:`StoreCore._quick_read`: a run's page)."""
         m = dict(zip(_STEP_FIELDS, row, strict=True))
         t = utc_from_raw
         return StepRunRecord(

@@ -129,23 +129,6 @@ class ResourcesRepository(Transitions):
         """
         return self._transition_resource(resource_id, to, actor, reason, fields, epoch, conn)[0]
 
-    def transition_resource_or_raise(
-        self,
-        resource_id: str,
-        to: ResourceState,
-        *,
-        actor: str = "system",
-        reason: str | None = None,
-        fields: Mapping[str, Any] | None = None,
-        epoch: int | None = None,
-        conn: sa.Connection | None = None,
-    ) -> None:
-        """:meth:`transition_resource`, raising :class:`InvalidTransition` /
-        :class:`StaleEpoch` / :class:`StoreError` (no such resource) when nothing changed."""
-        done, frm = self._transition_resource(resource_id, to, actor, reason, fields, epoch, conn)
-        if not done:
-            RESOURCE_MACHINE.refuse(resource_id, ResourceState(to), epoch, frm)
-
     def _transition_resource(
         self,
         resource_id: str,

@@ -152,13 +152,13 @@ class RunLeasesRepository(LeaseClock):
         to ``until``, in ONE UPDATE; returns which were renewed (with their pending cancel
         requests) and, read only when some were not, why the others were not. ``until`` is
         read on the store's clock; the lease is written on the store's time
-        (:meth:`~cadenza.store.lease_clock.LeaseClock.lease_end`: on PostgreSQL judged by
+        (:meth:`~cadenza.store.lease_clock.LeaseClock._lease_end`: on PostgreSQL judged by
         the database, ``now() +`` its length).
 
         Changes ``lease_until`` only; writes no event (a renewal is not a state change)."""
         if not leases:
             return Renewal()
-        end = self.lease_end(until, self._now())
+        end = self._lease_end(until, self._now())
         match, params = _values(leases)
         if isinstance(end, timedelta):
             statement = sa.text(
@@ -276,7 +276,7 @@ class RunLeasesRepository(LeaseClock):
             .where(step_runs.c.run_id == run_id, step_runs.c.state == StepState.PENDING.value)
             .order_by(step_runs.c.id)).scalars().all()
         for step_run_id in waiting:
-            steps.transition_step_run(step_run_id, StepState.CANCELED, reason=reason,
+            steps._transition_step_run(step_run_id, StepState.CANCELED, reason=reason,
                                       actor=by, conn=conn)
 
     def reap_expired_run_leases(
@@ -302,7 +302,7 @@ class RunLeasesRepository(LeaseClock):
         RUN_RECOVERED with the old owner and epoch. On PostgreSQL the candidates are read
         ``FOR UPDATE SKIP LOCKED``: nodes reaping at once split the work.
 
-        The store's time (:meth:`~cadenza.store.lease_clock.LeaseClock.store_time`) decides
+        The store's time (:meth:`~cadenza.store.lease_clock.LeaseClock._store_time`) decides
         what expired: ``now`` (default: the store's clock) when the store judges leases by
         its clock; the database's clock (read once, first in the transaction) or the host's
         when it judges them by the database (``now`` then only dates the changes and
@@ -310,7 +310,7 @@ class RunLeasesRepository(LeaseClock):
         at = require_aware(now or self._now(), "now")
         recovered: list[Recovered] = []
         with self.write() as conn:
-            expiry = at if self.lease_time != "database" else self.store_time(conn)
+            expiry = at if self.lease_time != "database" else self._store_time(conn)
             expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < expiry)
             if owner_like is not None and dead_owner is not None:
                 expired = sa.or_(expired, runs.c.lease_owner.like(owner_like))

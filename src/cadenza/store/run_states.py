@@ -26,7 +26,7 @@ same event carries the same payload from every path: :class:`RunChanged`
 (RUN_STATE_CHANGED), :class:`RunFinished` (RUN_FINISHED), :class:`RunRecovery`
 (RUN_RECOVERED); :func:`state_events` gives the events of any change. What else a run's end
 writes (its resource leases, a notification's outbox row, a waiting parent) is the store's
-run end hooks (:class:`~cadenza.store.protocols.StoreHooks`), called by each writer in its
+run end hooks (:class:`~cadenza.store.hooks.StoreHooks`), called by each writer in its
 transaction.
 
 A run's recoveries (a lost worker's run taken back by the reaper) are counted in

@@ -143,7 +143,7 @@ class RunsRepository(StepRunsRepository):
         """
         return self._transition_run(run_id, to, actor, reason, epoch, fields, conn)[0]
 
-    def transition_run_or_raise(
+    def _transition_run_or_raise(
         self,
         run_id: str,
         to: RunState,
@@ -257,13 +257,13 @@ class RunsRepository(StepRunsRepository):
                 step_runs.c.run_id == run_id)).scalars()) if skip else set()
             for step, step_type in skip:
                 if step not in recorded:
-                    self.create_step_run(run_id, step, step_type, 1, state=StepState.SKIPPED,
+                    self._create_step_run(run_id, step, step_type, 1, state=StepState.SKIPPED,
                                          reason=EARLIER_STEP_FAILED, actor=actor, conn=c)
             fields: dict[str, Any] = {}
             if to is RunState.QUEUED:
                 fields = {"not_before": None, "wait_reason": None, "started_at": self._now()}
             # Fenced on the epoch read here: a run resumed and claimed meanwhile is not hit.
-            self.transition_run_or_raise(run_id, to, actor=actor, reason=reason,
+            self._transition_run_or_raise(run_id, to, actor=actor, reason=reason,
                                          epoch=run.lease_epoch, fields=fields, conn=c)
             after = self.get_run(run_id, conn=c)
         assert after is not None
@@ -299,7 +299,7 @@ class RunsRepository(StepRunsRepository):
         run (the next newer page), still returned newest first. Several states are one
         query each (an ordered range of ``ix_runs_state_created``), merged.
         """
-        # Hand-written SQL on the DBAPI cursor (StoreCore.quick_read): this is the read of
+        # Hand-written SQL on the DBAPI cursor (StoreCore._quick_read): this is the read of
         # every history page (API and web), and SQLAlchemy's layers cost more than it.
         where: list[str] = []
         params: list[Any] = []
@@ -315,10 +315,10 @@ class RunsRepository(StepRunsRepository):
         if trigger is not None:
             where.append('"trigger" = ?')
             params.append(trigger)
-        with self.quick_read() as read:
+        with self._quick_read() as read:
             if isinstance(before, datetime):
                 where.append('"created_at" < ?')
-                params.append(self.raw_time(before))
+                params.append(self._raw_time(before))
             elif before is not None:
                 found = read('SELECT "created_at" FROM runs WHERE "id" = ?', (before,))
                 if not found:
@@ -329,7 +329,7 @@ class RunsRepository(StepRunsRepository):
                     params.append(before)
                     if made is not None:
                         where.append('"created_at" < ?')
-                        params.append(self.raw_time(made + timedelta(milliseconds=1)))
+                        params.append(self._raw_time(made + timedelta(milliseconds=1)))
                 else:
                     # "<= t AND (< t OR id <)": one index range on created_at (the
                     # equivalent "< t OR (= t AND id <)" makes SQLite sort every older run)

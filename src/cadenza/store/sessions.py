@@ -184,18 +184,6 @@ class SessionsRepository(StoreCore):
                                         "address": address, "reason": reason},
                                actor="system", now=now)
 
-    def login_failures_since(self, username: str, address: str,
-                             since: datetime) -> tuple[int, int]:
-        """Failed logins since ``since``: (for that user, from that address)."""
-        with self.read() as c:
-            by_user = c.execute(sa.select(sa.func.count()).select_from(login_failures).where(
-                login_failures.c.username == username[:64],
-                login_failures.c.failed_at >= since)).scalar_one()
-            by_address = c.execute(sa.select(sa.func.count()).select_from(login_failures)
-                                   .where(login_failures.c.address == address[:64],
-                                          login_failures.c.failed_at >= since)).scalar_one()
-        return int(by_user), int(by_address)
-
     def login_failures_of(self, username: str, address: str,
                           since: datetime) -> LoginFailures:
         """Failed logins since ``since`` for this user name from this address, from this
@@ -257,7 +245,7 @@ class SessionsRepository(StoreCore):
     def token_credential(self, token_hash: str) -> Credential | None:
         """The live token with that hash and its user, in one statement (every request
         with a bearer token); its ``last_used_at`` set to now at most once a minute."""
-        rows = self.quick_rows(_TOKEN_SQL, (token_hash,))
+        rows = self._quick_rows(_TOKEN_SQL, (token_hash,))
         if not rows:
             return None
         name, username, roles, last, user, user_roles, disabled = rows[0]
@@ -272,7 +260,7 @@ class SessionsRepository(StoreCore):
     def session_credential(self, session_hash: str) -> Credential | None:
         """The live (not revoked, not expired) session with that id and its user, in one
         statement (every request with a session cookie)."""
-        rows = self.quick_rows(_SESSION_SQL, (session_hash, self.raw_time(self._now())))
+        rows = self._quick_rows(_SESSION_SQL, (session_hash, self._raw_time(self._now())))
         if not rows:
             return None
         session_id, username, csrf, user, user_roles, disabled, language = rows[0]

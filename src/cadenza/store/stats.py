@@ -13,13 +13,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from cadenza.store.core import StoreCore
 from cadenza.store.pool_stats import PoolStats
 from cadenza.store.tables import resources, runs, step_runs
+
+if TYPE_CHECKING:
+    from cadenza.store.protocols import Transactions
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class RunStats:
         }
 
 
-def run_stats(store: StoreCore, since: datetime) -> RunStats:
+def run_stats(store: Transactions, since: datetime) -> RunStats:
     """The figures of the runs created at or after ``since``."""
     with store.read() as c:
         sqlite = c.dialect.name == "sqlite"
@@ -162,7 +164,7 @@ class RunSeries:
     execution_mean: list[float | None]
 
 
-def run_series(store: StoreCore, since: datetime, until: datetime, step: timedelta) -> RunSeries:
+def run_series(store: Transactions, since: datetime, until: datetime, step: timedelta) -> RunSeries:
     """:class:`RunSeries` of the runs created between ``since`` and ``until`` (the runs of
     :func:`run_stats`), aggregated by the database: two grouped reads over the
     ``created_at`` index, one row per bucket and state, whatever the number of runs."""
@@ -231,7 +233,7 @@ def _epoch(dialect: str, column: Any) -> Any:
 # -- what ``GET /metrics`` reads at each scrape (cadenza.web.metrics) -----------------------
 
 
-def run_counts(store: StoreCore) -> list[tuple[str, str, int]]:
+def run_counts(store: Transactions) -> list[tuple[str, str, int]]:
     """Runs in the store by job and state: (job id, state, count) each."""
     with store.read() as c:
         rows = c.execute(sa.select(runs.c.job_id, runs.c.state, sa.func.count())
@@ -239,7 +241,7 @@ def run_counts(store: StoreCore) -> list[tuple[str, str, int]]:
     return [(row[0], row[1], int(row[2])) for row in rows]
 
 
-def ended_since(store: StoreCore, since: datetime) -> list[tuple[str, datetime, datetime]]:
+def ended_since(store: Transactions, since: datetime) -> list[tuple[str, datetime, datetime]]:
     """The runs that finished at or after ``since`` having started: (job id, started_at,
     finished_at) each."""
     with store.read() as c:
@@ -249,7 +251,7 @@ def ended_since(store: StoreCore, since: datetime) -> list[tuple[str, datetime, 
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def pool_counts(store: StoreCore) -> list[tuple[str, str, int]]:
+def pool_counts(store: Transactions) -> list[tuple[str, str, int]]:
     """Pool members by pool and state: (pool, state, count) each."""
     with store.read() as c:
         rows = c.execute(sa.select(resources.c.pool, resources.c.state, sa.func.count())

@@ -6,7 +6,7 @@ UPDATE, row count, event in the same transaction); an optional ``epoch`` fences 
 parent run's lease, so a worker that lost its run cannot record a step.
 
 The executor records step boundaries in bulk (:mod:`cadenza.store.boundaries`) with the same
-events; :meth:`StepRunsRepository.transition_step_run` is the single-row path (the reaper
+events; :meth:`StepRunsRepository._transition_step_run` is the single-row path (the reaper
 ends the step runs of a lost worker with it).
 """
 
@@ -37,7 +37,7 @@ STEP_MACHINE = Machine(
     .where(step_runs.c.id == sa.bindparam("p_id")).with_for_update(),
     fields=STEP_FIELDS, stale="run lease epoch {epoch} is stale",
 )
-"""The step run state machine of :meth:`StepRunsRepository.transition_step_run`."""
+"""The step run state machine of :meth:`StepRunsRepository._transition_step_run`."""
 
 STEP_FINAL_STATES = frozenset(
     {StepState.SUCCEEDED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELED}
@@ -56,7 +56,7 @@ def _step_event(to: StepState) -> tuple[EventType, Level]:
 class StepRunsRepository(Transitions):
     """Step runs (table ``step_runs``)."""
 
-    def create_step_run(
+    def _create_step_run(
         self,
         run_id: str,
         step: str,
@@ -118,7 +118,7 @@ class StepRunsRepository(Transitions):
             )
         return step_run_id
 
-    def transition_step_run(
+    def _transition_step_run(
         self,
         step_run_id: int,
         to: StepState,
@@ -163,7 +163,7 @@ class StepRunsRepository(Transitions):
         *,
         at: datetime | None = None,
     ) -> tuple[bool, StepState | None]:
-        """:meth:`transition_step_run`; ``at`` (default: now on the store's clock) is the
+        """:meth:`_transition_step_run`; ``at`` (default: now on the store's clock) is the
         time written (the reaper passes the time it reaps at)."""
         to = StepState(to)
         explicit = self._step_values(fields)

@@ -15,6 +15,7 @@ own when given ``conn=`` from :meth:`Store.write`).
 
 from __future__ import annotations
 
+import functools
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from cadenza.store import protocols
 from cadenza.store.admission import AdmissionRepository
 from cadenza.store.boundaries import BoundaryWriter
 from cadenza.store.checkpoints import CheckpointsRepository
+from cadenza.store.children import ChildRuns
 from cadenza.store.claims import RunClaims
 from cadenza.store.core import NoRedaction, Redactor
 from cadenza.store.cursors import CursorsRepository
@@ -111,6 +113,11 @@ class Store(
             raise
         return store
 
+    @functools.cached_property
+    def children(self) -> ChildRuns:
+        """The parent/child queries and writes of ``call_job`` runs."""
+        return ChildRuns(self)
+
     def ping(self) -> bool:
         """True when the database answers a trivial query (for ``/api/health``)."""
         try:
@@ -137,9 +144,36 @@ class Store(
 
 if TYPE_CHECKING:
 
-    def _implements_every_protocol(store: Store) -> tuple[
-        protocols.RunQueue, protocols.RunControl, protocols.RunLeases, protocols.Resources,
-        protocols.EventQueries, protocols.AuditLog, protocols.HistoryQueries,
-    ]:
-        """mypy checks here that :class:`Store` implements each consumer's protocol."""
-        return store, store, store, store, store, store, store
+    def _implements_every_protocol(store: Store) -> list[object]:
+        """mypy checks here that :class:`Store` implements each protocol of its consumers."""
+        _transactions: protocols.Transactions = store
+        _run_queue: protocols.RunQueue = store
+        _run_boundaries: protocols.RunBoundaries = store
+        _run_commands: protocols.RunCommands = store
+        _run_leases: protocols.RunLeases = store
+        _run_families: protocols.RunFamilies = store
+        _resources: protocols.Resources = store
+        _event_queries: protocols.EventQueries = store
+        _audit_log: protocols.AuditLog = store
+        _history_queries: protocols.HistoryQueries = store
+        _admission: protocols.Admission = store
+        _schedules: protocols.Schedules = store
+        _checkpoints: protocols.Checkpoints = store
+        _accounts: protocols.Accounts = store
+        _idempotency_keys: protocols.IdempotencyKeys = store
+        _maintenance: protocols.Maintenance = store
+        _hooked: protocols.Hooked = store
+        _scheduler_store: protocols.SchedulerStore = store
+        _dispatch_store: protocols.DispatchStore = store
+        _reaper_store: protocols.ReaperStore = store
+        _worker_store: protocols.WorkerStore = store
+        _pool_store: protocols.PoolStore = store
+        _notify_store: protocols.NotifyStore = store
+        _account_store: protocols.AccountStore = store
+        _history_store: protocols.HistoryStore = store
+        return [_transactions, _run_queue, _run_boundaries, _run_commands, _run_leases,
+                _run_families, _resources, _event_queries, _audit_log, _history_queries,
+                _admission, _schedules, _checkpoints, _accounts, _idempotency_keys,
+                _maintenance, _hooked, _scheduler_store, _dispatch_store, _reaper_store,
+                _worker_store, _pool_store, _notify_store, _account_store,
+                _history_store]

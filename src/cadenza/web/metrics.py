@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 
 from cadenza.domain.states import ResourceState
 from cadenza.services.auth import Principal
-from cadenza.store import Store
+from cadenza.store.protocols import Transactions
 from cadenza.store.stats import ended_since, pool_counts, run_counts
 from cadenza.web.api.errors import ERROR_RESPONSES
 from cadenza.web.auth import SESSION_COOKIE, VIEWER, context
@@ -39,7 +39,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 class StoreCollector(Collector):
     """The store's figures as Prometheus families (see the module docstring)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Transactions) -> None:
         self.store = store
 
     def collect(self) -> Iterator[Metric]:

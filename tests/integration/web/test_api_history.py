@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import START, ApiEnv, api_env
+from tests.support.store_helpers import append_log
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -75,8 +76,8 @@ def test_events_cursor_log_and_actions(env: ApiEnv) -> None:
     assert ids == sorted(ids) and len(ids) == len(set(ids)) == len(env.store.list_events())
     by_run = operator.get("/api/events", params={"run": run_id}).json()["events"]
     assert by_run and {e["run"] for e in by_run} == {run_id}
-    env.store.append_log(run_id, "WARNING", "a warning")
-    env.store.append_log(run_id, "DEBUG", "a detail")
+    append_log(env.store, run_id, "WARNING", "a warning")
+    append_log(env.store, run_id, "DEBUG", "a detail")
     lines = operator.get(f"/api/runs/{run_id}/log", params={"level": "warning"}).json()
     assert [line["message"] for line in lines] == ["a warning"]
     resume = operator.post(f"/api/runs/{run_id}/resume")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import api_env
+from tests.support.store_helpers import login_failures_since
 
 from cadenza.web.limits import MAX_BODY_BYTES
 
@@ -65,7 +66,7 @@ def test_a_nul_byte_in_the_url_is_the_clients_error(tmp_path: Path, backend: str
             login = env.client.post("/api/login", json={"username": "ana\x00",
                                                         "password": "x"})
             assert login.status_code == 401, login.text
-        failures = env.store.login_failures_since(
+        failures = login_failures_since(env.store,
             "ana\\x00", "testclient", env.services.clock.now() - timedelta(hours=1))
         assert failures[0] == 2, failures
 

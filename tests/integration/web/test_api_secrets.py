@@ -19,6 +19,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 import sqlalchemy as sa
 from tests.integration.web.api_env import START, api_env
+from tests.support.store_helpers import append_log
 
 from cadenza.domain.states import RunState
 from cadenza.store.tables import event_log, notification_log, resource_health, resources
@@ -66,7 +67,7 @@ def test_secret_appears_nowhere(tmp_path: Path, caplog: pytest.LogCaptureFixture
         run_id = run.json()["run_id"]
         keep(operator.get("/api/runs"))
         keep(operator.get(f"/api/runs/{run_id}"))
-        env.store.append_log(run_id, "INFO", f"calling downstream with Bearer {SECRET}")
+        append_log(env.store, run_id, "INFO", f"calling downstream with Bearer {SECRET}")
         env.store.transition_run(run_id, RunState.CANCELED, reason=f"stopped {SECRET}")
         keep(operator.get(f"/api/runs/{run_id}/log", params={"follow": "1"}))
         keep(operator.get(f"/api/runs/{run_id}/log"))
@@ -226,7 +227,7 @@ def test_proxy_and_channel_secrets_appear_nowhere(tmp_path: Path,
         keep(operator.get("/api/jobs/sales-load"))
         keep(operator.get("/api/jobs"))
         run_id = operator.post("/api/jobs/hello/runs", json={}).json()["run_id"]
-        env.store.append_log(run_id, "WARNING", f"via http://user:{PROXY_PW}@127.0.0.1:{web} "
+        append_log(env.store, run_id, "WARNING", f"via http://user:{PROXY_PW}@127.0.0.1:{web} "
                              f"to http://127.0.0.1:{web}/hooks/{HOOK} as cadenza/{SMTP_PW}")
         env.store.transition_run(run_id, RunState.CANCELED, reason=f"stopped {PROXY_PW}")
         keep(operator.get(f"/api/runs/{run_id}/log", params={"follow": "1"}))

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.integration.web.served import PASSWORD, client, make_home, self_signed, served
+from tests.support.store_helpers import login_failures_since
 
 from cadenza.config.loader import validate_settings_text
 from cadenza.server import exposure_warning
@@ -82,8 +83,8 @@ def test_proxy_headers_only_from_trusted_proxies(tmp_path: Path, trusted: bool,
         seen = "203.0.113.7" if trusted else "127.0.0.1"
         other = "127.0.0.1" if trusted else "203.0.113.7"
         # the address login throttling counts is the forwarded one only from a trusted proxy
-        assert store.login_failures_since("viewer", seen, since)[1] == 1
-        assert store.login_failures_since("viewer", other, since)[1] == 0
+        assert login_failures_since(store, "viewer", seen, since)[1] == 1
+        assert login_failures_since(store, "viewer", other, since)[1] == 0
         # so is the access log's, and https (a Secure cookie) from X-Forwarded-Proto
         logins = [r.getMessage() for r in caplog.records if "path=/api/login" in r.getMessage()]
         assert logins and all(f"client={seen}" in line for line in logins), logins

@@ -186,9 +186,9 @@ def test_job_page_grid_and_charts(env: ApiEnv) -> None:
     run_ids = []
     for state in (RunState.SUCCEEDED, RunState.FAILED):
         run_id = store.create_run("hello", "manual:test")
-        step = store.create_step_run(run_id, "count", "python", state=StepState.RUNNING)
+        step = store._create_step_run(run_id, "count", "python", state=StepState.RUNNING)
         store.transition_run(run_id, RunState.RUNNING)
-        store.transition_step_run(step, StepState(state.value))
+        store._transition_step_run(step, StepState(state.value))
         store.transition_run(run_id, state)
         run_ids.append(run_id)
     missed = store.create_run("hello", "schedule", state=RunState.MISSED, schedule="job",
@@ -376,7 +376,7 @@ def test_bulk_reads_on_each_backend(tmp_path: Path, request: pytest.FixtureReque
     with api_env(tmp_path, store_url=url) as env:
         store = env.store
         ids = [store.create_run(job, "manual:test") for job in ("hello", "sales-load") * 3]
-        store.create_step_run(ids[0], "count", "python", state=StepState.SKIPPED,
+        store._create_step_run(ids[0], "count", "python", state=StepState.SKIPPED,
                               reason="disabled")
         viewer = env.session("viewer")
         page = viewer.get("/jobs").text

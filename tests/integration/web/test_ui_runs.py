@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import START, ApiEnv, api_env
+from tests.support.store_helpers import append_log
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -192,8 +193,8 @@ def test_actions_redirect_and_refuse(env: ApiEnv) -> None:
 def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     (run_id,) = _runs(env, 1)
     store = env.store
-    store.append_log(run_id, "INFO", "first")
-    store.append_log(run_id, "WARNING", "two\nlines " + XSS[0])
+    append_log(store, run_id, "INFO", "first")
+    append_log(store, run_id, "WARNING", "two\nlines " + XSS[0])
     store.transition_run(run_id, RunState.CANCELED, reason="test")
     viewer = env.session("viewer")
     stream = viewer.get(f"/runs/{run_id}/live", params={"after": 1, "state": "QUEUED"})
@@ -223,7 +224,7 @@ def test_pages_escape_what_users_and_steps_wrote(env: ApiEnv) -> None:
     store = env.store
     run_id = store.create_run("hello", f"manual:{XSS[1]}", params={"period": XSS[0]})
     assert run_id is not None
-    store.append_log(run_id, "ERROR", XSS[0] + XSS[1])
+    append_log(store, run_id, "ERROR", XSS[0] + XSS[1])
     store.transition_run(run_id, RunState.RUNNING)
     store.transition_run(run_id, RunState.NEEDS_REVIEW, reason=XSS[1],
                          fields={"error": XSS[0]})

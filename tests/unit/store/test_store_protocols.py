@@ -17,7 +17,8 @@ def _members(protocol: type[Any]) -> dict[str, Any]:
     for klass in reversed(protocol.__mro__):
         if klass.__module__ == "cadenza.store.protocols":
             found.update({name: value for name, value in vars(klass).items()
-                          if callable(value) and not name.startswith("_")})
+                          if (callable(value) or isinstance(value, property))
+                          and not name.startswith("_")})
     return found
 
 
@@ -32,6 +33,9 @@ def test_store_has_every_method_of_the_protocol_with_its_parameters(protocol: ty
     assert members, f"{protocol.__name__} declares no method"
     for name, declared in members.items():
         implemented = getattr(Store, name, None)
+        if isinstance(declared, property):  # a property or a cached one
+            assert implemented is not None, f"Store lacks {protocol.__name__}.{name}"
+            continue
         assert callable(implemented), f"Store lacks {protocol.__name__}.{name}"
         assert _shape(implemented) == _shape(declared), f"{protocol.__name__}.{name}"
 
@@ -41,3 +45,21 @@ def test_the_read_protocol_writes_nothing_and_the_lease_protocol_speaks_run_leas
     assert not [n for n in reads if n.startswith(("create", "append", "transition", "request"))]
     assert set(_members(AuditLog)) == {"append_event", "list_events"}
     assert {"renew_run_leases", "reap_expired_run_leases"} <= set(_members(RunLeases))
+
+
+COMPOSITION = {"open", "use_hooks", "emit_events", "extends_resource_leases"}
+"""What only the assembly and the opening of a store use (cadenza.assembly, Store.open):
+the hooks table, and how a hook writes with the store's events and run leases."""
+
+
+def test_the_stores_public_surface_is_what_the_protocols_list() -> None:
+    declared: set[str] = set()
+    for protocol in PROTOCOLS:
+        for klass in protocol.__mro__:
+            if klass.__module__ == "cadenza.store.protocols":
+                declared |= {n for n in [*vars(klass), *getattr(klass, "__annotations__", {})]
+                             if not n.startswith("_")}
+    declared.add("hooks")  # Hooked's attribute (an instance attribute of the store)
+    public = {name for name in dir(Store) if not name.startswith("_")}
+    assert public - declared - COMPOSITION == set()
+    assert COMPOSITION <= public

@@ -50,7 +50,7 @@ from cadenza.web.ui.runs_view import (
 
 if TYPE_CHECKING:
     from cadenza.services.auth import Principal
-    from cadenza.store import Store
+    from cadenza.store.protocols import HistoryQueries
     from cadenza.store.records import RunRecord
 
 router = APIRouter(include_in_schema=False)
@@ -185,7 +185,7 @@ def _event(name: str, html: str = "", event_id: int | None = None) -> str:
     return f"{head}event: {name}\n{data}\n\n"
 
 
-async def live_events(request: Request, store: Store, run_id: str, after: int,
+async def live_events(request: Request, store: HistoryQueries, run_id: str, after: int,
                       state: str, header: Callable[[], str] | None = None,
                       ) -> AsyncIterator[str]:
     """The stream of a run page: new log lines (``line``), the page's header again

@@ -2,8 +2,8 @@
 
 ``cadenza serve`` (the node and its HTTP server), ``cadenza run --local``, the claimer
 process, and every CLI command that changes runs (``runs cancel``, ``runs resume``) open a
-store the same way (:meth:`~cadenza.services.context.Services.store`, or the claimer's own
-connection) and give it the same table of hooks here, once:
+store the same way (:meth:`~cadenza.home.Home.open_store`, or the claimer's own connection)
+and give it the same table of hooks here, once:
 
 =============  ======================================================================
 hook           what fills it
@@ -20,7 +20,9 @@ missed         the notifier (an outbox row for a MISSED fire)
 So a CLI ``runs cancel`` of a parent waiting for its ``call_job`` child cancels the child in
 the cancel's own transaction, exactly as the server's cancel does. What the hooks do follows
 the configuration (:meth:`Assembly.configure`: the pools' plan, the notifier's rules); which
-hooks are wired never changes.
+hooks are wired never changes. Whoever builds an executor applies its configuration's pools
+first (:func:`cadenza.resources.pools.apply_pools`: the node at its start and each reload,
+``run --local``); an executor's constructor installs nothing.
 """
 
 from __future__ import annotations

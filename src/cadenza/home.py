@@ -102,13 +102,16 @@ class Home:
         migrate: bool = True,
         lease_time: LeaseTime = "clock",
     ) -> Store:
-        """Open (and by default migrate) the store named by ``[store].url``; ``lease_time``:
-        whose time decides a lease (:mod:`cadenza.store.lease_clock`)."""
+        """Open (and by default migrate) the store named by ``[store].url``, with its hooks
+        (:func:`cadenza.assembly.assemble`: every process that opens a home's store gets the
+        same ones); ``lease_time``: whose time decides a lease
+        (:mod:`cadenza.store.lease_clock`)."""
+        from cadenza.assembly import assemble
         from cadenza.store import Store
 
         loaded = config or self.load_config()
         settings = loaded.settings
-        return Store.open(
+        store = Store.open(
             settings.store_url(self.path),
             clock=clock,
             redactor=self.redactor,
@@ -116,6 +119,8 @@ class Home:
             migrate=migrate,
             lease_time=lease_time,
         )
+        assemble(store)
+        return store
 
 
 def create_home(path: Path, *, example: bool, today: date | None = None) -> Home:

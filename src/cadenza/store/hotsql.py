@@ -1,14 +1,15 @@
 """The plumbing of the executor's plain-SQL write path, in each driver's parameter style.
 
-:mod:`cadenza.store.claims` (taking runs) and :mod:`cadenza.store.boundaries` (step
-boundaries and run ends) own their statements and write them through these helpers
-on the DBAPI cursor of a store transaction. Why not SQLAlchemy Core here: these statements
-run for every run, and Core's per-statement overhead (50-80 µs of Python each) cost more than
-SQLite needs to execute them. Why few statements, each for many rows: the writer holds the
-store's write lock, and the sqlite3 module lets go of the GIL for every row it steps; getting
-it back can take a switch interval while other threads run, so one statement for many rows
-keeps the lock held briefly. Values are encoded as the tables' types do
-(:mod:`cadenza.store.codec`): timestamps in UTC, naive text of a fixed width on SQLite.
+:mod:`cadenza.store.claims` (taking runs), :mod:`cadenza.store.boundaries` (step boundaries
+and run ends) and :mod:`cadenza.store.members` (the pools' members) own their statements and
+write them through these helpers on the DBAPI cursor of a store transaction. Why not
+SQLAlchemy Core here: these statements run for every run, and Core's per-statement overhead
+in Python costs more than SQLite needs to execute them. Why few statements, each for many
+rows: the writer holds the store's write lock, and the sqlite3 module lets go of the GIL for
+every row it steps; getting it back can take a switch interval while other threads run, so
+one statement for many rows keeps the lock held briefly. Values are encoded as the tables'
+types do (:mod:`cadenza.store.codec`): timestamps in UTC, naive text of a fixed width on
+SQLite.
 """
 
 from __future__ import annotations

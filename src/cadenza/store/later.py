@@ -3,7 +3,7 @@
 A run's boundaries end with INSERTs into ``event_log`` and ``run_logs`` whose answers
 nothing waits for. Sent when written, each is a round trip of its own; kept until the
 commit, they go with the COMMIT in one pipeline (psycopg, libpq 14 or later): one round
-trip fewer per write transaction (W4's lease: 15.5 -> 13.5, docs/benchmarks.md).
+trip fewer per write transaction.
 
 :meth:`~cadenza.store.core.StoreCore.write` keeps them (:func:`keeping`) for a transaction
 on PostgreSQL; :func:`~cadenza.store.hotsql.insert_rows` into those two tables, with no

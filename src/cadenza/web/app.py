@@ -81,11 +81,10 @@ def create_app(store: Store, *, home: Home | None = None,
 
 def _hot_first(app: FastAPI, routers: Sequence[APIRouter]) -> None:
     """Move the included ``routers`` (the runs' API and page, the most requested) to just
-    after the first routes: the router tries routes in order, about 2 µs each, and
-    ``/runs`` came after some 50 others (150 µs of every page, docs/benchmarks.md).
-    Safe as long as no path of theirs can be matched by a route they now pass (no route
-    before them has a path parameter in its first segment; the test
-    ``tests/unit/web/test_route_order.py`` checks it)."""
+    after the first routes: the router tries routes in order, so a route placed after some
+    50 others pays for all of them on every request. Safe as long as no path of theirs can
+    be matched by a route they now pass (no route before them has a path parameter in its
+    first segment; the test ``tests/unit/web/test_route_order.py`` checks it)."""
     routes = app.router.routes
     hot = [r for r in routes if getattr(r, "original_router", None) in routers]
     rest = [r for r in routes if r not in hot]

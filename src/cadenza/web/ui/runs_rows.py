@@ -1,8 +1,7 @@
 """The rows of the runs table (``ui/_runs_table.html``), built in Python.
 
-Fifty rows of nine cells through Jinja's macros and attribute lookups were most of the runs
-page's time (tens of thousands of calls per page, docs/benchmarks.md "The runs page"); here
-each row is one f-string. Every value from a run goes through :func:`escape`
+Fifty rows of nine cells through Jinja's macros and attribute lookups cost tens of thousands
+of calls per page; here each row is one f-string. Every value from a run goes through :func:`escape`
 (the same entities as the templates' autoescape); nothing else is interpolated but these
 fixed strings and the caller's (already translated) labels, which are escaped too. The HTML
 is the same as the template's macros made (``state``, ``time``, ``duration``), checked by

@@ -10,8 +10,7 @@ queued, canceled, claimed, ended or re-queued a run. On SQLite a one-row counter
 ``runs_version``, is bumped by triggers in the transaction of every such write: an unchanged
 value means the decision still holds. Triggers, so that no write path can forget it; on the
 columns an admission decision reads only (state, not_before, priority, lease_epoch, job_id),
-so that lease renewals, wait reasons and parameters do not bump it. Cost: about 0.2 µs per
-row written (a 1,000-run claim: 0.2 ms).
+so that lease renewals, wait reasons and parameters do not bump it.
 
 PostgreSQL gets the table (one schema for both) but no triggers: a counter row would
 serialize every writer of ``runs`` across nodes, and there each chunk checks everything.

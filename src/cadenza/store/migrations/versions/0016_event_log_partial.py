@@ -4,10 +4,8 @@ Revision ID: 0016_event_log_partial
 Revises: 0015_history_filters
 Create Date: 2026-12-02
 
-Every index an event enters costs its INSERT about 5.5 us of CPU on SQLite; 0015's type and
-actor indexes were the largest step of the no-op drain's slowdown since 2026-12-01 in a
-coarse bisection (docs/benchmarks.md). Most events are a run's, written by ``system``, and
-name no resource, so:
+Every index an event enters costs its INSERT CPU time, on every run. Most events are a
+run's, written by ``system``, and name no resource, so:
 
 - ``ix_event_log_resource_id_event_id`` keeps the events that name a resource
   (``WHERE resource_id IS NOT NULL``; a query by ``resource_id = ?`` implies it);

@@ -108,10 +108,7 @@ class BackupService:
                 raise Refused(f"restore from {file} refused, nothing changed: {exc}") \
                     from None
         finally:
-            leader.release()
-            close = getattr(leader, "close", None)
-            if close is not None:
-                close()
+            leader.close()
             engine.dispose()
 
     def prune(self, *, days: int | None = None, keep_last: int | None = None,

@@ -515,6 +515,4 @@ def leader_is_running(store: Transactions) -> bool:
             return False
         return True
     finally:
-        close = getattr(leader, "close", None)
-        if close is not None:
-            close()
+        leader.close()

@@ -86,10 +86,6 @@ class _Member:
 class PoolLeaser(Releases):
     """The claim, step and run end hooks of the pools (see the module docstring)."""
 
-    leases_steps = True
-    """The claim hook takes ``steps`` (run id -> the step its claim starts): a staged
-    claim, which writes the first step's start, takes that step's needs with the run's."""
-
     def __init__(self, plan: PoolPlan, *, postgres: bool,
                  redact: Callable[[str], str] = str,
                  emit: Callable[[sa.Connection, list[tuple[Any, ...]]], None] | None = None

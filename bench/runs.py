@@ -9,7 +9,7 @@ Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
    claim runs (as many as are free, at most ``--claim-batch``) and execute each: claim and
    first step start (QUEUED -> RUNNING, one step run row, RUN_STATE_CHANGED, STEP_STARTED,
    two INFO log lines), the step in a thread, step end and run end (STEP_SUCCEEDED,
-   RUN_STATE_CHANGED, RUN_FINISHED, two log lines). The writes of concurrent workers share
+   RUN_FINISHED, two log lines). The writes of concurrent workers share
    commits (group commit; on PostgreSQL claims are transactions of their own).
 
 With ``--requires``, the job needs one member of a pool ``units`` (``requires = { units = 1

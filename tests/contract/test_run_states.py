@@ -77,27 +77,29 @@ def test_every_path_writes_the_same_events(store: Store, clock: FakeClock) -> No
     for path, run_id in (("end", ended), ("cancel", queued), ("reap", reaped),
                          ("abandon", abandoned)):
         (finished[path],) = _payloads(store, run_id, "RUN_FINISHED")
-        changed[path] = _payloads(store, run_id, "RUN_STATE_CHANGED")[-1]
+        # the change into a final state is said by RUN_FINISHED alone
+        assert all(p["to"] not in ("SUCCEEDED", "FAILED", "CANCELED")
+                   for p in _payloads(store, run_id, "RUN_STATE_CHANGED")), path
     changed["resume"] = _payloads(store, resumed, "RUN_STATE_CHANGED")[-1]
+    changed["review"] = _payloads(store, resumed, "RUN_STATE_CHANGED")[-2]
     assert _payloads(store, resumed, "RUN_FINISHED") == []
 
-    keys = {"job_id", "state", "reason", "started_at", "finished_at", "duration_s"}
+    keys = {"job_id", "from", "state", "reason", "epoch", "fields", "started_at",
+            "finished_at", "duration_s"}
     assert {path: set(p) for path, p in finished.items()} == dict.fromkeys(finished, keys)
     assert finished["end"]["duration_s"] == 2.0
     assert finished["reap"]["started_at"] is not None  # the reaper's lacked it before
     assert finished["reap"]["duration_s"] == 600.0
     assert finished["cancel"]["started_at"] is None and finished["cancel"]["duration_s"] is None
     assert _one_type_per_key(list(finished.values()))
-    states = {path: p["state"] for path, p in finished.items()}
-    assert states == {"end": "SUCCEEDED", "cancel": "CANCELED", "reap": "CANCELED",
-                      "abandon": "FAILED"}
+    assert {path: (p["from"], p["state"]) for path, p in finished.items()} == {
+        "end": ("RUNNING", "SUCCEEDED"), "cancel": ("QUEUED", "CANCELED"),
+        "reap": ("RUNNING", "CANCELED"), "abandon": ("NEEDS_REVIEW", "FAILED")}
 
     change_keys = {"job_id", "from", "to", "reason", "epoch", "fields"}
     assert all(set(p) == change_keys for p in changed.values()), changed
     assert {path: (p["from"], p["to"]) for path, p in changed.items()} == {
-        "end": ("RUNNING", "SUCCEEDED"), "cancel": ("QUEUED", "CANCELED"),
-        "reap": ("RUNNING", "CANCELED"), "abandon": ("NEEDS_REVIEW", "FAILED"),
-        "resume": ("NEEDS_REVIEW", "QUEUED")}
+        "review": ("RUNNING", "NEEDS_REVIEW"), "resume": ("NEEDS_REVIEW", "QUEUED")}
     assert _one_type_per_key(list(changed.values()))
 
     (recovery,) = _payloads(store, reaped, "RUN_RECOVERED")

@@ -72,7 +72,7 @@ def test_a_node_drains_the_queue_with_few_commits(tmp_path: Path, store_url: str
             assert [(s.step, s.state) for s in steps] == [("one", StepState.SUCCEEDED)]
         for run_id in ids[:5]:
             assert [e.event_type for e in bench.store.list_events(run_id=run_id)][-2:] == [
-                "RUN_STATE_CHANGED", "RUN_FINISHED"]
+                "STEP_SUCCEEDED", "RUN_FINISHED"]
         # A one-step run costs two commits at most: its claim and first step start are one
         # (shared with the other runs of the dispatcher's decision), its step and run end
         # another (shared with the next write of any worker). Measured: 2.0 per run.

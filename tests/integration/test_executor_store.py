@@ -135,8 +135,7 @@ def test_a_boundary_records_step_ends_starts_logs_events_and_the_run_end(
     assert [line.message for line in store.list_logs(run_id)] == ["run started", "used ***"]
     kinds = [e.event_type for e in store.list_events(run_id=run_id)]
     assert kinds == ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED", "HTTP_REQUEST",
-                     "STEP_SUCCEEDED", "STEP_STATE_CHANGED", "RUN_STATE_CHANGED",
-                     "RUN_FINISHED"]
+                     "STEP_SUCCEEDED", "STEP_STATE_CHANGED", "RUN_FINISHED"]
     finished = store.list_events(run_id=run_id, event_type="RUN_FINISHED")[0]
     assert finished.payload["duration_s"] == 2.0
 

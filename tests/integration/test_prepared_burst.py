@@ -95,7 +95,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
                 (StepState.SUCCEEDED, 1, 1)]
             kinds = [e.event_type for e in store.list_events(run_id=run.id)]
             assert kinds == ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED",
-                             "STEP_SUCCEEDED", "RUN_STATE_CHANGED", "RUN_FINISHED"]
+                             "STEP_SUCCEEDED", "RUN_FINISHED"]
             lines = [(line.level, line.step, line.message.split(":")[0])
                      for line in store.list_logs(run.id)]
             assert lines == [("INFO", None, "run started (scheduled); params"),

@@ -40,7 +40,7 @@ FIRE = datetime.fromisoformat("2027-03-01T02:00:00+00:00")
 AHEAD = FIRE - timedelta(seconds=2)  # the scheduler's look-ahead records the fires then
 TERMINAL = {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELED, RunState.NEEDS_REVIEW}
 OK_EVENTS = ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED", "STEP_SUCCEEDED",
-             "RUN_STATE_CHANGED", "RUN_FINISHED"]
+             "RUN_FINISHED"]
 
 # Plugin modules are imported once per process: every home of this file gets the same text,
 # and the calls file is found in the environment at call time.

@@ -103,11 +103,16 @@ class RunChanged:
 
 @dataclass(frozen=True, slots=True)
 class RunFinished:
-    """The payload of RUN_FINISHED: a run in a final state, when it started and ended."""
+    """The payload of RUN_FINISHED: a run's change into a final state (``from``, the lease
+    epoch and the other columns it set, as :class:`RunChanged` says them) and when it
+    started and ended. The one event of that change: no RUN_STATE_CHANGED restates it."""
 
     job_id: str
+    frm: RunState
     state: RunState
     reason: str | None
+    epoch: int
+    fields: Mapping[str, Any]
     started_at: datetime | None
     finished_at: datetime
 
@@ -120,9 +125,11 @@ class RunFinished:
         return RunEvent(EventType.RUN_FINISHED,
                         f"run of {self.job_id} finished {self.state.value}"
                         f"{_suffix(self.reason)}", run_level(self.state),
-                        {"job_id": self.job_id, "state": self.state.value,
-                         "reason": self.reason, "started_at": self.started_at,
-                         "finished_at": self.finished_at, "duration_s": self.duration_s})
+                        {"job_id": self.job_id, "from": self.frm.value,
+                         "state": self.state.value, "reason": self.reason,
+                         "epoch": self.epoch, "fields": dict(self.fields),
+                         "started_at": self.started_at, "finished_at": self.finished_at,
+                         "duration_s": self.duration_s})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +159,11 @@ class RunRecovery:
 def state_events(job_id: str, frm: RunState, to: RunState, reason: str | None, epoch: int,
                  fields: Mapping[str, Any], started_at: datetime | None,
                  now: datetime) -> list[RunEvent]:
-    """The events of a run's change ``frm -> to``: RUN_STATE_CHANGED, and RUN_FINISHED when
-    ``to`` is final. Every writer of a run's state uses this."""
-    out = [RunChanged(job_id, frm, to, reason, epoch, fields).event()]
+    """The event of a run's change ``frm -> to``: RUN_FINISHED when ``to`` is final (it says
+    the change too), else RUN_STATE_CHANGED. Every writer of a run's state uses this."""
     if to in TERMINAL_RUN_STATES:
-        out.append(RunFinished(job_id, to, reason, started_at, now).event())
-    return out
+        return [RunFinished(job_id, frm, to, reason, epoch, fields, started_at, now).event()]
+    return [RunChanged(job_id, frm, to, reason, epoch, fields).event()]
 
 
 # --- create ------------------------------------------------------------------------------

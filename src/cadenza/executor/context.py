@@ -46,6 +46,7 @@ a racer that loses has already applied its effect (a WARNING says so).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import OrderedDict
@@ -471,6 +472,9 @@ class ExecutionContext:
         with self._lock:
             sql, self._sql = list(self._sql.values()), {}
             http, self._http = list(self._http.values()), {}
+        # An abandoned or canceled step's worker may already have disposed of the engines:
+        # its connections are closed, never handed back to a pool nobody holds any more.
+        discard = self.cancelled()
         for conn in sql:
             try:
                 if conn.in_transaction():
@@ -481,6 +485,9 @@ class ExecutionContext:
             except BaseException as exc:  # the step fails; the rest are still closed
                 first = first or exc
             finally:
+                if discard:
+                    with contextlib.suppress(Exception):
+                        conn.invalidate()
                 conn.close()
         for client in http:
             try:

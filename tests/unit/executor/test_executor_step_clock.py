@@ -112,3 +112,26 @@ def test_a_thread_step_that_ends_in_time_is_not_timed_out(step: Step) -> None:
 
     result = ThreadStep(body, ctx, step.log, 60).start().wait(lambda: None)
     assert result.rows == 3 and ctx.remaining() == 1
+
+
+def test_an_abandoned_steps_connections_are_closed_not_pooled(tmp_path: Path) -> None:
+    """A step abandoned at its deadline returns after its worker ended the run and disposed
+    of the engines: ``finish`` closes its ``ctx.connection`` connections rather than hand
+    them back to a pool nobody holds (where they would stay open until collected)."""
+    settings = Settings.model_validate({"connections": {"w": {
+        "type": "sql", "url": f"sqlite:///{(tmp_path / 'w.db').as_posix()}"}}})
+    made = Step(tmp_path, timeout=60)
+    made.connections = Connections(tmp_path, settings)
+    run = RunInfo("run-1", "job", "manual", None, "DEBUG")
+    ctx = ExecutionContext(
+        params={}, run=run, step=StepInfo("s", "python", 1, 60), log=made.log.logger("s"),
+        home=tmp_path, settings=settings, scope=Scope(run_id="run-1", job_id="job"),
+        connections=made.connections, events=made.events.append, clock=made.clock)
+    conn = ctx.connection("w")
+    raw = conn.connection.dbapi_connection
+    made.clock.advance(61)  # past its deadline: abandoned
+    made.connections.close()  # the worker moved on
+    ctx.finish(success=False)
+    assert raw is not None
+    with pytest.raises(Exception, match="closed"):
+        raw.execute("SELECT 1")

@@ -224,3 +224,23 @@ def test_values_are_json(ctx: SqlTestContext) -> None:
     result = run_step(SqlQueryStep, ctx, connection="w", fetch="first",
                       query="SELECT x'00ff' AS b, 1e999 AS inf, 'x' AS id, 2 AS id")
     assert result.output["first"] == {"b": "AP8=", "inf": "inf", "id": "x", "id_2": 2}
+
+
+def test_a_stopped_transaction_closes_its_connection_rather_than_pool_it(
+        ctx: SqlTestContext) -> None:
+    """A canceled step's thread may finish after its worker ended the run and disposed of
+    the engine: its connection must be closed, not handed back to a pool nobody holds
+    (where it stays open until the garbage collector finds it)."""
+    from cadenza.steps.builtin.lib.sqlutil import transaction
+
+    engine = ctx.sql_engine("w")
+    with pytest.raises(Fatal, match="canceled"):
+        with transaction(engine, ctx, "q") as (conn, _guard):
+            raw = conn.connection.dbapi_connection
+            conn.exec_driver_sql("SELECT 1")
+            ctx.cancel = True
+            engine.dispose()  # the worker gave up on the step and closed its engines
+            conn.exec_driver_sql(SLOW)
+    assert raw is not None
+    with pytest.raises(Exception, match="closed"):
+        raw.execute("SELECT 1")

@@ -192,6 +192,7 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
     watcher = threading.Thread(target=_watch, args=(engine, conn, ctx, guard, stop),
                                name="cadenza-sql-watch", daemon=True)
     old_isolation = raw.isolation_level if dialect == "sqlite" else None
+    committed = False
     try:
         if dialect == "sqlite":
             raw.isolation_level = None  # we issue BEGIN IMMEDIATE ourselves
@@ -209,6 +210,7 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
             raise Retryable(f"{what}: the run's lease ran out before the work could be "
                             "committed; it was rolled back")
         conn.commit()
+        committed = True
     except BaseException as exc:
         quietly(conn.rollback)
         if not isinstance(exc, Exception):
@@ -221,6 +223,11 @@ def transaction(engine: sa.Engine, ctx: StepContext, what: str) -> Iterator[
         if dialect == "sqlite":
             raw.set_progress_handler(None, 0)
             raw.isolation_level = old_isolation
+        if not committed and (guard.stopped or ctx.cancelled()):
+            # Canceled, timed out or abandoned: the worker may already have ended the run
+            # and disposed of the engine, so this connection is closed, never pooled (a
+            # connection handed back to a disposed pool stays open until collected).
+            quietly(conn.invalidate)
         conn.close()
 
 

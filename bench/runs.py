@@ -51,6 +51,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -73,7 +74,7 @@ JOBS = """
 [[jobs.noop.steps]]
 name = "nothing"
 type = "python"
-callable = "bench_noop:noop"
+callable = "MODULE:noop"
 isolation = "thread"
 """
 
@@ -92,15 +93,19 @@ def write_home(home: Path, url: str, sync: str, units: int = 0) -> None:
     (home / "plugins").mkdir(parents=True, exist_ok=True)
     (home / "data").mkdir(exist_ok=True)
     pools = ""
-    jobs = JOBS
+    # A module name of its own per home: a repetition's home is new, and a module already
+    # imported from the previous home's plugins/ would be refused (code runs only from the
+    # home's own plugins/ folder).
+    module = f"bench_noop_{uuid.uuid4().hex[:8]}"
+    jobs = JOBS.replace("MODULE", module)
     if units:
         pools = '[pools.units]\nkind = "unit"\ncooldown = "0s"\n' + "".join(
             f'[[pools.units.members]]\nid = "unit-{k:03d}"\n' for k in range(units))
-        jobs = JOBS.replace("[jobs.noop]\n", "[jobs.noop]\nrequires = { units = 1 }\n")
+        jobs = jobs.replace("[jobs.noop]\n", "[jobs.noop]\nrequires = { units = 1 }\n")
     (home / "cadenza.toml").write_text(
         f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n{pools}', encoding="utf-8")
     (home / "jobs.toml").write_text(jobs, encoding="utf-8")
-    (home / "plugins" / "bench_noop.py").write_text(
+    (home / "plugins" / f"{module}.py").write_text(
         "def noop():\n    return None\n", encoding="utf-8")
 
 

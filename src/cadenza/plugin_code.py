@@ -18,6 +18,7 @@ The rule is checked twice:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -67,11 +68,25 @@ def callable_problem(spec: str, home: Path, patterns: Iterable[str] = ()) -> str
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def plugins_of(home: Path) -> Path:
+    """The home's ``plugins/`` folder (cached: the check runs for every ``python`` step)."""
+    return home / "plugins"
+
+
 def _inside(file: str | None, plugins: Path) -> bool:
     if not file:
         return False
-    real = os.path.normcase(str(Path(file).resolve()))
-    base = os.path.normcase(str(plugins.resolve()))
+    return _real_inside(file, str(plugins))
+
+
+@functools.lru_cache(maxsize=4096)
+def _real_inside(file: str, plugins: str) -> bool:
+    """Whether ``file``, symbolic links resolved, lies in the folder ``plugins``. Cached: a
+    module imported from a file stays that file's code, and resolving the two paths cost
+    more than the rest of a one-step run (the check runs for every ``python`` step)."""
+    real = os.path.normcase(os.path.realpath(file))
+    base = os.path.normcase(os.path.realpath(plugins))
     return real.startswith(base.rstrip(os.sep) + os.sep)
 
 
@@ -88,7 +103,7 @@ def check_loaded(spec: str, module: types.ModuleType, path: list[object], home: 
     attributes followed, the function last), is refused at run time, or None."""
     if allowed(spec, patterns):
         return None
-    plugins = home / "plugins"
+    plugins = plugins_of(home)
     problem = module_problem(module, plugins)
     if problem is not None:
         return f"{problem}: {RULE}"

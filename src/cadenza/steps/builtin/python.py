@@ -137,8 +137,16 @@ def _of_another_home(module: Any, home: Path) -> bool:
     file = getattr(module, "__file__", None)
     if not file:
         return False
+    return _of_another_plugins(file, str(plugin_code.plugins_of(home)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _of_another_plugins(file: str, plugins: str) -> bool:
+    """Whether ``file`` lies in the ``plugins/`` folder of a home other than the one of
+    ``plugins``. Cached: an imported module's file does not move, and resolving paths cost
+    more than the rest of a one-step run."""
     real = Path(file).resolve()
-    ours = (home / "plugins").resolve()
+    ours = Path(plugins).resolve()
     for parent in real.parents:
         if parent.name == "plugins" and (parent.parent / "cadenza.toml").is_file():
             return parent != ours

@@ -4,9 +4,10 @@ claims and runs every QUEUED run, then returns.
 ``cadenza serve`` runs queued runs with the node's dispatcher and workers; this pool keeps
 the benchmark's figure comparable from pass to pass by driving the same executor calls
 without admission, schedules or leases to keep: free workers claim as many runs as there are
-free workers (at most ``batch``) with
+free workers plus :data:`~cadenza.node.dispatcher.PREFETCH` per worker, like the node's
+dispatcher (at most ``batch``), with
 :meth:`~cadenza.executor.runner.Executor.claim_and_start` (claim and first step start in one
-transaction), keep one and hand out the others; no claimed run ever waits behind another.
+transaction), keep one and queue the others for the next free workers.
 The workers share one :class:`~cadenza.executor.group_commit.GroupCommit`: a claim joins the
 group's next transaction, with the step boundaries of the other workers and the ends of the
 runs that just finished.
@@ -27,6 +28,7 @@ from cadenza.executor.connections import Connections
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.runner import Executor, Started, default_owner
 from cadenza.executor.tracking import Observer, RunOutcome
+from cadenza.node.dispatcher import PREFETCH
 from cadenza.resources.pools import apply_pools
 from cadenza.store import Store
 
@@ -131,7 +133,10 @@ class WorkerPool:
             if self._ready or self._drained.is_set():
                 self._free -= 1
                 return self._ready.popleft() if self._ready else None
-            self._claiming, wanted = True, min(self._free, self.batch)
+            # As the node's dispatcher does: a claim also takes PREFETCH runs per worker
+            # ahead of the free workers, so that a worker whose run ends finds the next one.
+            self._claiming = True
+            wanted = min(self._free + self.workers * PREFETCH, self.batch)
         runs: list[Started] = []
         try:
             runs = self._claim(wanted)

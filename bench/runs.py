@@ -5,9 +5,13 @@ Each repetition writes a fresh home (a job ``noop`` with one ``python`` step,
 
 1. **enqueue**: creates N QUEUED runs with ``Store.create_runs`` in batches of ``--create-batch``
    (each batch one transaction: the runs and their RUN_CREATED events);
-2. **drain**: a ``WorkerPool`` (``bench/pool.py``) of ``-w`` threads; free workers
-   claim runs (as many as are free, at most ``--claim-batch``) and execute each: claim and
-   first step start (QUEUED -> RUNNING, one step run row, RUN_STATE_CHANGED, STEP_STARTED,
+2. **drain**: with ``--driver node`` (what ``cadenza serve`` does), a real node of ``-w``
+   workers without a scheduler: its dispatcher's admission decisions claim the runs and
+   its workers run them; the drain ends when every run has ended (polled every 20 ms).
+   With ``--driver pool`` (the default), a ``WorkerPool`` (``bench/pool.py``) of ``-w``
+   threads; free workers claim runs (as many as are free plus one per worker, at most
+   ``--claim-batch``) without admission. Either way each run is: claim and
+   first step start (QUEUED -> RUNNING, one step run row, STEP_STARTED,
    two INFO log lines), the step in a thread, step end and run end (STEP_SUCCEEDED,
    RUN_FINISHED, two log lines). The writes of concurrent workers share
    commits (group commit; on PostgreSQL claims are transactions of their own).
@@ -35,7 +39,7 @@ median of ``--reps``) in alternating order and prints each pair's change and the
 
 Usage::
 
-    python bench/runs.py --store sqlite --sync NORMAL -n 10000 -w 4
+    python bench/runs.py --store sqlite --sync NORMAL -n 10000 -w 4 [--driver node]
     python bench/runs.py --store sqlite --sync NORMAL -n 3000 -w 16 --reps 2 --compare-requires 8
     python bench/runs.py --store postgresql -n 5000 -w 4 [--pg-url postgresql+psycopg://...]
 """
@@ -59,10 +63,14 @@ from typing import Any
 
 import sqlalchemy as sa
 from common import scratch_pg_database
-from pool import WorkerPool
+from pool import DrainStats, WorkerPool
 
 from cadenza.audit import Redactor
+from cadenza.clock import SystemClock
 from cadenza.config import load_home
+from cadenza.executor.group_commit import GroupCommit
+from cadenza.home import Home
+from cadenza.node import Node
 from cadenza.store import Store
 from cadenza.store.boundary import NewRun
 from cadenza.store.engine import READ_ONLY
@@ -71,6 +79,7 @@ from cadenza.store.tables import event_log, run_logs, runs, step_runs
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 JOBS = """
 [jobs.noop]
+max_concurrency = 1000
 [[jobs.noop.steps]]
 name = "nothing"
 type = "python"
@@ -115,6 +124,30 @@ def enqueue(store: Store, n: int, batch: int) -> None:
                            for _ in range(min(batch, n - start))])
 
 
+def node_drain(home: Path, config: Any, store: Store, workers: int,
+               total: int) -> tuple[DrainStats, GroupCommit]:
+    """Drain the QUEUED runs with a real node (``cadenza serve``'s dispatcher and workers,
+    no scheduler); return when ``total`` runs have ended (polled every 20 ms)."""
+    node = Node(Home(home), config, store, clock=SystemClock(), workers=workers,
+                scheduler=False)
+    stats = DrainStats()
+    started = time.monotonic()
+    node.start()
+    try:
+        node.dispatcher.wake()
+        while True:
+            with store.read() as c:
+                ended = int(c.execute(sa.select(sa.func.count()).select_from(runs).where(
+                    runs.c.state.in_(("SUCCEEDED", "FAILED", "CANCELED")))).scalar_one())
+            if ended >= total:
+                break
+            time.sleep(0.02)
+    finally:
+        node.stop(timeout=30)
+    stats.seconds = time.monotonic() - started
+    return stats, node.recorder
+
+
 def counts(store: Store) -> dict[str, Any]:
     with store.read() as c:
         def count(table: sa.Table, *where: Any) -> int:
@@ -139,7 +172,8 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
             config = load_home(home)
             # The product always writes through a redactor; so does the benchmark.
             redactor = Redactor(["bench-secret-value-1", "bench-secret-value-2"])
-            store = Store.open(url, sqlite_synchronous=args.sync, redactor=redactor)
+            store = (Home(home).open_store(config) if args.driver == "node"  # as serve does
+                     else Store.open(url, sqlite_synchronous=args.sync, redactor=redactor))
             commits = 0
 
             def count_commit(conn: sa.Connection) -> None:
@@ -178,15 +212,21 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 enqueue(store, args.n, args.create_batch)
                 t1 = time.perf_counter()
                 enqueue_commits = commits
-                pool = WorkerPool(store, config, workers=args.workers, batch=args.claim_batch)
                 tracing = True
                 c1 = time.process_time()
-                stats = pool.drain()
+                if args.driver == "node":
+                    stats, recorder = node_drain(home, config, store, args.workers,
+                                                 args.n + args.warmup)
+                else:
+                    pool = WorkerPool(store, config, workers=args.workers,
+                                      batch=args.claim_batch)
+                    stats, recorder = pool.drain(), pool.recorder
                 t2 = time.perf_counter()
                 c2 = time.process_time()
                 tracing = False
                 sa.event.remove(store.engine, "commit", count_commit)
-                pool.close()
+                if args.driver == "pool":
+                    pool.close()
                 found = counts(store)
             finally:
                 store.close()
@@ -201,7 +241,7 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
         "end_to_end_runs_per_s": args.n / (t2 - t0),
         "commits_per_run": commits / args.n,
         "drain_commits_per_run": (commits - enqueue_commits) / args.n,
-        "boundaries_per_commit": pool.recorder.boundaries / max(1, pool.recorder.batches),
+        "boundaries_per_commit": recorder.boundaries / max(1, recorder.batches),
         "claims": stats.claims,
         "events_per_run": found["events"] / expected,
         "log_lines_per_run": found["log_lines"] / expected,
@@ -263,6 +303,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sync", choices=["NORMAL", "FULL"], default="NORMAL")
     parser.add_argument("-n", type=int, default=10_000, help="timed runs per repetition")
     parser.add_argument("-w", "--workers", type=int, default=4)
+    parser.add_argument("--driver", choices=["pool", "node"], default="pool",
+                        help="drain with the benchmark's worker pool (bench/pool.py) or a "
+                             "real node (cadenza serve's dispatcher and workers)")
     parser.add_argument("--create-batch", type=int, default=500)
     parser.add_argument("--claim-batch", type=int, default=16,
                         help="most runs one claim takes (for that many free workers)")
@@ -298,6 +341,7 @@ def main(argv: list[str] | None = None) -> None:
         "synchronous": args.sync if args.store == "sqlite" else None,
         "n": args.n,
         "workers": args.workers,
+        "driver": args.driver,
         "claim_batch": args.claim_batch,
         "requires": "units = 1" if args.requires else None,
         "reps": args.reps,

@@ -113,3 +113,62 @@ def test_run_outside_its_window_waits_for_it(tmp_path: Path, node_for: object) -
     run = store.list_runs(job="work")[0]
     assert run.state is RunState.QUEUED
     assert "window" in run.wait_reason and closed.split("-")[0] in run.wait_reason
+
+
+def two_jobs_home(tmp_path: Path) -> Home:
+    """``capped`` (max_concurrency 1, a short nap) and ``open`` (max_concurrency 10)."""
+    home = make_home(tmp_path, "")
+    steps = ('\n[[jobs.{0}.steps]]\nname = "nap"\ntype = "python"\n'
+             'callable = "adm_tasks:nap"\nisolation = "thread"\n'
+             '[jobs.{0}.steps.op_kwargs]\nseconds = 0.05\n')
+    (home.path / "jobs.toml").write_text(
+        "[jobs.capped]\nmax_concurrency = 1\n" + steps.format("capped")
+        + "[jobs.open]\nmax_concurrency = 10\n" + steps.format("open"))
+    return home
+
+
+def test_a_quick_decision_reads_a_few_runs_per_free_worker(tmp_path: Path) -> None:
+    """With a backlog, a decision reads a page sized by the free workers, not the whole
+    window of 200 (reading and judging 200 runs to start one was most of a run's cost)."""
+    home = two_jobs_home(tmp_path)
+    config = home.load_config()
+    store = home.open_store(config)
+    for _ in range(300):
+        store.create_run("open", "manual:test")
+    reads: list[int] = []
+    original = store.queued_candidates
+
+    def counting(now: datetime, limit: int, **kw: object) -> object:
+        reads.append(limit)
+        return original(now, limit, **kw)  # type: ignore[arg-type]
+
+    store.queued_candidates = counting  # type: ignore[method-assign]
+    node = Node(home, config, store, clock=SystemClock(), workers=2, scheduler=False)
+    node.start()
+    try:
+        wait_for(lambda: all(r.state is RunState.SUCCEEDED
+                             for r in store.list_runs(job="open", limit=1000)), 120)
+    finally:
+        node.stop(timeout=30)
+        store.close()
+    quick = [n for n in reads if n < 200]
+    assert quick and max(quick) <= 16
+    assert len(quick) > len(reads) / 2  # full reads only once a second
+
+
+def test_runs_behind_a_capped_backlog_start_at_once(tmp_path: Path,
+                                                    node_for: object) -> None:
+    """A quick page full of a capped job's runs does not hide the runs of another job
+    behind it: the decision then judges the full window."""
+    home = two_jobs_home(tmp_path)
+    config = home.load_config()
+    store = home.open_store(config)
+    for _ in range(60):
+        store.create_run("capped", "manual:test")
+    opened = [store.create_run("open", "manual:test") for _ in range(3)]
+    store.close()
+    _, store = node_for(home, 0)  # type: ignore[operator]
+    wait_for(lambda: all(store.get_run(r).state is RunState.SUCCEEDED for r in opened), 30)
+    waiting = [r for r in store.list_runs(job="capped", limit=100)
+               if r.state is RunState.QUEUED]
+    assert len(waiting) > 40  # the open job's runs did not wait for the capped backlog

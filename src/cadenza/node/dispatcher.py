@@ -89,6 +89,16 @@ CHAIN_WAIT = 0.005
 STAGE_CANDIDATES = 5000
 """At most this many runs due at one time are staged (more: the ordinary path)."""
 CANDIDATES_PER_DECISION = 200
+"""Queued runs a full decision reads (and gives a wait reason), at least the free slots."""
+QUICK_CANDIDATES_PER_SLOT = 4
+"""A quick decision reads this many queued runs per free slot (at least
+:data:`QUICK_CANDIDATES_MIN`): with a backlog, reading and judging 200 runs to start one was
+most of a run's cost (docs/benchmarks.md). When they do not fill the free slots, the same
+decision reads the full window."""
+QUICK_CANDIDATES_MIN = 16
+FULL_DECISION_SECONDS = 1.0
+"""A full decision at least this often: the wait reasons of runs deep in a backlog stay
+fresh, and fires recorded ahead behind it are staged in time."""
 #: How long a wait reason this node wrote is taken as still written (Dispatcher._new_reasons).
 REASON_MEMO_SECONDS = 30.0
 REASON_MEMO_SIZE = 20_000
@@ -134,6 +144,8 @@ class Dispatcher:
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
         """The runs of the next crowded due time, staged (executor/staging.py)."""
+        self._full_at = 0.0
+        """Monotonic time of the next full decision (FULL_DECISION_SECONDS)."""
         self._reasons: dict[str, tuple[str | None, float]] = {}
         """run id -> (wait reason, monotonic time) this node wrote (see _new_reasons)."""
         holder.on_request(self.wake)
@@ -197,23 +209,40 @@ class Dispatcher:
         coming = 0
         early_due: list[datetime] = []
 
+        # At a crowded due time every free worker gets a run from this one decision.
+        window = max(CANDIDATES_PER_DECISION, free)
+        full = self.clock.monotonic() >= self._full_at
+        quick = window if full else min(window, max(QUICK_CANDIDATES_MIN,
+                                                    free * QUICK_CANDIDATES_PER_SLOT))
+
         def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
+            nonlocal full
             self.store.lock_admission(conn)
-            # At a crowded due time every free worker gets a run from this one decision.
-            candidates = self.store.queued_candidates(
-                now, max(CANDIDATES_PER_DECISION, free), conn=conn)
-            # Runs the pools refused are left alone until a member comes back (here, or
-            # elsewhere: the watch) or their cooldown ends: no claim and give-back per
-            # blocked run per decision.
             pools = leaser_of(self.store)
             if pools is not None:
                 pools.watch(conn, now)  # members freed by other processes, at most 1/s
-                candidates = [c for c in candidates if pools.may_try(c.run_id, now)]
+            load = None
+            size = quick
+            while True:
+                read = self.store.queued_candidates(now, size, conn=conn)
+                # Runs the pools refused are left alone until a member comes back (here,
+                # or elsewhere: the watch) or their cooldown ends: no claim and give-back
+                # per blocked run per decision.
+                candidates = read if pools is None else [
+                    c for c in read if pools.may_try(c.run_id, now)]
+                if not candidates and len(read) < size:
+                    return [], None if pools is None else pools.next_recheck()
+                if load is None:
+                    load = self.store.admission_load(
+                        now, budget_jobs=current.limits.budgeted_jobs(), conn=conn)
+                decision = admit(candidates, current.limits, load, now, free)
+                # A quick read that did not fill the free slots, with more runs queued
+                # behind it: judge the full window.
+                if size >= window or len(read) < size or len(decision.admitted) >= free:
+                    break
+                size, full = window, True
             if not candidates:
                 return [], None if pools is None else pools.next_recheck()
-            load = self.store.admission_load(now, budget_jobs=current.limits.budgeted_jobs(),
-                                             conn=conn)
-            decision = admit(candidates, current.limits, load, now, free)
             claimed: list[Started] = []
             if decision.admitted:
                 ids = [c.run_id for c in decision.admitted]
@@ -246,6 +275,8 @@ class Dispatcher:
                 return claimed, recheck
             return claimed, decision.next_check
 
+        if full:
+            self._full_at = self.clock.monotonic() + FULL_DECISION_SECONDS
         # No cyclic garbage collection during a decision and the launch of its runs: with
         # 1,000 runs claimed at once, the collections their allocations trigger (each one
         # walking the whole heap: the configuration, the threads) were 40 % of the claim.
@@ -511,12 +542,9 @@ class Dispatcher:
                     self._after_run(refill)
 
     def _after_run(self, refill: bool) -> None:
-        """A worker's run ended and no run is about to start: write, wake the dispatcher."""
-        if self._queue.empty():
-            try:
-                self.recorder.flush()  # going idle: write the queued run ends now
-            except Exception:
-                log.exception("writing the end of finished runs failed")
+        """A worker's run ended and no run is about to start: wake the dispatcher, whose
+        decision writes the queued run ends in its transaction (with its claims: one
+        commit, not one for the ends and one for the claim)."""
         # A decision costs a write transaction and a read of the queue: while claimed
         # runs still wait in the local queue, wake the dispatcher once half the
         # slots are free rather than at every run end; at once when none waits.

@@ -42,9 +42,9 @@ def test_run_now_from_the_catalogue_lands_on_the_run(ui: UI, page: Any,
         timeout=60_000)
     # The header may run ahead of the log: a state change reloads the header at once,
     # while the stream delivers the last lines at its next look (LIVE_POLL_SECONDS).
-    page.locator("#log").filter(has_text="run SUCCEEDED").wait_for(timeout=10_000)
+    page.locator("#log").filter(has_text="finished SUCCEEDED").wait_for(timeout=10_000)
     log = page.locator("#log").inner_text()
-    assert "run started (manual:otto)" in log and "run SUCCEEDED" in log, log
+    assert "(manual:otto)" in log and "run of sales-load finished SUCCEEDED" in log, log
     run = _run(ui, run_id)
     assert run["job"] == "sales-load" and run["id"] == run_id and run["state"] == "SUCCEEDED"
     page.goto(f"{ui.base}/jobs")

@@ -129,7 +129,9 @@ def test_a_run_page_follows_sales_load_live(ui: UI, page: Any, tmp_path: Path) -
     # The header comes in the stream after the lines it was read before: once it says
     # SUCCEEDED, the run's last lines are on the page (no waiting for the stream's end).
     assert page.locator("#log .line").count() >= 3
-    assert "run started" in page.locator("#log").inner_text()
+    shown = page.locator("#log").inner_text()
+    assert "run of sales-load queued" in shown and "finished SUCCEEDED" in shown, shown
+    assert page.locator("#log .line.event").count() >= 3  # the run's events are its milestones
     assert page.locator(".run-steps .step-row").count() == 3
     assert "manual: otto" in page.locator(".run-trigger").inner_text()
     assert page.locator("button", has_text="Replay").is_visible()

@@ -292,19 +292,18 @@ def test_a_staged_claim_writes_what_the_ordinary_claim_writes(
         def lines(run_id: str) -> list[tuple[str, str | None, str]]:
             return [(line.level, line.step, re.sub(r" in \d+(\.\d+)?s\b", " in <t>s",
                                                    line.message))
-                    for line in store.list_logs(run_id)]
+                    for line in store.run_log(run_id)]
 
+        # The run log is the run's events: no line restates them.
+        assert store.list_logs(staged_id) == store.list_logs(plain_id) == []
         assert lines(staged_id) == lines(plain_id)
-        assert [(level, step, message.split(":")[0])
-                for level, step, message in lines(staged_id)] == [
-            ("INFO", None, "run started (manual"),
-            ("INFO", "count", "started (python)"),
-            ("INFO", "count", "succeeded"),
-            ("INFO", None, "run SUCCEEDED")]
-        assert lines(staged_id)[0][2] == 'run started (manual:test); params: n="4"'
-        assert lines(staged_id)[2][2] == "succeeded: 4 rows in <t>s"
-        # The first boundary's line keeps the claim's time.
-        assert store.list_logs(staged_id)[0].ts == now
+        assert lines(staged_id)[1:] == [
+            ("INFO", None, "run QUEUED -> RUNNING"),
+            ("INFO", "count", "step count (python, attempt 1) RUNNING"),
+            ("INFO", "count", "step count (attempt 1) RUNNING -> SUCCEEDED (4 rows in <t>s)"),
+            ("INFO", None, "run of par finished SUCCEEDED (4 rows in <t>s)")]
+        # The first boundary's event keeps the claim's time.
+        assert store.run_log(staged_id)[1].ts == now
 
 
 def test_a_staged_claim_takes_only_runs_still_queued_fresh_and_due(
@@ -379,12 +378,14 @@ def assert_claimed_at_fire_and_ran(node: Node, store: Store, clock: FakeClock, c
     assert len(runs) == jobs
     assert_ran_once(store, runs, calls)
     for run in runs:
-        assert [(line.level, line.step, line.message.split(":")[0])
-                for line in store.list_logs(run.id)] == [
-            ("INFO", None, "run started (scheduled); params"),
-            ("INFO", "noop", "started (python)"),
-            ("INFO", "noop", "succeeded"),
-            ("INFO", None, "run SUCCEEDED")]
+        assert store.list_logs(run.id) == []  # nothing restates the events
+        assert [(line.level, line.step, line.event)
+                for line in store.run_log(run.id)] == [
+            ("INFO", None, "RUN_CREATED"),
+            ("INFO", None, "RUN_STATE_CHANGED"),
+            ("INFO", "noop", "STEP_STARTED"),
+            ("INFO", "noop", "STEP_SUCCEEDED"),
+            ("INFO", None, "RUN_FINISHED")]
         (step,) = store.list_step_runs(run.id)
         assert step.started_at == FIRE
     return runs

@@ -138,10 +138,8 @@ class StepRunner:
         """The first half of :meth:`attempt`: plan the step and, for a thread-isolated
         step, hand it to its step thread now; :meth:`Attempt.finish` waits for it (a
         process-isolated step is started there)."""
-        log.add("INFO", f"started ({step.type})", step.name)
         return self.prepare(plan, step, attempt=attempt, outputs=outputs, records=records,
-                            log=log, run_deadline=run_deadline, announced=True,
-                            control=control).start()
+                            log=log, run_deadline=run_deadline, control=control).start()
 
     def prepare(
         self,
@@ -153,15 +151,13 @@ class StepRunner:
         records: Mapping[str, Mapping[str, Any]],
         log: RunLog,
         run_deadline: float,
-        announced: bool = False,
         control: RunControl | None = None,
     ) -> Attempt:
         """:meth:`launch` without the start: plan the step and build its context now (a
         node stages the first step of a run recorded ahead before its due time);
-        :meth:`Attempt.start` starts it. Its "started" line is written at the start
-        (``announced``: it was already)."""
+        :meth:`Attempt.start` starts it. (Its start is the STEP_STARTED event of the
+        boundary that records it: no log line restates it.)"""
         now = Attempt(self, plan, step, self.clock.monotonic(), log)
-        now.announced = announced
         try:
             step_type = self.types.get(step.type)
             if step_type is None:
@@ -183,9 +179,6 @@ class StepRunner:
             info = StepInfo(step.name, step.type, attempt, budget)
             now.running = self._run(plan, step_type, planned, info, records, log, control)
         except Exception as exc:
-            if not announced:
-                log.add("INFO", f"started ({step.type})", step.name)
-                now.announced = True
             now.outcome = self._failed(step, exc, now.started, log)
         return now
 
@@ -286,8 +279,6 @@ class Attempt:
         self.running: ThreadStep | Callable[[Callable[[], None]], StepResult] | None = None
         self.outcome: StepOutcome | None = None
         """Known at launch: the step failed before it could start."""
-        self.announced = False
-        """Whether its "started" line was written."""
 
     @property
     def staged(self) -> bool:
@@ -298,9 +289,6 @@ class Attempt:
     def start_here(self) -> Callable[[], None] | None:
         """Like :meth:`start`, for a thread step to be run by the calling thread (a step
         thread): returns the call that runs it (None if there is nothing to run)."""
-        if not self.announced:
-            self.announced = True
-            self.log.add("INFO", f"started ({self.step.type})", self.step.name)
         if self.outcome is not None or not isinstance(self.running, ThreadStep):
             return None
         self.started = self.runner.clock.monotonic()
@@ -309,9 +297,6 @@ class Attempt:
     def start(self) -> Attempt:
         """Start a prepared step (a thread step is handed to its thread; a process step
         starts in :meth:`finish`); returns itself."""
-        if not self.announced:
-            self.announced = True
-            self.log.add("INFO", f"started ({self.step.type})", self.step.name)
         if self.outcome is None:
             self.started = self.runner.clock.monotonic()
             if isinstance(self.running, ThreadStep):
@@ -340,7 +325,5 @@ class Attempt:
         except Exception as exc:
             return self.runner._failed(step, exc, self.started, log)
         seconds = self.runner.clock.monotonic() - self.started
-        rows = "" if result.rows is None else f"{result.rows} rows "
-        log.add("INFO", f"succeeded: {rows}in {seconds:.2f}s", step.name)
         return StepOutcome(StepState.SUCCEEDED, result.rows, dict(result.output),
                            seconds=seconds)

@@ -37,7 +37,6 @@ who). LEASE_LOST: nothing more is written; the outcome is "lost".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -235,10 +234,6 @@ class RunTracker:
             self.log.add("INFO", f"run resumed at step {step!r} (attempt "
                                  f"{self._attempt(step)}) from its checkpoint "
                                  f"({self.run.trigger})")
-        else:
-            shown = ", ".join(f"{k}={json.dumps(v, default=str)}"
-                              for k, v in self.plan.params.items())
-            self.log.add("INFO", f"run started ({self.run.trigger}); params: {shown or 'none'}")
         starts, self.next_index = self._starts_from(self.start_index)
         run_end = None if self.next_index is not None else self._success()
         # The resolved parameters replace the requested ones (written only when they differ).
@@ -337,7 +332,8 @@ class RunTracker:
                 self._remember(step, outcome)
                 self.observer.step_finished(step.name, outcome)
                 end = StepEnd(step_run_id, step.name, step.type, attempt, outcome.state,
-                              outcome.rows, outcome.output, outcome.error, outcome.error_class)
+                              outcome.rows, outcome.output, outcome.error, outcome.error_class,
+                              seconds=outcome.seconds)
                 if outcome.failed:
                     boundary = self._after_failure(index, step, outcome, end)
                 else:
@@ -457,7 +453,6 @@ class RunTracker:
         return starts
 
     def _success(self) -> RunEnd:
-        self.log.add("INFO", f"run SUCCEEDED: {self.rows} rows")
         return RunEnd(RunState.SUCCEEDED, self.rows)
 
     def _remember(self, step: StepConfig, outcome: StepOutcome) -> None:

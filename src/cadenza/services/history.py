@@ -24,6 +24,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState, StepState
 from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.store.codec import run_id_time
+from cadenza.store.records import LogCursor as LogCursor  # the run log's cursor, for the pages
 
 if TYPE_CHECKING:
     from cadenza.clock import Clock
@@ -218,17 +219,20 @@ def parse_level(text: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class LogLine:
-    """One line of a run's log."""
+    """One line of a run's log: a line it wrote, or one of its audit events (``event``)."""
 
-    id: int
+    id: str
+    """Where a reader goes on from after this line (``"line.event"``, see LogCursor)."""
     time: datetime
     level: str
     step: str | None
     message: str
 
+    event: str | None = None
+
     def as_json(self) -> dict[str, Any]:
         return {"time": self.time, "level": self.level, "step": self.step,
-                "message": self.message}
+                "message": self.message, "event": self.event}
 
 
 @dataclass(frozen=True)
@@ -359,16 +363,17 @@ class HistoryService:
 
     def _tail(self, store: HistoryStore, run_id: str, min_level: str | None, follow: bool,
               poll: float) -> Iterator[LogLine | None]:
-        after: int | None = None
+        after: LogCursor | None = None
         while True:
             # Read "finished" first: the lines of a run's end commit with it, so a read
             # after seeing it finished sees them all.
             finished = store.run_is_finished(run_id) if follow else True
             found = False
-            for line in store.list_logs(run_id, after_id=after, min_level=min_level):
-                after = line.id
+            for line in store.run_log(run_id, after=after, min_level=min_level):
+                after = line.cursor
                 found = True
-                yield LogLine(line.id, line.ts, line.level, line.step, line.message)
+                yield LogLine(line.id, line.ts, line.level, line.step, line.message,
+                              line.event)
             if finished:
                 return
             if not found:

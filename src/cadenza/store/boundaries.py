@@ -452,17 +452,19 @@ class BoundaryWriter(StoreCore):
             reason, error = self._redact_text(end.reason), self._redact_text(end.error)
             rows.append(event_row(
                 kind, f"step {end.step} (attempt {end.attempt}) RUNNING -> {end.state}"
-                + (f": {reason}" if reason else ""), b.run_id, level,
+                + _took(end.rows, end.seconds) + (f": {reason}" if reason else ""),
+                b.run_id, level,
                 {"step_run_id": end.step_run_id, "step": end.step, "step_type": end.step_type,
                  "attempt": end.attempt, "from": StepState.RUNNING.value,
                  "to": end.state.value, "reason": reason, "rows": end.rows,
-                 "error_class": end.error_class, "error": error}, b.actor, stamp))
+                 "error_class": end.error_class, "error": error,
+                 "duration_s": end.seconds}, b.actor, stamp))
         for start, step_run_id in zip(b.starts, created, strict=True):
             kind, level = _step_event(start.state)
             reason = self._redact_text(start.reason)
             before = None if start.resumes is None else StepState.PENDING
             rows.append(event_row(
-                kind, f"step {start.step} (attempt {start.attempt}) "
+                kind, f"step {start.step} ({start.step_type}, attempt {start.attempt}) "
                 + (f"{before} -> " if before else "") + f"{start.state}"
                 + (f": {reason}" if reason else ""), b.run_id, level,
                 {"step_run_id": step_run_id, "step": start.step, "step_type": start.step_type,
@@ -493,6 +495,13 @@ def _wait(b: Boundary, why: str, now: datetime) -> Boundary:
     return replace(b, starts=[s for s in b.starts if s.state is not StepState.RUNNING],
                    run_end=RunEnd(RunState.QUEUED, b.rows, None, why, wait_reason=why),
                    logs=[*b.logs, line])
+
+
+def _took(rows: int | None, seconds: float | None) -> str:
+    """`` (4 rows in 0.02s)``: what a step's end event says of its work."""
+    parts = ([] if rows is None else [f"{rows} rows"]) + (
+        [] if seconds is None else [f"in {seconds:.2f}s"])
+    return f" ({' '.join(parts)})" if parts else ""
 
 
 def _step_event(state: StepState) -> tuple[EventType, Level]:

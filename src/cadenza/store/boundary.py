@@ -85,6 +85,8 @@ class StepEnd:
     error: str | None = None
     error_class: str | None = None
     reason: str | None = None
+    seconds: float | None = None
+    """How long the attempt ran (its event says it; the run log does not restate it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import TERMINAL_RUN_STATES
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
-from cadenza.store.records import EventRecord, LogRecord
+from cadenza.store.records import EventRecord, LogCursor, LogRecord, RunLogEntry
 from cadenza.store.tables import EVENT_ACTOR_INDEXED, run_logs, runs
 
 _EVENT_COLUMNS_SQL = ", ".join(f'"{column}"' for column in (
@@ -129,6 +129,59 @@ class EventsRepository(StoreCore):
         with self.read() as c:
             rows = c.execute(query).all()
         return [LogRecord.from_row(row) for row in rows]
+
+    def run_log(
+        self,
+        run_id: str,
+        *,
+        after: LogCursor | None = None,
+        limit: int | None = None,
+        min_level: Level | str | None = None,
+    ) -> list[RunLogEntry]:
+        """The run's log as a reader sees it: the lines it wrote and its audit events
+        (started, succeeded, retried, leased, finished…) merged by time, after ``after``.
+
+        The run writes no line that restates an event: its events are its log's milestones.
+        Each table is read in its own order and the two are merged by time, so each entry's
+        cursor covers everything before it: a reader going on from any entry's cursor
+        misses nothing and gets nothing twice. With ``limit``, the merge stops where either
+        table's page ends."""
+        after = after or LogCursor()
+        levels = None
+        if min_level is not None:
+            order = list(Level)
+            levels = {lv.value for lv in order[order.index(Level(min_level)):]}
+        page = limit if limit is not None else 100_000
+        lines = self.list_logs(run_id, after_id=after.line, limit=page, min_level=min_level)
+        events = self.list_events(run_id=run_id, after_id=after.event, limit=page)
+        lines_cut, events_cut = len(lines) >= page, len(events) >= page
+        merged: list[RunLogEntry] = []
+        line_at, event_at = after.line, after.event
+        i = j = 0
+        while len(merged) < page:
+            line = lines[i] if i < len(lines) else None
+            event = events[j] if j < len(events) else None
+            if line is None and (lines_cut or event is None):
+                break
+            if event is None and events_cut:
+                break
+            if line is not None and (event is None or line.ts <= event.created_at):
+                i += 1
+                line_at = line.id
+                merged.append(RunLogEntry(LogCursor(line_at, event_at), line.ts, line.level,
+                                          line.step, line.message))
+                continue
+            assert event is not None
+            j += 1
+            event_at = event.event_id
+            if levels is not None and event.level not in levels:
+                continue
+            payload = event.payload if isinstance(event.payload, dict) else {}
+            step = payload.get("step")
+            merged.append(RunLogEntry(LogCursor(line_at, event_at), event.created_at,
+                                      event.level, step if isinstance(step, str) else None,
+                                      event.message, event.event_type))
+        return merged
 
     def run_is_finished(self, run_id: str) -> bool:
         """Whether the run is in a terminal state (a log follower stops then)."""

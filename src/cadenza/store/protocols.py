@@ -38,8 +38,10 @@ from cadenza.domain.states import ResourceState, RunState
 from cadenza.store.boundary import NewRun
 from cadenza.store.records import (
     EventRecord,
+    LogCursor,
     LogRecord,
     ResourceRecord,
+    RunLogEntry,
     RunRecord,
     StepRunRecord,
 )
@@ -388,6 +390,17 @@ class HistoryQueries(EventQueries, Protocol):
         min_level: Level | str | None = ...,
     ) -> list[LogRecord]:
         """A run's log lines in order."""
+        ...
+
+    def run_log(
+        self,
+        run_id: str,
+        *,
+        after: LogCursor | None = ...,
+        limit: int | None = ...,
+        min_level: Level | str | None = ...,
+    ) -> list[RunLogEntry]:
+        """A run's log lines and its audit events, merged by time."""
         ...
 
     def run_is_finished(self, run_id: str) -> bool:

@@ -290,6 +290,48 @@ class LogRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class LogCursor:
+    """Where a reader of a run's log is: the last log line and the last audit event it got
+    (the run log merges the two, :meth:`~cadenza.store.events.EventsMixin.run_log`). Its
+    text, ``"12.40"``, is the ``id`` of a line of the run page's stream and of the API."""
+
+    line: int = 0
+    event: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.line}.{self.event}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> LogCursor:
+        """The cursor of ``"L.E"``; a bare number is a line id (a page opened before
+        events were merged in); anything else is the start."""
+        line, dot, event = (text or "").strip().partition(".")
+        digits = line.isdigit() and len(line) <= 18 and (
+            not dot or (event.isdigit() and len(event) <= 18))
+        if not digits:
+            return cls()
+        return cls(int(line), int(event) if dot else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunLogEntry:
+    """One line of a run's log as a reader sees it: a line the run wrote, or one of its
+    audit events (``event``: its type) shown as a line."""
+
+    cursor: LogCursor
+    ts: datetime
+    level: str
+    step: str | None
+    message: str
+    event: str | None = None
+
+    @property
+    def id(self) -> str:
+        """The cursor's text: where a reader goes on from after this line."""
+        return str(self.cursor)
+
+
+@dataclass(frozen=True, slots=True)
 class EventRecord:
     """One audit event (table ``event_log``), already redacted."""
 

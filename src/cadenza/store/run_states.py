@@ -122,9 +122,13 @@ class RunFinished:
         return None if started is None else (self.finished_at - started).total_seconds()
 
     def event(self) -> RunEvent:
+        took = [] if self.fields.get("rows") is None else [f"{self.fields['rows']} rows"]
+        if self.duration_s is not None:
+            took.append(f"in {self.duration_s:.2f}s")
         return RunEvent(EventType.RUN_FINISHED,
                         f"run of {self.job_id} finished {self.state.value}"
-                        f"{_suffix(self.reason)}", run_level(self.state),
+                        + (f" ({' '.join(took)})" if took else "")
+                        + _suffix(self.reason), run_level(self.state),
                         {"job_id": self.job_id, "from": self.frm.value,
                          "state": self.state.value, "reason": self.reason,
                          "epoch": self.epoch, "fields": dict(self.fields),

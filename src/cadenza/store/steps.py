@@ -101,7 +101,8 @@ class StepRunsRepository(Transitions):
             self._insert_event(
                 c,
                 event_type,
-                f"step {step} (attempt {attempt}) {state}" + (f": {reason}" if reason else ""),
+                f"step {step} ({step_type}, attempt {attempt}) {state}"
+                + (f": {reason}" if reason else ""),
                 run_id=run_id,
                 level=level,
                 payload={

@@ -97,8 +97,14 @@ def test_events_cursor_log_and_actions(env: ApiEnv) -> None:
         assert [e["id"] for e in mine["events"]] == [
             e["id"] for e in every if e["actor"] == actor]
     assert operator.get("/api/events", params={"actor": "x" * 201}).status_code == 422
-    # the log of an ended run streams its lines, then the end
+    # the log of an ended run streams its lines and its events (created, finished), then
+    # the end
     stream = operator.get(f"/api/runs/{run_id}/log", params={"follow": "1"})
-    assert stream.text.count("data: {\"time\"") == 2 and stream.text.endswith(
+    assert stream.text.count("data: {\"time\"") == 4 and stream.text.endswith(
         "event: end\ndata: {}\n\n")
+    whole = operator.get(f"/api/runs/{run_id}/log").json()
+    assert [line["event"] for line in whole if line["event"]] == ["RUN_CREATED",
+                                                                   "RUN_FINISHED"]
+    assert [line["message"] for line in whole if not line["event"]] == ["a warning",
+                                                                         "a detail"]
     assert operator.get("/api/runs/nope").status_code == 404

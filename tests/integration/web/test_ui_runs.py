@@ -197,11 +197,15 @@ def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     append_log(store, run_id, "WARNING", "two\nlines " + XSS[0])
     store.transition_run(run_id, RunState.CANCELED, reason="test")
     viewer = env.session("viewer")
-    stream = viewer.get(f"/runs/{run_id}/live", params={"after": 1, "state": "QUEUED"})
+    shown = store.run_log(run_id)  # the run's lines and its events, merged
+    first = next(line for line in shown if line.message == "first")
+    stream = viewer.get(f"/runs/{run_id}/live", params={"after": first.id, "state": "QUEUED"})
     assert stream.headers["content-type"].startswith("text/event-stream")
     text = stream.text
-    assert text.startswith("id: 2\nevent: line\ndata: <span class=\"line lvl-WARNING\"")
+    # One "line" event with what came after the page's cursor; its id is the new cursor.
+    assert text.startswith(f"id: {shown[-1].id}\nevent: line\ndata: <span class=\"line ")
     assert "first" not in text  # the page had it already
+    assert 'lvl-WARNING" data-id=' in text and 'data-event="RUN_FINISHED"' in text
     assert "data: lines &lt;script&gt;" in text and "<script>" not in text
     # The page said QUEUED: the header comes again in the stream, after the lines and
     # before the end, showing what the lines show (never ahead of them).
@@ -216,7 +220,7 @@ def test_live_stream_sends_html_lines_then_end(env: ApiEnv) -> None:
     assert viewer.get("/runs/nope/live").status_code == 404
     # a browser reconnecting by itself says which line it saw last
     again = viewer.get(f"/runs/{run_id}/live", params={"after": 0},
-                       headers={"Last-Event-ID": "2"})
+                       headers={"Last-Event-ID": shown[-1].id})
     assert again.text == "event: end\ndata: \n\n"
 
 

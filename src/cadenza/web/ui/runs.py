@@ -23,13 +23,13 @@ from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
 from cadenza.services.errors import InvalidRequest, NotFound
 from cadenza.services.history import (
     HistoryService,
+    LogCursor,
     RunPage,
     RunPageQuery,
     parse_since,
     parse_states,
 )
 from cadenza.web.auth import context, services_for
-from cadenza.web.limits import MAX_ID
 from cadenza.web.ui.auth import PageOperator, PageViewer, PageViewerAtRead
 from cadenza.web.ui.render import choose_language, environment, is_htmx, redact_html, render
 from cadenza.web.ui.runs_view import (
@@ -163,9 +163,9 @@ def run_page(run_id: str, request: Request, me: PageViewer,
     actions the reader may take. While the run is live, its stream sends the header
     again when the run moves (:func:`live_events`)."""
     values = _summary_values(request, me, run_id)
-    lines = context(request).store.list_logs(run_id, limit=LOG_PAGE)
+    lines = context(request).store.run_log(run_id, limit=LOG_PAGE)
     values |= {"lines": lines, "cut": len(lines) >= LOG_PAGE,
-               "last_line": lines[-1].id if lines else 0,
+               "last_line": lines[-1].id if lines else str(LogCursor()),
                "level": level.upper() if level.upper() in LEVELS else "DEBUG"}
     return render(request, "ui/runs_run.html", values, me=me, nav="runs")
 
@@ -176,7 +176,7 @@ def _lines_html(request: Request, lines: list[Any]) -> str:
     return redact_html(request, template.render(lines=lines))
 
 
-def _event(name: str, html: str = "", event_id: int | None = None) -> str:
+def _event(name: str, html: str = "", event_id: str | None = None) -> str:
     """One server-sent event; each line of ``html`` its own ``data:`` line. A ``line``
     event carries the id of its last line: a browser reconnecting by itself sends it back
     (``Last-Event-ID``) and the stream goes on from there, without repeating lines."""
@@ -185,7 +185,7 @@ def _event(name: str, html: str = "", event_id: int | None = None) -> str:
     return f"{head}event: {name}\n{data}\n\n"
 
 
-async def live_events(request: Request, store: HistoryQueries, run_id: str, after: int,
+async def live_events(request: Request, store: HistoryQueries, run_id: str, after: LogCursor,
                       state: str, header: Callable[[], str] | None = None,
                       ) -> AsyncIterator[str]:
     """The stream of a run page: new log lines (``line``), the page's header again
@@ -202,7 +202,7 @@ async def live_events(request: Request, store: HistoryQueries, run_id: str, afte
     for a day holds no thread (each read borrows one for a moment)."""
     seen = state
 
-    def read(after_id: int, seen: str) -> tuple[RunRecord | None, str | None, list[Any]]:
+    def read(after_id: LogCursor, seen: str) -> tuple[RunRecord | None, str | None, list[Any]]:
         run = store.get_run(run_id)  # first: a run's last lines commit with its end
         html = None
         if header is not None and seen and run is not None and run.state.value != seen:
@@ -210,13 +210,13 @@ async def live_events(request: Request, store: HistoryQueries, run_id: str, afte
                 html = header()  # its reads too come before the lines'
             except NotFound:  # pruned between the reads: the stream ends below
                 html = None
-        return run, html, store.list_logs(run_id, after_id=after_id, limit=LIVE_BATCH)
+        return run, html, store.run_log(run_id, after=after_id, limit=LIVE_BATCH)
 
     while True:
         run, html, lines = await anyio.to_thread.run_sync(read, after, seen)
         if lines:
-            after = lines[-1].id
-            yield _event("line", _lines_html(request, lines), after)
+            after = lines[-1].cursor
+            yield _event("line", _lines_html(request, lines), str(after))
             if len(lines) == LIVE_BATCH:
                 continue  # lines the header may be ahead of are still to come
         if html is not None and run is not None:
@@ -231,21 +231,23 @@ async def live_events(request: Request, store: HistoryQueries, run_id: str, afte
 
 @router.get("/runs/{run_id}/live", response_model=None)
 def run_live(run_id: str, request: Request, me: PageViewer,
-             after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+             after: Annotated[str, Query(pattern=r"^\d{1,18}(\.\d{1,18})?$")] = "0",
              state: Annotated[str, Query(max_length=20)] = "") -> StreamingResponse:
     """The run page's event stream (see :func:`live_events`); 404 for an unknown run."""
     store = context(request).store
     if store.get_run(run_id) is None:
         raise NotFound(f"no run {run_id!r}")
-    resumed = request.headers.get("last-event-id", "")
-    if resumed.isdigit() and len(resumed) <= len(str(MAX_ID)) and int(resumed) <= MAX_ID:
-        after = max(after, int(resumed))
+    # A browser reconnecting by itself sends the last line's cursor back.
+    start = LogCursor.parse(after)
+    resumed = LogCursor.parse(request.headers.get("last-event-id", "")[:40])
+    start = LogCursor(max(start.line, resumed.line), max(start.event, resumed.event))
+
     def header() -> str:
         values = _summary_values(request, me, run_id)
         page = render(request, "ui/_runs_summary.html", values, me=me, nav="runs")
         return bytes(page.body).decode()
 
-    return StreamingResponse(live_events(request, store, run_id, after, state.upper(), header),
+    return StreamingResponse(live_events(request, store, run_id, start, state.upper(), header),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 to run it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test test-latest lock lint venv clean i18n i18n-pot
+.PHONY: run test test-latest lock lint venv clean i18n i18n-pot bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ run: $(VENV)/.installed
 ## make test: install with the test extras and run the whole suite
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+## make bench: Cadenza's W1 beside Huey, PgQueuer and procrastinate, interleaved rounds on a
+## private PostgreSQL cluster it starts and stops; the table goes to docs/benchmarks.md.
+## QUICK=1: fewer jobs, no procrastinate (a few minutes). The peers get their own venv
+## (bench/.peers-venv), never Cadenza's.
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/compare.py --write $(if $(QUICK),--quick)
 
 ## make lock: resolve the newest versions within pyproject.toml's ranges again, for every
 ## platform (Linux, Windows, macOS) and Python >= 3.11, with hashes. On purpose only: review

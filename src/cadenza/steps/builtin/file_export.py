@@ -29,7 +29,7 @@ from cadenza.steps.base import (
     StepConfig,
     format_from_path,
 )
-from cadenza.steps.builtin.lib import exporting, outfiles, writers
+from cadenza.steps.builtin.lib import exporting, outfiles
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 
@@ -81,6 +81,9 @@ class FileExportStep(StepType):
     def run(self, ctx: StepContext, config: FileExportConfig) -> StepResult:
         """Check the path, stream the rows into a temporary file, rename it; see the
         module's docstring."""
+        # pyarrow and openpyxl at first use, not when the step types load (~60 MiB)
+        from cadenza.steps.builtin.lib import writers
+
         fmt = config.format or export_format(config.path) or "csv"
         place = outfiles.target(config.path, ctx.settings.file_roots(ctx.home),
                                 of_settings(ctx.home, ctx.settings),

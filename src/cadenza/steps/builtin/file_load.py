@@ -44,10 +44,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from itertools import chain
-from typing import Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.csv as pacsv  # type: ignore[import-untyped]
 import sqlalchemy as sa
 from pydantic import Field, model_validator
 
@@ -66,9 +64,12 @@ from cadenza.steps.base import (
     TableName,
     format_from_path,
 )
-from cadenza.steps.builtin.lib import files, readers, sqlutil
+from cadenza.steps.builtin.lib import files, sqlutil
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
+
+if TYPE_CHECKING:  # pyarrow and openpyxl at first use, not when the step types load
+    from cadenza.steps.builtin.lib import readers
 
 WAIT_RETRY = timedelta(seconds=60)
 MAX_NAME = 63
@@ -411,6 +412,8 @@ class _Load:
         """Load one file into ``dest``, after its first ``skip`` rows (committed by an
         earlier attempt); with a resumable load, commit every :data:`COMMIT_ROWS` rows with the
         file's progress. Returns the file's rows (``skip`` included)."""
+        from cadenza.steps.builtin.lib import readers
+
         config = self.config
         source = readers.open_source(self.format, fh, item.display, config.csv)
         names = self._names(source.names, item.display)
@@ -612,6 +615,9 @@ class _Writer:
             cur.close()
 
     def _copy_arrow(self, batch: readers.Batch) -> None:
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.csv as pacsv  # type: ignore[import-untyped]
+
         arrays = list(batch.arrow.columns)
         for value in self.consts:
             arrays.append(pa.nulls(batch.size) if value is None else pa.array([value] * batch.size))
@@ -623,6 +629,8 @@ class _Writer:
 
 def _slice(batch: readers.Batch, start: int, stop: int) -> readers.Batch:
     """Rows ``start:stop`` of ``batch`` (Arrow slices share the buffers)."""
+    from cadenza.steps.builtin.lib import readers
+
     if start == 0 and stop >= batch.size:
         return batch
     if batch.arrow is not None:
@@ -657,6 +665,8 @@ def _pieces(batch: readers.Batch, every: int, since: int) -> Iterator[readers.Ba
 
 def _copyable(arrow: Any) -> bool:
     """Whether Arrow writes every column of the batch as text that COPY reads back."""
+    import pyarrow as pa
+
     t = pa.types
     checks = (t.is_string, t.is_large_string, t.is_integer, t.is_floating, t.is_boolean,
               t.is_date32, t.is_decimal, t.is_timestamp)

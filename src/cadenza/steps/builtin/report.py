@@ -43,7 +43,7 @@ from cadenza.domain.params import ParamError, render
 from cadenza.home_templates import HomeTemplateLoader, TemplateRefused, template_problem
 from cadenza.private_files import of_settings
 from cadenza.steps.base import RUN_TUNABLE, ColumnList, SqlConnectionName, StepConfig
-from cadenza.steps.builtin.lib import charts, exporting, outfiles, writers
+from cadenza.steps.builtin.lib import exporting, outfiles
 from cadenza.steps.registry import StepType
 from cadenza.steps.runtime import StepContext, StepResult, clock_of
 
@@ -196,6 +196,9 @@ class ReportStep(StepType):
 
 
 def _section(ctx: StepContext, section: ReportSection) -> Section:
+    # matplotlib at first use, not when the step types load (~30 MiB in every server)
+    from cadenza.steps.builtin.lib import charts
+
     try:
         title = str(render(section.title, ctx.scope))
     except ParamError as exc:
@@ -343,6 +346,8 @@ def _xlsx(fh: BinaryIO, title: str, sections: list[Section]) -> int:
     import openpyxl  # type: ignore[import-untyped]
     from openpyxl.chart import BarChart, LineChart, Reference  # type: ignore[import-untyped]
     from openpyxl.styles import Font  # type: ignore[import-untyped]
+
+    from cadenza.steps.builtin.lib import writers
 
     book = openpyxl.Workbook()
     book.remove(book.active)

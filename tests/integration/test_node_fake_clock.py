@@ -190,3 +190,39 @@ def test_a_whole_node_under_a_fake_clock(served: tuple[Node, Store, FakeClock]) 
                                if r.state is RunState.SUCCEEDED and r.started_at == next_fire],
                       "the next night's fire")
     assert len(done) == 1 and len(runs_of(store, "nightly")) == 2
+
+
+def test_an_idle_node_writes_nothing(tmp_path: Path) -> None:
+    """With nothing queued and nothing to notify, a node's polls (the dispatcher's each
+    second, the sender's) are reads: no write transaction, so an idle server neither
+    grows the SQLite WAL nor takes the write lock from a CLI in the meantime."""
+    import sqlalchemy as sa
+
+    clock = FakeClock(START)
+    home = make_home(tmp_path)
+    (home.path / "jobs.toml").write_text('[jobs.held]\n' + _step("held", "noop"))
+    config = home.load_config()
+    store = home.open_store(config, clock=clock)
+    node = Node(home, config, store, clock=clock, workers=4, scheduler=False)
+    writes: list[str] = []
+
+    def count(conn: sa.Connection) -> None:
+        writes.append("commit")
+
+    try:
+        node.start()
+        clock.wait_until_idle(LOOPS - 1, 3)
+        loops = clock.idle  # those of this node without a scheduler
+        clock.advance_idle(timedelta(seconds=5), loops)  # the first passes decide
+        sa.event.listen(store.engine, "commit", count)
+        for _ in range(40):  # the reaper's round (lease / 3) comes too
+            clock.advance_idle(timedelta(seconds=1), loops)
+        assert writes == []
+        # A run queued by another process (no wake) is still found by the next poll.
+        run_id = store.create_run("held", "manual:cli")
+        clock.advance_idle(timedelta(seconds=1), loops)
+        eventually(lambda: store.get_run(run_id).state is RunState.SUCCEEDED,
+                   "the queued run to run")
+    finally:
+        node.stop(timeout=10)
+        store.close()

@@ -112,6 +112,11 @@ class GroupCommit:
         with self._lock:
             self._queue.append(_Pending(boundary, deferred=True))
 
+    def pending(self) -> bool:
+        """Whether boundaries or run ends wait to be written."""
+        with self._lock:
+            return bool(self._queue)
+
     def flush(self) -> None:
         """Write whatever is queued (a worker about to go idle calls this)."""
         with self._lock:

@@ -482,15 +482,24 @@ class Dispatcher:
             STEP_THREADS.warm(min(coming(), free))
         return next_check
 
+    def _idle_poll(self) -> bool:
+        """Whether a poll (no wake since the last decision) finds nothing to decide: no run
+        queued (by this process or another), no run end waiting to be written, no stage.
+        A read, where a decision is a write transaction: an idle node makes no write."""
+        return (self._stage is None and not self.recorder.pending()
+                and not self.store.has_queued_runs())
+
     def _dispatch_loop(self) -> None:
         backoff = 1.0
+        polled = False  # the first pass decides
         while not self.stop_event.is_set():
             self._wake.clear()
             if self.holder.take_request():
                 self.holder.reload()
             now = self.clock.now()
             try:
-                next_check = self.dispatch_once(now)
+                next_check = None if polled and self._idle_poll() else \
+                    self.dispatch_once(now)
                 backoff = 1.0
             except Exception:  # the store may be down: log, back off, never die
                 log.exception("dispatch failed (retrying in %.0fs)", backoff)
@@ -500,7 +509,7 @@ class Dispatcher:
             timeout = POLL_SECONDS
             if next_check is not None:
                 timeout = min(timeout, max((next_check - self.clock.now()).total_seconds(), 0))
-            self.clock.wait(self._wake, timeout)
+            polled = not self.clock.wait(self._wake, timeout)
 
     def _work_loop(self) -> None:
         while True:

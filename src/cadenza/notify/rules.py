@@ -93,6 +93,9 @@ class Notifier:
         self.outbox = Outbox(store)
         self.wake: Callable[[], None] = lambda: None
         """Called after intents were written (the sender sets it to wake its loop)."""
+        self._long_runs: tuple[LoadedConfig, dict[str, timedelta]] | None = None
+        """The configuration last read and its jobs' ``alerts.long_run`` (read once per
+        configuration, not at every look of the sender)."""
 
     def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
                      now: datetime) -> None:
@@ -150,8 +153,11 @@ class Notifier:
         if self.config is None:
             return 0
         config = self.config()
-        limits = {job_id: job.alerts.long_run for job_id, job in config.jobs.items()
-                  if job.alerts.long_run is not None}
+        if self._long_runs is None or self._long_runs[0] is not config:
+            self._long_runs = (config, {job_id: job.alerts.long_run
+                                        for job_id, job in config.jobs.items()
+                                        if job.alerts.long_run is not None})
+        limits = self._long_runs[1]
         if not limits:
             return 0
         with self.store.read() as c:

@@ -84,6 +84,14 @@ class AdmissionRepository(StoreCore):
         if self.dialect == "postgresql":
             conn.execute(sa.select(sa.func.pg_advisory_xact_lock(ADMISSION_LOCK_KEY)))
 
+    def has_queued_runs(self) -> bool:
+        """Whether any run is QUEUED: one indexed read on the DBAPI connection, without a
+        transaction (the poll of an idle node, once a second: it was a write transaction,
+        then a read of candidates, most of an idle server's CPU)."""
+        with self._quick_read() as read:
+            return bool(read("SELECT 1 FROM runs WHERE state = ? LIMIT 1",
+                             (RunState.QUEUED.value,)))
+
     def queued_candidates(
         self, now: datetime, limit: int = 200, *, conn: sa.Connection | None = None
     ) -> list[Candidate]:

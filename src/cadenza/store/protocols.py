@@ -435,6 +435,11 @@ class Admission(Protocol):
         """Take the admission lock for the rest of ``conn``'s transaction (from :meth:`write`)."""
         ...
 
+    def has_queued_runs(self) -> bool:
+        """Whether any run is QUEUED (one indexed read, no transaction): an idle node's
+        poll."""
+        ...
+
     def queued_candidates(
         self,
         now: datetime,

@@ -309,6 +309,11 @@ class RunLeasesRepository(LeaseClock):
         events)."""
         at = require_aware(now or self._now(), "now")
         recovered: list[Recovered] = []
+        # No run RUNNING (an idle node's usual answer): nothing to take back, and no write
+        # transaction to find it out (one indexed read).
+        with self._quick_read() as read:
+            if not read("SELECT 1 FROM runs WHERE state = ? LIMIT 1", (_RUNNING,)):
+                return recovered
         with self.write() as conn:
             expiry = at if self.lease_time != "database" else self._store_time(conn)
             expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < expiry)

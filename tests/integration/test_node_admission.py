@@ -172,3 +172,25 @@ def test_runs_behind_a_capped_backlog_start_at_once(tmp_path: Path,
     waiting = [r for r in store.list_runs(job="capped", limit=100)
                if r.state is RunState.QUEUED]
     assert len(waiting) > 40  # the open job's runs did not wait for the capped backlog
+
+
+def test_a_node_filling_the_cluster_cap_itself_writes_no_cap_reason(tmp_path: Path) -> None:
+    """As many workers as max_concurrent_runs on one node (16 and 16 by default; 4 here):
+    the runs of a backlog wait for this node's own workers, which is no reason worth a
+    RUN_WAITING event each (it was one per run on its way, and a third slower). The node
+    never asks for more than the cap leaves it either."""
+    home = two_jobs_home(tmp_path)
+    cfg = home.path / "cadenza.toml"
+    cfg.write_text(cfg.read_text() + "\n[workers]\nmax_concurrent_runs = 4\n")
+    config = home.load_config()
+    store = home.open_store(config)
+    made = [store.create_run("open", "manual:test") for _ in range(40)]
+    node = Node(home, config, store, clock=SystemClock(), workers=4, scheduler=False)
+    node.start()
+    try:
+        wait_for(lambda: all(store.get_run(r).state is RunState.SUCCEEDED for r in made), 120)
+    finally:
+        node.stop(timeout=30)
+    waiting = store.list_events(event_type="RUN_WAITING")
+    store.close()
+    assert waiting == []

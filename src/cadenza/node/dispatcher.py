@@ -126,7 +126,8 @@ class Dispatcher:
         self._lock = threading.Lock()
         # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
         # between two decisions; they hold their lease while they wait in the local queue.
-        self._idle = self.workers * (1 + PREFETCH)
+        self._slots = self.workers * (1 + PREFETCH)
+        self._idle = self._slots
         self._refill_at = max(1, self._idle // 2)
         self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
         # The group commit of the node: concurrent workers' step boundaries share commits,
@@ -202,9 +203,15 @@ class Dispatcher:
         if stage is not None and now >= stage.due:
             self._stage = None
             self._claim_stage(stage, now)
-        with self._lock:
-            free = self._idle
         current = self._current
+        with self._lock:
+            # Never more than the cluster's cap allows beside what this node holds: a slot
+            # beyond it (a run claimed ahead) is this node's business, and asking for it
+            # gave every run of a backlog a "max_concurrent_runs reached" reason and event
+            # on its way (16 workers and the default cap of 16).
+            held = self._slots - self._idle
+            cap = current.limits.max_concurrent_runs
+            free = min(self._idle, max(0, cap - held))
 
         coming = 0
         early_due: list[datetime] = []
@@ -264,9 +271,14 @@ class Dispatcher:
             coming = len(early)
             early_due.extend(c.not_before for c in candidates
                              if c.not_before is not None and c.not_before > now)
+            # Likewise the cluster's cap while this node's own runs fill it: that is its
+            # workers being busy, said in other words.
+            mine = {WaitRule.NODE_WORKERS} | (
+                {WaitRule.MAX_CONCURRENT_RUNS} if held + len(decision.admitted) >= cap
+                else set())
             self.store.set_wait_reasons(self._new_reasons(
                 {run_id: why.text for run_id, why in decision.waiting.items()
-                 if why.rule is not WaitRule.NODE_WORKERS
+                 if why.rule not in mine
                  and not (why.rule is WaitRule.NOT_BEFORE and run_id in early)}),
                 conn=conn)
             recheck = None if pools is None else pools.next_recheck()

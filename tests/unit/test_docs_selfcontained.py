@@ -23,7 +23,7 @@ CITATION = re.compile(
 )
 """The citation forms, matched precisely (a random ``seed`` or a "spec" object is fine)."""
 
-SKIP_DIRS = {"__pycache__", "vendor", "images"}
+SKIP_DIRS = {"__pycache__", "vendor", "images", ".peers-venv"}  # the peers' venv: `make bench`
 SKIP_FILES = {"CHANGELOG.md"}
 SKIP_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".ico", ".mo", ".pyc", ".woff", ".woff2"}
 

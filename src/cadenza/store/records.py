@@ -292,7 +292,7 @@ class LogRecord:
 @dataclass(frozen=True, slots=True)
 class LogCursor:
     """Where a reader of a run's log is: the last log line and the last audit event it got
-    (the run log merges the two, :meth:`~cadenza.store.events.EventsMixin.run_log`). Its
+    (the run log merges the two, :meth:`~cadenza.store.events.EventsRepository.run_log`). Its
     text, ``"12.40"``, is the ``id`` of a line of the run page's stream and of the API."""
 
     line: int = 0

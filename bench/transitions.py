@@ -1,9 +1,11 @@
 """Benchmark: run state transitions per second through ``cadenza.store`` (not a test).
 
-Each transition is one ``Store.transition_run`` call: a locking read of the run, a conditional
-UPDATE, its RUN_STATE_CHANGED event, one commit. Runs alternate QUEUED -> RUNNING -> QUEUED
-(the retry edge), round-robin over ``--runs`` rows, so every call succeeds and writes exactly
-one event. ``create_run`` (INSERT + RUN_CREATED, one commit) is measured as well.
+Each transition is one ``Store.transition_run`` call, a cancel of a QUEUED run (the commanded
+transitions are cancel, resume and abandon; a run starts only through the claim and ends
+through its boundary): a locking read of the run, a conditional UPDATE, its
+RUN_STATE_CHANGED and RUN_FINISHED events, the run end hooks, one commit. Every call succeeds
+on a run created beforehand. ``create_run`` (INSERT + RUN_CREATED, one commit) is measured
+as well.
 
 Usage::
 
@@ -72,15 +74,12 @@ def one_rep(url: str, args: argparse.Namespace) -> dict[str, Any]:
         commits += 1
 
     try:
-        ids = [store.create_run("bench", "manual") or "" for _ in range(args.runs)]
-        state = dict.fromkeys(ids, RunState.QUEUED)
+        ids = [store.create_run("bench", "manual") or ""
+               for _ in range(args.warmup + args.n)]
 
         def step(i: int) -> None:
-            run_id = ids[i % len(ids)]
-            to = RunState.RUNNING if state[run_id] is RunState.QUEUED else RunState.QUEUED
-            if not store.transition_run(run_id, to, reason="bench"):
-                raise RuntimeError(f"transition {state[run_id]} -> {to} of {run_id} refused")
-            state[run_id] = to
+            if not store.transition_run(ids[i], RunState.CANCELED, reason="bench"):
+                raise RuntimeError(f"the cancel of {ids[i]} was refused")
 
         for i in range(args.warmup):
             step(i)
@@ -137,7 +136,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--sync", choices=["NORMAL", "FULL"], default="NORMAL")
     parser.add_argument("-n", type=int, default=5000, help="timed transitions per repetition")
-    parser.add_argument("--runs", type=int, default=100, help="runs to rotate over")
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))

@@ -3,7 +3,7 @@
 Usage: ``python store_race_worker.py URL``. Prints ``ready`` once the store is open, then
 answers one line per command:
 
-* ``transition RUN_ID`` -> ``1`` if this process moved the run QUEUED -> RUNNING, else ``0``;
+* ``claim RUN_ID`` -> ``1`` if this process claimed the run (QUEUED -> RUNNING), else ``0``;
 * ``fire JOB ISO_TIME`` -> the new run id, or ``-`` if that fire was already recorded;
 * ``quit`` -> exits.
 """
@@ -11,9 +11,8 @@ answers one line per command:
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
-from cadenza.domain.states import RunState
 from cadenza.store import Store
 
 
@@ -23,8 +22,9 @@ def main(url: str) -> None:
         print("ready", flush=True)
         for line in sys.stdin:
             command, *args = line.split()
-            if command == "transition":
-                won = store.transition_run(args[0], RunState.RUNNING, actor=f"pid-{id(store)}")
+            if command == "claim":
+                until = datetime.now(UTC) + timedelta(minutes=5)
+                won = store.claim_runs(f"pid-{id(store)}", until, run_ids=[args[0]])
                 print("1" if won else "0", flush=True)
             elif command == "fire":
                 at = datetime.fromisoformat(args[1])

@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
+from tests.support.store_helpers import end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.admission import HOUR, Decision, Limits, admit, limits_from_config
@@ -30,11 +31,11 @@ def queue(store: Store, job: str, trigger: str = "manual", **kwargs: Any) -> str
 
 
 def start(store: Store, run_id: str) -> None:
-    assert store.transition_run(run_id, RunState.RUNNING, fields={"lease_owner": "node-1"})
+    start_run(store, run_id, owner="node-1")
 
 
 def finish(store: Store, run_id: str) -> None:
-    assert store.transition_run(run_id, RunState.SUCCEEDED)
+    assert end_run(store, run_id, RunState.SUCCEEDED)
 
 
 # --- queued_candidates ----------------------------------------------------------------------
@@ -78,8 +79,8 @@ def test_candidates_limit_ready_and_held_runs_separately(store: Store, clock: Fa
 def test_candidates_mark_runs_that_ran_before(store: Store, clock: FakeClock) -> None:
     run_id = queue(store, "r")
     start(store, run_id)
-    assert store.transition_run(run_id, RunState.QUEUED, reason="retry",
-                                fields={"attempt": 1, "not_before": clock.now() + HOUR})
+    assert end_run(store, run_id, RunState.QUEUED, reason="retry", attempt=1,
+                   not_before=clock.now() + HOUR)
     (candidate,) = store.queued_candidates(clock.now())
     assert (candidate.attempt, candidate.requeued) == (1, True)
     assert candidate.not_before == clock.now() + HOUR
@@ -158,7 +159,7 @@ def test_wait_reasons_write_changes_only_and_one_event_per_waiting_episode(
     # Starting clears the reason; waiting again after a retry is a new episode.
     start(store, a)
     assert store.get_run(a).wait_reason is None  # type: ignore[union-attr]
-    assert store.transition_run(a, RunState.QUEUED, reason="retry")
+    assert end_run(store, a, RunState.QUEUED, reason="retry")
     assert store.set_wait_reasons({a: "not before 09:10:00 (retry backoff)"}) == 1
     assert len(waiting_events(store, a)) == 2
 
@@ -231,7 +232,7 @@ def decide(store: Store, limits: Limits, clock: FakeClock, free_slots: int) -> D
         load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn)
         decision = admit(candidates, limits, load, now, free_slots)
         for run in decision.admitted:
-            assert store.transition_run(run.run_id, RunState.RUNNING, conn=conn)
+            assert start_run(store, run.run_id, conn=conn)
         store.set_wait_reasons(decision.wait_texts(), conn=conn)
     return decision
 

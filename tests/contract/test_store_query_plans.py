@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.store import Store, admission, claims
+from cadenza.store import Store, admission, claims, run_states
 from cadenza.store.boundary import NewRun
 from cadenza.store.hotsql import Dialect
 
@@ -89,7 +89,7 @@ def test_the_candidates_of_a_decision_are_read_in_index_order(sqlite_url: str) -
         d = Dialect("sqlite")
         with store.read() as conn:
             raw = conn.connection.driver_connection.cursor()
-            raw.execute("EXPLAIN QUERY PLAN " + claims.claim_statement(d),
+            raw.execute("EXPLAIN QUERY PLAN " + run_states.claim_statement(d),
                         (stamp, 3, "node:1:1", stamp, stamp, stamp))
             plan = " | ".join(str(row[3]) for row in raw.fetchall())
         assert "ix_runs_claim_order" in plan and "TEMP B-TREE" not in plan, plan
@@ -172,7 +172,7 @@ def test_a_claim_from_the_queue_walks_the_claim_order_on_postgresql(pg_url: str)
             conn.exec_driver_sql("ANALYZE runs")
         ids = store.create_runs([NewRun("burst", "manual:t")] * 10000)
         d = Dialect("postgresql")
-        sql = "EXPLAIN " + claims.claim_statement(d, jobs=1)
+        sql = "EXPLAIN " + run_states.claim_statement(d, jobs=1)
         params = [now, "burst", 1, "node:1:1", now + timedelta(minutes=1), now, now]
 
         def plan(conn: sa.Connection) -> str:

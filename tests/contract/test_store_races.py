@@ -44,7 +44,7 @@ def _start(url: str, count: int) -> list[Worker]:
     return workers
 
 
-def test_processes_race_for_one_transition_and_one_fire(
+def test_processes_race_for_one_claim_and_one_fire(
     store: Store, store_url: str, clock: FakeClock
 ) -> None:
     workers = _start(store_url, 3)
@@ -53,7 +53,7 @@ def test_processes_race_for_one_transition_and_one_fire(
             run_id = store.create_run("race", "manual")
             assert run_id
             for worker in workers:
-                worker.send(f"transition {run_id}")
+                worker.send(f"claim {run_id}")
             answers = [worker.answer() for worker in workers]
             assert answers.count("1") == 1, answers
             run = store.get_run(run_id)
@@ -85,29 +85,40 @@ def test_processes_opening_a_fresh_database_together_migrate_once(store_url: str
         store.close()
 
 
-def test_threads_race_for_one_transition_and_one_fire(store: Store, clock: FakeClock) -> None:
+def test_threads_race_for_one_claim_one_cancel_and_one_fire(store: Store,
+                                                             clock: FakeClock) -> None:
     threads = 6
     run_ids = [store.create_run("race", "manual") for _ in range(ROUNDS)]
+    to_cancel = [store.create_run("cancel", "manual") for _ in range(ROUNDS)]
     fires = [clock.now() + timedelta(minutes=n) for n in range(ROUNDS)]
     barrier = threading.Barrier(threads)
+    until = clock.now() + timedelta(minutes=5)
 
-    def contender(_: int) -> tuple[list[bool], list[bool]]:
-        won, created = [], []
+    def contender(n: int) -> tuple[list[bool], list[bool], list[bool]]:
+        won, canceled, created = [], [], []
         for run_id in run_ids:
             assert run_id
             barrier.wait(timeout=30)
-            won.append(store.transition_run(run_id, RunState.RUNNING))
+            won.append(bool(store.claim_runs(f"thread-{n}", until, run_ids=[run_id])))
+        for run_id in to_cancel:
+            assert run_id
+            barrier.wait(timeout=30)
+            canceled.append(store.transition_run(run_id, RunState.CANCELED, actor=f"t{n}"))
         for at in fires:
             barrier.wait(timeout=30)
             created.append(
                 store.create_run("nightly", "scheduled", schedule="main", scheduled_for=at)
                 is not None
             )
-        return won, created
+        return won, canceled, created
 
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(contender, range(threads)))
     for n in range(ROUNDS):
-        assert sum(won[n] for won, _ in results) == 1
-        assert sum(created[n] for _, created in results) == 1
+        assert sum(won[n] for won, _, _ in results) == 1
+        assert sum(canceled[n] for _, canceled, _ in results) == 1
+        assert sum(created[n] for _, _, created in results) == 1
+    for run_id in to_cancel:
+        assert run_id
+        assert len(store.list_events(run_id=run_id, event_type=EventType.RUN_FINISHED)) == 1
     assert all(r.lease_epoch == 1 for r in store.list_runs(job="race", limit=100))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from tests.support.store_helpers import append_log, transition_resource_or_raise
+from tests.support.store_helpers import append_log, end_run, start_run, transition_resource_or_raise
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import ResourceState, RunState, StepState
@@ -49,7 +49,7 @@ class MarkerRedactor:
 def _write_everything(store: Store) -> str:
     run_id = store.create_run("leaky", "manual", reason=f"asked with {SECRET}")
     assert run_id
-    store._transition_run_or_raise(run_id, RunState.RUNNING, reason=f"lease {SECRET}")
+    start_run(store, run_id)
     append_log(store, run_id, "INFO", f"connecting to postgresql://app:{SECRET}@db/x")
     append_log(store, run_id, "INFO", f"plain line {CANARY}")
     sid = store._create_step_run(run_id, "call", "http", state=StepState.RUNNING)
@@ -62,9 +62,7 @@ def _write_everything(store: Store) -> str:
             "output": {"headers": {"Authorization": KEY_SECRET}, "body": f"echo {SECRET}"},
         },
     )
-    store._transition_run_or_raise(
-        run_id, RunState.FAILED, fields={"error": f"fatal: {SECRET}"}, reason=SECRET
-    )
+    assert end_run(store, run_id, RunState.FAILED, error=f"fatal: {SECRET}", reason=SECRET)
     store.append_event(
         "CONFIG_CHANGED",
         f"connection changed to {SECRET}",

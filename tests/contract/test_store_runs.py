@@ -9,18 +9,32 @@ from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
-from tests.support.store_helpers import append_log
+from tests.support.store_helpers import append_log, end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import InvalidTransition, StoreError
 from cadenza.domain.events import EventType
 from cadenza.domain.states import RUN_TRANSITIONS, TERMINAL_RUN_STATES, RunState, is_allowed
-from cadenza.store import StaleEpoch, Store
+from cadenza.store import StaleEpoch, Store, run_states
 from cadenza.store.run_leases import RunLease
 from cadenza.store.tables import runs
 
 Force = Callable[[sa.Table, object, StrEnum], None]
 R = RunState
+
+
+def test_every_transition_has_a_writer_and_transition_run_only_the_commanded() -> None:
+    """Each (from, to) of the state table has a writer in run_states.py, and
+    ``transition_run`` makes only the commanded ones (cancel, resume, abandon): a run starts
+    through the claim and ends through its boundary or the reaper."""
+    edges = {(frm, to) for frm, targets in RUN_TRANSITIONS.items() for to in targets}
+    assert set(run_states.WRITERS) == edges
+    for writers in run_states.WRITERS.values():
+        assert all(hasattr(run_states, name) for name in writers), writers
+    commanded = {(frm, to) for frm, targets in run_states.COMMANDED.items() for to in targets}
+    assert commanded == {e for e, w in run_states.WRITERS.items() if "RUN_MACHINE" in w}
+    assert commanded == {(R.QUEUED, R.CANCELED), (R.NEEDS_REVIEW, R.QUEUED),
+                         (R.NEEDS_REVIEW, R.FAILED)}
 
 
 def test_every_run_state_pair_is_allowed_or_refused_by_the_table(
@@ -39,7 +53,7 @@ def test_every_run_state_pair_is_allowed_or_refused_by_the_table(
             after = store.get_run(run_id)
             new_events = store.list_events(run_id=run_id)[seen:]
             assert after is not None
-            if done != is_allowed(RUN_TRANSITIONS, frm, to):
+            if done != is_allowed(run_states.COMMANDED, frm, to):
                 problems.append(f"{frm}->{to}: returned {done}")
                 continue
             if not done:
@@ -137,45 +151,55 @@ def test_running_fences_with_an_epoch_and_sets_times(store: Store, clock: FakeCl
     run_id = store.create_run("j", "manual")
     assert run_id
     lease_until = clock.now() + timedelta(minutes=5)
-    assert store.transition_run(
-        run_id, R.RUNNING, fields={"lease_owner": "node-a", "lease_until": lease_until}
-    )
+    start_run(store, run_id, owner="node-a", lease_until=lease_until)
     first = store.get_run(run_id)
     assert first is not None
     assert (first.lease_epoch, first.lease_owner, first.lease_until) == (1, "node-a", lease_until)
     assert first.started_at == clock.now()
-    # The lease expired; another node re-queued and re-claimed it: epoch 2.
+    # The lease expired; the reaper re-queued it (epoch 2) and another node claimed it
+    # (epoch 3).
     clock.advance(600)
-    assert store.transition_run(run_id, R.QUEUED, reason="lease expired", epoch=1)
+    assert [r.state for r in store.reap_expired_run_leases()] == [R.QUEUED]
     queued = store.get_run(run_id)
     assert queued is not None and queued.lease_owner is None and queued.lease_until is None
-    assert store.transition_run(run_id, R.RUNNING, fields={"lease_owner": "node-b"})
+    assert start_run(store, run_id, owner="node-b").lease_epoch == 3
     # The first holder wakes up (RELIABILITY #40): its stale epoch is refused.
     seen = len(store.list_events(run_id=run_id))
-    assert not store.transition_run(run_id, R.SUCCEEDED, epoch=1)
-    with pytest.raises(StaleEpoch):
-        store._transition_run_or_raise(run_id, R.SUCCEEDED, epoch=1)
+    assert not end_run(store, run_id, R.SUCCEEDED, epoch=1)
     assert len(store.list_events(run_id=run_id)) == seen
     clock.advance(30)
-    assert store.transition_run(run_id, R.SUCCEEDED, epoch=2, fields={"rows": 42})
+    assert end_run(store, run_id, R.SUCCEEDED, epoch=3, rows=42)
     done = store.get_run(run_id)
     assert done is not None
-    assert (done.state, done.rows, done.lease_owner, done.lease_epoch) == (R.SUCCEEDED, 42, None, 2)
+    assert (done.state, done.rows, done.lease_owner, done.lease_epoch) == (R.SUCCEEDED, 42, None, 3)
     assert done.started_at == first.started_at  # the first start is kept
     assert done.finished_at == clock.now()
     finished = store.list_events(run_id=run_id, event_type=EventType.RUN_FINISHED)
     assert [e.payload["duration_s"] for e in finished] == [630.0]
 
 
+def test_a_command_with_a_stale_epoch_is_refused(store: Store) -> None:
+    run_id = store.create_run("j", "manual")
+    assert run_id
+    start_run(store, run_id)
+    assert end_run(store, run_id, R.NEEDS_REVIEW, reason="attempts spent")
+    seen = len(store.list_events(run_id=run_id))
+    assert not store.transition_run(run_id, R.QUEUED, epoch=0)
+    with pytest.raises(StaleEpoch):
+        store._transition_run_or_raise(run_id, R.FAILED, epoch=0)
+    assert len(store.list_events(run_id=run_id)) == seen
+    assert store.transition_run(run_id, R.FAILED, epoch=1, reason="abandoned")
+
+
 def test_resume_gives_fresh_attempts(store: Store) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
-    store._transition_run_or_raise(run_id, R.RUNNING)
-    store._transition_run_or_raise(run_id, R.QUEUED, fields={"attempt": 2, "wait_reason": "retry"})
-    store._transition_run_or_raise(run_id, R.RUNNING)
+    start_run(store, run_id)
+    assert end_run(store, run_id, R.QUEUED, attempt=2, wait_reason="retry")
+    start_run(store, run_id)
     retried = store.get_run(run_id)
     assert retried is not None and (retried.attempt, retried.wait_reason) == (2, None)
-    store._transition_run_or_raise(run_id, R.NEEDS_REVIEW, fields={"attempt": 3})
+    assert end_run(store, run_id, R.NEEDS_REVIEW, attempt=3)
     store._transition_run_or_raise(run_id, R.QUEUED, actor="alice", reason="resumed")
     resumed = store.get_run(run_id)
     assert resumed is not None and (resumed.attempt, resumed.resumes) == (0, 1)
@@ -187,18 +211,21 @@ def test_or_raise_names_the_state_that_blocked_it(store: Store) -> None:
     with pytest.raises(InvalidTransition) as info:
         store._transition_run_or_raise(run_id, R.SUCCEEDED)
     assert (info.value.frm, info.value.to) == (R.QUEUED, R.SUCCEEDED)
+    # A start is the claim's, not a command.
+    with pytest.raises(InvalidTransition):
+        store._transition_run_or_raise(run_id, R.RUNNING)
     with pytest.raises(StoreError, match="does not exist"):
-        store._transition_run_or_raise("0" * 26, R.RUNNING)
-    assert not store.transition_run("0" * 26, R.RUNNING)
+        store._transition_run_or_raise("0" * 26, R.CANCELED)
+    assert not store.transition_run("0" * 26, R.CANCELED)
 
 
 def test_bad_fields_are_refused_before_anything_is_written(store: Store) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id
     with pytest.raises(ValueError, match="cannot set run fields"):
-        store.transition_run(run_id, R.RUNNING, fields={"state": "SUCCEEDED"})
+        store.transition_run(run_id, R.CANCELED, fields={"state": "SUCCEEDED"})
     with pytest.raises(ValueError, match="timezone-aware"):
-        store.transition_run(run_id, R.RUNNING, fields={"lease_until": _naive()})
+        store.transition_run(run_id, R.CANCELED, fields={"not_before": _naive()})
     run = store.get_run(run_id)
     assert run is not None and run.state is R.QUEUED
     assert len(store.list_events(run_id=run_id)) == 1
@@ -209,8 +236,8 @@ def _naive() -> datetime:
 
 
 def test_a_transition_is_one_commit_and_joins_a_caller_transaction(store: Store) -> None:
-    run_id = store.create_run("j", "manual")
-    assert run_id
+    run_id, other = store.create_run("j", "manual"), store.create_run("j", "manual")
+    assert run_id and other
     commits: list[object] = []
 
     def count(conn: object) -> None:
@@ -218,16 +245,16 @@ def test_a_transition_is_one_commit_and_joins_a_caller_transaction(store: Store)
 
     sa.event.listen(store.engine, "commit", count)
     try:
-        assert store.transition_run(run_id, R.RUNNING)
+        assert store.transition_run(other, R.CANCELED)
         assert len(commits) == 1
         with pytest.raises(RuntimeError), store.write() as conn:
-            assert store.transition_run(run_id, R.SUCCEEDED, conn=conn)
+            assert store.transition_run(run_id, R.CANCELED, conn=conn)
             append_log(store, run_id, "INFO", "done", conn=conn)
             raise RuntimeError("the caller failed after the transition")
     finally:
         sa.event.remove(store.engine, "commit", count)
     run = store.get_run(run_id)
-    assert run is not None and run.state is R.RUNNING
+    assert run is not None and run.state is R.QUEUED
     assert store.list_logs(run_id) == []
     assert EventType.RUN_FINISHED not in {e.event_type for e in store.list_events(run_id=run_id)}
 
@@ -246,7 +273,7 @@ def test_list_runs_filters_and_pages_newest_first(store: Store, clock: FakeClock
     page2 = store.list_runs(limit=3, before=page1[-1].id)
     page3 = store.list_runs(limit=3, before=page2[-1].id)
     assert [r.id for r in page1 + page2 + page3] == ids[::-1]
-    store._transition_run_or_raise(ids[0], R.RUNNING)
+    start_run(store, ids[0])
     assert [r.id for r in store.list_runs(state=R.RUNNING)] == [ids[0]]
     assert len(store.list_runs(state=[R.RUNNING, "QUEUED"])) == 7
     newest = store.get_run(ids[-1])
@@ -267,7 +294,7 @@ def test_history_pages_by_states_and_after_a_pruned_cursor(store: Store,
         if i % 4 == 3:
             clock.advance(1)  # four runs per created_at: the id breaks the ties
     for k in (1, 4, 7, 10):
-        store._transition_run_or_raise(ids[k], R.RUNNING)
+        start_run(store, ids[k])
     running = [ids[k] for k in (10, 7, 4, 1)]
     queued = [i for i in ids[::-1] if i not in running]
     assert [r.id for r in store.list_runs(state=[R.RUNNING, R.QUEUED])] == ids[::-1]
@@ -299,7 +326,7 @@ def test_a_heartbeat_renews_only_the_current_lease(store: Store, clock: FakeCloc
     assert run_id
     queued = store.renew_run_leases([RunLease(run_id, 0, "node-a")], clock.now())
     assert not queued.renewed and "QUEUED" in queued.lost[run_id]  # nothing to renew
-    store._transition_run_or_raise(run_id, R.RUNNING, fields={"lease_owner": "node-a"})
+    start_run(store, run_id, owner="node-a")
     seen = len(store.list_events(run_id=run_id))
     later = clock.now() + timedelta(minutes=3)
     assert store.renew_run_leases([RunLease(run_id, 1, "node-a")], later).renewed == {run_id}

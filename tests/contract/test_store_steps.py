@@ -7,6 +7,7 @@ from enum import StrEnum
 
 import pytest
 import sqlalchemy as sa
+from tests.support.store_helpers import end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.errors import InvalidTransition
@@ -106,10 +107,10 @@ def test_one_row_per_attempt_with_outputs(store: Store, clock: FakeClock) -> Non
 
 def test_step_writes_are_fenced_by_the_run_lease(store: Store) -> None:
     run_id = _run(store)
-    store._transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 1
+    start_run(store, run_id)  # epoch 1
     sid = store._create_step_run(run_id, "work", "python", state=S.RUNNING)
-    store._transition_run_or_raise(run_id, RunState.QUEUED, reason="lease expired")
-    store._transition_run_or_raise(run_id, RunState.RUNNING)  # epoch 2: another worker
+    assert end_run(store, run_id, RunState.QUEUED, reason="lease expired")
+    start_run(store, run_id)  # epoch 2: another worker
     seen = len(store.list_events(run_id=run_id))
     assert not store._transition_step_run(sid, S.SUCCEEDED, epoch=1)
     assert _step(store, run_id, sid).state is S.RUNNING

@@ -16,6 +16,7 @@ from cadenza.cli.main import app
 from cadenza.domain.states import RunState
 from cadenza.store import Store
 from tests.e2e.serve_helpers import Served, eventually
+from tests.support.store_helpers import start_run
 
 
 def cadenza(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -31,9 +32,8 @@ def test_backup_while_serving_then_restore_refused_until_stopped(tmp_path: Path)
     with Store.open(url) as store:  # a run that was RUNNING when the backup was taken
         running = store.create_run("hello", "manual")
         assert running is not None
-        assert store.transition_run(running, RunState.RUNNING, fields={
-            "lease_owner": "gone:1:w", "lease_epoch": 1,
-            "lease_until": datetime.now(UTC) + timedelta(hours=1)})
+        assert start_run(store, running, owner="gone:1:w",
+                         lease_until=datetime.now(UTC) + timedelta(hours=1))
     backup = tmp_path / "b.db"
     server = Served(home)
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from alembic import command
+from tests.support.store_helpers import start_run
 from typer.testing import CliRunner
 
 from cadenza.cli.backup import pg_dump_command
@@ -69,8 +70,7 @@ def add_running_run(home: Path) -> str:
     with open_store(db_of(home)) as store:
         run_id = store.create_run("hello", "manual")
         until = datetime.now(UTC) + timedelta(hours=1)
-        assert store.transition_run(run_id, RunState.RUNNING, fields={
-            "lease_owner": "gone-host:1:worker", "lease_until": until, "lease_epoch": 1})
+        assert start_run(store, run_id, owner="gone-host:1:worker", lease_until=until)
     return run_id
 
 

@@ -219,8 +219,8 @@ def test_a_child_that_ended_before_its_parent_deferred_still_wakes_it(bench: Ben
     parent_id, _ = bench.run("parent")
     child = only_child(bench, parent_id)
     assert bench.executor.execute(child.id).state is RunState.SUCCEEDED
-    # Take the parent as a worker would, and defer it again as the step does.
-    store.transition_run(parent_id, RunState.QUEUED, fields={"not_before": None})
+    # Take the parent as a worker would (the child's end made it due), and defer it again
+    # as the step does.
     claimed = store.claim_runs("test", store.clock.now() + timedelta(minutes=1),
                                run_ids=[parent_id], limit=1)
     assert [r.id for r in claimed] == [parent_id]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from executor_home import make_home
-from tests.support.store_helpers import append_log
+from tests.support.store_helpers import append_log, end_run, start_run
 
 from cadenza.audit import Redactor
 from cadenza.clock import FakeClock
@@ -76,12 +76,11 @@ def test_a_failed_steps_error_and_the_runs_error_are_redacted_whole_then_cut(
     for k in CUTS:
         run_id = store.create_run("leaky", "manual")
         assert run_id
-        store._transition_run_or_raise(run_id, RunState.RUNNING)
+        start_run(store, run_id)
         sid = store._create_step_run(run_id, "call", "http", state=StepState.RUNNING)
         assert store._transition_step_run(sid, StepState.FAILED,
                                          fields={"error": across_the_cut(k)})
-        store._transition_run_or_raise(run_id, RunState.FAILED,
-                                      fields={"error": across_the_cut(k)})
+        assert end_run(store, run_id, RunState.FAILED, error=across_the_cut(k))
         step = store.list_step_runs(run_id)[0]
         run = store.get_run(run_id)
         assert run is not None and step.error is not None and run.error is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from tests.integration.pools_home import ACCT_PW, PROXY_PW, pool_bench, python_job
-from tests.support.store_helpers import transition_resource_or_raise
+from tests.support.store_helpers import end_run, transition_resource_or_raise
 
 from cadenza.domain.states import ResourceState, RunState
 from cadenza.store.boundary import Boundary, StepStart
@@ -263,7 +263,7 @@ def test_a_canceled_run_releases_what_it_held(tmp_path: Path, store_url: str) ->
         run_id = b.enqueue("scrape")
         _claim(b, run_id)
         assert b.resource("u-1").state is X.LEASED
-        assert b.store.transition_run(run_id, RunState.CANCELED, actor="ops", reason="stop")
+        assert end_run(b.store, run_id, RunState.CANCELED, reason="stop")
         assert (b.resource("u-1").state, b.resource("fr-1").state) == (X.AVAILABLE,
                                                                         X.AVAILABLE)
         released = [e for e in b.store.list_events(resource_id="u-1")
@@ -297,7 +297,7 @@ def test_a_removed_member_finishes_its_lease_then_goes(tmp_path: Path) -> None:
         apply_pools(b.store, b.home.load_config())
         states = b.states()
         assert states["u-1"] == "LEASED" and states["u-3"] == "AVAILABLE"
-        assert b.store.transition_run(run_id, RunState.CANCELED, actor="ops")
+        assert end_run(b.store, run_id, RunState.CANCELED, actor="ops")
         assert "u-1" not in b.states()
         assert b.store.list_events(resource_id="u-1")[-1].message == (
             "resource u-1 removed: no longer in the configuration")
@@ -323,7 +323,7 @@ def test_admission_leaves_a_refused_run_alone_until_a_member_comes_back(
         assert leaser.next_recheck() == now + timedelta(seconds=30)
         assert leaser.may_try(waiting, now + timedelta(seconds=29)) is False
         # ... until a member is released in this process.
-        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        assert end_run(b.store, holder, RunState.CANCELED, actor="ops")
         assert leaser.may_try(waiting, now) is True
         assert b.execute(waiting).state is RunState.SUCCEEDED
 

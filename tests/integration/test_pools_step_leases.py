@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.pools_home import PoolBench, pool_bench
+from tests.support.store_helpers import end_run
 
 from cadenza.domain.states import ResourceState, RunState, StepState
 from cadenza.resources.plan import job_needs, peak_needs, step_needs
@@ -174,7 +175,7 @@ def test_a_step_that_cannot_have_its_unit_sends_the_run_back_to_the_queue(
         assert f"run QUEUED again: {run.wait_reason}" in lines
         # Admission leaves it alone until a member is released in this process.
         assert leaser.may_try(run_id, b.clock.now()) is False
-        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        assert end_run(b.store, holder, RunState.CANCELED, actor="ops")
         assert leaser.may_try(run_id, b.clock.now()) is True
         assert b.execute(run_id).state is RunState.SUCCEEDED
         steps = [(s.step, s.attempt, s.state) for s in b.store.list_step_runs(run_id)]
@@ -312,7 +313,7 @@ def test_a_claim_by_job_asks_the_pools_first(tmp_path: Path, store_url: str) -> 
         scrape = b.enqueue("scrape")
         assert [r.id for r in b.store.claim_runs("node-a:1:1", until, limit=2,
                                                  job_ids=["holder", "scrape"])] == [scrape]
-        assert b.store.transition_run(holder, RunState.CANCELED, actor="ops")
+        assert end_run(b.store, holder, RunState.CANCELED, actor="ops")
         b.clock.advance(10)  # u-1 cooled down (10 s)
         assert [r.id for r in b.store.claim_runs("node-a:1:1", until,
                                                  job_ids=["holder"])] == [waiting]

@@ -10,7 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from tests.support.store_helpers import append_log
+from tests.support.store_helpers import append_log, end_run, start_run
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -27,7 +27,7 @@ def finished(store: Store, job: str, state: RunState) -> str:
     a checkpoint."""
     run_id = store.create_run(job, "manual")
     assert run_id is not None
-    assert store.transition_run(run_id, RunState.RUNNING)
+    assert start_run(store, run_id)
     store._create_step_run(run_id, "s1", "python", state=StepState.RUNNING)
     append_log(store, run_id, "INFO", f"line of {run_id}")
     with store.write() as conn:
@@ -35,7 +35,7 @@ def finished(store: Store, job: str, state: RunState) -> str:
                                                  outputs_json="{}",
                                                  updated_at=store.clock.now()))
     if state is not RunState.RUNNING:
-        assert store.transition_run(run_id, state)
+        assert end_run(store, run_id, state)
     return run_id
 
 

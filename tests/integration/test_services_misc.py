@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.services_home import demo_services
+from tests.support.store_helpers import start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -31,7 +32,7 @@ def test_cancel_wait_gives_up_after_the_timeout_on_the_clock(services: Services,
                                                               clock: FakeClock) -> None:
     run_id = services.runs.enqueue(services.runs.request("hello"))
     store = services.store()
-    assert store.transition_run(run_id, RunState.RUNNING)
+    assert start_run(store, run_id)
     begun = clock.monotonic()
     outcome = services.runs.cancel(run_id, wait=True, timeout=3.0)
     assert outcome.requested and not outcome.ended and outcome.state is RunState.RUNNING

@@ -1,19 +1,22 @@
 """What tests do to a store that no part of Cadenza does: write a log line by hand, count
-failed logins, force a resource transition that must succeed. Built on the store's public
+failed logins, force a resource transition that must succeed, start and end a run in one
+call each (through the claim and a boundary, as a worker does). Built on the store's public
 API and its tables; the store itself offers only what Cadenza uses."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 
 from cadenza.domain.events import Level
-from cadenza.domain.states import ResourceState
+from cadenza.domain.states import ResourceState, RunState
 from cadenza.domain.texts import cut_redacted
 from cadenza.store import Store, later
+from cadenza.store.boundary import Boundary, RunEnd
+from cadenza.store.records import RunRecord
 from cadenza.store.resources import RESOURCE_MACHINE
 from cadenza.store.tables import login_failures, run_logs
 
@@ -62,3 +65,33 @@ def transition_resource_or_raise(store: Store, resource_id: str, to: ResourceSta
     before = store.get_resource(resource_id, conn=conn)
     RESOURCE_MACHINE.refuse(resource_id, ResourceState(to), epoch,
                             None if before is None else ResourceState(before.state))
+
+
+def start_run(store: Store, run_id: str, *, owner: str = "test-worker",
+              lease_until: datetime | None = None,
+              conn: sa.Connection | None = None) -> RunRecord:
+    """Take ``run_id`` as a worker does: the claim (QUEUED -> RUNNING, lease epoch + 1,
+    the claim hook), for ``owner`` until ``lease_until`` (default: in 5 minutes). Fails
+    the test when the run could not be taken (not QUEUED, or not due yet)."""
+    until = lease_until or store.clock.now() + timedelta(minutes=5)
+    taken = store.claim_runs(owner, until, run_ids=[run_id], conn=conn)
+    assert taken, f"run {run_id} could not be claimed"
+    return taken[0]
+
+
+def end_run(store: Store, run_id: str, to: RunState, *, reason: str | None = None,
+            rows: int | None = None, error: str | None = None,
+            not_before: datetime | None = None, wait_reason: str | None = None,
+            attempt: int | None = None, epoch: int | None = None, actor: str = "system",
+            conn: sa.Connection | None = None) -> bool:
+    """End a RUNNING run as its worker does: one boundary with a run end (SUCCEEDED,
+    FAILED, CANCELED, NEEDS_REVIEW, or QUEUED for a retry), fenced on ``epoch`` (default:
+    the run's current one). True when it was applied."""
+    if epoch is None:
+        run = store.get_run(run_id, conn=conn)
+        assert run is not None, f"no run {run_id}"
+        epoch = run.lease_epoch
+    end = RunEnd(to, rows, error, reason, not_before, wait_reason, attempt)
+    (result,) = store.record_boundaries([Boundary(run_id, epoch, run_end=end, actor=actor)],
+                                        conn=conn)
+    return result.applied

@@ -6,6 +6,8 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+from tests.support.store_helpers import end_run, start_run
+
 from cadenza.clock import FakeClock
 from cadenza.config.schema_settings import RetentionSettings
 from cadenza.domain.states import RunState
@@ -23,8 +25,8 @@ def old_runs(store: Store, clock: FakeClock, n: int) -> list[str]:
     for _ in range(n):
         run_id = store.create_run("job", "manual")
         assert run_id is not None
-        assert store.transition_run(run_id, RunState.RUNNING)
-        assert store.transition_run(run_id, RunState.SUCCEEDED)
+        assert start_run(store, run_id)
+        assert end_run(store, run_id, RunState.SUCCEEDED)
         ids.append(run_id)
     queued = store.create_run("job", "manual")
     assert queued is not None

@@ -1,8 +1,9 @@
 """Taking runs: the one claim of a QUEUED run, whoever takes it (docs/store.md).
 
 Every path that starts a run goes through :func:`_take`, one statement per dialect
-(:data:`_TAKE`): the dispatcher's claim of the runs admission chose and ``cadenza run
---local`` (:meth:`RunClaims.claim_runs`, followed by the first boundary of
+(:func:`~cadenza.store.run_states.claim_statement`, beside every other write of a run's
+state): the dispatcher's claim of the runs admission chose and ``cadenza run --local``
+(:meth:`RunClaims.claim_runs`, followed by the first boundary of
 :mod:`cadenza.store.boundaries`), and a staged burst, in the node or in its claimer process
 (:meth:`RunClaims.claim_staged`, which writes the first step's start encoded ahead). Admission
 (caps, windows, budgets) is decided before: a claim only takes what it is given.
@@ -63,29 +64,6 @@ _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
 
 
-_TAKE = (
-    "WITH chosen AS {materialized}(SELECT id FROM runs WHERE state = 'QUEUED'"
-    " AND (not_before IS NULL OR not_before <= {m}){where}"
-    " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}{lock})"
-    " UPDATE runs SET state = 'RUNNING', lease_epoch = lease_epoch + 1, lease_owner = {m},"
-    " lease_until = {lease}, started_at = coalesce(started_at, {m}), updated_at = {m},"
-    " reason = NULL, wait_reason = NULL"
-    # The guard is an expression, not ``state = ?``: given a plain column, SQLite's planner
-    # scans every queued run in the index instead of looking the ids up.
-    " WHERE id IN (SELECT id FROM chosen) AND state || '' = 'QUEUED' RETURNING {returning}"
-)
-"""The claim. ``state = 'QUEUED'`` is a literal: it must match the partial index's WHERE.
-``{lease}`` is a parameter, or ``now() + `` the lease's length on PostgreSQL when the store
-judges leases by the database's time (:mod:`cadenza.store.lease_clock`).
-On PostgreSQL the CTE is materialized: as a plain subquery it may be evaluated more than
-once, and with SKIP LOCKED each evaluation can pick other rows (claiming more than LIMIT)."""
-_GIVE_BACK = (
-    "UPDATE runs SET state = 'QUEUED', lease_epoch = lease_epoch - 1, lease_owner = NULL,"
-    " lease_until = NULL, started_at = CASE WHEN lease_epoch = 1 THEN NULL ELSE started_at"
-    " END, wait_reason = {m}, updated_at = {m} WHERE id = {m} AND state = 'RUNNING'"
-)
-"""A claim the hook refused, undone in the same transaction (nobody saw it): a run's first
-claim (epoch 1 after it) had no start time before."""
 _ORDERED = ("SELECT set_config('cadenza.sorts_were', current_setting('enable_sort'), true),"
             " set_config('enable_sort', 'off', true)")
 """PostgreSQL, before a claim from the queue (not among given run ids): for the rest of
@@ -142,23 +120,6 @@ class _Row:
         self._mapping = mapping
 
 
-def claim_statement(d: Dialect, *, ids: int | None = None, jobs: int | None = None,
-                    fresh: bool = False, returning: str = "*", lease_for: bool = False) -> str:
-    """:data:`_TAKE` for ``d``, among ``ids`` run ids and ``jobs`` job ids when given.
-    Parameters: now, the run ids, the job ids, limit, owner, lease_until (with
-    ``lease_for``, PostgreSQL: the lease's length, added to the database's ``now()``),
-    now, now."""
-    where = f" AND id IN ({d.marks(ids)})" if ids is not None else ""
-    if jobs is not None:
-        where += f" AND job_id IN ({d.marks(jobs)})"
-    if fresh:
-        where += " AND lease_epoch = 0"
-    lease = f"now() + {d.mark}" if lease_for else d.mark
-    return _TAKE.format(m=d.mark, where=where, returning=returning, lease=lease,
-                        materialized="MATERIALIZED " if d.postgres else "",
-                        lock=" FOR UPDATE SKIP LOCKED" if d.postgres else "")
-
-
 def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, now: datetime,
           limit: int, run_ids: list[str] | None = None, job_ids: list[str] | None = None,
           fresh: bool = False, returning: str = "*") -> tuple[list[str], list[list[Any]]]:
@@ -181,7 +142,7 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
     for part in parts:
         if len(out) >= limit:
             break
-        sql = claim_statement(d, ids=len(part) if run_ids is not None else None,
+        sql = run_states.claim_statement(d, ids=len(part) if run_ids is not None else None,
                               jobs=len(job_ids) if job_ids is not None else None,
                               fresh=fresh, returning=returning + _SORTS_AGAIN_COLUMN
                               if again else returning, lease_for=lease_for)
@@ -352,7 +313,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
         refused = hook(c, taken, now, steps=steps, starting=starting)
         if refused:
             stamp = d.ts(now)
-            cursor.executemany(_GIVE_BACK.format(m=d.mark), [
+            cursor.executemany(run_states.GIVE_BACK.format(m=d.mark), [
                 (self._redact_text(why), stamp, run_id) for run_id, why in refused.items()])
         return refused
 

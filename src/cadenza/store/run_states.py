@@ -8,9 +8,9 @@ transition                writer (SQL)                           caller
 ========================  =====================================  ==========================
 create (QUEUED, MISSED)   :func:`creation_event`                 ``create_run``,
                                                                  ``create_fires``
-claim (QUEUED->RUNNING)   :func:`claim_event` (the claim's SQL   ``claim_runs``
-                          is :func:`~cadenza.store.claims.
-                          claim_statement`)
+claim (QUEUED->RUNNING)   :func:`claim_statement` (one text per  ``claim_runs``,
+and its give-back         dialect), :data:`GIVE_BACK`,           ``claim_staged``
+                          :func:`claim_event`
 end, re-queue, defer      :data:`END_RUN` (one statement for a   ``record_boundaries``
 (RUNNING->...)            batch), :func:`end_run_row`            (the group commit,
                                                                  ``run --local``)
@@ -45,9 +45,9 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
-from cadenza.domain.states import RUN_TRANSITIONS, TERMINAL_RUN_STATES, RunState
+from cadenza.domain.states import TERMINAL_RUN_STATES, RunState
 from cadenza.store.codec import UTCDateTime
-from cadenza.store.hotsql import BatchUpdate
+from cadenza.store.hotsql import BatchUpdate, Dialect
 from cadenza.store.tables import runs
 from cadenza.store.transition import Machine
 
@@ -210,6 +210,50 @@ def creation_event(
 
 # --- claim -------------------------------------------------------------------------------
 
+# -- claim (QUEUED -> RUNNING) and its give-back ----------------------------------------------
+
+TAKE = (
+    "WITH chosen AS {materialized}(SELECT id FROM runs WHERE state = 'QUEUED'"
+    " AND (not_before IS NULL OR not_before <= {m}){where}"
+    " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}{lock})"
+    " UPDATE runs SET state = 'RUNNING', lease_epoch = lease_epoch + 1, lease_owner = {m},"
+    " lease_until = {lease}, started_at = coalesce(started_at, {m}), updated_at = {m},"
+    " reason = NULL, wait_reason = NULL"
+    # The guard is an expression, not ``state = ?``: given a plain column, SQLite's planner
+    # scans every queued run in the index instead of looking the ids up.
+    " WHERE id IN (SELECT id FROM chosen) AND state || '' = 'QUEUED' RETURNING {returning}"
+)
+"""The claim. ``state = 'QUEUED'`` is a literal: it must match the partial index's WHERE.
+``{lease}`` is a parameter, or ``now() + `` the lease's length on PostgreSQL when the store
+judges leases by the database's time (:mod:`cadenza.store.lease_clock`).
+On PostgreSQL the CTE is materialized: as a plain subquery it may be evaluated more than
+once, and with SKIP LOCKED each evaluation can pick other rows (claiming more than LIMIT)."""
+GIVE_BACK = (
+    "UPDATE runs SET state = 'QUEUED', lease_epoch = lease_epoch - 1, lease_owner = NULL,"
+    " lease_until = NULL, started_at = CASE WHEN lease_epoch = 1 THEN NULL ELSE started_at"
+    " END, wait_reason = {m}, updated_at = {m} WHERE id = {m} AND state = 'RUNNING'"
+)
+"""A claim the hook refused, undone in the same transaction (nobody saw it): a run's first
+claim (epoch 1 after it) had no start time before."""
+
+
+def claim_statement(d: Dialect, *, ids: int | None = None, jobs: int | None = None,
+                    fresh: bool = False, returning: str = "*", lease_for: bool = False) -> str:
+    """:data:`TAKE` for ``d``, among ``ids`` run ids and ``jobs`` job ids when given.
+    Parameters: now, the run ids, the job ids, limit, owner, lease_until (with
+    ``lease_for``, PostgreSQL: the lease's length, added to the database's ``now()``),
+    now, now."""
+    where = f" AND id IN ({d.marks(ids)})" if ids is not None else ""
+    if jobs is not None:
+        where += f" AND job_id IN ({d.marks(jobs)})"
+    if fresh:
+        where += " AND lease_epoch = 0"
+    lease = f"now() + {d.mark}" if lease_for else d.mark
+    return TAKE.format(m=d.mark, where=where, returning=returning, lease=lease,
+                       materialized="MATERIALIZED " if d.postgres else "",
+                       lock=" FOR UPDATE SKIP LOCKED" if d.postgres else "")
+
+
 def claim_event(job_id: str, epoch: int, owner: str, until: datetime) -> RunEvent:
     """The RUN_STATE_CHANGED of a claim (QUEUED -> RUNNING by ``owner`` until ``until``)."""
     return RunChanged(job_id, RunState.QUEUED, RunState.RUNNING, None, epoch,
@@ -232,12 +276,38 @@ _SELECT_FOR_TRANSITION = (
     .with_for_update()
 )
 
+COMMANDED: Mapping[RunState | None, frozenset[RunState]] = {
+    RunState.QUEUED: frozenset({RunState.CANCELED}),
+    RunState.NEEDS_REVIEW: frozenset({RunState.QUEUED, RunState.FAILED}),
+}
+"""The transitions a person or the scheduler commands on one run: a cancel of a run that
+has not started, a resume and an abandon of a run in review. A run starts only through
+the claim, and a RUNNING run ends only through its worker's boundary or the reaper: so
+that no path takes a run without its claim hook (its resources) or ends one without its
+run end hooks."""
+
 RUN_MACHINE = Machine(
-    name="run", noun="run", states=RunState, transitions=RUN_TRANSITIONS, table=runs,
+    name="run", noun="run", states=RunState, transitions=COMMANDED, table=runs,
     key=runs.c.id, select=_SELECT_FOR_TRANSITION, fields=RUN_FIELDS,
     stale="lease epoch {epoch} is stale; {frm} -> {to} refused",
 )
-"""The run state machine of ``transition_run``."""
+"""The run state machine of ``transition_run``: :data:`COMMANDED` only."""
+
+WRITERS: Mapping[tuple[RunState | None, RunState], tuple[str, ...]] = {
+    (None, RunState.QUEUED): ("creation_event",),
+    (None, RunState.MISSED): ("creation_event",),
+    (RunState.QUEUED, RunState.RUNNING): ("claim_statement",),
+    (RunState.QUEUED, RunState.CANCELED): ("RUN_MACHINE",),
+    (RunState.RUNNING, RunState.SUCCEEDED): ("END_RUN",),
+    (RunState.RUNNING, RunState.FAILED): ("END_RUN",),
+    (RunState.RUNNING, RunState.CANCELED): ("END_RUN", "reap_statement"),
+    (RunState.RUNNING, RunState.QUEUED): ("END_RUN", "GIVE_BACK", "reap_statement"),
+    (RunState.RUNNING, RunState.NEEDS_REVIEW): ("END_RUN", "reap_statement"),
+    (RunState.NEEDS_REVIEW, RunState.QUEUED): ("RUN_MACHINE",),
+    (RunState.NEEDS_REVIEW, RunState.FAILED): ("RUN_MACHINE",),
+}
+"""Each transition of :data:`~cadenza.domain.states.RUN_TRANSITIONS` and the writers of
+this module that make it (a test checks that both list the same transitions)."""
 
 
 @functools.cache
@@ -245,22 +315,16 @@ def transition_statement(to: RunState, fenced: bool, fields: frozenset[str]) -> 
     """``UPDATE runs SET ... WHERE id = :p_id AND state IN (sources) [AND lease_epoch =
     :p_epoch]``. Parameters: p_id, p_now, p_reason, p_epoch, and f_<name> for each field.
 
-    Entering RUNNING increments lease_epoch, sets started_at on the first start and clears
-    wait_reason; any other target clears the lease; a final state sets finished_at;
-    NEEDS_REVIEW -> QUEUED (a resume) increments resumes and resets attempt."""
+    Clears the lease; a final state sets finished_at; NEEDS_REVIEW -> QUEUED (a resume)
+    increments resumes and resets attempt. Only the targets of :data:`COMMANDED`."""
     now = sa.bindparam("p_now", type_=UTCDateTime())
     values: dict[str, Any] = {
         "state": to.value,
         "updated_at": now,
         "reason": sa.bindparam("p_reason", type_=sa.Text()),
     }
-    if to is RunState.RUNNING:
-        values["lease_epoch"] = runs.c.lease_epoch + 1
-        values["started_at"] = sa.func.coalesce(runs.c.started_at, now)
-        values["wait_reason"] = None
-    else:
-        values["lease_owner"] = None
-        values["lease_until"] = None
+    values["lease_owner"] = None
+    values["lease_until"] = None
     if to in TERMINAL_RUN_STATES:
         values["finished_at"] = now
         values["wait_reason"] = None

@@ -129,14 +129,17 @@ class RunsRepository(StepRunsRepository):
         fields: Mapping[str, Any] | None = None,
         conn: sa.Connection | None = None,
     ) -> bool:
-        """Move a run to ``to`` if its current state allows it (and ``epoch`` still matches).
+        """Move a run to ``to`` if its current state allows it (and ``epoch`` still matches):
+        only the commanded transitions (:data:`~cadenza.store.run_states.COMMANDED`: cancel
+        a QUEUED run, resume or abandon a NEEDS_REVIEW one). A run starts through
+        :meth:`claim_runs` and a RUNNING run ends through :meth:`record_boundaries` or the
+        reaper.
 
         Returns ``True`` iff the row changed. Always sets state, updated_at and reason (``None``
-        clears it). Entering RUNNING increments lease_epoch (the new holder's fencing token),
-        sets started_at on the first start and clears wait_reason. Any other target clears
-        lease_owner and lease_until. Terminal states set finished_at. NEEDS_REVIEW -> QUEUED
-        (a resume) increments resumes and resets attempt to 0. ``fields`` then sets any of
-        :data:`RUN_FIELDS` explicitly (error and wait_reason redacted).
+        clears it), and clears lease_owner and lease_until. Terminal states set finished_at.
+        NEEDS_REVIEW -> QUEUED (a resume) increments resumes and resets attempt to 0.
+        ``fields`` then sets any of :data:`RUN_FIELDS` explicitly (error and wait_reason
+        redacted).
 
         Writes RUN_STATE_CHANGED, plus RUN_FINISHED for SUCCEEDED, FAILED and CANCELED, in the
         same transaction; nothing when refused.
@@ -191,16 +194,12 @@ class RunsRepository(StepRunsRepository):
             return statement, params
 
         def record(c: sa.Connection, before: Any, frm: RunState, now: datetime) -> None:
-            new_epoch = explicit.get(
-                "lease_epoch",
-                before.lease_epoch + 1 if to is RunState.RUNNING else before.lease_epoch,
-            )
+            new_epoch = explicit.get("lease_epoch", before.lease_epoch)
             self._run_events(c, run_id, before.job_id, before.started_at, frm, to, reason,
                              new_epoch, explicit, actor, now)
-            if to in TERMINAL_RUN_STATES or (frm is RunState.RUNNING
-                                             and to is not RunState.RUNNING):
-                # A run that ends (or leaves RUNNING) here is a run end like a boundary's:
-                # its resources are released, its notification written (the run end hooks).
+            if to in TERMINAL_RUN_STATES:
+                # A run that ends here is a run end like a boundary's: its resources are
+                # released, its notification written (the run end hooks).
                 self._run_ended(c, [EndedRun(run_id, before.job_id, to, before.lease_epoch)],
                                 now)
 

@@ -4,8 +4,9 @@
 
     store = Store.open("sqlite:///data/cadenza.db", clock=SystemClock(), redactor=redactor)
     run_id = store.create_run("sales-load", "manual")
-    if store.transition_run(run_id, RunState.RUNNING, fields={"lease_owner": "node-1"}):
-        ...
+    (run,) = store.claim_runs("node-1", lease_until, run_ids=[run_id])
+    store.record_boundaries([Boundary(run_id, run.lease_epoch,
+                                      run_end=RunEnd(RunState.SUCCEEDED))])
     store.close()
 
 Every method's docstring says which columns it changes and which events it writes; every

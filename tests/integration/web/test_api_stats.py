@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import START, api_env
+from tests.support.store_helpers import end_run, start_run
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -24,9 +25,9 @@ def test_stats_from_the_store(tmp_path: Path) -> None:
         def run(job: str, end: RunState, queued: float, took: float) -> None:
             run_id = store.create_run(job, "manual")
             clock.advance(queued)
-            assert store.transition_run(run_id, RunState.RUNNING)
+            assert start_run(store, run_id)
             clock.advance(took)
-            assert store.transition_run(run_id, end, reason="test")
+            assert end_run(store, run_id, end, reason="test")
             clock.advance(100)
 
         run("hello", RunState.FAILED, 2, 10)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import START, api_env, without_demo_pools
+from tests.support.store_helpers import end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -24,9 +25,9 @@ def test_dashboard_shows_the_figures_and_charts(tmp_path: Path) -> None:
         def run(job: str, end: RunState, queued: float, took: float) -> None:
             run_id = store.create_run(job, "manual")
             clock.advance(queued)
-            assert store.transition_run(run_id, RunState.RUNNING)
+            assert start_run(store, run_id)
             clock.advance(took)
-            assert store.transition_run(run_id, end, reason="test")
+            assert end_run(store, run_id, end, reason="test")
             clock.advance(100)
 
         run("hello", RunState.FAILED, 2, 10)
@@ -74,14 +75,14 @@ def test_series_buckets(tmp_path: Path, backend: str, request: pytest.FixtureReq
         now = clock.now()
         first = store.create_run("hello", "manual")
         clock.advance(30.5)
-        store.transition_run(first, RunState.RUNNING)
+        start_run(store, first)
         clock.advance(3600)  # ends in the second hour
-        store.transition_run(first, RunState.SUCCEEDED, reason="test")
+        end_run(store, first, RunState.SUCCEEDED, reason="test")
         second = store.create_run("hello", "manual")
         clock.advance(1.25)
-        store.transition_run(second, RunState.RUNNING)
+        start_run(store, second)
         clock.advance(10)
-        store.transition_run(second, RunState.FAILED, reason="test")
+        end_run(store, second, RunState.FAILED, reason="test")
         series = run_series(store, now, now + timedelta(hours=3), timedelta(hours=1))
         before = run_series(store, now + timedelta(hours=2), now + timedelta(hours=3),
                             timedelta(hours=1))

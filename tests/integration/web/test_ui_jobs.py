@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import ApiEnv, api_env
+from tests.support.store_helpers import end_run, start_run
 
 from cadenza.domain.states import RunState, StepState
 
@@ -187,9 +188,9 @@ def test_job_page_grid_and_charts(env: ApiEnv) -> None:
     for state in (RunState.SUCCEEDED, RunState.FAILED):
         run_id = store.create_run("hello", "manual:test")
         step = store._create_step_run(run_id, "count", "python", state=StepState.RUNNING)
-        store.transition_run(run_id, RunState.RUNNING)
+        start_run(store, run_id)
         store._transition_step_run(step, StepState(state.value))
-        store.transition_run(run_id, state)
+        end_run(store, run_id, state)
         run_ids.append(run_id)
     missed = store.create_run("hello", "schedule", state=RunState.MISSED, schedule="job",
                               scheduled_for=datetime.fromisoformat("2027-03-10T08:00:00+00:00"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration.web.api_env import START, ApiEnv, api_env
-from tests.support.store_helpers import append_log
+from tests.support.store_helpers import append_log, end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -37,9 +37,9 @@ def _runs(env: ApiEnv, n: int) -> list[str]:
 
 def _needs_review(env: ApiEnv, run_id: str, error: str = "step count failed") -> None:
     store = env.store
-    assert store.transition_run(run_id, RunState.RUNNING)
-    assert store.transition_run(run_id, RunState.NEEDS_REVIEW, reason="attempts spent",
-                                fields={"error": error})
+    assert start_run(store, run_id)
+    assert end_run(store, run_id, RunState.NEEDS_REVIEW, reason="attempts spent",
+                   error=error)
 
 
 def _ids(page: str) -> list[str]:
@@ -139,7 +139,7 @@ def test_run_page_actions_follow_role_and_state(env: ApiEnv) -> None:
 
 def test_a_running_runs_header_carries_its_elapsed_time_and_cancel_asks(env: ApiEnv) -> None:
     running, done = _runs(env, 2)
-    assert env.store.transition_run(running, RunState.RUNNING)
+    assert start_run(env.store, running)
     env.services.clock.advance(75)  # type: ignore[attr-defined]
     operator = env.session("operator")
     page = operator.get(f"/runs/{running}").text
@@ -154,8 +154,8 @@ def test_a_running_runs_header_carries_its_elapsed_time_and_cancel_asks(env: Api
     assert "Kept:" in confirm.group(1) and "Cancel this run" in confirm.group(1)
     assert page.count(f'hx-post="/runs/{running}/cancel"') == 1
     # an ended run's header stands still: no elapsed time to count on from
-    env.store.transition_run(done, RunState.RUNNING)
-    env.store.transition_run(done, RunState.SUCCEEDED)
+    start_run(env.store, done)
+    end_run(env.store, done, RunState.SUCCEEDED)
     ended = operator.get(f"/runs/{done}").text
     assert "data-elapsed" not in ended
     assert re.search(r'<dd class="run-finished"><time datetime="[^"]+Z" data-seconds>', ended)
@@ -229,9 +229,8 @@ def test_pages_escape_what_users_and_steps_wrote(env: ApiEnv) -> None:
     run_id = store.create_run("hello", f"manual:{XSS[1]}", params={"period": XSS[0]})
     assert run_id is not None
     append_log(store, run_id, "ERROR", XSS[0] + XSS[1])
-    store.transition_run(run_id, RunState.RUNNING)
-    store.transition_run(run_id, RunState.NEEDS_REVIEW, reason=XSS[1],
-                         fields={"error": XSS[0]})
+    start_run(store, run_id)
+    end_run(store, run_id, RunState.NEEDS_REVIEW, reason=XSS[1], error=XSS[0])
     queued = store.create_run("hello", "manual:ana")
     assert queued is not None
     store.set_wait_reasons({queued: XSS[0]})

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from scheduler_helpers import at, job, jobs
+from tests.support.store_helpers import end_run, start_run
 
 from cadenza.clock import FakeClock
 from cadenza.config.admission_limits import limits_from_settings
@@ -130,14 +131,14 @@ def test_durations_are_medians_of_succeeded_runs(tmp_path: Any) -> None:
         for minutes in (2, 4, 30):
             run_id = store.create_run("etl", "manual")
             assert run_id is not None
-            store.transition_run(run_id, RunState.RUNNING)
+            start_run(store, run_id)
             clock.advance(timedelta(minutes=minutes))
-            store.transition_run(run_id, RunState.SUCCEEDED)
+            end_run(store, run_id, RunState.SUCCEEDED)
         failed = store.create_run("etl", "manual")
         assert failed is not None
-        store.transition_run(failed, RunState.RUNNING)
+        start_run(store, failed)
         clock.advance(timedelta(hours=5))
-        store.transition_run(failed, RunState.FAILED)
+        end_run(store, failed, RunState.FAILED)
         assert history_durations(store, ["etl", "new"]) == {"etl": timedelta(minutes=4)}
     finally:
         store.close()

@@ -252,7 +252,8 @@ def open_server(services: Services, options: ServeOptions) -> Server:
             return True
 
         app = create_app(store, home=services.home, reload=reload,
-                         metrics_allow=server.metrics_allow, language=server.language)
+                         metrics_allow=server.metrics_allow, language=server.language,
+                         node_status=node.status)
         bounded = BodyDeadline(app, server.body_timeout.total_seconds())
         web = uvicorn.Server(uvicorn.Config(bounded, host=host, port=port, log_level="warning",
                                             **uvicorn_settings(services.home.path, server)))

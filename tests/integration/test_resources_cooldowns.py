@@ -32,7 +32,7 @@ from cadenza.lifecycle import Lifecycle
 from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
 from cadenza.store import Store
-from cadenza.store.leadership import PostgresLeadership
+from cadenza.store.leadership import LeaseLeadership
 
 X = ResourceState
 INTERVAL, ROUTE_COOLDOWN, UNIT_COOLDOWN = 300, 30, 20
@@ -87,7 +87,7 @@ def test_cooldowns_end_at_their_time_without_a_lease(store: Store, store_url: st
     stack = ExitStack()
     leader = None
     if store.dialect == "postgresql":  # there the scheduler's leader probes
-        leader = PostgresLeadership(store_url, secrets.randbelow(2**31))
+        leader = LeaseLeadership(store_url, role=f"test-{secrets.randbelow(2**31)}")
         stack.callback(leader.close)
         assert leader.acquire()
     checker = HealthChecker(store, life, lambda: settings, leader=leader)

@@ -78,6 +78,13 @@ def _read_timeout(value: timedelta) -> timedelta:
     return value
 
 
+def _leader_lease(value: timedelta) -> timedelta:
+    if not timedelta(seconds=2) <= value <= timedelta(minutes=5):
+        fail(f'expected a leader lease between "2s" and "5m" (a stopped leader is replaced '
+             f"after it), got {value.total_seconds():g}s")
+    return value
+
+
 class ServerSettings(StrictModel):
     """Where the web UI and API listen; ``base_url`` is the address users reach it at.
 
@@ -89,7 +96,9 @@ class ServerSettings(StrictModel):
     (from its first byte, or from the connection); ``body_timeout``: how long it may take
     to send a request's body. A slower client gets 408 and is disconnected (slowloris).
     ``language``: the pages' language for whoever has not picked one with the switch
-    (unset: the browser's), and the e-mails' for users without a language of their own."""
+    (unset: the browser's), and the e-mails' for users without a language of their own.
+    ``leader_lease``: on PostgreSQL, how long the node that fires schedules leads without
+    renewing; a leader stopped or cut off longer is replaced by another node."""
 
     host: NonEmptyStr = "127.0.0.1"
     port: Port = 8765
@@ -101,6 +110,7 @@ class ServerSettings(StrictModel):
     header_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = timedelta(seconds=10)
     body_timeout: Annotated[Duration, AfterValidator(_read_timeout)] = _SECONDS_30
     language: Literal["en", "fr", "zh_Hans"] | None = None
+    leader_lease: Annotated[Duration, AfterValidator(_leader_lease)] = timedelta(seconds=12)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:

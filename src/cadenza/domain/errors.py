@@ -65,6 +65,11 @@ class StoreError(CadenzaError):
     """The store cannot be used."""
 
 
+class LeadershipLost(StoreError):
+    """A write made as the scheduler's leader was refused: this node's term ended or another
+    node took the role (its lease ran out while this node was stopped, slow or cut off)."""
+
+
 class UnsafeStoreLocation(StoreError):
     """SQLite needs a local file system; this data directory is on a network file system."""
 

@@ -43,6 +43,9 @@ class EventType(StrEnum):
     # differs from the store's time; a write-ahead log that a reader keeps from shrinking.
     CLOCK_SKEW = "CLOCK_SKEW"
     WAL_GROWING = "WAL_GROWING"
+    # The scheduler's leadership on a shared database (cadenza.scheduler.service): a node
+    # took a term; a former leader's late write was refused.
+    LEADERSHIP = "LEADERSHIP"
 
 
 class Level(StrEnum):

@@ -87,6 +87,7 @@ from cadenza.resources.pools import apply_pools
 from cadenza.retention import RetentionSweeper
 from cadenza.scheduler.leader import Leadership, leadership_for
 from cadenza.scheduler.service import LOOKAHEAD, Scheduler
+from cadenza.services.health import NodeStatus
 from cadenza.store import Store
 
 __all__ = ["Node"]
@@ -112,7 +113,8 @@ class Node:
         self._stack = ExitStack()
         self.leader: Leadership | None = None
         if scheduler:
-            self.leader = leadership_for(store.engine)
+            self.leader = leadership_for(store.engine,
+                                         lease=config.settings.server.leader_lease)
             self._stack.callback(self.leader.close)
         self.keeper = LeaseKeeper(store, lambda: self.config.settings.workers.lease,
                                   clock=clock)
@@ -129,8 +131,10 @@ class Node:
         self._stack.callback(self.recorder.flush)
         self.scheduler: Scheduler | None = None
         if self.leader is not None:
+            # A node whose clock is off neither leads nor reaps (the reaper checks it).
             self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader,
-                                       lookahead=LOOKAHEAD)
+                                       lookahead=LOOKAHEAD,
+                                       may_lead=lambda: self.reaper.refused is None)
             self.holder.on_reload(self.scheduler.reload)
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
                                      workers=self.workers, claimer=self.claimer)
@@ -214,6 +218,16 @@ class Node:
         self._stack.close()
 
     # -- what the services do, from outside -------------------------------------------------
+
+    def status(self) -> NodeStatus:
+        """What this node says of itself in ``/api/health`` and ``/metrics``: whether it
+        leads the scheduler, its clock's skew from the store's time at the reaper's last
+        look, and why it is degraded (its clock is off: it neither leads nor reaps)."""
+        skew = self.reaper.skew
+        return NodeStatus(
+            leader=self.leader.is_leader if self.leader is not None else None,
+            clock_skew_seconds=round(skew.total_seconds(), 3) if skew is not None else None,
+            degraded=f"clock skew: {self.reaper.refused}" if self.reaper.refused else None)
 
     def reload(self) -> bool:
         """Load both files again and apply them if valid (:meth:`ConfigHolder.reload`)."""

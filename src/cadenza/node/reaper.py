@@ -71,7 +71,10 @@ class Reaper:
         self.reaped = 0
         """Runs re-queued by this reaper (at start and since)."""
         self.refused: str | None = None
-        """Why the reaper does not reap now (the node's clock is off), or None."""
+        """Why the reaper does not reap now (the node's clock is off), or None. The node
+        neither leads the scheduler nor answers ``ok`` to ``/api/health`` meanwhile."""
+        self.skew: timedelta | None = None
+        """How far the node's clock ran ahead of the store's time at the last look."""
         self._agreed = False
         self._wal_checked: float | None = None
         self._wal_warned: float | None = None
@@ -88,6 +91,7 @@ class Reaper:
         reaper needs to act (see the module doc). Says so, in the log and as a CLOCK_SKEW
         event, when the answer changes. Raises what the store raises."""
         skew = self.store.clock_skew(self.life.clock)
+        self.skew = skew
         limit = self.max_skew()
         seconds = skew.total_seconds()
         payload = {"node": self.owner, "skew_seconds": round(seconds, 3),
@@ -95,22 +99,26 @@ class Reaper:
                    "store_time": self.store.lease_time}
         if abs(skew) <= limit:
             self._agreed = True
+            self.store.correct_clock(None)
             if self.refused is not None:
                 self.refused = None
                 message = (f"the clock of node {self.owner} is back within "
                            f"{_span(limit)} of the store's time ({_span(skew)} off): its "
-                           "reaper re-queues expired leases again")
+                           "reaper re-queues expired leases again, and it may lead the "
+                           "scheduler")
                 log.info("%s", message)
                 self.store.append_event(EventType.CLOCK_SKEW, message, level=Level.INFO,
                                         payload={**payload, "reaping": True}, actor="reaper")
             return True
+        self.store.correct_clock(skew)  # the runs it records carry the store's time
         if self.refused is None:
             side = "ahead of" if seconds > 0 else "behind"
             self.refused = (
                 f"the clock of node {self.owner} is {_span(skew)} {side} the store's time, "
-                f"more than [workers].max_clock_skew ({_span(limit)}): its reaper does not "
-                "re-queue any run until the clocks agree (set this host's clock right, e.g. "
-                "with NTP; the other nodes' reapers go on)")
+                f"more than [workers].max_clock_skew ({_span(limit)}): it neither re-queues "
+                "runs (its reaper) nor leads the scheduler until the clocks agree, and the "
+                "runs it records carry the store's time (set this host's clock right, e.g. "
+                "with NTP; the other nodes go on)")
             log.error("reaper %s: %s", "paused" if self._agreed else "not started",
                       self.refused)
             self.store.append_event(EventType.CLOCK_SKEW, self.refused, level=Level.WARNING,

@@ -34,8 +34,10 @@ class SchedulerService:
     def start(self, stack: ExitStack) -> None:
         # Fires recorded ahead by a server that stopped before their time follow the
         # missed-run policy; settled before the dispatcher may claim them.
+        # On the node that leads (the others leave it to the leader).
         try:
-            self.scheduler.settle_stale(self.life.clock.now())
+            if self.scheduler.try_lead():
+                self.scheduler.settle_stale(self.life.clock.now())
         except Exception:
             log.exception("settling the fires recorded ahead by a previous process failed")
         self.life.spawn(stack, self._run, "cadenza-scheduler")

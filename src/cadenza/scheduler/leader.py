@@ -5,11 +5,11 @@ optimisation, never the guard: a fire is unique in the store on (job, schedule,
 scheduled_for), so two schedulers that both believe they lead (a network partition, a stuck
 lock) still record each fire once.
 
-* PostgreSQL: a session-level advisory lock, ``pg_try_advisory_lock(KEY)``, held on a
-  dedicated connection, not from the store's pool, whose connections come and go
-  (:class:`cadenza.store.leadership.PostgresLeadership`). The lock dies with the session, so a
-  crashed or partitioned node loses it by itself; the holder checks its connection on every
-  :meth:`acquire` and steps down when it is gone.
+* PostgreSQL: a lease row judged by the database's clock, with a term number that fences
+  the leader's writes (:class:`cadenza.store.leadership.LeaseLeadership`). The leader renews
+  it every quarter of the lease; a leader that cannot (crashed, stopped, cut off, too slow)
+  loses it when it runs out, and another node takes the next term. Writes made as leader
+  (:meth:`Leadership.fence`) are refused once the term has ended.
 * SQLite: an exclusive OS lock on ``<database>.scheduler.lock`` next to the database file
   (``flock`` on POSIX, ``msvcrt.locking`` on Windows). The OS releases it when the process
   dies; the file holds the holder's pid and host for people. An in-memory database has one
@@ -22,13 +22,14 @@ import logging
 import os
 import socket
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
 import sqlalchemy as sa
 
 from cadenza.store.engine import sqlite_path
-from cadenza.store.leadership import PostgresLeadership
+from cadenza.store.leadership import LEASE, LeaseLeadership
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,31 @@ class Leadership(Protocol):
         """Whether the last :meth:`acquire` won (and nothing since showed it lost)."""
         ...
 
+    @property
+    def epoch(self) -> int | None:
+        """The term this node holds (a lease's fencing token), or None (not leading, or a
+        leadership without terms)."""
+        ...
+
+    @property
+    def holder(self) -> str | None:
+        """Who this node is as a holder of the leadership, or None when it has no name."""
+        ...
+
+    @property
+    def renew_every(self) -> float | None:
+        """Seconds within which :meth:`acquire` must be called again to keep the leadership
+        (and how often a follower should try); None: held until released (an OS lock)."""
+        ...
+
     def acquire(self) -> bool:
         """Try once, without blocking, to be (or stay) the leader; True when it is."""
+        ...
+
+    def fence(self, conn: sa.Connection) -> None:
+        """In ``conn``'s transaction, a write made as leader: raise
+        :class:`~cadenza.domain.errors.LeadershipLost` unless this node still leads, so that
+        a former leader's late write is refused."""
         ...
 
     def release(self) -> None:
@@ -60,9 +84,15 @@ class AlwaysLeader:
     """Leadership for a single process (an in-memory store, tests)."""
 
     is_leader = True
+    renew_every = None
+    epoch = None
+    holder = None
 
     def acquire(self) -> bool:
         return True
+
+    def fence(self, conn: sa.Connection) -> None:
+        return None
 
     def release(self) -> None:
         return None
@@ -74,6 +104,10 @@ class AlwaysLeader:
 class FileLeadership:
     """An exclusive, non-blocking OS lock on a file next to the SQLite database."""
 
+    renew_every = None
+    epoch = None
+    holder = None
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._handle: IO[str] | None = None
@@ -81,6 +115,10 @@ class FileLeadership:
     @property
     def is_leader(self) -> bool:
         return self._handle is not None
+
+    def fence(self, conn: sa.Connection) -> None:
+        """Nothing to check: the OS holds the lock until this process releases it or dies."""
+        return None
 
     def acquire(self) -> bool:
         if self._handle is not None:
@@ -117,7 +155,7 @@ class FileLeadership:
     def close(self) -> None:
         self.release()
 
-    def holder(self) -> str:
+    def who_holds(self) -> str:
         """Who holds the lock, as its file says (empty when unknown)."""
         try:
             return self.path.read_text(encoding="utf-8").strip()
@@ -146,10 +184,11 @@ else:
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def leadership_for(engine: sa.Engine) -> Leadership:
-    """The leadership that fits the store on ``engine`` (see the module doc)."""
+def leadership_for(engine: sa.Engine, *, lease: timedelta = LEASE) -> Leadership:
+    """The leadership that fits the store on ``engine`` (see the module doc); ``lease``: the
+    length of a leader's lease on PostgreSQL (``[server].leader_lease``)."""
     if engine.dialect.name == "postgresql":
-        return PostgresLeadership(engine.url)
+        return LeaseLeadership(engine.url, lease=lease)
     path = sqlite_path(engine.url)
     if path is None:
         return AlwaysLeader()

@@ -45,7 +45,8 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 
 from cadenza.clock import Clock
-from cadenza.domain.errors import StoreError
+from cadenza.domain.errors import LeadershipLost, StoreError
+from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.scheduler.fires import (
     CreatedRun,
@@ -98,12 +99,15 @@ class Scheduler:
         default_zone: ZoneInfo | None = None,
         actor: str = "scheduler",
         lookahead: timedelta = timedelta(0),
+        may_lead: Callable[[], bool] = lambda: True,
     ) -> None:
         """``config``: a ``LoadedConfig`` (or a mapping of job id to ``JobConfig``).
         ``rng`` draws the jitter (inject a seeded one in tests); ``leader`` gates
         :meth:`run_forever` only (None: always lead); ``default_zone`` is the zone of jobs
         without ``timezone`` (default: :func:`server_zone`); ``lookahead`` records fires that
-        far ahead (``cadenza serve``: :data:`LOOKAHEAD`; 0: at their due time)."""
+        far ahead (``cadenza serve``: :data:`LOOKAHEAD`; 0: at their due time);
+        ``may_lead``: whether this node may lead now (False while its clock differs from
+        the store's: it neither takes nor keeps the leadership)."""
         if lookahead < timedelta(0):
             raise ValueError("lookahead cannot be negative")
         self.store = store
@@ -111,6 +115,7 @@ class Scheduler:
         self.clock = clock or store.clock
         self.rng = rng or random.Random()
         self.leader = leader
+        self.may_lead = may_lead
         self.zone = default_zone or server_zone()
         self.actor = actor
         self._lock = threading.RLock()
@@ -165,7 +170,10 @@ class Scheduler:
         """
         with self._lock:
             at = (now or self.clock.now()).astimezone(UTC)
-            if self._loaded:
+            # A follower writes nothing: the leader records what is owed, and this node
+            # reads the cursors again when it takes the leadership.
+            leading = self.leader is None or self.leader.is_leader
+            if self._loaded and leading:
                 try:
                     self._tick(at, ahead=False)
                 except (StoreError, sa.exc.SQLAlchemyError):
@@ -178,12 +186,12 @@ class Scheduler:
                 if before.get(key) != after.get(key):
                     self._moves[key] = at
                     changed.add(key)
-            if self._loaded and self.lookahead > timedelta(0):
+            if self._loaded and leading and self.lookahead > timedelta(0):
                 try:
                     self._withdraw(changed, before, after, at)
                 except (StoreError, sa.exc.SQLAlchemyError):
                     log.exception("could not withdraw the fires recorded ahead")
-            if self._loaded:
+            if self._loaded and leading:
                 try:
                     self._flush_moves()
                 except (StoreError, sa.exc.SQLAlchemyError):
@@ -197,6 +205,7 @@ class Scheduler:
         if not keys:
             return
         with self.store.write() as conn:
+            self._fence(conn)
             for run_id, job_id, name, when in self.store.fires_ahead(keys, at, conn=conn):
                 now = after.get((job_id, name))
                 why = ("removed" if now is None else "disabled" if not now[0]
@@ -209,6 +218,53 @@ class Scheduler:
     def wake(self) -> None:
         """Interrupt :meth:`run_forever`'s sleep (it recomputes when to wake)."""
         self._wake.set()
+
+    def try_lead(self) -> bool:
+        """Take or keep the leadership when this node may lead (one attempt); give it up
+        when it may not (its clock is off). True while it leads; always without a leader."""
+        if self.leader is None:
+            return True
+        if not self.may_lead():
+            if self.leader.is_leader:
+                log.warning("scheduler leadership given up: this node's clock differs from "
+                            "the store's time")
+                self.leader.release()
+            return False
+        return self.leader.acquire()
+
+    def _took_over(self) -> None:
+        """An audit event when this node takes a term of a leadership that has terms (a
+        lease in a shared database): who fires schedules, from when."""
+        epoch = self.leader.epoch if self.leader is not None else None
+        if epoch is None:
+            return
+        try:
+            self.store.append_event(
+                EventType.LEADERSHIP, f"{self.leader_name()} leads the scheduler (term {epoch})",
+                level=Level.INFO, actor=self.actor,
+                payload={"holder": self.leader_name(), "term": epoch, "leading": True})
+        except (StoreError, sa.exc.SQLAlchemyError):
+            log.exception("could not record the scheduler's new leadership")
+
+    def _refused(self, exc: LeadershipLost) -> None:
+        """An audit event for a write refused by the fence (a former leader's late write)."""
+        try:
+            self.store.append_event(
+                EventType.LEADERSHIP, f"a write of {self.leader_name()} as the scheduler's "
+                f"former leader was refused: {exc}", level=Level.WARNING, actor=self.actor,
+                payload={"holder": self.leader_name(), "leading": False})
+        except (StoreError, sa.exc.SQLAlchemyError):
+            log.exception("could not record the refused write")
+
+    def leader_name(self) -> str:
+        """Who this node is as a leader (its lease's holder), or "this node"."""
+        return (self.leader.holder if self.leader is not None else None) or "this node"
+
+    def _fence(self, conn: sa.Connection) -> None:
+        """A write as leader, in ``conn``'s transaction: refused once the term has ended
+        (:meth:`~cadenza.scheduler.leader.Leadership.fence`)."""
+        if self.leader is not None:
+            self.leader.fence(conn)
 
     def invalidate(self) -> None:
         """Forget the cursors held in memory; the next tick reads them again."""
@@ -256,16 +312,26 @@ class Scheduler:
             while not stop_event.is_set():
                 self._wake.clear()
                 if self.leader is not None:
-                    now_leading = self.leader.acquire()
+                    now_leading = self.try_lead()
                     if now_leading and not leading:
                         self.invalidate()
                         self._wake.clear()
+                        self._took_over()
                     leading = now_leading
                     if not leading:
-                        sleep(LEADER_RETRY)
+                        sleep(self.leader.renew_every or LEADER_RETRY)
                         continue
                 try:
                     result = self.tick(clock.now())
+                except LeadershipLost as exc:
+                    # A former leader's late write (it was stopped, slow or cut off past its
+                    # lease): refused in the database, nothing of it kept.
+                    log.warning("scheduler write refused, this node no longer leads: %s", exc)
+                    self._refused(exc)
+                    leading = False
+                    if self.leader is not None:
+                        sleep(self.leader.renew_every or LEADER_RETRY)
+                    continue
                 except (StoreError, sa.exc.SQLAlchemyError) as exc:
                     log.warning("scheduler tick failed (retrying in %.0fs): %s", backoff, exc)
                     sleep(backoff)
@@ -288,6 +354,8 @@ class Scheduler:
                 timeout = MAX_SLEEP
                 if wake_at is not None:
                     timeout = min(max((wake_at - now).total_seconds(), 0.0), MAX_SLEEP)
+                if self.leader is not None and self.leader.renew_every is not None:
+                    timeout = min(timeout, self.leader.renew_every)  # renew the lease in time
                 sleep(timeout)
         finally:
             if self.leader is not None:
@@ -348,7 +416,9 @@ class Scheduler:
             elif existing.get(key) is None:
                 targets.setdefault(key, now)  # new: from its reload, else from now
         if targets:
-            self.store.advance_cursors(targets)
+            with self.store.write() as conn:
+                self._fence(conn)
+                self.store.advance_cursors(targets, conn=conn)
         self._moves.clear()
         cursors = self.store.get_cursors(enabled)
         self._cursors.clear()
@@ -392,6 +462,7 @@ class Scheduler:
             return 0
         done = 0
         with self.store.write() as conn:
+            self._fence(conn)
             for run_id, reason in cancel:
                 done += self.store.transition_run(run_id, RunState.CANCELED, actor=self.actor,
                                                   conn=conn, reason=reason)
@@ -402,7 +473,9 @@ class Scheduler:
         if not self._moves:
             return
         moves = dict(self._moves)
-        self.store.advance_cursors(moves)
+        with self.store.write() as conn:
+            self._fence(conn)
+            self.store.advance_cursors(moves, conn=conn)
         self._moves.clear()
         cursors = self.store.get_cursors(moves)
         for key, when in moves.items():
@@ -460,6 +533,7 @@ class Scheduler:
         leftovers: list[tuple[str, list[PlannedRun]]] = []
         todo: list[tuple[str, PlannedRun]] = []
         with self.store.write() as conn:
+            self._fence(conn)
             locked = self.store.lock_cursors(keys, conn=conn)
             missing = [key for key in keys if locked.get(key) is None]
             if missing:
@@ -495,6 +569,7 @@ class Scheduler:
             chunk = plan[start : start + RUNS_PER_TRANSACTION]
             keys = {(job_id, run.schedule.name) for run in chunk}
             with self.store.write() as conn:
+                self._fence(conn)
                 locked = self.store.lock_cursors(keys, conn=conn)
                 moved = {key: locked.get(key) or chunk[0].scheduled_for for key in keys}
                 todo = [r for r in chunk if r.scheduled_for > moved[(job_id, r.schedule.name)]]

@@ -189,7 +189,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
         """
         if not new_runs:
             return []
-        now = self._now()
+        now = self._creation_now()
         d = self._sql()
         stamp = d.ts(now)
         rows: list[tuple[Any, ...]] = []

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -386,6 +386,16 @@ class StoreCore:
 
     def _now(self) -> datetime:
         return require_aware(self.clock.now(), "clock.now()")
+
+    _time_offset: timedelta | None = None
+    """Set while the node's clock is off (:meth:`LeaseClock.correct_clock`)."""
+
+    def _creation_now(self) -> datetime:
+        """The time a new run is recorded at (its id, created_at, its first event): the
+        clock's, or, while the node's clock is off, the store's time (the clock minus its
+        measured skew)."""
+        now = self._now()
+        return now if self._time_offset is None else now - self._time_offset
 
     def _redact_text(self, text: str | None) -> str | None:
         """``text`` redacted whole, then cut to 64 KiB (a cut before redaction could

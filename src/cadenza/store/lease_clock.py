@@ -79,6 +79,13 @@ class LeaseClock(StoreCore):
                 value = own.execute(query).scalar_one()
         return require_aware(cast("datetime", value), "clock_timestamp()")
 
+    def correct_clock(self, skew: timedelta | None) -> None:
+        """While ``skew`` is set (the node's clock is that far ahead of the store's time,
+        beyond the node's limit), the runs this store records carry the store's time
+        (``clock - skew``); ``None``: the clock's again. Leases are unchanged (they are on
+        the store's time already)."""
+        self._time_offset = skew
+
     def clock_skew(self, clock: Clock) -> timedelta:
         """How far ``clock`` (a node's) runs ahead of :meth:`_store_time` (negative: behind),
         read around one look at the store's time (half the look's duration is the error)."""

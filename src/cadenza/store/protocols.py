@@ -805,6 +805,11 @@ class Maintenance(Transactions, Protocol):
         read around one look at the store's time (half the look's duration is the error)."""
         ...
 
+    def correct_clock(self, skew: timedelta | None) -> None:
+        """While set, the runs the store records carry the store's time (the clock minus
+        ``skew``); None: the clock's."""
+        ...
+
     def check_wal(self, threshold: int) -> WalCheck | None:
         """SQLite file stores whose ``-wal`` file is larger than ``threshold`` bytes (one
         ``stat`` otherwise): a PASSIVE checkpoint (it waits for nobody and copies what it
@@ -859,8 +864,9 @@ class Hooked(Protocol):
     hooks: StoreHooks
 
 
-class SchedulerStore(Schedules, RunQueue, Transactions, Protocol):
-    """The scheduler: cursors, fires and the runs they queue (:mod:`cadenza.scheduler`)."""
+class SchedulerStore(Schedules, RunQueue, AuditLog, Transactions, Protocol):
+    """The scheduler: cursors, fires and the runs they queue, and its leadership's events
+    (:mod:`cadenza.scheduler`)."""
 
 
 class DispatchStore(Admission, Maintenance, Transactions, Hooked, Protocol):

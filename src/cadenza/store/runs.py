@@ -86,7 +86,7 @@ class RunsRepository(StepRunsRepository):
             scheduled_for = require_aware(scheduled_for, "scheduled_for")
         if not_before is not None:
             not_before = require_aware(not_before, "not_before")
-        now = self._now()
+        now = self._creation_now()
         run_id = new_run_id(now)
         values = {
             "id": run_id,

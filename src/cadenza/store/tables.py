@@ -252,6 +252,19 @@ runs_version = sa.Table(
     sa.Column("version", sa.BigInteger(), nullable=False, server_default="0"),
 )
 
+# One row per role led by one node at a time (``scheduler``): its holder, its fencing token
+# and the end of its lease, on the database's clock (store/leadership.py, migration 0020).
+# Used on PostgreSQL only; a SQLite store leads through an OS file lock.
+leadership = sa.Table(
+    "leadership",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("holder", sa.String(200), nullable=False),
+    sa.Column("epoch", sa.BigInteger(), nullable=False),
+    sa.Column("since", UTCDateTime(), nullable=False),
+    sa.Column("until", UTCDateTime(), nullable=False),
+)
+
 # Append-only (an UPDATE trigger refuses changes; retention may DELETE). No foreign keys:
 # the audit log outlives pruned runs and removed resources.
 event_log = sa.Table(

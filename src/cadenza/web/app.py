@@ -14,7 +14,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 import cadenza
-from cadenza.services.health import check_health
+from cadenza.services.health import NodeStatus, check_health
 from cadenza.store import Store
 from cadenza.web.access import AccessLog
 from cadenza.web.auth import AsViewer, WebContext
@@ -34,12 +34,15 @@ the static files under ``/static`` (vendored scripts and styles, no data)."""
 
 def create_app(store: Store, *, home: Home | None = None,
                reload: Callable[[], object] | None = None,
-               metrics_allow: Sequence[str] = (), language: str | None = None) -> FastAPI:
+               metrics_allow: Sequence[str] = (), language: str | None = None,
+               node_status: Callable[[], NodeStatus] | None = None) -> FastAPI:
     """Build the app around an open store (the caller owns and closes it). ``home`` gives
     the configuration the API acts on (without one, only reads of the store work);
     ``reload`` applies a changed jobs.toml (a running node's reload); ``metrics_allow``:
     addresses and networks that may read ``/metrics`` without a token; ``language``: the
-    pages' language when the reader chose none (``[server] language``)."""
+    pages' language when the reader chose none (``[server] language``); ``node_status``:
+    what the node serving it says of itself (its clock's skew, its leadership), for
+    ``/api/health`` and ``/metrics``."""
     from cadenza.web import api, ui
 
     answer_class = redacting_response(home)
@@ -57,7 +60,7 @@ def create_app(store: Store, *, home: Home | None = None,
         """Liveness, store reachability and whether the store's writes work; needs no
         login. HTTP 503 with ``"status": "degraded"`` and a ``reason`` when not
         (docs/serve.md)."""
-        health = check_health(store)
+        health = check_health(store, node_status() if node_status is not None else None)
         return JSONResponse(health.as_json(), status_code=200 if health.ok else 503)
 
     @app.get("/api/openapi.json", include_in_schema=False)
@@ -69,6 +72,7 @@ def create_app(store: Store, *, home: Home | None = None,
                                    answer_class=answer_class)
     app.state.cadenza.metrics_allow = tuple(ip_network(n, strict=False) for n in metrics_allow)
     app.state.cadenza.language = language
+    app.state.cadenza.node_status = node_status
     api.install(app)
     ui.install(app)
     _hot_first(app, [api.runs.router, ui.runs.router])

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from cadenza.clock import Clock
     from cadenza.home import Home
     from cadenza.services import Services
+    from cadenza.services.health import NodeStatus
     from cadenza.store import Store
 
 T = TypeVar("T")
@@ -64,6 +65,8 @@ class WebContext:
     """The app's redacting JSON response (:mod:`cadenza.web.redacting`)."""
     language: str | None = None
     """``[server] language``: the pages' language when the reader chose none."""
+    node_status: Callable[[], NodeStatus] | None = None
+    """What the node serving the app says of itself (``/api/health``, ``/metrics``)."""
     _limiters: dict[int, anyio.CapacityLimiter] = field(default_factory=dict, repr=False)
 
     def answer(self, content: Any, status_code: int = 200) -> JSONResponse:

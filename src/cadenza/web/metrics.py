@@ -9,13 +9,15 @@ forwarded client's when the peer is one of ``[server] trusted_proxies``. Familie
 runs finished in the last 24 hours, by job), ``cadenza_pool_members`` (gauge: members of
 each pool by state: AVAILABLE, LEASED, RUNNING, COOLDOWN, FAULT, DISABLED). A collector
 reads the store at scrape time, so every node answers the same figures and nothing is kept
-in memory between scrapes.
+in memory between scrapes. Two families are the node's own: ``cadenza_clock_skew_seconds``
+(how far its clock runs ahead of the store's time; negative: behind) and
+``cadenza_scheduler_leader`` (1 on the node that fires schedules).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Annotated
 
@@ -26,6 +28,7 @@ from prometheus_client.registry import Collector
 
 from cadenza.domain.states import ResourceState
 from cadenza.services.auth import Principal
+from cadenza.services.health import NodeStatus
 from cadenza.store.protocols import Transactions
 from cadenza.store.stats import ended_since, pool_counts, run_counts
 from cadenza.web.api.errors import ERROR_RESPONSES
@@ -79,6 +82,25 @@ class StoreCollector(Collector):
         return gauge
 
 
+class NodeCollector(Collector):
+    """The figures of the node that answers (see the module docstring)."""
+
+    def __init__(self, status: Callable[[], NodeStatus]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.status()
+        if node.clock_skew_seconds is not None:
+            yield GaugeMetricFamily(
+                "cadenza_clock_skew_seconds",
+                "How far this node's clock runs ahead of the store's time (negative: behind)",
+                value=node.clock_skew_seconds)
+        if node.leader is not None:
+            yield GaugeMetricFamily("cadenza_scheduler_leader",
+                                    "1 when this node fires the schedules",
+                                    value=1.0 if node.leader else 0.0)
+
+
 def allowed_address(request: Request) -> bool:
     """True when the caller's address is in ``[server] metrics_allow``."""
     networks = context(request).metrics_allow
@@ -111,5 +133,8 @@ def metrics(principal: Annotated[Principal | None, Depends(metrics_access)],
     """Prometheus metrics (a token: ``Authorization: Bearer cdz_…``, viewer role; or no
     token from an address of ``[server] metrics_allow``)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StoreCollector(context(request).store))
+    web = context(request)
+    registry.register(StoreCollector(web.store))
+    if web.node_status is not None:
+        registry.register(NodeCollector(web.node_status))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

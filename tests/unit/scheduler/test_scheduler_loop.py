@@ -140,7 +140,7 @@ def test_file_leadership_is_exclusive_until_released(tmp_path: Path) -> None:
     first, second = FileLeadership(tmp_path / "db.lock"), FileLeadership(tmp_path / "db.lock")
     assert first.acquire() and first.acquire()
     assert not second.acquire() and not second.is_leader
-    assert "pid" in first.holder()
+    assert "pid" in first.who_holds()
     first.release()
     first.release()
     assert second.acquire() and second.is_leader

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -52,20 +53,26 @@ def work(log_file, seconds=5, once_marker=None):
 '''
 
 
-def make_home(root: Path, jobs: str, *, lease: str = "60s", extra: str = "") -> Path:
+def make_home(root: Path, jobs: str, *, lease: str = "60s", extra: str = "",
+              store_url: str = "sqlite:///data/cadenza.db") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "plugins").mkdir(exist_ok=True)
     (root / "data").mkdir(exist_ok=True)
     (root / "plugins" / "cz_lease_tasks.py").write_text(TASKS, encoding="utf-8")
     (root / "cadenza.toml").write_text(
-        f'[store]\nurl = "sqlite:///data/cadenza.db"\n\n[workers]\ncount = 2\n'
+        f'[store]\nurl = "{store_url}"\n\n[workers]\ncount = 2\n'
         f'lease = "{lease}"\n{extra}', encoding="utf-8")
     (root / "jobs.toml").write_text(textwrap.dedent(jobs), encoding="utf-8")
     return root
 
 
 def open_store(home: Path) -> Store:
-    return Store.open(f"sqlite:///{(home / 'data' / 'cadenza.db').as_posix()}")
+    """The home's store: its SQLite file, or the database its cadenza.toml names."""
+    url = str(tomllib.loads((home / "cadenza.toml").read_text(encoding="utf-8"))
+              ["store"]["url"])
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        url = f"sqlite:///{(home / url.removeprefix('sqlite:///')).as_posix()}"
+    return Store.open(url)
 
 
 def enqueue(home: Path, job: str) -> str:

@@ -3,8 +3,10 @@ processes (RELIABILITY #49; docs/leases.md "Whose clock decides a lease").
 
 A healthy server runs a run; a second server started with its clock shifted five minutes
 ahead (``CADENZA_FAKE_NOW``, ``--no-scheduler``) must not take that live run: its reaper
-refuses to act and says why (log and CLOCK_SKEW event), and every lease it writes is on the
-host's clock, not its own. The run's step runs once.
+refuses to act and says why (log and CLOCK_SKEW event), every lease it writes is on the
+store's time, not its own, and ``/api/health`` gives the skew. On PostgreSQL, a store nodes
+on several hosts share, the node also answers degraded and a run submitted through it
+carries the store's time. The run's step runs once.
 """
 
 from __future__ import annotations
@@ -12,9 +14,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from cadenza.cli.main import app
+from cadenza.domain.states import RunState
 from tests.e2e.lease_home import enqueue, make_home, open_store, run_state
 from tests.e2e.serve_helpers import Served, eventually, free_port
 
@@ -35,13 +44,35 @@ class SkewedServed(Served):
              "--port", str(self.port)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
+    def wait_ready(self, seconds: float = 30) -> None:
+        """Wait until /api/health answers with the clock's skew (ok or degraded)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited: {self.output()}")
+            try:
+                answer = httpx.get(f"http://127.0.0.1:{self.port}/api/health", timeout=1)
+            except httpx.TransportError:
+                time.sleep(0.2)
+                continue
+            if answer.json().get("clock_skew_seconds"):
+                self.health = answer.json()
+                return
+            time.sleep(0.2)
+        raise AssertionError("serve did not answer degraded")
+
 
 def _events(home: Path, run_id: str | None = None) -> list[tuple[str, str]]:
     with open_store(home) as store:
         return [(e.event_type, e.message) for e in store.list_events(run_id=run_id)]
 
 
-def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(
+        tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
+    url = "sqlite:///data/cadenza.db"
+    if kind == "postgresql":
+        url = str(request.getfixturevalue("pg_url"))
     attempts = tmp_path / "attempts.txt"
     home = make_home(tmp_path / "home", f"""
     [jobs.j]
@@ -50,7 +81,11 @@ def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(tmp_path: Path) 
     type = "python"
     callable = "cz_lease_tasks:work"
     op_kwargs = {{ log_file = "{attempts.as_posix()}", seconds = 8 }}
-    """, lease="3s")
+    """, lease="3s", store_url=url)
+    made = CliRunner().invoke(app, ["--home", str(home), "tokens", "create", "ci", "--role",
+                                    "operator"])
+    assert made.exit_code == 0, made.output
+    token = next(w for w in made.output.split() if w.startswith("cdz_"))
     healthy = Served(home)
     skewed: SkewedServed | None = None
     out_healthy = out_skewed = ""
@@ -63,6 +98,28 @@ def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(tmp_path: Path) 
         assert held.lease_owner.split(":")[1] == str(healthy.proc.pid)
         skewed = SkewedServed(home)
         skewed.wait_ready()
+        health = skewed.health
+        assert 290 < health["clock_skew_seconds"] < 310, health
+        if kind == "postgresql":
+            assert health["status"] == "degraded", health
+            assert health["reason"].startswith("clock skew:"), health
+            assert "ahead of the store's time" in health["reason"]
+            assert "nor leads the scheduler" in health["reason"]
+        else:  # one host: a different clock is a deliberate one (CADENZA_FAKE_NOW)
+            assert health["status"] == "ok", health
+        # A run submitted through the fast node carries the store's time, not its own.
+        bearer = {"Authorization": f"Bearer {token}"}
+        submitted = httpx.post(f"http://127.0.0.1:{skewed.port}/api/jobs/j/runs", json={},
+                               headers=bearer, timeout=10)
+        assert submitted.status_code in (200, 201, 202), submitted.text
+        extra = submitted.json()["run_id"]
+        with open_store(home) as store:  # queued behind the live run (max_concurrency 1)
+            assert store.transition_run(extra, RunState.CANCELED, reason="test: only its time")
+        created = run_state(home, extra).created_at
+        if kind == "postgresql":
+            assert abs(created - datetime.now(UTC)) < timedelta(seconds=30), created
+        else:
+            assert created - datetime.now(UTC) > timedelta(minutes=4), created
         # Its reaper looked at start and then every second; the run's lease (3 s on the
         # host's clock, renewed every second) ended long ago on the fast node's clock.
         done = eventually(lambda: (r := run_state(home, run_id)).state.value == "SUCCEEDED"

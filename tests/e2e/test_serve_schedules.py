@@ -110,13 +110,15 @@ def test_two_servers_never_record_one_fire_twice(
     # The fake time starts when each server's clock is made: 30 s before the 01:59 fire,
     # which two servers starting on a loaded machine (imports, migrations, the node) can
     # take; with 4 s the fire passed before the first tick, and the next came too late.
-    servers = [Served(home.path, fake_now="2027-01-05T01:58:30+00:00", web=False)
-               for _ in range(2)]
+    # On PostgreSQL a node whose clock is far from the database's does not lead: the servers
+    # keep the real time there, and the fire is the next real minute's.
+    fake_now = "2027-01-05T01:58:30+00:00" if kind == "sqlite" else None
+    servers = [Served(home.path, fake_now=fake_now, web=False) for _ in range(2)]
     try:
         for server in servers:
             server.wait_ready()
         eventually(lambda: [r for r in runs_of(home) if r.state is RunState.SUCCEEDED],
-                   70, "the 01:59 fire executed")
+                   70 if fake_now else 100, "a minute's fire executed")
         time.sleep(2)  # let the other server tick over the same fire too
     finally:
         outputs = [s.stop() for s in servers]

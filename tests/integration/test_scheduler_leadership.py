@@ -258,3 +258,17 @@ def test_a_refused_write_is_logged_and_recorded(pg_url: str,
         assert any("no longer leads" in r.getMessage() for r in caplog.records)
     finally:
         store.close()
+
+
+def test_a_node_whose_clock_is_off_gives_up_the_leadership(
+        contenders: tuple[LeaseLeadership, LeaseLeadership], store: Store) -> None:
+    first, second = contenders
+    clock_off = False
+    scheduler = Scheduler(store, _nightly(), leader=first, default_zone=ZoneInfo("UTC"),
+                          may_lead=lambda: not clock_off)
+    assert scheduler.try_lead() and first.is_leader
+    clock_off = True
+    assert not scheduler.try_lead() and not first.is_leader  # released at once
+    assert second.acquire()  # another node leads without waiting for the lease
+    clock_off = False
+    assert not scheduler.try_lead()  # may lead again, once the other's lease ends

@@ -134,7 +134,7 @@ class Node:
             # A node whose clock is off neither leads nor reaps (the reaper checks it).
             self.scheduler = Scheduler(store, config, clock=clock, leader=self.leader,
                                        lookahead=LOOKAHEAD,
-                                       may_lead=lambda: self.reaper.refused is None)
+                                       may_lead=lambda: not self.reaper.clock_off)
             self.holder.on_reload(self.scheduler.reload)
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
                                      workers=self.workers, claimer=self.claimer)
@@ -222,12 +222,13 @@ class Node:
     def status(self) -> NodeStatus:
         """What this node says of itself in ``/api/health`` and ``/metrics``: whether it
         leads the scheduler, its clock's skew from the store's time at the reaper's last
-        look, and why it is degraded (its clock is off: it neither leads nor reaps)."""
+        look, and why it is degraded (its clock is off on a shared store: it neither leads
+        nor reaps; :attr:`Reaper.shared`)."""
         skew = self.reaper.skew
         return NodeStatus(
             leader=self.leader.is_leader if self.leader is not None else None,
             clock_skew_seconds=round(skew.total_seconds(), 3) if skew is not None else None,
-            degraded=f"clock skew: {self.reaper.refused}" if self.reaper.refused else None)
+            degraded=f"clock skew: {self.reaper.refused}" if self.reaper.clock_off else None)
 
     def reload(self) -> bool:
         """Load both files again and apply them if valid (:meth:`ConfigHolder.reload`)."""

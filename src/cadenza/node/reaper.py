@@ -75,6 +75,12 @@ class Reaper:
         neither leads the scheduler nor answers ``ok`` to ``/api/health`` meanwhile."""
         self.skew: timedelta | None = None
         """How far the node's clock ran ahead of the store's time at the last look."""
+        self.shared = store.dialect == "postgresql"
+        """A store that nodes on several hosts share: there a node whose clock is off
+        also gives up the scheduler's leadership, answers ``degraded`` and records new
+        runs at the store's time. A SQLite store has one host, whose clock is the store's
+        time: a node's clock differs from it only when set so on purpose
+        (``CADENZA_FAKE_NOW``, for demos), and only its reaper pauses."""
         self._agreed = False
         self._wal_checked: float | None = None
         self._wal_warned: float | None = None
@@ -110,20 +116,29 @@ class Reaper:
                 self.store.append_event(EventType.CLOCK_SKEW, message, level=Level.INFO,
                                         payload={**payload, "reaping": True}, actor="reaper")
             return True
-        self.store.correct_clock(skew)  # the runs it records carry the store's time
+        if self.shared:
+            self.store.correct_clock(skew)  # the runs it records carry the store's time
         if self.refused is None:
             side = "ahead of" if seconds > 0 else "behind"
             self.refused = (
                 f"the clock of node {self.owner} is {_span(skew)} {side} the store's time, "
-                f"more than [workers].max_clock_skew ({_span(limit)}): it neither re-queues "
-                "runs (its reaper) nor leads the scheduler until the clocks agree, and the "
-                "runs it records carry the store's time (set this host's clock right, e.g. "
-                "with NTP; the other nodes go on)")
+                f"more than [workers].max_clock_skew ({_span(limit)}): "
+                + ("it neither re-queues runs (its reaper) nor leads the scheduler until the "
+                   "clocks agree, and the runs it records carry the store's time "
+                   if self.shared else
+                   "its reaper does not re-queue any run until the clocks agree ")
+                + "(set this host's clock right, e.g. with NTP; the other nodes go on)")
             log.error("reaper %s: %s", "paused" if self._agreed else "not started",
                       self.refused)
             self.store.append_event(EventType.CLOCK_SKEW, self.refused, level=Level.WARNING,
                                     payload={**payload, "reaping": False}, actor="reaper")
         return False
+
+    @property
+    def clock_off(self) -> bool:
+        """Whether the node's clock is off on a shared store (see :attr:`shared`): the node
+        then neither leads the scheduler nor answers ``ok``."""
+        return self.shared and self.refused is not None
 
     def reap_once(self) -> int:
         """Re-queue the runs whose lease expired (any node's); returns how many were taken

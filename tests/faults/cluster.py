@@ -1,0 +1,209 @@
+"""The fault harness: real ``cadenza serve`` nodes on one PostgreSQL database, each through a
+TCP proxy the test controls, and the invariants checked from the store afterwards.
+
+:class:`Cluster` starts N nodes, each with a home of its own (the same jobs; its store URL
+points at its own :class:`~tests.support.tcp_proxy.TcpProxy` in front of a private
+PostgreSQL, :mod:`tests.support.pg_cluster`), a run lease and a leader lease of 3 s. The
+jobs: ``tick`` every minute (a step of one second) and ``long`` on demand (a step of
+eight seconds); every step appends what it did to ``effects.jsonl``: the run, the process,
+the attempt, when it began and ended. Faults: :meth:`Cluster.kill` (SIGKILL),
+:meth:`Cluster.pause` / :meth:`Cluster.resume` (SIGSTOP / SIGCONT), :meth:`Cluster.cut` /
+:meth:`Cluster.blackhole` / :meth:`Cluster.heal` (the node's road to the database), and the
+database itself (``cluster.pg.restart()``).
+
+:func:`check_invariants` reads the store: every minute of the window fired exactly once and
+not MISSED, no fire recorded twice, no run RUNNING past its lease, and no run's step
+executed by two processes at once (from the effects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from cadenza.domain.states import RunState
+from cadenza.store import Store
+from tests.e2e.serve_helpers import Served, eventually
+from tests.support.pg_cluster import PrivatePostgres
+from tests.support.tcp_proxy import TcpProxy
+
+LEASE = 3.0
+TASKS = '''
+"""The fault harness's steps: each appends what it did to an effects file."""
+
+import json
+import os
+import time
+
+
+def record(effects, seconds=1, ctx=None):
+    began = time.time()
+    time.sleep(float(seconds))
+    line = {"run": ctx.run.id, "pid": os.getpid(), "attempt": ctx.step.attempt,
+            "began": began, "ended": time.time()}
+    with open(effects, "a") as fh:
+        fh.write(json.dumps(line) + "\\n")
+    return 1
+'''
+
+
+def jobs_toml(effects: Path) -> str:
+    return textwrap.dedent(f"""
+    [jobs.tick]
+    schedule = "* * * * *"
+    timezone = "UTC"
+    [[jobs.tick.steps]]
+    name = "work"
+    type = "python"
+    callable = "cz_fault_tasks:record"
+    op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 1 }}
+
+    [jobs.long]
+    [[jobs.long.steps]]
+    name = "work"
+    type = "python"
+    callable = "cz_fault_tasks:record"
+    op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 8 }}
+    """)
+
+
+class Cluster:
+    """N ``cadenza serve`` nodes on one database (see the module docstring)."""
+
+    def __init__(self, root: Path, pg: PrivatePostgres, nodes: int = 3) -> None:
+        self.root = root
+        self.pg = pg
+        self.effects = root / "effects.jsonl"
+        self.proxies = [TcpProxy("127.0.0.1", pg.port) for _ in range(nodes)]
+        self.homes = [self._home(root / f"node{i}", proxy)
+                      for i, proxy in enumerate(self.proxies)]
+        self.nodes: list[Served] = []
+        self.outputs: dict[int, str] = {}
+        self.started = datetime.now(UTC)
+
+    def _home(self, home: Path, proxy: TcpProxy) -> Path:
+        (home / "plugins").mkdir(parents=True)
+        (home / "data").mkdir()
+        (home / "plugins" / "cz_fault_tasks.py").write_text(TASKS, encoding="utf-8")
+        (home / "cadenza.toml").write_text(
+            f'[store]\nurl = "{self.pg.url(port=proxy.port)}"\n\n'
+            f'[workers]\ncount = 2\nlease = "{LEASE:g}s"\n\n'
+            f'[server]\nleader_lease = "{LEASE:g}s"\n', encoding="utf-8")
+        (home / "jobs.toml").write_text(jobs_toml(self.effects), encoding="utf-8")
+        return home
+
+    # -- the nodes ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.nodes = [Served(home) for home in self.homes]
+        for node in self.nodes:
+            node.wait_ready(60)
+        eventually(lambda: self.leader() is not None, 30, "a leader")
+
+    def store(self) -> Store:
+        """The store, straight to the database (not through a node's proxy)."""
+        return Store.open(self.pg.url(), migrate=False)
+
+    def leader(self) -> int | None:
+        """The index of the node whose lease runs, or None."""
+        with self.store() as store, store.read() as conn:
+            row = conn.execute(sa.text(
+                "SELECT holder FROM leadership WHERE until > clock_timestamp()")).first()
+        if row is None:
+            return None
+        pid = int(str(row.holder).split(":")[1])
+        return next((i for i, n in enumerate(self.nodes) if n.proc.pid == pid), None)
+
+    def kill(self, i: int) -> None:
+        os.kill(self.nodes[i].proc.pid, signal.SIGKILL)
+
+    def pause(self, i: int) -> None:
+        os.kill(self.nodes[i].proc.pid, signal.SIGSTOP)
+
+    def resume(self, i: int) -> None:
+        os.kill(self.nodes[i].proc.pid, signal.SIGCONT)
+
+    def cut(self, i: int) -> None:
+        self.proxies[i].cut()
+
+    def blackhole(self, i: int) -> None:
+        self.proxies[i].blackhole()
+
+    def heal(self, i: int) -> None:
+        self.proxies[i].heal()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                os.kill(node.proc.pid, signal.SIGCONT)
+        for proxy in self.proxies:
+            proxy.heal()
+        for node in self.nodes:
+            self.outputs[node.proc.pid] = node.stop()
+        for proxy in self.proxies:
+            proxy.close()
+
+    # -- time -------------------------------------------------------------------------------
+
+    def before_next_minute(self, seconds: float, at_least: float = 10.0) -> datetime:
+        """Sleep until ``seconds`` before the next minute boundary that is at least
+        ``at_least`` seconds away; returns that boundary."""
+        now = datetime.now(UTC)
+        boundary = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+        if (boundary - now).total_seconds() < at_least:
+            boundary += timedelta(minutes=1)
+        time.sleep(max((boundary - now).total_seconds() - seconds, 0))
+        return boundary
+
+
+@dataclass
+class Effect:
+    run: str
+    pid: int
+    attempt: int
+    began: float
+    ended: float
+
+
+def effects(path: Path) -> list[Effect]:
+    if not path.exists():
+        return []
+    return [Effect(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def check_invariants(cluster: Cluster, minutes: list[datetime]) -> dict[str, Any]:
+    """The invariants of the module docstring over the fires of ``minutes``; returns what
+    was seen (for the failure messages)."""
+    with cluster.store() as store:
+        runs = store.list_runs(limit=10_000)
+    ticks = [r for r in runs if r.job_id == "tick" and r.trigger == "scheduled"]
+    fires = [r.scheduled_for for r in ticks]
+    seen = {"ticks": [(r.scheduled_for, r.state.value, r.reason) for r in ticks]}
+    assert len(fires) == len(set(fires)), f"a fire recorded twice: {seen}"
+    for minute in minutes:
+        mine = [r for r in ticks if r.scheduled_for == minute]
+        assert len(mine) == 1, f"the fire of {minute} is not recorded once: {seen}"
+        assert mine[0].state is not RunState.MISSED, f"{minute} MISSED: {seen}"
+    stale = datetime.now(UTC) - timedelta(seconds=3 * LEASE)
+    stuck = [r.id for r in runs if r.state is RunState.RUNNING
+             and r.lease_until is not None and r.lease_until < stale]
+    assert stuck == [], f"runs RUNNING past their lease: {stuck}"
+    by_run: dict[str, list[Effect]] = {}
+    for effect in effects(cluster.effects):
+        by_run.setdefault(effect.run, []).append(effect)
+    for run_id, done in by_run.items():
+        for a in done:
+            for b in done:
+                if a is not b and a.pid != b.pid:
+                    assert a.ended <= b.began or b.ended <= a.began, (
+                        f"run {run_id}'s step ran in two processes at once: {a} {b}")
+    return seen

@@ -25,9 +25,10 @@ def free_port() -> int:
 class Served:
     """One `cadenza serve` process on a home, with an optional fake wall clock."""
 
-    def __init__(self, home: Path, *, fake_now: str | None = None, web: bool = True) -> None:
+    def __init__(self, home: Path, *, fake_now: str | None = None, web: bool = True,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
-        env = dict(os.environ)
+        env = {**os.environ, **(env or {})}
         if fake_now:
             env["CADENZA_FAKE_NOW"] = fake_now
         args = [sys.executable, "-m", "cadenza", "--home", str(home), "serve",

@@ -57,6 +57,7 @@ def test_fires_recorded_ahead_are_claimed_together_at_their_time(
     node = Node(home, config, store, clock=clock)  # threads not started: driven by hand
     try:
         assert node.scheduler is not None and node.scheduler.lookahead == LOOKAHEAD
+        assert node.scheduler.try_lead()  # its writes are fenced by the leadership
         node.scheduler.tick(clock.now())
         clock.set(FIRE - LOOKAHEAD)
         assert len(node.scheduler.tick(clock.now()).queued) == JOBS

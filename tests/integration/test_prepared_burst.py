@@ -59,7 +59,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
     threads = _start_workers(node, WORKERS)
     launched: list[str] = []
     try:
-        assert node.scheduler is not None
+        assert node.scheduler is not None and node.scheduler.try_lead()
         node.scheduler.tick(clock.now())
         clock.set(FIRE - timedelta(seconds=2))
         assert len(node.scheduler.tick(clock.now()).queued) == JOBS

@@ -8,7 +8,6 @@ tinyproxy to a real IP-echo server, with the pool's timeout (1 s) as the only re
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -37,7 +36,7 @@ from cadenza.lifecycle import Lifecycle
 from cadenza.node import Node
 from cadenza.resources.health import HealthChecker
 from cadenza.store import Store
-from cadenza.store.leadership import PostgresLeadership
+from cadenza.store.leadership import LeaseLeadership
 
 X = ResourceState
 INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2
@@ -230,9 +229,8 @@ def test_two_hundred_routes_within_one_interval(tmp_path: Path) -> None:
 
 def test_on_postgresql_only_the_leader_probes(pg_url: str, echo: EchoServer,
                                               fault_proxy: FaultProxy) -> None:
-    key = secrets.randbelow(2**31)  # advisory locks are server-wide: a key of this test's own
-    leader, follower = PostgresLeadership(pg_url, key), PostgresLeadership(pg_url, key)
     store = Store.open(pg_url, clock=SystemClock())
+    leader, follower = LeaseLeadership(pg_url), LeaseLeadership(pg_url)
     try:
         assert leader.acquire() and not follower.acquire()
         settings = pool_settings(echo, [{"id": "fr-1", "proxy": fault_proxy.url,

@@ -116,6 +116,7 @@ def record_ahead(node: Node, clock: FakeClock, count: int) -> None:
     """The scheduler records the fires of FIRE at AHEAD (not_before = FIRE)."""
     assert node.scheduler is not None
     clock.set(FIRE - timedelta(hours=1))
+    assert node.scheduler.try_lead()  # its writes are fenced by the leadership
     node.scheduler.tick(clock.now())
     clock.set(AHEAD)
     assert len(node.scheduler.tick(clock.now()).queued) == count

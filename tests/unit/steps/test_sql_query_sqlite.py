@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sql_ctx import SqlTestContext, execute, rows, run_step, scalar
 
 from cadenza.clock import FakeClock
@@ -244,3 +247,26 @@ def test_a_stopped_transaction_closes_its_connection_rather_than_pool_it(
     assert raw is not None
     with pytest.raises(Exception, match="closed"):
         raw.execute("SELECT 1")
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"),
+                     max_size=40) | st.sampled_from(["'; DROP TABLE t; --", "x' OR '1'='1",
+                                                    "${params.h}", ":v", "?", "%s", "1); --"]))
+def test_a_parameter_never_becomes_sql_text(value: str) -> None:
+    """Whatever a parameter holds, ``${params.h}`` is a bind: the row holds it verbatim and
+    nothing else ran (the table is whole, no other row)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        u = f"sqlite:///{(Path(tmp) / 'w.db').as_posix()}"
+        execute(u, "CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)",
+                "INSERT INTO t VALUES (1, 'a')")
+        c = SqlTestContext(Path(tmp), {"w": u}, params={"h": value})
+        try:
+            run_step(SqlQueryStep, c, connection="w",
+                     query="INSERT INTO t (id, name) VALUES (2, ${params.h})")
+            found = run_step(SqlQueryStep, c, connection="w", fetch="all",
+                             query="SELECT id FROM t WHERE name = ${params.h} ORDER BY id")
+        finally:
+            c.close()
+        assert rows(u, "SELECT id, name FROM t ORDER BY id") == [(1, "a"), (2, value)]
+        assert [r["id"] for r in found.output["rows_data"]] == ([1, 2] if value == "a" else [2])

@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import cadenza
 from tests.browser.conftest import UI, login
 
@@ -32,6 +34,7 @@ def _save_schedule(page: Any, ui: UI, schedule: str) -> None:
     page.wait_for_url(f"{ui.base}/jobs/hello")
 
 
+@pytest.mark.reliability_case(8)
 def test_a_schedule_added_in_the_form_is_saved_with_every_comment(ui: UI, page: Any) -> None:
     page.cadenza_expected = ["404"]  # the job's page may be another branch's
     path = ui.home / "jobs.toml"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.browser.conftest import PASSWORD, UI, login, shot
 
@@ -38,6 +39,7 @@ def test_wrong_password_says_so_and_keeps_the_page_asked_for(ui: UI, page: Any) 
     assert page.locator("h1").inner_text().startswith("vera")
 
 
+@pytest.mark.reliability_case(36)
 def test_every_answer_has_the_csp(ui: UI) -> None:
     for path in ("/login", "/static/cadenza.js", "/api/health", "/nowhere"):
         answer = httpx.get(ui.base + path)

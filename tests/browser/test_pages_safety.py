@@ -94,6 +94,7 @@ def xss_ui(tmp_path_factory: pytest.TempPathFactory) -> Any:
         served.stop()
 
 
+@pytest.mark.reliability_case(19, 36)
 def test_the_corpus_shows_as_text_on_every_page(xss_ui: Any, page: Any) -> None:
     ui, run_id = xss_ui
     login(page, ui, "ada")

@@ -206,6 +206,7 @@ def test_many_wait_reasons_in_one_call(store: Store, clock: FakeClock) -> None:
 # --- the admission lock -------------------------------------------------------------------------
 
 
+@pytest.mark.reliability_case(51)
 def test_admission_lock_is_held_until_the_transaction_ends(store: Store) -> None:
     with store.write() as conn:
         store.lock_admission(conn)
@@ -237,6 +238,7 @@ def decide(store: Store, limits: Limits, clock: FakeClock, free_slots: int) -> D
     return decision
 
 
+@pytest.mark.reliability_case(51)
 def test_five_runs_with_max_concurrency_2_never_overlap_more_than_2(
     store: Store, clock: FakeClock
 ) -> None:

@@ -58,6 +58,7 @@ def _near(value: datetime, expected: datetime) -> bool:
     return abs(value - expected) < SLACK
 
 
+@pytest.mark.reliability_case(49)
 def test_a_node_whose_clock_runs_ahead_does_not_reap_a_live_run(
         nodes: tuple[Store, Store]) -> None:
     healthy, fast = nodes
@@ -69,6 +70,7 @@ def test_a_node_whose_clock_runs_ahead_does_not_reap_a_live_run(
         held.run_id}
 
 
+@pytest.mark.reliability_case(49)
 def test_lease_ends_are_the_databases_time_whoever_writes_them(
         nodes: tuple[Store, Store]) -> None:
     healthy, fast = nodes

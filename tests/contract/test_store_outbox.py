@@ -59,6 +59,7 @@ def test_an_intent_rolls_back_with_its_cause(store: Store, clock: FakeClock) -> 
     assert outbox_keys(store) == []
 
 
+@pytest.mark.reliability_case(52)
 def test_one_intent_per_key(store: Store, clock: FakeClock) -> None:
     outbox = Outbox(store)
     with store.write() as c:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from tests.support.line_worker import LineWorker
 
 from cadenza.clock import FakeClock
@@ -44,6 +45,7 @@ def _start(url: str, count: int) -> list[Worker]:
     return workers
 
 
+@pytest.mark.reliability_case(46)
 def test_processes_race_for_one_claim_and_one_fire(
     store: Store, store_url: str, clock: FakeClock
 ) -> None:
@@ -73,6 +75,7 @@ def test_processes_race_for_one_claim_and_one_fire(
     assert len(store.list_events(event_type=EventType.RUN_CREATED, limit=10_000)) == 2 * ROUNDS
 
 
+@pytest.mark.reliability_case(56)
 def test_processes_opening_a_fresh_database_together_migrate_once(store_url: str) -> None:
     workers = _start(store_url, 3)
     for worker in workers:
@@ -85,6 +88,7 @@ def test_processes_opening_a_fresh_database_together_migrate_once(store_url: str
         store.close()
 
 
+@pytest.mark.reliability_case(46)
 def test_threads_race_for_one_claim_one_cancel_and_one_fire(store: Store,
                                                              clock: FakeClock) -> None:
     threads = 6

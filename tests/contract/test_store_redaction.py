@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from tests.support.store_helpers import append_log, end_run, start_run, transition_resource_or_raise
 
@@ -76,6 +77,7 @@ def _write_everything(store: Store) -> str:
     return run_id
 
 
+@pytest.mark.reliability_case(37)
 def test_everything_written_is_redacted(store_url: str, clock: FakeClock) -> None:
     redactor: Redactor = MarkerRedactor()
     store = Store.open(store_url, clock=clock, redactor=redactor)
@@ -106,6 +108,7 @@ def _raw_bytes(sqlite_url: str) -> bytes:
     return b"".join(Path(p).read_bytes() for p in files)
 
 
+@pytest.mark.reliability_case(56)
 def test_the_secret_never_reaches_the_sqlite_file(sqlite_url: str, clock: FakeClock) -> None:
     store = Store.open(sqlite_url, clock=clock, redactor=MarkerRedactor())
     try:

@@ -178,6 +178,7 @@ def test_running_fences_with_an_epoch_and_sets_times(store: Store, clock: FakeCl
     assert [e.payload["duration_s"] for e in finished] == [630.0]
 
 
+@pytest.mark.reliability_case(40)
 def test_a_command_with_a_stale_epoch_is_refused(store: Store) -> None:
     run_id = store.create_run("j", "manual")
     assert run_id

@@ -26,6 +26,7 @@ def _file(url: str) -> Path:
 
 
 @pytest.mark.parametrize(("sync", "code"), [("NORMAL", 1), ("FULL", 2), ("full", 2)])
+@pytest.mark.reliability_case(43)
 def test_pragmas_are_set_on_every_connection(sqlite_url: str, sync: str, code: int) -> None:
     store = Store.open(sqlite_url, sqlite_synchronous=sync)
     try:
@@ -45,6 +46,7 @@ def test_pragmas_are_set_on_every_connection(sqlite_url: str, sync: str, code: i
         store.close()
 
 
+@pytest.mark.reliability_case(43)
 def test_writes_begin_immediate_and_reads_begin_deferred(sqlite_url: str) -> None:
     store = Store.open(sqlite_url)
     statements: list[str] = []
@@ -71,6 +73,7 @@ def test_writes_begin_immediate_and_reads_begin_deferred(sqlite_url: str) -> Non
     assert statements[1:3] == ["BEGIN", "SELECT 1"]
 
 
+@pytest.mark.reliability_case(43)
 def test_two_writers_wait_for_each_other_instead_of_failing(
     sqlite_url: str, clock: FakeClock
 ) -> None:
@@ -101,6 +104,7 @@ def test_two_writers_wait_for_each_other_instead_of_failing(
         store.close()
 
 
+@pytest.mark.reliability_case(43)
 def test_a_second_process_style_connection_waits_too(sqlite_url: str) -> None:
     """A writer outside this engine (e.g. `cadenza backup`) holds the lock: we wait, not fail."""
     store = Store.open(sqlite_url)
@@ -118,6 +122,7 @@ def test_a_second_process_style_connection_waits_too(sqlite_url: str) -> None:
         store.close()
 
 
+@pytest.mark.reliability_case(45)
 def test_a_network_data_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No NFS server here: the mount table is replaced to say the data dir is on nfs4."""
     (tmp_path / "share").mkdir()

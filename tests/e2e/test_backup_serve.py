@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -24,6 +25,7 @@ def cadenza(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.reliability_case(54, 55)
 def test_backup_while_serving_then_restore_refused_until_stopped(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert CliRunner().invoke(app, ["init", str(home), "--example"]).exit_code == 0

@@ -65,6 +65,7 @@ def _step(clock_file: Path, home: Path, to: datetime) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.reliability_case(48)
 def test_a_clock_stepping_forward_then_back_fires_each_time_once(tmp_path: Path) -> None:
     library = _libfaketime()
     ran = tmp_path / "ran.txt"

@@ -68,6 +68,7 @@ def _events(home: Path, run_id: str | None = None) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.reliability_case(49)
 def test_a_node_whose_clock_runs_ahead_does_not_take_a_live_run(
         tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
     url = "sqlite:///data/cadenza.db"

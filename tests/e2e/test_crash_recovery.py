@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
+import pytest
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -128,6 +129,7 @@ def finish(home: Path, run_id: str) -> tuple[str, str]:
     return state, out
 
 
+@pytest.mark.reliability_case(38)
 def test_kill_9_during_a_python_step_applies_each_effect_once(tmp_path: Path) -> None:
     lines = tmp_path / "lines.txt"
     home = make_home(tmp_path, textwrap.dedent(f'''
@@ -153,6 +155,7 @@ def test_kill_9_during_a_python_step_applies_each_effect_once(tmp_path: Path) ->
     assert lines.read_text().splitlines() == [f"item {i}" for i in range(ITEMS)]
 
 
+@pytest.mark.reliability_case(38)
 def test_kill_9_during_a_file_load_loads_each_row_once(tmp_path: Path) -> None:
     files = tmp_path / "home" / "data" / "files"
     home = make_home(tmp_path, textwrap.dedent('''

@@ -112,6 +112,7 @@ def free(data: Path) -> None:
         filler.unlink()
 
 
+@pytest.mark.reliability_case(47)
 def test_a_local_run_on_a_disk_that_fills_up_mid_run(home: Path) -> None:
     data = home / "data"
     done = cli(home, "run", "fill")
@@ -170,6 +171,7 @@ def test_a_local_run_whose_lease_cannot_be_renewed_on_a_full_disk(home: Path) ->
     assert "the run stays RUNNING until its lease expires" in told[0]
 
 
+@pytest.mark.reliability_case(47)
 def test_a_run_on_a_read_only_store(home: Path) -> None:
     data = home / "data"
     assert cli(home, "runs", "list").returncode == 0  # the store exists, migrated
@@ -237,6 +239,7 @@ class AppClient:
         return asyncio.run(call())
 
 
+@pytest.mark.reliability_case(47)
 def test_the_store_and_its_health_on_a_disk_that_fills_then_frees(tmp_path: Path) -> None:
     clock = FakeClock("2027-01-01T00:00:00+00:00")
     with small_tmpfs(tmp_path / "data") as data, \

@@ -54,6 +54,7 @@ def _events(home: Path, run_id: str) -> list[str]:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGSTOP/SIGCONT are POSIX signals")
+@pytest.mark.reliability_case(40)
 def test_a_worker_stopped_past_its_lease_loses_the_run_to_another(tmp_path: Path) -> None:
     attempts = tmp_path / "attempts.txt"
     home = make_home(tmp_path / "home", f"""

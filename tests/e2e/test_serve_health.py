@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -20,6 +21,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.reliability_case(31)
 def test_serve_answers_health_and_nothing_else_leaks(tmp_path: Path) -> None:
     home = tmp_path / "home"
     assert CliRunner().invoke(app, ["init", str(home), "--example"]).exit_code == 0

@@ -128,6 +128,7 @@ def test_two_servers_never_record_one_fire_twice(
     assert {r.state for r in runs} <= {RunState.SUCCEEDED, RunState.QUEUED, RunState.RUNNING}
 
 
+@pytest.mark.reliability_case(1)
 def test_reload_refuses_a_bad_file_and_keeps_running(tmp_path: Path) -> None:
     home = make_home(tmp_path, "")
     server = Served(home.path, fake_now="2027-01-05T01:00:00+00:00")

@@ -33,6 +33,7 @@ def _new_leader(cluster: Cluster, former: int) -> tuple[int] | None:
     return (now,) if now is not None and now != former else None
 
 
+@pytest.mark.reliability_case(39)
 def test_the_leader_killed_is_replaced_within_its_lease(cluster: Cluster) -> None:
     first = cluster.leader()
     assert first is not None
@@ -61,6 +62,7 @@ def test_a_leader_cut_from_the_database_is_replaced_and_steps_aside(cluster: Clu
     assert "scheduler leadership lost" in said or "cannot reach" in said, said
 
 
+@pytest.mark.reliability_case(38)
 def test_a_worker_killed_mid_step_never_runs_a_step_twice_at_once(cluster: Cluster) -> None:
     with cluster.store() as store:
         run_id = store.create_runs([NewRun("long", "manual:test")])[0]
@@ -89,6 +91,7 @@ def test_a_worker_killed_mid_step_never_runs_a_step_twice_at_once(cluster: Clust
     assert [e for e in effects(cluster.effects) if e.run == run_id]
 
 
+@pytest.mark.reliability_case(27)
 def test_the_database_restarted_mid_run(cluster: Cluster) -> None:
     with cluster.store() as store:
         run_id = store.create_runs([NewRun("long", "manual:test")])[0]

@@ -40,6 +40,7 @@ def _leader_pid(home: Path) -> int | None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.reliability_case(40)
 def test_a_stopped_leader_is_replaced_and_its_late_writes_refused(
         tmp_path: Path, pg_url: str) -> None:
     log = tmp_path / "runs.txt"

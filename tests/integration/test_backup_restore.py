@@ -77,6 +77,7 @@ def add_running_run(home: Path) -> str:
 # -- backup ---------------------------------------------------------------------------------
 
 
+@pytest.mark.reliability_case(54, 56)
 def test_backup_while_four_workers_write_is_consistent_and_private(tmp_path: Path) -> None:
     home_dir = make_home(tmp_path)
     home = Home(home_dir)
@@ -182,6 +183,7 @@ def test_pg_dump_command_is_built_from_the_url_without_password() -> None:
 # -- restore --------------------------------------------------------------------------------
 
 
+@pytest.mark.reliability_case(55)
 def test_restore_swaps_keeps_the_old_db_and_expires_running_leases(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     assert cli(home, "run", "hello")[0] == 0
@@ -224,6 +226,7 @@ def test_restore_output_for_people_says_what_happens_next(tmp_path: Path) -> Non
     assert "missed-run policy" in stdout and "previous database is kept as" in stdout
 
 
+@pytest.mark.reliability_case(55)
 def test_restore_is_refused_while_a_server_holds_the_home(tmp_path: Path) -> None:
     home = make_home(tmp_path)
     backup = tmp_path / "b.db"
@@ -243,6 +246,7 @@ def test_restore_is_refused_while_a_server_holds_the_home(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("damage", ["text", "garbled", "foreign", "newer"])
+@pytest.mark.reliability_case(55)
 def test_restore_rejects_a_bad_file_and_changes_nothing(tmp_path: Path, damage: str) -> None:
     home = make_home(tmp_path)
     assert cli(home, "run", "hello")[0] == 0

@@ -103,6 +103,7 @@ def test_checkpoint_refuses_what_is_not_json_or_too_big(store: Store, tmp_path: 
     assert ctx.last_checkpoint is None
 
 
+@pytest.mark.reliability_case(40)
 def test_a_stale_holder_cannot_checkpoint_and_is_stopped(store: Store, tmp_path: Path) -> None:
     home = Home(tmp_path)
     run_id, _ = claim(store)
@@ -203,6 +204,7 @@ def insert_item(conn: sa.Connection, item: int, fail: bool = False) -> dict[str,
     return {"item": item}
 
 
+@pytest.mark.reliability_case(38)
 def test_once_with_connection_commits_effect_and_key_together(
         store: Store, tmp_path: Path) -> None:
     target = f"sqlite:///{(tmp_path / 'target.db').as_posix()}"

@@ -48,6 +48,7 @@ def test_init_refuses_an_existing_home(demo: Path) -> None:
     assert (demo / "jobs.toml").read_bytes() == before
 
 
+@pytest.mark.reliability_case(31)
 def test_init_creates_an_admin_user_with_argon2id(demo: Path) -> None:
     code, out, _ = cli(demo, "users", "list", "--json")
     assert code == 0

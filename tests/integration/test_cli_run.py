@@ -107,6 +107,7 @@ def test_json_output_is_the_runs_show_document(home: Path) -> None:
     (["run", "three", "--no-wait", "--local"], "choose one"),
     (["runs", "list", "--state", "DONE"], "unknown state DONE"),
 ])
+@pytest.mark.reliability_case(18)
 def test_usage_errors_exit_2_and_run_nothing(home: Path, args: list[str], message: str) -> None:
     code, _, err = cli(home, *args)
     assert code == 2, err

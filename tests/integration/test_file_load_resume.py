@@ -121,6 +121,7 @@ def each_once(url: str, table: str) -> None:
 
 
 @pytest.mark.parametrize("crash_at", [1, 5, 7, 13])
+@pytest.mark.reliability_case(26)
 def test_a_resumed_append_neither_skips_nor_doubles(ctx: CheckpointContext, db: Db,
                                                     crash_after: Any, crash_at: int) -> None:
     t = db.table()

@@ -13,7 +13,7 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState, StepState
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, StepStart
-from cadenza.store.run_leases import LOST_ERROR, RunLease, owner_parts
+from cadenza.store.run_leases import LOST_ERROR, REAP_BATCH, RunLease, owner_parts
 
 OWNER = "host-a:4242:1"
 LEASE = timedelta(seconds=60)
@@ -139,6 +139,7 @@ def test_a_run_recovered_too_often_needs_review(store: Store, clock: FakeClock) 
     assert run.error is not None and "lost 4 times" in run.error
 
 
+@pytest.mark.reliability_case(41)
 def test_a_run_that_never_had_a_lease_is_reaped(store: Store) -> None:
     (a,) = _running(store, 1)
     with store.engine.begin() as c:  # Airflow #66773: NULL < t is NULL
@@ -173,3 +174,25 @@ def test_owner_parts() -> None:
     assert owner_parts("my-host.local:123:140000") == ("my-host.local", 123)
     assert owner_parts(None) == ("", None)
     assert owner_parts("odd") == ("odd", None)
+
+
+@pytest.mark.reliability_case(42)
+def test_hundreds_of_expired_leases_are_taken_back_in_bounded_batches(
+        store: Store, clock: FakeClock) -> None:
+    """A restart after a crash of a busy node: 1,200 runs whose leases expired are taken
+    back in transactions of at most REAP_BATCH runs (no transaction holds them all, no herd
+    of writes), each exactly once, QUEUED for admission to start again under its caps."""
+    held = [lease for _ in range(3) for lease in _running(store, 400)]
+    clock.advance(LEASE.total_seconds() + 1)
+    batches: list[int] = []
+    while True:
+        batch = store.reap_expired_run_leases()
+        batches.append(len(batch))
+        if len(batch) < REAP_BATCH:
+            break
+    assert sum(batches) == len(held) == 1200
+    assert max(batches) <= REAP_BATCH and len(batches) == 3
+    assert store.reap_expired_run_leases() == []  # nothing left, nothing taken twice
+    recovered = store.list_events(event_type="RUN_RECOVERED", limit=5000)
+    assert sorted(e.run_id for e in recovered) == sorted(h.run_id for h in held)
+    assert {r.state for r in store.list_runs(limit=2000)} == {RunState.QUEUED}

@@ -90,6 +90,7 @@ op_kwargs = {{ marker = "{marker}" }}
         assert bench.log(run_id=third) == []
 
 
+@pytest.mark.reliability_case(52)
 def test_smtp_down_then_back_is_retried_and_sent_once(tmp_path: Path) -> None:
     port = free_port()
     with webhook_receiver() as hook, \
@@ -182,6 +183,7 @@ url = "http://127.0.0.1:9/hook"
         assert bench.sender.round() == 0
 
 
+@pytest.mark.reliability_case(52)
 def test_a_server_dropping_the_connection_mid_data_is_retried(tmp_path: Path) -> None:
     with smtp_server() as smtp, webhook_receiver() as hook, \
             notify_bench(tmp_path, FAILING, channels(smtp.port, hook.url)) as bench:

@@ -8,6 +8,7 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from notify_home import START, channels, notify_bench
 from tests.support.mailhooks import smtp_server, webhook_receiver
 
@@ -28,6 +29,7 @@ isolation = "thread"
 RULE = '[[rules]]\nname = "missed"\non = ["missed"]\njobs = ["*"]\nnotify = ["role:ops"]\n'
 
 
+@pytest.mark.reliability_case(52)
 def test_two_senders_deliver_each_message_once(tmp_path: Path, store_url: str) -> None:
     with smtp_server() as smtp, webhook_receiver() as hook, \
             notify_bench(tmp_path, JOBS, channels(smtp.port, hook.url, RULE),

@@ -64,6 +64,7 @@ def _skew_events(store: Store) -> list[tuple[str, str]]:
             for e in store.list_events(event_type=EventType.CLOCK_SKEW, newest_first=True)]
 
 
+@pytest.mark.reliability_case(49)
 def test_a_node_whose_clock_is_off_does_not_reap_and_says_why(
         store: Store, caplog: pytest.LogCaptureFixture) -> None:
     run_id = _expired_run(store)
@@ -115,6 +116,7 @@ def _fill(store: Store, runs: int) -> None:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a reader process holding a snapshot")
+@pytest.mark.reliability_case(44)
 def test_a_wal_a_reader_keeps_from_emptying_is_a_warning_naming_the_reader(
         sqlite_url: str, tmp_path: Path) -> None:
     store = Store.open(sqlite_url, lease_time="database")
@@ -157,6 +159,7 @@ def _stop(reader: subprocess.Popen[str]) -> None:
         reader.stdout.close()
 
 
+@pytest.mark.reliability_case(44)
 def test_a_wal_below_its_threshold_is_not_looked_into(
         sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with Store.open(sqlite_url) as store:

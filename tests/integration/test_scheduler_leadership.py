@@ -104,6 +104,7 @@ def test_a_former_leaders_late_write_is_refused(
         first.fence(conn)
 
 
+@pytest.mark.reliability_case(46)
 def test_a_takeover_waits_for_the_leaders_fenced_transaction(
         contenders: tuple[LeaseLeadership, LeaseLeadership], store: Store) -> None:
     """A write fenced inside its term commits inside it: a takeover that comes while the

@@ -138,6 +138,7 @@ def workers(store_url: str, tmp_path: Path) -> Iterator[list[Worker]]:
             worker.close()
 
 
+@pytest.mark.reliability_case(39)
 def test_two_scheduler_processes(workers: list[Worker], store_url: str) -> None:
     created = 0
     for when in instants():

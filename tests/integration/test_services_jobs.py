@@ -87,6 +87,7 @@ def test_a_bad_edit_is_refused_with_located_problems(services: Services) -> None
         jobs.create("hello", NEW_JOB, before.hash)
 
 
+@pytest.mark.reliability_case(1)
 def test_reload_checks_first(services: Services) -> None:
     holder = Holder(services)
     assert services.configuration.reload(holder) is True

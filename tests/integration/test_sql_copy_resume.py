@@ -79,6 +79,7 @@ def kill_mid_copy(args: list[str], dst_url: str, n: int, batch: int) -> None:
 
 
 @pytest.mark.parametrize("mode", ["overwrite", "append"])
+@pytest.mark.reliability_case(26)
 def test_killed_then_resumed_every_row_once(ends: tuple[Db, Db, int], tmp_path: Path,
                                             mode: str) -> None:
     src, dst, n = ends

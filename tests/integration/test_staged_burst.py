@@ -560,6 +560,7 @@ def _claim_events(store: Store, run_id: str) -> list[Any]:
     return [e for e in store.list_events(run_id=run_id, event_type="RUN_STATE_CHANGED")]
 
 
+@pytest.mark.reliability_case(51)
 def test_a_job_cap_holds_when_a_run_of_it_started_after_staging(
     tmp_path: Path, store_url: str, calls: Path
 ) -> None:
@@ -630,6 +631,7 @@ def test_the_global_cap_holds_when_a_run_started_after_staging(
 
 # -- 4. two nodes stage the same due time -------------------------------------------------
 
+@pytest.mark.reliability_case(46)
 def test_two_nodes_staging_the_same_due_time_claim_each_run_once(
     tmp_path: Path, store_url: str, calls: Path
 ) -> None:

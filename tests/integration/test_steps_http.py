@@ -117,6 +117,7 @@ def test_preview_is_capped_at_64_kib(make_ctx: Any) -> None:
     assert out["truncated"] is True and out["json"] is None
 
 
+@pytest.mark.reliability_case(29)
 def test_json_over_10_mib_is_not_decoded(make_ctx: Any) -> None:
     ctx = make_ctx()
     out = run(ctx, connection="local", path="/bigjson")
@@ -125,6 +126,7 @@ def test_json_over_10_mib_is_not_decoded(make_ctx: Any) -> None:
     assert any("not decoded" in line for _, line in ctx.log_record.lines)
 
 
+@pytest.mark.reliability_case(29)
 def test_gzip_is_decoded_and_a_gzip_bomb_is_cut(make_ctx: Any) -> None:
     ctx = make_ctx()
     assert run(ctx, connection="local", path="/gzip-json")["json"] == {"zipped": True}
@@ -175,6 +177,7 @@ def test_407_is_a_resource_fault(make_ctx: Any) -> None:
         run(make_ctx(), connection="local", path="/status/407")
 
 
+@pytest.mark.reliability_case(29)
 def test_timeout_is_retryable_and_bounded(make_ctx: Any) -> None:
     started = time.monotonic()
     with pytest.raises(Retryable, match="timed out"):
@@ -213,6 +216,7 @@ def test_secrets_stay_out_of_output_events_and_log(make_ctx: Any, server: LocalS
     assert "api_key=***" in out["url"]
 
 
+@pytest.mark.reliability_case(29)
 def test_crlf_in_a_rendered_header_is_refused_before_sending(make_ctx: Any,
                                                              server: LocalServer) -> None:
     ctx = make_ctx()

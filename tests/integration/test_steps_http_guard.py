@@ -101,6 +101,7 @@ def refused(ctx: HttpTestContext, server: LocalServer, step: HttpStep | None = N
     "http://[fd00::1]/", "http://[fe80::1]/", "http://224.0.0.1/", "http://240.0.0.1/",
     "http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/",
 ])
+@pytest.mark.reliability_case(28)
 def test_a_bare_url_never_reaches_internal_addresses(ctx: HttpTestContext,
                                                      server: LocalServer, url: str) -> None:
     message = refused(ctx, server, url=url.format(port=server.port))
@@ -119,6 +120,7 @@ def test_a_connection_without_allow_private_is_strict(tmp_path: Path,
 
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "gopher://127.0.0.1:70/_x",
                                  "ftp://example.org/x"])
+@pytest.mark.reliability_case(28)
 def test_only_http_and_https(ctx: HttpTestContext, server: LocalServer, url: str) -> None:
     with pytest.raises(ValidationError):  # written in jobs.toml: refused at validation
         HttpConfig.model_validate({"name": "call", "type": "http", "url": url})
@@ -138,6 +140,7 @@ def test_names_are_judged_by_every_address_they_resolve_to(ctx: HttpTestContext,
     assert "link-local" in refused(ctx, server, step, url="http://meta.test/")
 
 
+@pytest.mark.reliability_case(28)
 def test_public_name_is_pinned_to_the_checked_address(ctx: HttpTestContext,
                                                       server: LocalServer) -> None:
     dns = FakeDns()
@@ -155,6 +158,7 @@ def test_public_name_is_pinned_to_the_checked_address(ctx: HttpTestContext,
 @pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/",
                                     "http://[::1]:{port}/json", "http://127.0.0.2:{port}/json",
                                     "http://2130706434:{port}/json", "http://10.0.0.1/"])
+@pytest.mark.reliability_case(28)
 def test_a_redirect_to_an_internal_host_is_refused(ctx: HttpTestContext,
                                                    server: LocalServer, target: str) -> None:
     step = HttpStep(resolver=FakeDns(), is_public=stand_in_is_public)

@@ -129,6 +129,7 @@ def test_a_407_is_the_route_at_fault(tmp_path: Path, step: HttpStep, echo: EchoS
     assert SECRET not in everything(ctx, caught.value)
 
 
+@pytest.mark.reliability_case(30)
 def test_a_407_to_connect_is_the_route_at_fault(tmp_path: Path, step: HttpStep,
                                                 fault_proxy: FaultProxy) -> None:
     fault_proxy.credentials = ("cz", "right-one")
@@ -192,6 +193,7 @@ def test_the_egress_guard_still_judges_the_target(tmp_path: Path, step: HttpStep
     assert fault_proxy.requests == 0  # refused before anything reached the proxy
 
 
+@pytest.mark.reliability_case(30)
 def test_via_without_a_route_never_goes_direct(tmp_path: Path, step: HttpStep,
                                                echo: EchoServer) -> None:
     ctx = RoutedContext(tmp_path, None)
@@ -236,6 +238,7 @@ def test_check_egress_refuses_a_route_in_another_region(
 # httpcore 1.0.9 does not close the socket of a SOCKS5 handshake the proxy refused (it is
 # closed when collected, with a ResourceWarning): collected here, inside this test.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.reliability_case(30)
 def test_socks_authentication_failure_is_the_route_at_fault(tmp_path: Path, step: HttpStep,
                                                             echo: EchoServer) -> None:
     socks = FaultSocks(source=FR, credentials=("cz", "right-one"))

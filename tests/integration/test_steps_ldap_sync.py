@@ -230,6 +230,7 @@ def _uid_at(server: Slapd, dn: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.reliability_case(53)
 def test_a_directory_answering_60_percent_fewer_entries_fails_and_deletes_nothing(
         tmp_path: Path, slapd: Slapd) -> None:
     url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
@@ -266,6 +267,7 @@ def small(ctx: LdapTestContext, slapd: Slapd, table: str, **fields: Any) -> Step
     return sync(ctx, slapd.base("small"), table, **fields)
 
 
+@pytest.mark.reliability_case(53)
 def test_a_filter_parameter_is_escaped(tmp_path: Path, slapd: Slapd) -> None:
     url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"
     template = "(&(objectClass=inetOrgPerson)(uid=${params.who}))"
@@ -448,6 +450,7 @@ def test_through_the_executor_a_wrong_secret_fails_at_once_and_appears_nowhere(
                 "SELECT COUNT(*) FROM people WHERE deleted_at IS NULL") == [(30,)]
 
 
+@pytest.mark.reliability_case(53)
 def test_a_server_lost_mid_search_is_retryable_and_deletes_nothing(tmp_path: Path,
                                                                    slapd: Slapd) -> None:
     url = f"sqlite:///{(tmp_path / 'w.db').as_posix()}"

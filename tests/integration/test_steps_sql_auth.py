@@ -36,6 +36,7 @@ def _select(tmp_path: Path, url: str) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.reliability_case(27)
 def test_postgresql_unknown_role_and_database_are_fatal(tmp_path: Path,
                                                         _pg_admin: object) -> None:
     with pytest.raises(Fatal) as info:
@@ -52,6 +53,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.reliability_case(27)
 def test_a_server_that_does_not_answer_stays_retryable(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://someone@127.0.0.1:{_closed_port()}/db"
     with pytest.raises(Retryable, match="cannot connect"):

@@ -153,6 +153,7 @@ def expected(data: list[tuple[Any, ...]], dst_kind: str) -> list[tuple[Any, ...]
     return out
 
 
+@pytest.mark.reliability_case(25)
 def test_every_common_type_arrives_equal(ends: tuple[Db, Db], tmp_path: Path) -> None:
     src, dst = ends
     s, t = src.table("cp"), dst.table("cp")
@@ -291,6 +292,7 @@ def pg_pg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Db, 
 
 
 @pytest.mark.postgres
+@pytest.mark.reliability_case(25)
 def test_a_refused_value_fails_the_copy_with_the_database_message(
         pg_pg: tuple[Db, Db], tmp_path: Path) -> None:
     """PostgreSQL → PostgreSQL passes rows as COPY text (the target parses them): a value

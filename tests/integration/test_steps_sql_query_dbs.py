@@ -80,6 +80,7 @@ def test_dml_rows_and_commit(ctx: SqlTestContext, db: Db, sales: str) -> None:
     assert scalar(db.url, f"SELECT count(*) FROM {sales} WHERE amount = 0") == 2
 
 
+@pytest.mark.reliability_case(16, 19)
 def test_hostile_values_bind_verbatim(ctx: SqlTestContext, db: Db, sales: str) -> None:
     ctx.scope = type(ctx.scope)(params={"h": HOSTILE})
     run_step(SqlQueryStep, ctx, connection="w", params={"v": HOSTILE},
@@ -93,6 +94,7 @@ def test_hostile_values_bind_verbatim(ctx: SqlTestContext, db: Db, sales: str) -
     assert found.output["first"] == {"n": 2, "pct": "50%"}
 
 
+@pytest.mark.reliability_case(23)
 def test_several_statements_refused(ctx: SqlTestContext, db: Db, sales: str) -> None:
     with pytest.raises(Fatal, match="expected one SQL statement"):
         query(ctx, f"DELETE FROM {sales}; DROP TABLE {sales}")
@@ -116,6 +118,7 @@ def test_constraint_violation_is_fatal_and_rolls_back(ctx: SqlTestContext, db: D
 
 
 @pytest.mark.postgres
+@pytest.mark.reliability_case(24)
 def test_postgres_timeout_cancels_the_backend(tmp_path: Path, pg_url: str) -> None:
     ctx = SqlTestContext(tmp_path, {"w": pg_url}, timeout=1.0)
     started = time.monotonic()
@@ -208,6 +211,7 @@ def test_postgres_deadlock_is_retryable(tmp_path: Path, pg_url: str) -> None:
 
 
 @pytest.mark.mariadb
+@pytest.mark.reliability_case(24)
 def test_mariadb_timeout_stops_the_query(tmp_path: Path, mariadb_url: str) -> None:
     ctx = SqlTestContext(tmp_path, {"w": mariadb_url}, timeout=1.0)
     started = time.monotonic()

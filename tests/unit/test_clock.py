@@ -16,6 +16,7 @@ def test_fake_clock_sleep_advances_without_blocking() -> None:
     assert clock.sleeps == [90]
 
 
+@pytest.mark.reliability_case(48)
 def test_fake_clock_wall_jump_keeps_monotonic() -> None:
     clock = FakeClock()
     m0 = clock.monotonic()

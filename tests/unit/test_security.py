@@ -49,6 +49,7 @@ def test_empty_or_huge_passwords_are_refused(bad: str) -> None:
         hash_password(bad)
 
 
+@pytest.mark.reliability_case(31)
 def test_generated_passwords_are_long_random_and_url_safe() -> None:
     passwords = {generate_password() for _ in range(50)}
     assert len(passwords) == 50

@@ -161,6 +161,7 @@ def env(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield made
 
 
+@pytest.mark.reliability_case(32)
 def test_role_table_covers_every_route(env: ApiEnv) -> None:
     assert app_routes(env) == set(ROLE_TABLE)
     # and each API route declares its one role dependency
@@ -172,6 +173,7 @@ def test_role_table_covers_every_route(env: ApiEnv) -> None:
             assert declared == [ROLE_TABLE[(next(iter(route.methods)), route.path)]], route.path
 
 
+@pytest.mark.reliability_case(32)
 def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
     anonymous = TestClient(env.client.app, base_url=ORIGIN)
     for method, path in sorted(app_routes(env)):
@@ -189,6 +191,7 @@ def test_route_walk_without_auth_is_401(env: ApiEnv) -> None:
                 assert f'name="next" value="{concrete(path)}"' in answer.text, path
 
 
+@pytest.mark.reliability_case(33)
 def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:
     admin = env.session("admin2")
     csrf = admin.headers["X-CSRF-Token"]
@@ -218,6 +221,7 @@ def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:
 
 
 @pytest.mark.parametrize("role", ROLE_LADDER)
+@pytest.mark.reliability_case(34)
 def test_role_table(env: ApiEnv, role: str) -> None:
     """A viewer cannot run, an operator cannot edit, an editor cannot manage users."""
     client = env.session(user_of(role))
@@ -235,6 +239,7 @@ def test_role_table(env: ApiEnv, role: str) -> None:
             assert f"needs the {needed} role" in answer.text
 
 
+@pytest.mark.reliability_case(34)
 def test_tokens_act_with_their_role(env: ApiEnv) -> None:
     viewer_token = TokenService(env.store).create("ro", "viewer", actor="test").token
     client = env.token_client(viewer_token)
@@ -248,6 +253,7 @@ def test_tokens_act_with_their_role(env: ApiEnv) -> None:
                   "using": "capped"}
 
 
+@pytest.mark.reliability_case(34)
 def test_a_user_sees_only_own_sessions_and_tokens(env: ApiEnv) -> None:
     alice, bob = env.session("operator"), env.session("editor")
     made = alice.post("/api/tokens", json={"name": "alice-ci", "role": "operator"})
@@ -265,6 +271,7 @@ def test_a_user_sees_only_own_sessions_and_tokens(env: ApiEnv) -> None:
     assert alice.post("/api/tokens", json={"name": "up", "role": "admin"}).status_code == 403
 
 
+@pytest.mark.reliability_case(35)
 def test_revoked_token_and_logged_out_session_refused_at_once(env: ApiEnv) -> None:
     client = env.session("operator")
     token = client.post("/api/tokens", json={"name": "t1", "role": "viewer"}).json()["token"]
@@ -278,6 +285,7 @@ def test_revoked_token_and_logged_out_session_refused_at_once(env: ApiEnv) -> No
     assert replay.get("/api/runs").status_code == 401
 
 
+@pytest.mark.reliability_case(35)
 def test_password_role_and_disable_end_sessions(env: ApiEnv) -> None:
     admin = env.session("admin2")
     for change in ({"roles": ["viewer"]}, {"disabled": True}, {"password": "another one 123"}):
@@ -324,6 +332,7 @@ def test_changing_ones_own_password_keeps_ones_tokens(env: ApiEnv) -> None:
     assert env.token_client(token).get("/api/me").status_code == 200
 
 
+@pytest.mark.reliability_case(35)
 def test_login_cookies_events_and_throttling(env: ApiEnv) -> None:
     anonymous = TestClient(env.client.app, base_url=ORIGIN)
     ok = anonymous.post("/api/login", json={"username": "viewer", "password": PASSWORD})
@@ -350,6 +359,7 @@ def _login(env: ApiEnv, address: str, username: str, password: str) -> Any:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.reliability_case(35)
 def test_throttling_is_progressive_and_per_address(tmp_path: Path, backend: str,
                                                    request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue("pg_url") if backend == "postgresql" else None

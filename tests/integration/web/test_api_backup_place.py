@@ -16,6 +16,7 @@ def env(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield made
 
 
+@pytest.mark.reliability_case(56)
 def test_backup_lands_in_data_backups_privately(env: ApiEnv) -> None:
     client = env.session(user_of("admin"))
     answer = client.post("/api/backup")

@@ -33,6 +33,7 @@ def jobs_text(env: ApiEnv) -> str:
     return env.services.home.jobs_file.read_text(encoding="utf-8")
 
 
+@pytest.mark.reliability_case(8)
 def test_edit_create_preset_delete_keep_every_comment(env: ApiEnv) -> None:
     editor = env.session("editor")
     before = jobs_text(env)
@@ -59,6 +60,7 @@ def test_edit_create_preset_delete_keep_every_comment(env: ApiEnv) -> None:
     assert [e.actor for e in events] == ["user:editor"] * 4
 
 
+@pytest.mark.reliability_case(6)
 def test_concurrent_edit_is_409_with_diff_and_nothing_lost(env: ApiEnv) -> None:
     first, second = env.session("editor"), env.session("admin2")
     base = first.get("/api/jobs/hello").json()["hash"]
@@ -91,6 +93,7 @@ def test_bad_edit_is_located_and_leaves_the_file(env: ApiEnv) -> None:
     assert missing.status_code == 422 and missing.json()["field"] == "definition"
 
 
+@pytest.mark.reliability_case(50)
 def test_run_now_trigger_and_idempotency(env: ApiEnv) -> None:
     operator = env.session("operator")
     plain = operator.post("/api/jobs/hello/runs", json={})
@@ -121,6 +124,7 @@ def test_run_now_trigger_and_idempotency(env: ApiEnv) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+@pytest.mark.reliability_case(50)
 def test_ten_concurrent_clients_one_key_one_run(tmp_path: Path, backend: str,
                                                 request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue("pg_url") if backend == "postgresql" else None

@@ -33,6 +33,7 @@ def forms(value: str) -> list[str]:
             quote(value, safe=""), quote_plus(value)]
 
 
+@pytest.mark.reliability_case(37)
 def test_secret_appears_nowhere(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with api_env(tmp_path) as env:
         services = env.services

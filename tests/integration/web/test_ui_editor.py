@@ -199,6 +199,7 @@ def test_saving_the_form_unchanged_keeps_the_file_byte_for_byte(env: ApiEnv) -> 
     assert jobs_file(env).read_bytes() == before
 
 
+@pytest.mark.reliability_case(8)
 def test_an_edit_in_the_form_keeps_the_comments_and_reloads(env: ApiEnv) -> None:
     client = editor(env)
     before = jobs_file(env).read_text()
@@ -253,6 +254,7 @@ def test_the_toml_tab_shows_problems_by_line_and_column(env: ApiEnv) -> None:
     assert "data-line=\"1\"" in client.post("/editor/check-toml", data=multi(fields)).text
 
 
+@pytest.mark.reliability_case(6)
 def test_a_stale_save_is_409_with_the_diff_and_the_file_unchanged(env: ApiEnv) -> None:
     client = editor(env)
     fields = form_of(client.get("/jobs/hello/edit").text)
@@ -296,6 +298,7 @@ def test_a_bad_save_is_refused_and_leaves_the_file_unchanged(env: ApiEnv) -> Non
     assert jobs_file(env).read_bytes() == before
 
 
+@pytest.mark.reliability_case(2)
 def test_create_from_the_form_and_duplicate(env: ApiEnv) -> None:
     client = editor(env)
     page = client.get("/jobs/new?from=hello").text
@@ -349,6 +352,7 @@ def test_delete_asks_for_the_id_and_keeps_the_history(env: ApiEnv) -> None:
 
 
 @pytest.mark.parametrize("role", ["viewer", "operator"])
+@pytest.mark.reliability_case(34)
 def test_the_editor_needs_the_editor_role(env: ApiEnv, role: str) -> None:
     client = env.session(role)
     for path in ("/jobs/new", "/jobs/hello/edit", "/jobs/new?from=hello"):
@@ -361,6 +365,7 @@ def test_the_editor_needs_the_editor_role(env: ApiEnv, role: str) -> None:
     assert jobs_file(env).read_bytes() == before
 
 
+@pytest.mark.reliability_case(36)
 def test_an_xss_description_shows_as_text(env: ApiEnv) -> None:
     client = editor(env)
     fields = set_field(form_of(client.get("/jobs/hello/edit").text), "job.description", XSS)
@@ -401,6 +406,7 @@ def test_a_new_step_type_gets_its_form_and_secrets_go_by_reference(
     assert '<datalist id="refs-connection-http"><option value="downstream">' in page
 
 
+@pytest.mark.reliability_case(3)
 def test_keys_the_schema_does_not_know_are_shown_and_never_dropped(env: ApiEnv) -> None:
     client = editor(env)
     path = jobs_file(env)
@@ -429,6 +435,7 @@ def test_the_editor_speaks_french_where_the_catalogue_does(env: ApiEnv) -> None:
     assert "Créer une tâche" in page and "Ajouter une étape" in page
 
 
+@pytest.mark.reliability_case(36)
 def test_xss_in_a_step_name_and_type_shows_as_text(env: ApiEnv) -> None:
     client = editor(env)
     answer = client.post("/editor/check", data={

@@ -56,6 +56,7 @@ def _lower_hex(encoded: str) -> str:
         pytest.param(html.escape(SECRET), id="html"),
     ],
 )
+@pytest.mark.reliability_case(37)
 def test_every_encoding_of_a_secret_is_masked(redactor: Redactor, encoded: str) -> None:
     out = redactor.redact_text(f"before {encoded} after")
     assert out == f"before {REDACTED} after"

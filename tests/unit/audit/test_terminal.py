@@ -102,6 +102,7 @@ def test_sanitized_std_streams_replace_and_restore(capsys: pytest.CaptureFixture
     assert captured.err == "err ***"  # flushed on exit
 
 
+@pytest.mark.reliability_case(37)
 def test_serve_log_lines_are_redacted_whole_and_inert() -> None:
     from cadenza.server import RedactingFormatter
 

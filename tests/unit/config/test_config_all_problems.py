@@ -91,6 +91,7 @@ def _at(problems: list[Problem], file: str, line: int, fragment: str) -> Problem
     return found[0]
 
 
+@pytest.mark.reliability_case(1, 2, 3, 4, 10)
 def test_every_problem_of_jobs_toml_is_reported_at_its_line(make_home: MakeHome) -> None:
     home = make_home(jobs=BAD_JOBS)
     with pytest.raises(ConfigError) as caught:
@@ -126,6 +127,7 @@ def test_every_problem_of_jobs_toml_is_reported_at_its_line(make_home: MakeHome)
     assert len([p for p in errors if p.is_error]) == 14  # nothing reported twice
 
 
+@pytest.mark.reliability_case(1)
 def test_problems_print_as_file_line_col(make_home: MakeHome) -> None:
     home = make_home(jobs=BAD_JOBS)
     problems = validate_home(home)
@@ -161,6 +163,7 @@ channel = "pager"
 """
 
 
+@pytest.mark.reliability_case(3)
 def test_every_problem_of_cadenza_toml_is_reported_at_its_line(make_home: MakeHome) -> None:
     home = make_home(settings=BAD_SETTINGS)
     with pytest.raises(ConfigError) as caught:

@@ -43,6 +43,7 @@ def _write_jobs(make_home: MakeHome, data: bytes) -> Path:
     ],
     ids=["empty", "latin-1", "nul", "utf-16", "10MB"],
 )
+@pytest.mark.reliability_case(5)
 def test_unreadable_jobs_file_is_one_located_problem(make_home: MakeHome, data: bytes,
                                                      line: int, col: int,
                                                      fragment: str) -> None:
@@ -57,6 +58,7 @@ def test_unreadable_jobs_file_is_one_located_problem(make_home: MakeHome, data: 
         load_home(home)
 
 
+@pytest.mark.reliability_case(5)
 def test_the_size_limit_is_checked_before_reading(make_home: MakeHome) -> None:
     home = _write_jobs(make_home, b"#" * (MAX_BYTES + 1))
     assert "2 MiB" in _jobs_problems(home)[0].message
@@ -69,6 +71,7 @@ def test_a_file_of_comments_only_means_no_jobs(make_home: MakeHome) -> None:
     assert loaded.jobs == {}
 
 
+@pytest.mark.reliability_case(5)
 def test_utf8_byte_order_mark_is_accepted(make_home: MakeHome) -> None:
     home = _write_jobs(make_home, b"\xef\xbb\xbf" + GOOD_JOB.encode())
     assert list(load_home(home).jobs) == ["nightly"]
@@ -79,6 +82,7 @@ def test_crlf_line_endings_work_and_lines_are_counted(make_home: MakeHome) -> No
     assert load_home(home).jobs["nightly"].schedule == "0 2 * * *"
 
 
+@pytest.mark.reliability_case(5)
 def test_crlf_errors_keep_their_line_numbers(make_home: MakeHome) -> None:
     bad = GOOD_JOB.replace('schedule = "0 2 * * *"', 'schedule = "0 2 * * 7"')
     home = _write_jobs(make_home, bad.replace("\n", "\r\n").encode())

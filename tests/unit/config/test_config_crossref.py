@@ -73,6 +73,7 @@ def _single_error(problems: list[Problem]) -> Problem:
          'path = "/etc/out.csv"\n', 'path = "/etc/out.csv"', "outside [files].roots"),
     ],
 )
+@pytest.mark.reliability_case(9)
 def test_each_dangling_reference_is_a_located_error(make_home: MakeHome, body: str,
                                                     needle: str, fragment: str) -> None:
     jobs = _step(body)
@@ -90,6 +91,7 @@ def test_job_requires_must_name_pools(make_home: MakeHome) -> None:
     assert (error.line, error.col) == (3, 14)
 
 
+@pytest.mark.reliability_case(9)
 def test_call_job_checks_the_target_preset_params_and_cycles(make_home: MakeHome) -> None:
     jobs = """\
 [jobs.a]
@@ -149,6 +151,7 @@ def test_escaped_tokens_are_literal(make_home: MakeHome) -> None:
     assert _job_problems(make_home, jobs) == []
 
 
+@pytest.mark.reliability_case(2)
 def test_job_ids_differing_only_in_case_are_refused(make_home: MakeHome) -> None:
     step = '[[jobs.{0}.steps]]\nname = "s"\ntype = "python"\ncallable = "cz_tasks:dumps"\n'
     jobs = "[jobs.Sales]\n" + step.format("Sales") + "[jobs.sales]\n" + step.format("sales")
@@ -179,6 +182,7 @@ def test_notify_without_channel_needs_some_channel(make_home: MakeHome) -> None:
     assert _job_problems(make_home, jobs, name="with-channel") == []
 
 
+@pytest.mark.reliability_case(9)
 def test_python_module_not_found_is_a_warning(make_home: MakeHome, tmp_path: Path) -> None:
     jobs = _step('type = "python"\ncallable = "my_checks:verify"\n')
     problems = _job_problems(make_home, jobs)
@@ -189,6 +193,7 @@ def test_python_module_not_found_is_a_warning(make_home: MakeHome, tmp_path: Pat
     assert load_home(home).warnings == []
 
 
+@pytest.mark.reliability_case(9)
 def test_plaintext_secrets_in_jobs_are_warnings(make_home: MakeHome) -> None:
     jobs = _step('type = "http"\nurl = "https://x.org"\nheaders = { Authorization = "Bearer '
                  'abc" }\n')

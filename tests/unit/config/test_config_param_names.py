@@ -40,6 +40,7 @@ query = "select 1"
     ("a b", "identifier"),
 ])
 @pytest.mark.parametrize("text", [JOB, PRESET], ids=["job", "preset"])
+@pytest.mark.reliability_case(18)
 def test_a_reserved_param_name_is_refused(make_home: MakeHome, name: str, rule: str,
                                           text: str) -> None:
     jobs = text.format(name=name)

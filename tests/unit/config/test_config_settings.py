@@ -12,6 +12,7 @@ from cadenza.config import load_home, validate_home
 from cadenza.config.schema_settings import Settings, absolute_sqlite_url
 
 
+@pytest.mark.reliability_case(31)
 def test_defaults_are_the_spec_ones() -> None:
     settings = Settings()
     assert (settings.server.host, settings.server.port) == ("127.0.0.1", 8765)
@@ -73,6 +74,7 @@ def test_store_must_be_sqlite_or_postgresql(make_home: MakeHome) -> None:
          "not both"),
     ],
 )
+@pytest.mark.reliability_case(4)
 def test_wrong_values_say_what_was_expected(make_home: MakeHome, snippet: str,
                                             fragment: str) -> None:
     home = make_home(settings="# settings under test\n" + snippet)
@@ -138,6 +140,7 @@ def test_rules_naming_unknown_jobs_or_tags_are_warnings(make_home: MakeHome) -> 
     assert loaded.settings.rules[0].channel is None
 
 
+@pytest.mark.reliability_case(4)
 def test_nan_is_not_a_number_we_accept() -> None:
     with pytest.raises(ValueError, match="finite"):
         Settings.model_validate({"pools": {"p": {"kind": "route", "health": {

@@ -107,6 +107,7 @@ def _validator(home: Path) -> partial[list[Problem]]:
     return partial(validate_jobs_text, home)
 
 
+@pytest.mark.reliability_case(8)
 def test_edit_keeps_comments_and_order_byte_for_byte(home: Path) -> None:
     path = home / "jobs.toml"
     doc, base = read_document(path)
@@ -170,6 +171,7 @@ def test_set_preset_adds_a_preset_table(home: Path) -> None:
         set_preset(doc, "nightly", "month end", {})
 
 
+@pytest.mark.reliability_case(6)
 def test_a_stale_save_is_refused(home: Path) -> None:
     path = home / "jobs.toml"
     doc, base = read_document(path)
@@ -181,6 +183,7 @@ def test_a_stale_save_is_refused(home: Path) -> None:
     assert path.read_text(encoding="utf-8") == changed_by_hand
 
 
+@pytest.mark.reliability_case(6)
 def test_two_saves_from_the_same_version_one_wins(home: Path) -> None:
     path = home / "jobs.toml"
     _, base = read_document(path)
@@ -203,6 +206,7 @@ def test_two_saves_from_the_same_version_one_wins(home: Path) -> None:
     assert sorted(outcomes) == ["saved", "stale"]
 
 
+@pytest.mark.reliability_case(7)
 def test_a_bad_save_leaves_the_file_byte_identical(home: Path) -> None:
     path = home / "jobs.toml"
     before = path.read_bytes()
@@ -215,6 +219,7 @@ def test_a_bad_save_leaves_the_file_byte_identical(home: Path) -> None:
     assert sorted(p.name for p in home.iterdir()) == ["cadenza.toml", "jobs.toml"]
 
 
+@pytest.mark.reliability_case(7)
 def test_a_failure_during_the_write_leaves_the_old_file(home: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # The one stand-in of this file: a disk that fails at the rename cannot be made here.

@@ -25,6 +25,7 @@ query = "select 1"
     "localtime", "posixrules", "right/UTC", "posix/Europe/Paris", "Factory",
     "/usr/share/zoneinfo/UTC", "../../etc/passwd", "Europe/../Europe/Paris",
 ])
+@pytest.mark.reliability_case(14)
 def test_a_non_iana_zone_is_refused_at_its_line(make_home: MakeHome, zone: str) -> None:
     text = JOB.format(zone=zone)
     home = make_home(jobs=text)
@@ -37,6 +38,7 @@ def test_a_non_iana_zone_is_refused_at_its_line(make_home: MakeHome, zone: str) 
     assert repr(zone) in hits[0].message
 
 
+@pytest.mark.reliability_case(14)
 def test_a_near_miss_suggests_the_closest_name(make_home: MakeHome) -> None:
     home = make_home(jobs=JOB.format(zone="posix/Europe/Paris"))
     with pytest.raises(ConfigError) as caught:

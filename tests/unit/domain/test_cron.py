@@ -23,6 +23,7 @@ def test_day_zero_is_monday_and_names_mean_what_they_say() -> None:
     assert weekdays("0 9 * * 5-6", 8) == {5, 6}
 
 
+@pytest.mark.reliability_case(13)
 def test_both_day_fields_restricted_fire_on_either() -> None:
     fires = next_fires("0 9 1 * mon", PARIS, datetime(2027, 3, 2, tzinfo=UTC), 6)
     assert all(f.day == 1 or f.weekday() == 0 for f in fires)
@@ -52,6 +53,7 @@ def test_aliases_and_leap_day() -> None:
         ("x * * * *", "minute"),
     ],
 )
+@pytest.mark.reliability_case(10, 13)
 def test_bad_fields_are_named(expr: str, field: str) -> None:
     with pytest.raises(CronError) as info:
         parse_cron(expr)
@@ -60,11 +62,13 @@ def test_bad_fields_are_named(expr: str, field: str) -> None:
 
 
 @pytest.mark.parametrize("expr", ["", "* * * *", "* * * * * *", "@fortnightly", "1" * 300])
+@pytest.mark.reliability_case(10)
 def test_malformed_expressions(expr: str) -> None:
     with pytest.raises(CronError):
         parse_cron(expr)
 
 
+@pytest.mark.reliability_case(11)
 def test_spring_gap_fires_once_after_the_gap() -> None:
     fires = next_fires("30 2 * * *", PARIS, datetime(2027, 3, 27, 12, tzinfo=UTC), 2)
     assert fires[0].isoformat() == "2027-03-28T03:00:00+02:00"

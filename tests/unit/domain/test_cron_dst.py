@@ -47,6 +47,7 @@ def between(fires: list[str], start: str, end: str) -> list[str]:
         (NEW_YORK, "2027-03-14", "2027-03-14T03:00:00-04:00"),
     ],
 )
+@pytest.mark.reliability_case(11)
 def test_fixed_time_in_the_gap_fires_once_right_after_it(
     tz: ZoneInfo, day: str, after_gap: str
 ) -> None:
@@ -59,6 +60,7 @@ def test_fixed_time_in_the_gap_fires_once_right_after_it(
 
 
 @pytest.mark.parametrize(("tz", "day"), [(PARIS, "2027-03-28"), (NEW_YORK, "2027-03-14")])
+@pytest.mark.reliability_case(11)
 def test_hourly_and_quarter_hourly_have_no_fire_in_the_gap(tz: ZoneInfo, day: str) -> None:
     hourly = day_fires("0 * * * *", tz, day)
     assert len(hourly) == 23
@@ -83,6 +85,7 @@ def test_hourly_and_quarter_hourly_have_no_fire_in_the_gap(tz: ZoneInfo, day: st
         (NEW_YORK, "2027-11-07", "30 1 * * *", "2027-11-07T01:30:00-04:00"),
     ],
 )
+@pytest.mark.reliability_case(12)
 def test_fixed_time_in_the_fold_fires_once_at_the_first_occurrence(
     tz: ZoneInfo, day: str, expr: str, first: str
 ) -> None:
@@ -96,6 +99,7 @@ def test_fixed_time_in_the_fold_fires_once_at_the_first_occurrence(
         (NEW_YORK, "2027-11-07", "01", ("-04:00", "-05:00")),
     ],
 )
+@pytest.mark.reliability_case(12)
 def test_hourly_and_quarter_hourly_fire_in_both_repeated_hours(
     tz: ZoneInfo, day: str, hour: str, offsets: tuple[str, str]
 ) -> None:
@@ -126,6 +130,7 @@ def test_step_hours_fire_in_both_occurrences() -> None:
     assert "2027-10-31T02:00:00+01:00 fold" in fires
 
 
+@pytest.mark.reliability_case(12)
 def test_resuming_inside_the_second_occurrence() -> None:
     second = datetime(2027, 11, 7, 1, 20, tzinfo=NEW_YORK, fold=1)  # 01:20 EST
     quarter = parse_cron("*/15 * * * *")
@@ -182,6 +187,7 @@ def test_day_zero_is_monday_and_sun_is_sunday() -> None:
     assert sundays[3].isoformat() == "2027-03-28T09:00:00+02:00"  # the DST Sunday
 
 
+@pytest.mark.reliability_case(13)
 def test_first_of_month_or_mondays() -> None:
     fires = next_fires("0 9 1 * mon", PARIS, datetime(2027, 3, 25, tzinfo=UTC), 4)
     assert [f.date().isoformat() for f in fires] == [
@@ -189,6 +195,7 @@ def test_first_of_month_or_mondays() -> None:
     ]
 
 
+@pytest.mark.reliability_case(13)
 def test_leap_days_and_monthly() -> None:
     leap = next_fires("0 12 29 2 *", NEW_YORK, datetime(2027, 1, 1, tzinfo=UTC), 2)
     assert [f.date().isoformat() for f in leap] == ["2028-02-29", "2032-02-29"]

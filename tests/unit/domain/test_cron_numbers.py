@@ -37,6 +37,7 @@ def test_numbers_are_ascii_digits_only(expr: str, field: str) -> None:
         ("5-10/100 * * * *", "minute", "step 100"),
     ],
 )
+@pytest.mark.reliability_case(10)
 def test_a_step_larger_than_the_field_is_an_error_naming_the_field(
         expr: str, field: str, text: str) -> None:
     with pytest.raises(CronError, match=re.escape(text)) as caught:

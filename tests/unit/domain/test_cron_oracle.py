@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -83,6 +84,7 @@ def oracle(sets: list[set[int]], zone: ZoneInfo, after: datetime, n: int) -> lis
 @settings(max_examples=300, deadline=None)
 @given(expr=expressions(), zone=st.sampled_from(ZONES),
        start=st.datetimes(min_value=datetime(2025, 1, 1), max_value=datetime(2035, 12, 31)))
+@pytest.mark.reliability_case(13)
 def test_next_fires_match_the_oracle(expr: tuple[str, list[set[int]]], zone: str,
                                      start: datetime) -> None:
     text, sets = expr

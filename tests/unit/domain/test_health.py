@@ -110,6 +110,7 @@ def test_when_a_route_is_due() -> None:
         assert due_at(state, NOW, None, minute, NOW) is None
 
 
+@pytest.mark.reliability_case(30)
 def test_a_flapping_route_stays_out_until_its_timeouts_age() -> None:
     """Hysteresis (RELIABILITY 30): a proxy that times out on every other probe comes back
     a few times, then stays in COOLDOWN even when it answers, until its timeouts are more

@@ -63,6 +63,7 @@ def test_values_convert_to_the_type(default: Any, given: Any, expected: Any) -> 
     ({}, [1], "parameter p: expected a table"),
     ("x", 5, "parameter p: expected a string, got 5"),
 ])
+@pytest.mark.reliability_case(4)
 def test_a_value_that_does_not_convert_names_the_parameter_and_the_type(
         default: Any, given: Any, message: str) -> None:
     with pytest.raises(ParamTypeError) as caught:

@@ -31,6 +31,7 @@ def _job() -> JobConfig:
                                             python.model_validate({**step, "name": "b"})]})
 
 
+@pytest.mark.reliability_case(18)
 def test_every_problem_is_named_at_once() -> None:
     request = RunRequest(params={"colour": 1}, preset="south", step_args={"c": {}},
                          disabled_steps=["d"], log_level="loud")

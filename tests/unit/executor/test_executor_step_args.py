@@ -88,6 +88,7 @@ def test_python_args_and_unknown_keys_stay_arguments() -> None:
     assert _plan(job, {"load": {"x": "1"}}, "load").args == {"x": "1"}
 
 
+@pytest.mark.reliability_case(23)
 def test_request_checks_name_the_step_and_the_key() -> None:
     job = _job(COPY, LOAD, QUERY, PY)
     types = registry()

@@ -17,6 +17,7 @@ from cadenza.store.tables import schedule_cursors
 HOURLY = job("hourly", schedule="0 * * * *", timezone="UTC", on_overlap="queue")
 
 
+@pytest.mark.reliability_case(39)
 def test_a_crash_before_the_commit_records_nothing_then_exactly_once(
     make_scheduler: MakeScheduler, clock: FakeClock, store: Store,
     monkeypatch: pytest.MonkeyPatch,
@@ -40,6 +41,7 @@ def test_a_crash_before_the_commit_records_nothing_then_exactly_once(
     assert len(fires_of(store)) == 1
 
 
+@pytest.mark.reliability_case(39)
 def test_a_cursor_left_behind_never_doubles_a_fire(make_scheduler: MakeScheduler,
                                                    clock: FakeClock, store: Store) -> None:
     clock.set("2027-03-01T00:30:00+00:00")
@@ -153,6 +155,7 @@ def test_a_new_preset_schedule_starts_at_the_reload(make_scheduler: MakeSchedule
     assert store.get_cursors()[("report", "preset:hourly")] == at("2027-03-01T03:00Z")
 
 
+@pytest.mark.reliability_case(14)
 def test_a_changed_time_zone_neither_doubles_nor_backfills(
     make_scheduler: MakeScheduler, clock: FakeClock, store: Store
 ) -> None:

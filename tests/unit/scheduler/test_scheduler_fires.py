@@ -61,6 +61,7 @@ def test_on_missed_run_latest_runs_only_the_latest() -> None:
     assert "catch-up" in str(out[3][2])
 
 
+@pytest.mark.reliability_case(15)
 def test_on_missed_run_all_runs_the_most_recent_catchup_max() -> None:
     out = plan({**DAILY, "on_missed": "run_all", "catchup_max": 2}, THREE_DAYS,
                "2027-03-04T02:10Z")
@@ -86,6 +87,7 @@ def test_missed_and_on_time_fires_in_one_tick() -> None:
     ]
 
 
+@pytest.mark.reliability_case(51)
 def test_overlap_skip_and_queue() -> None:
     skipped = plan(DAILY, ["2027-03-01T02:00Z"], "2027-03-01T02:00:05Z", active=1)
     assert skipped[0][1] is RunState.MISSED

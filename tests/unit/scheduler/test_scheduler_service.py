@@ -51,6 +51,7 @@ def test_a_fire_on_time_is_queued_with_its_schedule(make_scheduler: MakeSchedule
     assert result.next_wakeup == at("2027-03-02T02:00:00+01:00")
 
 
+@pytest.mark.reliability_case(15)
 def test_downtime_across_a_fire_with_skip_records_one_missed_run(
     make_scheduler: MakeScheduler, clock: FakeClock, store: Store
 ) -> None:
@@ -64,6 +65,7 @@ def test_downtime_across_a_fire_with_skip_records_one_missed_run(
     assert [e.event_type for e in events] == ["RUN_MISSED"]
 
 
+@pytest.mark.reliability_case(15)
 def test_downtime_with_run_latest_gives_one_run(make_scheduler: MakeScheduler,
                                                 clock: FakeClock, store: Store) -> None:
     config = jobs(job("nightly", schedule="0 2 * * *", on_missed="run_latest"))
@@ -74,6 +76,7 @@ def test_downtime_with_run_latest_gives_one_run(make_scheduler: MakeScheduler,
     assert "catch-up" in str(runs[0].reason)
 
 
+@pytest.mark.reliability_case(15)
 def test_three_days_down_with_run_all_and_catchup_max_two(
     make_scheduler: MakeScheduler, clock: FakeClock, store: Store
 ) -> None:
@@ -158,6 +161,7 @@ def test_jitter_sets_not_before_and_keeps_scheduled_for(make_scheduler: MakeSche
     assert timedelta(0) <= run.not_before - run.scheduled_for <= timedelta(minutes=10)
 
 
+@pytest.mark.reliability_case(48)
 def test_a_clock_stepping_back_never_refires(make_scheduler: MakeScheduler, clock: FakeClock,
                                              store: Store) -> None:
     scheduler = make_scheduler(jobs(NIGHTLY))
@@ -175,6 +179,7 @@ def test_a_clock_stepping_back_never_refires(make_scheduler: MakeScheduler, cloc
     assert len(fires_of(store)) == 1
 
 
+@pytest.mark.reliability_case(48)
 def test_a_clock_stepping_forward_is_downtime(make_scheduler: MakeScheduler,
                                              clock: FakeClock, store: Store) -> None:
     hourly = jobs(job("hourly", schedule="0 * * * *", timezone="UTC"))
@@ -187,6 +192,7 @@ def test_a_clock_stepping_forward_is_downtime(make_scheduler: MakeScheduler,
     assert result.next_wakeup == at("2027-03-01T04:00:00+00:00")
 
 
+@pytest.mark.reliability_case(12)
 def test_new_york_autumn_fold_through_the_service(make_scheduler: MakeScheduler,
                                                   clock: FakeClock, store: Store) -> None:
     config = jobs(job("hourly", schedule="0 * * * *", timezone="America/New_York",
@@ -217,6 +223,7 @@ def test_new_york_autumn_fold_through_the_service(make_scheduler: MakeScheduler,
     assert ticks == 6
 
 
+@pytest.mark.reliability_case(11)
 def test_paris_spring_gap_through_the_service(make_scheduler: MakeScheduler,
                                               clock: FakeClock, store: Store) -> None:
     config = jobs(job("quarter", schedule="*/15 * * * *", on_overlap="queue"),

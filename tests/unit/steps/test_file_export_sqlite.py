@@ -156,6 +156,7 @@ def test_typed_values_in_each_format(ctx: SqlTestContext, files: Path, url: str)
         {"n": None, "big": None, "f": None, "b": None}]
 
 
+@pytest.mark.reliability_case(22)
 def test_formula_injection_neutralised_in_csv_and_xlsx(ctx: SqlTestContext, files: Path,
                                                        url: str) -> None:
     corpus = INJECTION + HARMLESS
@@ -227,6 +228,7 @@ def test_absolute_path_inside_a_root_and_a_second_root(tmp_path: Path, url: str,
         c.close()
 
 
+@pytest.mark.reliability_case(22)
 def test_overwrite_false_keeps_an_existing_file(ctx: SqlTestContext, files: Path,
                                                 sales: list[Any]) -> None:
     (files / "s.csv").write_text("keep me")
@@ -240,6 +242,7 @@ def test_overwrite_false_keeps_an_existing_file(ctx: SqlTestContext, files: Path
         export(ctx, "d.csv", overwrite=True)
 
 
+@pytest.mark.reliability_case(22)
 def test_a_query_failing_midway_leaves_no_file(ctx: SqlTestContext, files: Path,
                                                url: str) -> None:
     execute(url, "CREATE TABLE n (i INTEGER)",
@@ -290,6 +293,7 @@ def test_stale_temporaries_are_removed_fresh_ones_kept(tmp_path: Path, url: str,
     assert sorted(p.name for p in files.iterdir()) == sorted([fresh.name, other.name, "s.csv"])
 
 
+@pytest.mark.reliability_case(22)
 def test_killed_midway_leaves_no_file_at_the_path(tmp_path: Path, url: str,
                                                   files: Path) -> None:
     execute(url, "CREATE TABLE big (i INTEGER, s TEXT)",
@@ -345,6 +349,7 @@ def test_xlsx_row_limit_is_a_clear_error(ctx: SqlTestContext, files: Path,
     assert list(files.iterdir()) == []
 
 
+@pytest.mark.reliability_case(47)
 def test_a_full_disk_is_retryable_and_leaves_no_file(tmp_path: Path, url: str,
                                                       files: Path) -> None:
     from tests.support.tmpfs import small_tmpfs

@@ -210,6 +210,7 @@ def test_xlsx_parquet_and_json_lines(ctx: SqlTestContext, files: Path, url: str)
     assert rows(url, "SELECT id, tags, ok FROM j ORDER BY id") == [(5, '["x"]', 1), (6, None, None)]
 
 
+@pytest.mark.reliability_case(16)
 def test_hostile_values_stored_verbatim(ctx: SqlTestContext, files: Path, url: str) -> None:
     buf = io.StringIO()
     import csv as csv_module
@@ -227,6 +228,7 @@ def test_hostile_values_stored_verbatim(ctx: SqlTestContext, files: Path, url: s
     "../x.csv", "/etc/passwd", "%2e%2e/x.csv", "%252e%252e/x.csv", "..\\x.csv", "link.csv",
     "sales/*.csv",
 ])
+@pytest.mark.reliability_case(20)
 def test_path_attacks_refused_and_nothing_loaded(ctx: SqlTestContext, files: Path, url: str,
                                                  tmp_path: Path, path: str) -> None:
     (tmp_path / "data" / "x.csv").write_text(SALES)

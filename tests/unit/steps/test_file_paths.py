@@ -46,6 +46,7 @@ def shown(found: list[files.FoundFile]) -> list[str]:
     ("C:/Windows/win.ini", "outside every root"),
     ("", "names no file"), ("./", "names no file"),
 ])
+@pytest.mark.reliability_case(20)
 def test_refused_paths(root: Path, path: str, why: str) -> None:
     with pytest.raises(Fatal, match=why) as caught:
         files.find(path, [root])
@@ -84,6 +85,7 @@ def test_first_root_with_a_match_wins(root: Path, tmp_path: Path) -> None:
     assert files.find("sales/2026-01.csv", [other, root])[0].root == root
 
 
+@pytest.mark.reliability_case(20)
 def test_symlink_out_of_the_root_refused(root: Path, tmp_path: Path) -> None:
     (root / "sales" / "leak.csv").symlink_to(tmp_path / "secret.csv")
     with pytest.raises(Fatal, match="resolves outside its root"):
@@ -122,6 +124,7 @@ def test_open_checked_reads_the_checked_file(root: Path) -> None:
         assert fh.read() == b"a\n1\n"
 
 
+@pytest.mark.reliability_case(20)
 def test_open_refuses_a_file_swapped_for_a_symlink(root: Path, tmp_path: Path) -> None:
     (found,) = files.find("top.csv", [root])
     (root / "top.csv").unlink()

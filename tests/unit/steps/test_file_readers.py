@@ -98,11 +98,13 @@ def test_csv_wrong_field_count_names_the_line() -> None:
         read("csv", b"a,b\n1,2\n3,4\n5,6,7\n")
 
 
+@pytest.mark.reliability_case(21)
 def test_csv_bad_encoding_names_the_line() -> None:
     with pytest.raises(Fatal, match=r"line 3: not valid utf-8"):
         read("csv", b"a,b\n1,2\n3,\xff\xfe\n")
 
 
+@pytest.mark.reliability_case(21)
 def test_csv_too_many_columns() -> None:
     with pytest.raises(Fatal, match="1601 columns; at most 1600"):
         read("csv", b",".join(b"c%d" % i for i in range(1601)) + b"\n")
@@ -130,6 +132,7 @@ def test_xlsx_not_a_zip() -> None:
         read("xlsx", b"id,name\n1,2\n")
 
 
+@pytest.mark.reliability_case(21)
 def test_xlsx_zip_bomb_refused() -> None:
     data = replace_member(xlsx_bytes([["a"], [1]]), "xl/worksheets/sheet1.xml",
                          b" " * (20 << 20))
@@ -137,6 +140,7 @@ def test_xlsx_zip_bomb_refused() -> None:
         read("xlsx", data)
 
 
+@pytest.mark.reliability_case(21)
 def test_xlsx_entities_refused() -> None:
     sheet = (b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY xxe SYSTEM "file:///etc/passwd">]>'
              b'<worksheet xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">'

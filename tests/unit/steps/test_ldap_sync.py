@@ -57,6 +57,7 @@ def scope(**params: Any) -> Scope:
     return Scope(params=params)
 
 
+@pytest.mark.reliability_case(53)
 def test_a_token_inside_the_base_is_one_escaped_rdn_value() -> None:
     template = "ou=${params.unit},dc=example,dc=org"
     assert render_base(template, scope(unit="sales")) == "ou=sales,dc=example,dc=org"

@@ -66,6 +66,7 @@ def test_registered() -> None:
     assert registry()["sql_copy"] is SqlCopyStep
 
 
+@pytest.mark.reliability_case(25)
 def test_creates_the_target_with_the_source_types(ctx: SqlTestContext,
                                                   urls: tuple[str, str]) -> None:
     result = copy(ctx, batch_size=7_000)
@@ -83,6 +84,7 @@ def test_creates_the_target_with_the_source_types(ctx: SqlTestContext,
     assert "swapping t__new into t (20000 rows)" in info
 
 
+@pytest.mark.reliability_case(16)
 def test_a_query_source_binds_its_tokens(tmp_path: Path, urls: tuple[str, str]) -> None:
     hostile = "1 OR 1=1; DROP TABLE s"
     ctx = SqlTestContext(tmp_path, {"src": urls[0], "dst": urls[1]}, step_type="sql_copy",
@@ -101,6 +103,7 @@ def test_a_query_source_binds_its_tokens(tmp_path: Path, urls: tuple[str, str]) 
     assert rows(urls[1], "SELECT min(id), max(id) FROM t") == [(19_991, N)]
 
 
+@pytest.mark.reliability_case(24)
 def test_cancel_and_timeout_roll_back(tmp_path: Path, urls: tuple[str, str],
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The test decides when the cancel and the timeout strike: once the first batch was
@@ -144,6 +147,7 @@ def test_cancel_and_timeout_roll_back(tmp_path: Path, urls: tuple[str, str],
         ctx.close()
 
 
+@pytest.mark.reliability_case(26)
 def test_a_finished_copy_is_not_copied_again(tmp_path: Path, urls: tuple[str, str]) -> None:
     """The worker died after the last commit, before the step's end was recorded."""
     ctx = CheckpointContext(tmp_path, {"src": urls[0], "dst": urls[1]}, step_type="sql_copy")
@@ -160,6 +164,7 @@ def test_a_finished_copy_is_not_copied_again(tmp_path: Path, urls: tuple[str, st
         ctx.close()
 
 
+@pytest.mark.reliability_case(26)
 def test_a_stale_attempt_is_refused(tmp_path: Path, urls: tuple[str, str]) -> None:
     """Attempt 1 stops between two batches (a hung worker whose lease ran out); attempt 2
     takes the copy over and finishes; attempt 1's next commit is refused and rolled back.

@@ -34,6 +34,7 @@ def classify(exc: BaseException, wrap: bool = True) -> StepError:
     (pg.UniqueViolation("duplicate key"), Fatal),
     (pg.ReadOnlySqlTransaction("read-only transaction"), Fatal),
 ])
+@pytest.mark.reliability_case(27)
 def test_postgresql(error: BaseException, expected: type[StepError]) -> None:
     result = classify(error)
     assert type(result) is expected

@@ -81,6 +81,7 @@ def test_tokens_and_params_are_binds(ctx: SqlTestContext, url: str) -> None:
     assert "name = :cz_0 AND id < :limit" in debug and "'cz_0': 'b'" in debug
 
 
+@pytest.mark.reliability_case(16)
 def test_hostile_values_stored_verbatim(ctx: SqlTestContext, url: str) -> None:
     run_step(SqlQueryStep, ctx, connection="w", params={"v": HOSTILE},
              query="INSERT INTO t (id, name) VALUES (10, :v)")
@@ -92,6 +93,7 @@ def test_hostile_values_stored_verbatim(ctx: SqlTestContext, url: str) -> None:
     assert scalar(url, "SELECT count(*) FROM t") == 5  # nothing else ran
 
 
+@pytest.mark.reliability_case(17)
 def test_token_inside_quotes_refused(ctx: SqlTestContext) -> None:
     with pytest.raises(Fatal, match="inside a quoted string"):
         run_step(SqlQueryStep, ctx, connection="w",
@@ -103,6 +105,7 @@ def test_unknown_token_is_fatal(ctx: SqlTestContext) -> None:
         run_step(SqlQueryStep, ctx, connection="w", query="SELECT ${params.nope}")
 
 
+@pytest.mark.reliability_case(23)
 def test_multiple_statements_refused_and_nothing_runs(ctx: SqlTestContext, url: str) -> None:
     with pytest.raises(Fatal, match="expected one SQL statement"):
         run_step(SqlQueryStep, ctx, connection="w", query="DELETE FROM t; DROP TABLE t")
@@ -192,6 +195,7 @@ def test_cancel_stops_the_statement(ctx: SqlTestContext) -> None:
     assert len(looks) == 2
 
 
+@pytest.mark.reliability_case(24)
 def test_connection_is_clean_after_a_timeout(tmp_path: Path, url: str) -> None:
     clock = FakeClock()
     ctx = SqlTestContext(tmp_path, {"w": url}, timeout=60, clock=clock)
@@ -253,6 +257,7 @@ def test_a_stopped_transaction_closes_its_connection_rather_than_pool_it(
 @given(value=st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"),
                      max_size=40) | st.sampled_from(["'; DROP TABLE t; --", "x' OR '1'='1",
                                                     "${params.h}", ":v", "?", "%s", "1); --"]))
+@pytest.mark.reliability_case(16)
 def test_a_parameter_never_becomes_sql_text(value: str) -> None:
     """Whatever a parameter holds, ``${params.h}`` is a bind: the row holds it verbatim and
     nothing else ran (the table is whole, no other row)."""

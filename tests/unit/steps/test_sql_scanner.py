@@ -40,6 +40,7 @@ def test_one_statement_accepted(dialect: str, sql: str) -> None:
     "select 1; select 2", "select 1;select 2;", "select 1; drop table t", "delete from t;;x",
     "select ';'; drop table t", "select 1 -- c\n; update t set a = 1",
 ])
+@pytest.mark.reliability_case(23)
 def test_second_statement_refused(dialect: str, sql: str) -> None:
     with pytest.raises(Fatal, match="expected one SQL statement"):
         parse(sql, dialect)
@@ -50,6 +51,7 @@ def test_refusal_names_the_line() -> None:
         parse("select 1\nfrom t;\ndrop table t", "sqlite")
 
 
+@pytest.mark.reliability_case(17)
 def test_dialect_quoting_rules() -> None:
     # MySQL: backslash escapes in strings, # comments, backticks
     parse(r"select 'it\'s; fine' from `a;b` # ; x", "mysql")

@@ -138,6 +138,7 @@ def test_defaults_of_the_spec_table() -> None:
         ("call_job", {"job": "has space"}, "1 to 64 characters"),
     ],
 )
+@pytest.mark.reliability_case(17)
 def test_step_rules(type_name: str, values: dict[str, Any], fragment: str) -> None:
     assert any(fragment in message for message in _errors(type_name, **values))
 

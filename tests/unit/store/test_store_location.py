@@ -36,6 +36,7 @@ MOUNTS = parse_proc_mounts(PROC_MOUNTS)
 @pytest.mark.parametrize(
     "fstype", ["nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse.sshfs", "NFS4", "ceph"]
 )
+@pytest.mark.reliability_case(45)
 def test_network_file_system_types(fstype: str) -> None:
     assert is_network_fstype(fstype)
 
@@ -109,6 +110,7 @@ def test_windows_paths(path: str, remote: bool) -> None:
     assert (reason is not None) == remote
 
 
+@pytest.mark.reliability_case(45)
 def test_ensure_local_directory_on_a_share(tmp_path: Path) -> None:
     share = tmp_path / "share"
     share.mkdir()
@@ -131,6 +133,7 @@ def test_a_symlink_into_a_share_is_followed(tmp_path: Path) -> None:
         ensure_local_directory(link, mounts=mounts, windows=False)
 
 
+@pytest.mark.reliability_case(45)
 def test_ensure_local_directory_on_windows_shares() -> None:
     with pytest.raises(UnsafeStoreLocation, match="UNC"):
         ensure_local_directory(Path("//server/share/data"), windows=True)

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 to run it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test test-latest lock lint venv clean i18n i18n-pot bench
+.PHONY: run test test-latest lock lint venv clean i18n i18n-pot bench soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,13 @@ test: $(VENV)/.installed-test
 ## (bench/.peers-venv), never Cadenza's.
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/compare.py --write $(if $(QUICK),--quick)
+
+## make soak MINUTES=30: three nodes on a private PostgreSQL under a steady load and a random
+## fault (kill -9, SIGSTOP, a cut from the database, a database restart) every two minutes or
+## so, then the invariants and flat memory and open files (docs/reliability.md). POSIX only.
+MINUTES ?= 30
+soak: $(VENV)/.installed-test
+	$(BIN)/python -m tests.faults.soak --minutes $(MINUTES)
 
 ## make lock: resolve the newest versions within pyproject.toml's ranges again, for every
 ## platform (Linux, Windows, macOS) and Python >= 3.11, with hashes. On purpose only: review

@@ -4,12 +4,12 @@ TCP proxy the test controls, and the invariants checked from the store afterward
 :class:`Cluster` starts N nodes, each with a home of its own (the same jobs; its store URL
 points at its own :class:`~tests.support.tcp_proxy.TcpProxy` in front of a private
 PostgreSQL, :mod:`tests.support.pg_cluster`), a run lease and a leader lease of 3 s. The
-jobs: ``tick`` every minute (a step of one second) and ``long`` on demand (a step of
-eight seconds); every step appends what it did to ``effects.jsonl``: the run, the process,
-the attempt, when it began and ended. Faults: :meth:`Cluster.kill` (SIGKILL),
-:meth:`Cluster.pause` / :meth:`Cluster.resume` (SIGSTOP / SIGCONT), :meth:`Cluster.cut` /
-:meth:`Cluster.blackhole` / :meth:`Cluster.heal` (the node's road to the database), and the
-database itself (``cluster.pg.restart()``).
+jobs: ``tick`` every minute (a step of one second), ``load`` and ``long`` on demand (steps
+of half a second and of eight seconds); every step appends what it did to
+``effects.jsonl``: the run, the process, the attempt, when it began and ended. Faults:
+:meth:`Cluster.kill` (SIGKILL), :meth:`Cluster.pause` / :meth:`Cluster.resume` (SIGSTOP /
+SIGCONT), :meth:`Cluster.cut` / :meth:`Cluster.blackhole` / :meth:`Cluster.heal` (the node's
+road to the database), and the database itself (``cluster.pg.restart()``).
 
 :func:`check_invariants` reads the store: every minute of the window fired exactly once and
 not MISSED, no fire recorded twice, no run RUNNING past its lease, and no run's step
@@ -66,6 +66,14 @@ def jobs_toml(effects: Path) -> str:
     type = "python"
     callable = "cz_fault_tasks:record"
     op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 1 }}
+
+    [jobs.load]
+    max_concurrency = 4
+    [[jobs.load.steps]]
+    name = "work"
+    type = "python"
+    callable = "cz_fault_tasks:record"
+    op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 0.5 }}
 
     [jobs.long]
     [[jobs.long.steps]]

@@ -35,8 +35,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +52,9 @@ ROOT = BENCH.parent
 PEERS = BENCH / "peers"
 PEERS_VENV = BENCH / ".peers-venv"
 DOC = ROOT / "docs" / "benchmarks.md"
+sys.path.insert(0, str(ROOT))  # for the private cluster the tests start too
+from tests.support.pg_cluster import private_postgres as private_cluster  # noqa: E402
+
 BEGIN, END = "<!-- make-bench: begin -->", "<!-- make-bench: end -->"
 WORKERS = 4
 
@@ -72,54 +73,18 @@ def peers_python() -> Path:
     return python
 
 
-def _pg_bin() -> Path | None:
-    found = shutil.which("pg_config")
-    if found:
-        out = subprocess.run([found, "--bindir"], capture_output=True, text=True)
-        candidate = Path(out.stdout.strip())
-        if (candidate / "initdb").exists():
-            return candidate
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (candidate / "initdb").exists():
-            return candidate
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def private_postgres() -> Iterator[int | None]:
-    """A throwaway PostgreSQL cluster on a free port of 127.0.0.1 (its port), or None."""
-    bindir = _pg_bin()
-    if bindir is None:
-        print("no PostgreSQL server binaries (initdb): PostgreSQL lines left out",
-              file=sys.stderr)
-        yield None
-        return
-    root = Path(tempfile.mkdtemp(prefix="cadenza-bench-pg-"))
-    as_root = hasattr(os, "geteuid") and os.geteuid() == 0
-    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
-    if as_root:
-        shutil.chown(root, "postgres")
-    data, port = root / "data", _free_port()
-    try:
-        subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
-                        "-U", "postgres"], check=True, capture_output=True)
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-l",
-                        str(root / "log"), "-w", "-o",
-                        f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
-                       check=True, capture_output=True)
-        subprocess.run([*prefix, str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port),
-                        "-U", "postgres", "bench"], check=True, capture_output=True)
-        yield port
-    finally:
-        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                        "stop"], capture_output=True)
-        shutil.rmtree(root, ignore_errors=True)
+    """A throwaway PostgreSQL cluster on a free port of 127.0.0.1 (its port), with a
+    database ``bench``, or None (the tests' cluster: tests/support/pg_cluster.py)."""
+    with private_cluster() as cluster:
+        if cluster is None:
+            print("no PostgreSQL server binaries (initdb): PostgreSQL lines left out",
+                  file=sys.stderr)
+            yield None
+            return
+        cluster.createdb("bench")
+        yield cluster.port
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:

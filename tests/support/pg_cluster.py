@@ -53,8 +53,10 @@ class PrivatePostgres:
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres")
         self.start()
-        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
-                  "cadenza")
+        self.createdb("cadenza")
+
+    def createdb(self, name: str) -> None:
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
 
     def start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-o",

@@ -80,3 +80,10 @@ def mariadb_url() -> str:
     except Exception as exc:
         service_missing("MariaDB", exc)
     return MARIADB_URL
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """The fault harness's files wait for real minutes (boundaries, leases, the soak): they go
+    first, so that the suite's other process runs the rest beside them."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/faults/") else 1)

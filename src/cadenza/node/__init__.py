@@ -227,7 +227,9 @@ class Node:
         skew = self.reaper.skew
         return NodeStatus(
             leader=self.leader.is_leader if self.leader is not None else None,
-            clock_skew_seconds=round(skew.total_seconds(), 3) if skew is not None else None,
+            # "+ 0.0": a skew that rounds to zero reads 0.0, not -0.0
+            clock_skew_seconds=round(skew.total_seconds(), 3) + 0.0 if skew is not None
+            else None,
             degraded=f"clock skew: {self.reaper.refused}" if self.reaper.clock_off else None)
 
     def reload(self) -> bool:

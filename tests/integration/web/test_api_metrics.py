@@ -50,8 +50,15 @@ def test_metrics_allow_list(tmp_path: Path) -> None:
 def test_metrics_allow_from_the_settings(tmp_path: Path) -> None:
     home = make_home(tmp_path, 'metrics_allow = ["127.0.0.1"]\n')
     with served(home) as server, client(f"http://127.0.0.1:{server.port}") as http:
-        assert http.get("/metrics").status_code == 200
+        scraped = http.get("/metrics")
+        assert scraped.status_code == 200
         assert http.get("/api/runs").status_code == 401
+        # the answering node's own figures, beside the store's (this node has no
+        # scheduler: no leader gauge, and a null leader in its health)
+        assert "cadenza_clock_skew_seconds " in scraped.text
+        assert "cadenza_scheduler_leader" not in scraped.text
+        health = http.get("/api/health").json()
+        assert health["leader"] is None and abs(health["clock_skew_seconds"]) < 5
     with served(make_home(tmp_path / "closed")) as server, \
             client(f"http://127.0.0.1:{server.port}") as http:
         assert http.get("/metrics").status_code == 401

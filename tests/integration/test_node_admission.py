@@ -194,3 +194,31 @@ def test_a_node_filling_the_cluster_cap_itself_writes_no_cap_reason(tmp_path: Pa
     waiting = store.list_events(event_type="RUN_WAITING")
     store.close()
     assert waiting == []
+
+
+def _claims(store: Store) -> list[int]:
+    """How many runs each claim took (runs claimed together share their started_at)."""
+    sizes: dict[object, int] = {}
+    for run in store.list_runs(job="work", limit=1000):
+        sizes[run.started_at] = sizes.get(run.started_at, 0) + 1
+    return sorted(sizes.values(), reverse=True)
+
+
+def test_short_runs_are_claimed_further_ahead(tmp_path: Path, node_for: object) -> None:
+    """One worker, 80 runs of a millisecond: once the node has seen that its runs are short,
+    a decision claims several runs ahead per worker, not one."""
+    home = make_home(tmp_path, "max_concurrency = 100\n[jobs.work.params]\nseconds = 0.001")
+    _, store = node_for(home, 80, workers=1)  # type: ignore[operator]
+    wait_for(lambda: all(r.state is RunState.SUCCEEDED
+                         for r in store.list_runs(job="work", limit=1000)), 60)
+    assert _claims(store)[0] >= 4, _claims(store)
+
+
+def test_long_runs_are_claimed_one_ahead(tmp_path: Path, node_for: object) -> None:
+    """Runs of 0.1 s: a worker holds its run and one claimed ahead, never more (a run does
+    not wait, RUNNING in a local queue, behind several long ones)."""
+    home = make_home(tmp_path, "max_concurrency = 100\n[jobs.work.params]\nseconds = 0.1")
+    _, store = node_for(home, 8, workers=1)  # type: ignore[operator]
+    wait_for(lambda: all(r.state is RunState.SUCCEEDED
+                         for r in store.list_runs(job="work", limit=1000)), 60)
+    assert _claims(store)[0] <= 2, _claims(store)

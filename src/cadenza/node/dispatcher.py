@@ -53,6 +53,7 @@ from functools import partial
 
 import sqlalchemy as sa
 
+from cadenza.clock import SystemClock
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import WaitRule, admit
 from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
@@ -103,6 +104,22 @@ fresh, and fires recorded ahead behind it are staged in time."""
 REASON_MEMO_SECONDS = 30.0
 REASON_MEMO_SIZE = 20_000
 PREFETCH = 1
+"""Runs claimed ahead per worker (they wait in the node's local queue, their lease held and
+their first step recorded as started), so that a worker finds its next run at once."""
+PREFETCH_SHORT = 7
+"""Runs claimed ahead per worker while this node's runs are short (:data:`SHORT_RUN`): a
+decision (a write transaction, the queue read, admission) then claims about four times as
+many runs, and a run waits in the local queue for a few of those short runs at most."""
+SHORT_RUN = 0.02
+"""Seconds: runs whose recent mean duration on this node is below this are short; above
+:data:`LONG_RUN` they are not any more (a gap between the two, so that the depth does not
+flap)."""
+LONG_RUN = 0.05
+PACE_WEIGHT = 0.05
+"""Weight of the latest run in the moving mean of run durations."""
+_REAL = SystemClock()
+"""Runs' durations are measured in real time whatever the node's clock: how long a run
+claimed ahead waits in the local queue is real."""
 
 
 class Dispatcher:
@@ -124,11 +141,14 @@ class Dispatcher:
         """The process that writes a stage's chunks (executor/claimer.py), or None."""
         self._wake = life.wake_on_stop(threading.Event())
         self._lock = threading.Lock()
-        # Runs claimed ahead of a free worker (PREFETCH per worker) keep every worker busy
-        # between two decisions; they hold their lease while they wait in the local queue.
+        # Runs claimed ahead of a free worker (PREFETCH per worker, PREFETCH_SHORT while
+        # runs are short) keep every worker busy between two decisions; they hold their
+        # lease while they wait in the local queue.
         self._slots = self.workers * (1 + PREFETCH)
         self._idle = self._slots
         self._refill_at = max(1, self._idle // 2)
+        self._pace: float | None = None
+        """Moving mean of the real duration of this node's runs (seconds), or None."""
         self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
         # The group commit of the node: concurrent workers' step boundaries share commits,
         # and a run's end is written with the next write (a claim, a step start) or at idle.
@@ -211,7 +231,7 @@ class Dispatcher:
             # on its way (16 workers and the default cap of 16).
             held = self._slots - self._idle
             cap = current.limits.max_concurrent_runs
-            free = min(self._idle, max(0, cap - held))
+            free = max(0, min(self._idle, cap - held))
 
         coming = 0
         early_due: list[datetime] = []
@@ -491,7 +511,7 @@ class Dispatcher:
             # not at their due time (a thread start costs more than a no-op step).
             with self._lock:
                 free = self._idle
-            STEP_THREADS.warm(min(coming(), free))
+            STEP_THREADS.warm(max(0, min(coming(), free)))
         return next_check
 
     def _idle_poll(self) -> bool:
@@ -542,6 +562,7 @@ class Dispatcher:
                     self._entered()
 
             self._jobs[run.id] = run.job_id
+            began = _REAL.monotonic()
             try:
                 outcome = item.go(entering)
                 # A queued end is logged when it is written (_run_ended), not before.
@@ -553,14 +574,34 @@ class Dispatcher:
                 log.exception("run %s of %s failed in the worker", run.id, run.job_id)
             finally:
                 entering()  # a run that ended before any step started
+                took = _REAL.monotonic() - began
                 with self._lock:
                     self._idle += 1
+                    self._paced(took)
                     refill = self._idle >= self._refill_at
                     burst = self._starting > 0
                     if burst:
                         self._held_back = True
                 if not burst:
                     self._after_run(refill)
+
+    def _paced(self, took: float) -> None:
+        """Count a run that took ``took`` seconds (real time: how long a run claimed ahead
+        waits is real) in the moving mean, and set how many runs are claimed ahead per
+        worker from it (:data:`PREFETCH_SHORT` while runs are short). Under ``_lock``."""
+        pace = took if self._pace is None else self._pace + (took - self._pace) * PACE_WEIGHT
+        self._pace = pace
+        depth = (PREFETCH_SHORT if pace < SHORT_RUN else PREFETCH if pace > LONG_RUN
+                 else None)
+        if depth is None:
+            return
+        slots = self.workers * (1 + depth)
+        if slots != self._slots:
+            # Runs held beyond a smaller count of slots make _idle negative for a while:
+            # nothing more is claimed until enough of them ended.
+            self._idle += slots - self._slots
+            self._slots = slots
+            self._refill_at = max(1, slots // 2)
 
     def _after_run(self, refill: bool) -> None:
         """A worker's run ended and no run is about to start: wake the dispatcher, whose

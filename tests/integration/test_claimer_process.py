@@ -32,6 +32,7 @@ from test_staged_burst import (
     spy_claims,
     stage_now,
 )
+from tests.support.store_helpers import claims
 
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
@@ -84,8 +85,7 @@ def test_the_claimer_writes_the_chunks_after_the_first_as_the_node_would(
         runs = assert_claimed_at_fire_and_ran(node, store, clock, calls, JOBS)
         for run in runs:  # the claimer's rows are the node's: owner, step run id
             (step,) = store.list_step_runs(run.id)
-            claim = [e for e in store.list_events(run_id=run.id)
-                     if e.event_type == "RUN_STATE_CHANGED" and e.payload["to"] == "RUNNING"]
+            claim = claims(store, run.id)
             assert [e.payload["fields"]["lease_owner"] for e in claim] == [node.owner]
             (started,) = store.list_events(run_id=run.id, event_type="STEP_STARTED")
             assert started.payload["step_run_id"] == step.id

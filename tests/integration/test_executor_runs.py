@@ -94,8 +94,8 @@ def test_commits_per_run_are_one_per_step_boundary(three: Bench) -> None:
     assert commits[0] == 4
     events = three.store.list_events(run_id=run_id)
     assert [e.event_type for e in events] == [
-        "RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED", "STEP_SUCCEEDED",
-        "STEP_STATE_CHANGED", "STEP_STARTED", "STEP_SUCCEEDED", "RUN_FINISHED",
+        "RUN_CREATED", "STEP_STARTED", "STEP_SUCCEEDED", "STEP_STATE_CHANGED", "STEP_STARTED",
+        "STEP_SUCCEEDED", "RUN_FINISHED",
     ]
 
 

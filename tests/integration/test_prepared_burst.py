@@ -94,8 +94,7 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
             assert [(s.state, s.rows, s.attempt) for s in steps] == [
                 (StepState.SUCCEEDED, 1, 1)]
             kinds = [e.event_type for e in store.list_events(run_id=run.id)]
-            assert kinds == ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED",
-                             "STEP_SUCCEEDED", "RUN_FINISHED"]
+            assert kinds == ["RUN_CREATED", "STEP_STARTED", "STEP_SUCCEEDED", "RUN_FINISHED"]
             assert store.list_logs(run.id) == []  # nothing restates the events
             assert [line.event for line in store.run_log(run.id)] == kinds
         ended = [r.getMessage() for r in caplog.records if " ended " in r.getMessage()]

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from executor_home import loaded
 from test_prepared_burst import _start_workers
+from tests.support.store_helpers import claims
 from typer.testing import CliRunner
 
 from cadenza.cli.main import app
@@ -39,7 +40,7 @@ from cadenza.store.boundary import NewRun
 FIRE = datetime.fromisoformat("2027-03-01T02:00:00+00:00")
 AHEAD = FIRE - timedelta(seconds=2)  # the scheduler's look-ahead records the fires then
 TERMINAL = {RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELED, RunState.NEEDS_REVIEW}
-OK_EVENTS = ["RUN_CREATED", "RUN_STATE_CHANGED", "STEP_STARTED", "STEP_SUCCEEDED",
+OK_EVENTS = ["RUN_CREATED", "STEP_STARTED", "STEP_SUCCEEDED",
              "RUN_FINISHED"]
 
 # Plugin modules are imported once per process: every home of this file gets the same text,
@@ -238,7 +239,7 @@ def test_a_staged_claim_writes_what_the_ordinary_claim_writes(
         staged = executor.stage(get(store, staged_id), now, until)
         assert staged is not None and staged.run_id == staged_id
         assert get(store, staged_id).state is RunState.QUEUED
-        assert store.list_events(run_id=staged_id, event_type="RUN_STATE_CHANGED") == []
+        assert claims(store, staged_id) == []
         with store.write() as conn:
             ids = store.claim_staged(conn, [staged.start], executor.owner, until, now=now)
         assert set(ids) == {staged_id}
@@ -287,8 +288,7 @@ def test_a_staged_claim_writes_what_the_ordinary_claim_writes(
 
         assert [e[0] for e in events(staged_id)] == OK_EVENTS
         assert events(staged_id) == events(plain_id)
-        (claim_event,) = [e for e in store.list_events(run_id=staged_id)
-                          if e.event_type == "RUN_STATE_CHANGED" and e.payload["to"] == "RUNNING"]
+        (claim_event,) = claims(store, staged_id)
         assert claim_event.created_at == now
 
         def lines(run_id: str) -> list[tuple[str, str | None, str]]:
@@ -300,8 +300,7 @@ def test_a_staged_claim_writes_what_the_ordinary_claim_writes(
         assert store.list_logs(staged_id) == store.list_logs(plain_id) == []
         assert lines(staged_id) == lines(plain_id)
         assert lines(staged_id)[1:] == [
-            ("INFO", None, "run QUEUED -> RUNNING"),
-            ("INFO", "count", "step count (python, attempt 1) RUNNING"),
+            ("INFO", "count", "run QUEUED -> RUNNING, step count (python, attempt 1) RUNNING"),
             ("INFO", "count", "step count (attempt 1) RUNNING -> SUCCEEDED (4 rows in <t>s)"),
             ("INFO", None, "run of par finished SUCCEEDED (4 rows in <t>s)")]
         # The first boundary's event keeps the claim's time.
@@ -384,7 +383,6 @@ def assert_claimed_at_fire_and_ran(node: Node, store: Store, clock: FakeClock, c
         assert [(line.level, line.step, line.event)
                 for line in store.run_log(run.id)] == [
             ("INFO", None, "RUN_CREATED"),
-            ("INFO", None, "RUN_STATE_CHANGED"),
             ("INFO", "noop", "STEP_STARTED"),
             ("INFO", "noop", "STEP_SUCCEEDED"),
             ("INFO", None, "RUN_FINISHED")]
@@ -557,7 +555,7 @@ def test_a_higher_priority_run_queued_after_staging_is_admitted_first(
 
 
 def _claim_events(store: Store, run_id: str) -> list[Any]:
-    return [e for e in store.list_events(run_id=run_id, event_type="RUN_STATE_CHANGED")]
+    return claims(store, run_id)
 
 
 @pytest.mark.reliability_case(51)
@@ -679,9 +677,7 @@ def two_nodes_race(tmp_path: Path, store_url: str, calls: Path, *, claimer: bool
         runs = drain([a, b], store, clock)
         assert len(runs) == jobs
         assert_ran_once(store, runs, calls)
-        owners = Counter(e.payload["fields"]["lease_owner"]
-                         for e in store.list_events(event_type="RUN_STATE_CHANGED")
-                         if e.payload["to"] == "RUNNING")
+        owners = Counter(c.payload["fields"]["lease_owner"] for c in claims(store))
         assert sum(owners.values()) == jobs
         assert set(owners) <= {"node-a:1:1", "node-b:2:2"}
         assert sum(s.claimed for s in stages) <= jobs

@@ -6,6 +6,7 @@ API and its tables; the store itself offers only what Cadenza uses."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -95,3 +96,27 @@ def end_run(store: Store, run_id: str, to: RunState, *, reason: str | None = Non
     (result,) = store.record_boundaries([Boundary(run_id, epoch, run_end=end, actor=actor)],
                                         conn=conn)
     return result.applied
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a run (QUEUED -> RUNNING) as the audit log says it: its own
+    RUN_STATE_CHANGED, or the first step's STEP_STARTED that says it too (``run``)."""
+
+    event_id: int
+    run_id: str | None
+    created_at: datetime
+    payload: Mapping[str, Any]
+    """The claim's RUN_STATE_CHANGED payload: from, to, epoch, fields (lease owner, until)."""
+
+
+def claims(store: Store, run_id: str | None = None) -> list[Claim]:
+    """The claims of ``run_id`` (of every run when None) in the audit log, oldest first."""
+    found = []
+    for event in store.list_events(run_id=run_id, limit=100_000):
+        said = (event.payload if event.event_type == "RUN_STATE_CHANGED"
+                else event.payload.get("run") if event.event_type == "STEP_STARTED"
+                else None)
+        if said and said.get("from") == "QUEUED" and said.get("to") == "RUNNING":
+            found.append(Claim(event.event_id, event.run_id, event.created_at, said))
+    return found

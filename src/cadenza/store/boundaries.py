@@ -88,6 +88,7 @@ from cadenza.store.hotsql import (
 )
 from cadenza.store.run_states import (
     END_RUN,
+    RunEvent,
     batch_update,
     end_fields,
     end_run_row,
@@ -178,7 +179,7 @@ class BoundaryWriter(StoreCore):
         found = collecting.get(id(conn))
         if found is not None and found[0] is tx:
             return False
-        collecting[id(conn)] = (tx, [], {})
+        collecting[id(conn)] = (tx, [], {}, {})
         return True
 
     def _claimed_here(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -190,6 +191,27 @@ class BoundaryWriter(StoreCore):
         found = None if collecting is None else collecting.get(id(conn))
         if found is not None and found[0] is conn.get_transaction():
             found[2].update((row[0], row) for row in rows)
+
+    def _claims_here(self, conn: sa.Connection, claims: Mapping[str, RunEvent],
+                     stamp: Any) -> None:
+        """Keep the claim events (RUN_STATE_CHANGED, QUEUED -> RUNNING) of runs this
+        collecting transaction has just claimed: each one is said by its run's first step
+        start, written next (:meth:`_events`: one STEP_STARTED that says both, not two
+        events); a claim whose boundary starts no step, or that no boundary follows, is
+        written as its own event."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is not None and found[0] is conn.get_transaction():
+            found[3].update((run_id, (event, stamp)) for run_id, event in claims.items())
+
+    def _claims_of(self, conn: sa.Connection) -> dict[str, tuple[RunEvent, Any]]:
+        """The claim events kept by :meth:`_claims_here` (taken as they are used)."""
+        collecting = self.__dict__.get("_collecting")
+        found = None if collecting is None else collecting.get(id(conn))
+        if found is None or found[0] is not conn.get_transaction():
+            return {}
+        claims: dict[str, tuple[RunEvent, Any]] = found[3]
+        return claims
 
     def _fences_of(self, conn: sa.Connection, ids: Sequence[str]) -> dict[str, Any] | None:
         """The fence rows of ``ids`` when this transaction claimed every one of them
@@ -211,10 +233,13 @@ class BoundaryWriter(StoreCore):
         found = None if collecting is None else collecting.get(id(conn))
         if collecting is None or found is None or found[0] is not conn.get_transaction():
             return []
-        if end:
-            del collecting[id(conn)]
         rows = list(found[1])
         found[1].clear()
+        if end:
+            del collecting[id(conn)]
+            rows.extend(tuple(row[k] for k in AUDIT_COLUMNS) for row in (
+                event_row(e.event_type, e.message, run_id, e.level, e.payload, "system", stamp)
+                for run_id, (e, stamp) in found[3].items()))
         return rows
 
     def emit_events(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
@@ -343,10 +368,12 @@ class BoundaryWriter(StoreCore):
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
                  cut_redacted(redact.redact_text(line.message))) for b in live for line in b.logs]
         insert_rows(cursor, d, "run_logs", LOG_COLUMNS, logs)
+        claims = self._claims_of(c)
         for b in live:
             fence = seen[b.run_id]
+            claim = claims.pop(b.run_id, None) if claims else None
             events.extend(self._events(b, new_ids[id(b)], fence[3], d.read_ts(fence[4]), now,
-                                       d))
+                                       d, claim))
         # The hooks' events (and a claim's, in its transaction) with the batch's own.
         insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, self._collected(c, end=collecting)
                     + [tuple(row[k] for k in AUDIT_COLUMNS) for row in events])
@@ -442,10 +469,22 @@ class BoundaryWriter(StoreCore):
                            end.attempt, stamp)
 
     def _events(self, b: Boundary, created: list[int], job_id: str,
-                started: datetime | None, now: datetime, d: Dialect) -> list[dict[str, Any]]:
+                started: datetime | None, now: datetime, d: Dialect,
+                claim: tuple[RunEvent, Any] | None = None) -> list[dict[str, Any]]:
+        """The events of boundary ``b``. ``claim``: the claim event of its run, made in this
+        transaction (:meth:`_claims_here`): said by the boundary's step start when it has
+        one (its message and, as ``run``, its payload), else written first."""
         stamp = d.ts(now)
-        rows = [event_row(spec.event_type, spec.message, b.run_id, spec.level, spec.payload,
-                          b.actor, d.ts(spec.ts or now), self.redactor) for spec in b.events]
+        if claim is not None and not any(s.state is StepState.RUNNING for s in b.starts):
+            event, at = claim
+            claim = None
+            head = [event_row(event.event_type, event.message, b.run_id, event.level,
+                              event.payload, "system", at)]
+        else:
+            head = []
+        rows = head + [event_row(spec.event_type, spec.message, b.run_id, spec.level,
+                                 spec.payload, b.actor, d.ts(spec.ts or now), self.redactor)
+                       for spec in b.events]
         end = b.step_end
         if end is not None:
             kind, level = _step_event(end.state)
@@ -463,13 +502,19 @@ class BoundaryWriter(StoreCore):
             kind, level = _step_event(start.state)
             reason = self._redact_text(start.reason)
             before = None if start.resumes is None else StepState.PENDING
+            payload = {"step_run_id": step_run_id, "step": start.step,
+                       "step_type": start.step_type, "attempt": start.attempt,
+                       "from": before.value if before else None, "to": start.state.value,
+                       "reason": reason}
+            said = ""
+            if claim is not None and start.state is StepState.RUNNING:
+                said = f"{claim[0].message}, "  # "run QUEUED -> RUNNING, step ..."
+                payload["run"] = claim[0].payload
+                claim = None
             rows.append(event_row(
-                kind, f"step {start.step} ({start.step_type}, attempt {start.attempt}) "
+                kind, f"{said}step {start.step} ({start.step_type}, attempt {start.attempt}) "
                 + (f"{before} -> " if before else "") + f"{start.state}"
-                + (f": {reason}" if reason else ""), b.run_id, level,
-                {"step_run_id": step_run_id, "step": start.step, "step_type": start.step_type,
-                 "attempt": start.attempt, "from": before.value if before else None,
-                 "to": start.state.value, "reason": reason}, b.actor, stamp))
+                + (f": {reason}" if reason else ""), b.run_id, level, payload, b.actor, stamp))
         if b.run_end is not None:
             rows.extend(self._run_end_events(b, b.run_end, job_id, started, now, stamp))
         return rows

@@ -291,9 +291,13 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 if starting:  # the first boundaries, next in this transaction, need no fence
                     self._claimed_here(c, [(run.id, _RUNNING, run.lease_epoch, run.job_id,
                                             d.ts(run.started_at)) for run in claimed])
-                events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until, stamp)
-                          for run in claimed]
-                self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])
+                if starting:  # said by each run's first step start (see _claims_here)
+                    self._claims_here(c, {run.id: run_states.claim_event(
+                        run.job_id, run.lease_epoch, owner, until) for run in claimed}, stamp)
+                else:
+                    events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until,
+                                          stamp) for run in claimed]
+                    self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])
             finally:
                 cursor.close()
         return claimed
@@ -333,12 +337,14 @@ class RunClaims(BoundaryWriter, LeaseClock):
         until = require_aware(lease_until, "lease_until")
         d = self._sql()
         now = self._now()
-        claim = claim_event(boundary.run_id, job_id, 1, owner, until, None)
-        step_rows = self._events(boundary, [int(_SENTINEL)], job_id, None, now, d)
+        # The claim is said by the step start (one STEP_STARTED, as claim_runs writes it).
+        claim = run_states.claim_event(job_id, 1, owner, until)
+        step_rows = self._events(boundary, [int(_SENTINEL)], job_id, None, now, d,
+                                 (claim, None))
         events = []
-        for row in [claim, *step_rows]:
+        for row in step_rows:
             payload = row["payload_json"] or ""
-            if row is not claim and payload.count(_SENTINEL) != 1:
+            if payload.count(_SENTINEL) != 1:
                 return None  # cannot place the id safely: the ordinary way
             events.append((row["event_type"], row["level"], row["message"], payload,
                            row["actor"]))
@@ -394,12 +400,12 @@ class RunClaims(BoundaryWriter, LeaseClock):
             ids = {run_id: int(step_run_id) for step_run_id, run_id in returned}
             for start_hook in self.hooks.step_start:
                 start_hook(conn, [(s.run_id, s.job_id) for s in mine], now)
-            events = [(s.run_id, None, *s.events[0][:4], stamp, s.events[0][4]) for s in mine]
+            events: list[tuple[Any, ...]] = []
             for s in mine:
                 text = str(ids[s.run_id])
                 events.extend((s.run_id, None, kind, level, message,
                                payload.replace(_SENTINEL, text), stamp, actor)
-                              for kind, level, message, payload, actor in s.events[1:])
+                              for kind, level, message, payload, actor in s.events)
             insert_rows(cursor, d, "event_log", AUDIT_COLUMNS,
                         self._collected(conn, end=collecting) + events)
             update_rows(cursor, d, RUN_PARAMS, [

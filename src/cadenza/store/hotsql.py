@@ -58,6 +58,7 @@ class Dialect:
         self.mark = "%s" if self.postgres else "?"
         """The positional parameter mark of the driver."""
         self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
+        self._numbered: dict[tuple[str, tuple[str, ...], int, str], str] = {}
 
     def marks(self, count: int) -> str:
         """``count`` positional parameter marks, comma-separated."""
@@ -75,6 +76,25 @@ class Dialect:
                    + ", ".join([row] * count) + (f" RETURNING {returning}" if returning else ""))
             if len(self._inserts) < 4096:
                 self._inserts[key] = sql
+        return sql
+
+    def numbered_insert(self, table: str, columns: tuple[str, ...], count: int,
+                        returning: str = "") -> str:
+        """PostgreSQL: :meth:`insert` with numbered parameters (``$1, $2, ...``), which
+        psycopg's ``RawCursor`` sends as they are. A statement of many rows in ``%s`` style
+        is parsed for its marks at every execution (psycopg caches that parse for short
+        statements only): it was a tenth of a PostgreSQL drain's Python (cached here)."""
+        key = (table, columns, count, returning)
+        sql = self._numbered.get(key)
+        if sql is None:
+            width = len(columns)
+            values = ", ".join(
+                "(" + ", ".join(f"${k * width + c + 1}" for c in range(width)) + ")"
+                for k in range(count))
+            sql = (f"INSERT INTO {table} ({', '.join(columns)}) VALUES {values}"
+                   + (f" RETURNING {returning}" if returning else ""))
+            if len(self._numbered) < 4096:
+                self._numbered[key] = sql
         return sql
 
     def ts(self, value: datetime | None) -> Any:
@@ -155,14 +175,24 @@ def insert_rows(cursor: Any, d: Dialect, table: str, columns: tuple[str, ...],
     other threads run, so one statement for many rows keeps the lock held briefly."""
     found: list[Any] = []
     per = max(1, _PARAMS_PER_INSERT // len(columns))
-    kept = d.postgres and not returning and table in later.KEPT_TABLES
+    if d.postgres:
+        kept = not returning and table in later.KEPT_TABLES
+        raw = cursor.connection
+        for first in range(0, len(rows), per):
+            chunk = rows[first:first + per]
+            sql = d.numbered_insert(table, columns, len(chunk), returning)
+            params = [value for row in chunk for value in row]
+            if kept and later.keep(cursor, sql, params):
+                continue  # sent with the transaction's COMMIT (cadenza.store.later)
+            with later.numbered_cursor(raw) as numbered:
+                numbered.execute(sql, params)
+                if returning:
+                    found.extend(numbered.fetchall())
+        return found
     for first in range(0, len(rows), per):
         chunk = rows[first:first + per]
-        sql = d.insert(table, columns, len(chunk), returning)
-        params = [value for row in chunk for value in row]
-        if kept and later.keep(cursor, sql, params):
-            continue  # sent with the transaction's COMMIT (cadenza.store.later)
-        cursor.execute(sql, params)
+        cursor.execute(d.insert(table, columns, len(chunk), returning),
+                       [value for row in chunk for value in row])
         if returning:
             found.extend(cursor.fetchall())
     return found

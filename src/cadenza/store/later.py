@@ -59,9 +59,17 @@ def keeping(raw: Any) -> Iterator[None]:
             _kept.pop(id(raw), None)
 
 
+def numbered_cursor(raw: Any) -> Any:
+    """A cursor of ``raw`` (a psycopg connection) for statements with numbered parameters
+    (``$1``; :meth:`~cadenza.store.hotsql.Dialect.numbered_insert`), sent as they are."""
+    import psycopg
+
+    return psycopg.RawCursor(raw)
+
+
 def keep(cursor: Any, sql: str, params: list[Any]) -> bool:
-    """Keep ``sql`` for the commit of ``cursor``'s transaction; False when it is not kept
-    (not in :func:`keeping`): the caller executes it."""
+    """Keep ``sql`` (numbered parameters) for the commit of ``cursor``'s transaction; False
+    when it is not kept (not in :func:`keeping`): the caller executes it."""
     found = _kept.get(id(cursor.connection))
     if found is None:
         return False
@@ -97,7 +105,7 @@ def send(raw: Any) -> None:
     if found:
         kept = list(found)
         found.clear()
-        with raw.cursor() as cursor:
+        with numbered_cursor(raw) as cursor:
             for sql, params in kept:
                 cursor.execute(sql, params)
 
@@ -114,7 +122,7 @@ def commit(raw: Any, commit: Any) -> None:
         return
     kept = list(found)
     found.clear()
-    with raw.pipeline(), raw.cursor() as cursor:
+    with raw.pipeline(), numbered_cursor(raw) as cursor:
         for sql, params in kept:
             cursor.execute(sql, params)
         cursor.execute("COMMIT")

@@ -44,6 +44,7 @@ RUN_WAITING = EventType.RUN_WAITING
 """Event type written when a queued run starts waiting (one per waiting episode)."""
 
 ADMISSION_LOCK_KEY = int.from_bytes(b"cadadmit", "big")
+_LOCK_ADMISSION = "SELECT pg_advisory_xact_lock(%s)"
 """The PostgreSQL advisory lock that serializes admission decisions across nodes."""
 
 _QUEUED = RunState.QUEUED.value
@@ -82,7 +83,13 @@ class AdmissionRepository(StoreCore):
         single write lock (``BEGIN IMMEDIATE``). Changes nothing; writes no event.
         """
         if self.dialect == "postgresql":
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(ADMISSION_LOCK_KEY)))
+            # On the DBAPI cursor: taken at every decision, and a Core statement's Python
+            # cost more than the lock's round trip.
+            cursor = conn.connection.cursor()
+            try:
+                cursor.execute(_LOCK_ADMISSION, (ADMISSION_LOCK_KEY,))
+            finally:
+                cursor.close()
 
     def has_queued_runs(self) -> bool:
         """Whether any run is QUEUED: one indexed read on the DBAPI connection, without a

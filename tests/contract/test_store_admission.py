@@ -3,6 +3,7 @@ the admission lock, and whole decisions on a FakeClock checked from recorded sta
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -16,7 +17,7 @@ from tests.support.store_helpers import end_run, start_run
 from cadenza.clock import FakeClock
 from cadenza.domain.admission import HOUR, Decision, Limits, admit, limits_from_config
 from cadenza.domain.states import RunState
-from cadenza.store import Store
+from cadenza.store import Store, admission
 from cadenza.store.admission import ADMISSION_LOCK_KEY, RUN_WAITING
 from cadenza.store.tables import runs
 
@@ -219,6 +220,31 @@ def test_admission_lock_is_held_until_the_transaction_ends(store: Store) -> None
             assert taken is False
     with store.write() as conn:  # released: taken again at once
         store.lock_admission(conn)
+
+
+def test_a_decision_left_idle_is_ended_and_frees_the_admission_lock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a node stopped in the middle of a decision (its transaction idle, holding
+    the admission lock) does not hold the other nodes' decisions until it resumes: the
+    database ends that transaction after ADMISSION_IDLE_MS, and its writes are lost."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite's one writer is one process: no other node waits for it")
+    monkeypatch.setattr(admission, "ADMISSION_IDLE_MS", 500)
+    other = Store.open(store.engine.url.render_as_string(hide_password=False))
+    try:
+        with pytest.raises(Exception), store.write() as conn:  # noqa: B017 (the driver's)
+            store.lock_admission(conn)
+            time.sleep(1.2)  # "stopped": idle in transaction past the limit
+            conn.execute(sa.text("CREATE TABLE never_written (x int)"))
+        started = time.monotonic()
+        with other.write() as conn:
+            other.lock_admission(conn)  # free: the stopped decision was ended
+        assert time.monotonic() - started < 1.0
+        with other.read() as conn:
+            assert conn.execute(sa.text("SELECT to_regclass('never_written')")).scalar() is None
+    finally:
+        other.close()
 
 
 # --- whole decisions on a FakeClock ------------------------------------------------------------

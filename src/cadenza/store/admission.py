@@ -44,7 +44,13 @@ RUN_WAITING = EventType.RUN_WAITING
 """Event type written when a queued run starts waiting (one per waiting episode)."""
 
 ADMISSION_LOCK_KEY = int.from_bytes(b"cadadmit", "big")
-_LOCK_ADMISSION = "SELECT pg_advisory_xact_lock(%s)"
+_LOCK_ADMISSION = ("SELECT pg_advisory_xact_lock(%s),"
+                   " set_config('idle_in_transaction_session_timeout', %s, true)")
+ADMISSION_IDLE_MS = 15_000
+"""PostgreSQL: a decision's transaction left idle this long (milliseconds) is ended by the
+database, and the admission lock with it: a node stopped in the middle of a decision
+(SIGSTOP, a debugger, a paused VM) makes the other nodes' decisions wait this long at
+most, not until it resumes. A decision runs for milliseconds."""
 """The PostgreSQL advisory lock that serializes admission decisions across nodes."""
 
 _QUEUED = RunState.QUEUED.value
@@ -79,15 +85,17 @@ class AdmissionRepository(StoreCore):
         """Take the admission lock for the rest of ``conn``'s transaction (from :meth:`write`).
 
         PostgreSQL: a transaction-scoped advisory lock, so one node at a time reads the load
-        and claims runs. SQLite: nothing to do, ``write()`` already holds the database's
-        single write lock (``BEGIN IMMEDIATE``). Changes nothing; writes no event.
+        and claims runs; the transaction is ended by the database if it is left idle for
+        :data:`ADMISSION_IDLE_MS` (its node stopped). SQLite: nothing to do, ``write()``
+        already holds the database's single write lock (``BEGIN IMMEDIATE``). Changes
+        nothing; writes no event.
         """
         if self.dialect == "postgresql":
             # On the DBAPI cursor: taken at every decision, and a Core statement's Python
             # cost more than the lock's round trip.
             cursor = conn.connection.cursor()
             try:
-                cursor.execute(_LOCK_ADMISSION, (ADMISSION_LOCK_KEY,))
+                cursor.execute(_LOCK_ADMISSION, (ADMISSION_LOCK_KEY, str(ADMISSION_IDLE_MS)))
             finally:
                 cursor.close()
 

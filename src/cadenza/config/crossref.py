@@ -54,6 +54,7 @@ class Catalog:
     roots: list[Path] = field(default_factory=list)
     allowed_callables: list[str] = field(default_factory=list)
     store_url: str | None = None
+    calendars: list[str] = field(default_factory=list)
 
 
 def catalog_of(data: Mapping[str, Any] | None, home: Path) -> Catalog:
@@ -74,7 +75,8 @@ def catalog_of(data: Mapping[str, Any] | None, home: Path) -> Catalog:
     store_url = raw_table(data.get("store")).get("url", "sqlite:///data/cadenza.db")
     return Catalog(True, connections, pools, list(raw_table(data.get("channels"))), paths,
                    [a for a in allowed if isinstance(a, str)] if isinstance(allowed, list)
-                   else [], store_url if isinstance(store_url, str) else None)
+                   else [], store_url if isinstance(store_url, str) else None,
+                   list(raw_table(data.get("calendars"))))
 
 
 def marked(tp: Any, raw: object, path: KeyPath,
@@ -150,6 +152,9 @@ class JobChecker:
         self._refs(job_id, marked(job_model, job_fields, at))
         self._counts(raw.get("requires"), (*at, "requires"))
         self._presets(at, raw, params, names)
+        check_calendar_keys(raw, raw, at, self.report)
+        for name, preset in raw_table(raw.get("presets")).items():
+            check_calendar_keys(raw_table(preset), raw, (*at, "presets", name), self.report)
         for k, step in enumerate(steps):
             self._step(job_id, (*at, "steps", k), step, params, names, k)
         alerts = raw_table(raw.get("alerts"))
@@ -251,6 +256,9 @@ class JobChecker:
             if marker.subtype and pools[name][0] != marker.subtype:
                 return (f"pool {name!r} is of kind {pools[name][0]!r}; expected a "
                         f"{marker.subtype} pool")
+        elif marker.kind == "calendar" and name not in self.catalog.calendars:
+            return (f"unknown calendar {name!r}: expected a [calendars.{name}] of cadenza.toml "
+                    f"(calendars: {', '.join(self.catalog.calendars) or 'none'})")
         elif marker.kind == "channel" and name not in self.catalog.channels:
             return (f"unknown channel {name!r}: expected a channel of cadenza.toml "
                     f"(channels: {', '.join(self.catalog.channels) or 'none'})")
@@ -359,6 +367,48 @@ class JobChecker:
         if not found:
             self.report.warning((*at, "callable"), f"module {top!r} is neither in plugins/ nor "
                                 "installed; the step will fail when it runs")
+
+
+def check_calendar_keys(owner: Mapping[str, Any], job: Mapping[str, Any], at: KeyPath,
+                        report: Reporter) -> None:
+    """The business-calendar keys of a job or preset (``owner``; a preset's unset keys are
+    its job's) fit together and with the schedule."""
+    from cadenza.domain.cron import CronError, parse_cron
+
+    def pick(key: str) -> Any:
+        return owner[key] if key in owner else job.get(key)
+
+    mine = [k for k in ("days", "shift", "business_day") if k in owner]
+    if not mine and "calendar" not in owner and "schedule" not in owner:
+        return
+    days, shift, nth = pick("days"), pick("shift"), pick("business_day")
+    if pick("calendar") is None and (days == "business" or nth is not None or
+                                     shift not in (None, "skip")):
+        if mine:
+            report.error((*at, mine[0]), f"{mine[0]} needs a business calendar: expected "
+                         f"calendar = NAME (a [calendars.NAME] of cadenza.toml)", at="key")
+        return
+    if nth == 0:
+        report.error((*at, "business_day"), "expected 1..23 (the N-th working day of the "
+                     "month) or -1..-23 (from its end; -1 is the last), got 0")
+    if shift not in (None, "skip") and days != "business" and nth is None:
+        report.error((*at, "shift"), 'shift moves a fire that falls on a day off: expected '
+                     'days = "business" as well', at="key")
+    schedule = owner.get("schedule") if owner is not job or "schedule" in owner else None
+    if not isinstance(schedule, str):
+        return
+    try:
+        cron = parse_cron(schedule)
+    except CronError:
+        return  # the schedule's own error is reported
+    if nth is not None and (cron.days_restricted or cron.weekdays_restricted):
+        report.error((*at, "schedule"), "with business_day, the schedule gives only the "
+                     "time: expected * as the day of month and the day of week, e.g. "
+                     "\"0 6 * * *\"")
+    elif days == "business" and cron.weekdays_restricted:
+        report.warning((*at, "schedule"), 'with days = "business" the calendar chooses the '
+                       "days: a make-up working day on a weekend (China's 调休 Saturdays) "
+                       "only fires when the day of week is *")
 
 
 def _no_step(name: str, names: list[str]) -> str:

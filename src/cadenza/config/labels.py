@@ -40,6 +40,12 @@ WORDS: dict[str, str] = {
     "multi_valued": "Multi-valued attributes",
     "max_delete_ratio": "Max share of rows deleted",
     "type_coercion": "Type coercion",
+    "calendar": "Business calendar",
+    "days": "Days to run on",
+    "shift": "A fire on a day off",
+    "business_day": "Working day of the month",
+    "start_by": "Late if not started by",
+    "finish_by": "Late if not finished by",
 }
 """Labels that are not the key's words."""
 

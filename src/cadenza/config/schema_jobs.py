@@ -23,7 +23,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SerializeAsAny
 
 from cadenza.config.types import (
+    CalendarName,
     CronSchedule,
+    Deadline,
     Duration,
     Identifier,
     JsonMap,
@@ -55,6 +57,10 @@ keys of its type (a python step's ``callable``, an http step's ``url``).
 """
 
 
+BusinessDay = Annotated[int, Field(ge=-23, le=23)]
+"""The N-th working day of the month, 1..23, or from its end, -1 (the last)..-23; not 0."""
+
+
 class Alerts(StrictModel):
     """Failure alerts without any rule: on FAILED or NEEDS_REVIEW (``on_failure``), and once
     when a run lasts longer than ``long_run``."""
@@ -79,6 +85,13 @@ class Preset(StrictModel):
     step_args: dict[Identifier, JsonMap] = Field(default_factory=dict)
     disabled_steps: list[Identifier] = Field(default_factory=list)
     log_level: LogLevel | None = None
+    # The business calendar and deadlines of the preset's schedule; unset: the job's.
+    calendar: CalendarName | None = None
+    days: Literal["all", "business"] | None = None
+    shift: Literal["skip", "next", "previous"] | None = None
+    business_day: BusinessDay | None = None
+    start_by: Deadline | None = None
+    finish_by: Deadline | None = None
 
 
 class JobConfig(StrictModel):
@@ -118,6 +131,23 @@ class JobConfig(StrictModel):
     windows: list[WindowSpec] = Field(default_factory=list, description=(
         "When runs may start, e.g. Mon-Fri 08:00-18:00; a fire outside waits for the next "
         "window."))
+    calendar: CalendarName | None = Field(None, description=(
+        "A business calendar of cadenza.toml the schedule follows, e.g. france."))
+    days: Literal["all", "business"] = Field("all", description=(
+        "business: fire only on the calendar's working days (make-up working days "
+        "included); a fire on a holiday is recorded as skipped, with the holiday's name."))
+    shift: Literal["skip", "next", "previous"] = Field("skip", description=(
+        "A fire on a day off (with days = business): skip it, or move it to the next or "
+        "the previous working day."))
+    business_day: BusinessDay | None = Field(None, description=(
+        "Fire only on the N-th working day of the month, e.g. 3; -1 is the last. The "
+        "schedule gives the time, with * for the day of month and the day of week."))
+    start_by: Deadline | None = Field(None, description=(
+        "Alert (late) when a scheduled run has not started by then: a time of day like "
+        "07:00, or a time after the scheduled one like 2h."))
+    finish_by: Deadline | None = Field(None, description=(
+        "Alert (late) when a scheduled run is still running then: a time of day like "
+        "07:00, or a time after the scheduled one like 4h."))
     jitter: Duration = Field(timedelta(0), description=(
         "A random delay up to this before each scheduled run, e.g. 5m, to spread load."))
     budget_per_hour: int = Field(0, ge=0, le=1_000_000, description=(

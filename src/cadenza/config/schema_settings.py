@@ -10,9 +10,10 @@ String values may hold ``${env.NAME}`` and ``${secret.NAME}``; the loader resolv
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import date, timedelta
+from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -31,12 +32,15 @@ from cadenza.config.types import (
     without_tokens,
 )
 
+if TYPE_CHECKING:
+    from cadenza.domain.calendar import Calendar
+
 LdapUrl = Annotated[str, url_check(("ldap", "ldaps"), "ldap://127.0.0.1:389")]
 ProxyUrl = Annotated[str, url_check(("http", "https", "socks5", "socks5h"),
                                     "http://user:${secret.NAME}@10.1.2.3:3128")]
 Port = Annotated[int, Field(ge=1, le=65535)]
 RuleEvent = Literal["failed", "needs_review", "succeeded", "canceled", "missed", "long_run",
-                    "recovered", "stalled"]
+                    "recovered", "stalled", "late"]
 _SECONDS_30 = timedelta(seconds=30)
 _APP_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -368,6 +372,56 @@ class Rule(StrictModel):
         return self
 
 
+def _day_key(value: str) -> str:
+    try:
+        date.fromisoformat(value)
+    except ValueError:
+        fail(f"expected a date like 2027-12-24 (year-month-day), got {value!r}")
+    return value
+
+
+DayKey = Annotated[str, AfterValidator(_day_key)]
+DayNames = dict[DayKey, NonEmptyStr]
+WeekdayKey = Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+
+class CalendarSettings(StrictModel):
+    """A business calendar: a country's public holidays (``country``, ``subdivision``) plus
+    the home's own ``days_off`` and ``working_days`` (``2027-12-24 = "Closing day"``)."""
+
+    country: Annotated[str, AfterValidator(_region)] | None = None
+    subdivision: NonEmptyStr | None = None
+    language: NonEmptyStr | None = None
+    weekend: list[WeekdayKey] | None = Field(None, max_length=6)
+    days_off: DayNames = Field(default_factory=dict)
+    working_days: DayNames = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _known(self) -> CalendarSettings:
+        from cadenza.domain.calendar import CalendarError, calendar_from, supported_countries
+
+        if self.country is None:
+            if self.subdivision is not None:
+                fail("expected 'country' with 'subdivision' (e.g. country = \"FR\", "
+                     "subdivision = \"57\")")
+            return self
+        countries = supported_countries()
+        if self.country not in countries:
+            fail(f"unknown country {self.country!r}: expected a country code with public "
+                 f"holidays, e.g. FR, CN, DE, US")
+        subs = countries[self.country]
+        if self.subdivision is not None and self.subdivision not in subs:
+            fail(f"unknown subdivision {self.subdivision!r} of {self.country}: expected one of "
+                 f"{', '.join(subs) or '(none)'}")
+        try:
+            calendar = calendar_from("check", self.model_dump())
+        except CalendarError as exc:
+            fail(str(exc))
+        if self.language is not None and calendar.language_problem(self.language):
+            fail(calendar.language_problem(self.language) or "")
+        return self
+
+
 class RetentionSettings(StrictModel):
     """How long finished runs, logs and events are kept."""
 
@@ -389,6 +443,15 @@ class Settings(StrictModel):
     rules: list[Rule] = Field(default_factory=list)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
+    calendars: dict[Identifier, CalendarSettings] = Field(default_factory=dict)
+
+    @cached_property
+    def calendar_objects(self) -> dict[str, Calendar]:
+        """The business calendars, built once per loaded configuration."""
+        from cadenza.domain.calendar import calendar_from
+
+        return {name: calendar_from(name, table.model_dump())
+                for name, table in self.calendars.items()}
 
     def store_url(self, home: Path) -> str:
         """The store's SQLAlchemy URL with a relative SQLite path made absolute under ``home``."""

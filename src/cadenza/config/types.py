@@ -77,7 +77,7 @@ class Ref:
     ``subtype``, any kind when None), ``job`` or ``channel``. On a table field, the table's
     keys are the names."""
 
-    kind: Literal["connection", "pool", "job", "channel"]
+    kind: Literal["connection", "pool", "job", "channel", "calendar"]
     subtype: str | None = None
 
 
@@ -153,6 +153,20 @@ def _cron(value: str) -> str:
     except CronError as exc:
         fail(f"invalid schedule {value!r}: {exc}")
     return value
+
+
+_CLOCK_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
+
+
+def _deadline(value: str) -> str:
+    if _CLOCK_TIME.fullmatch(value.strip()):
+        return value.strip()
+    try:
+        parse_duration(value)
+    except ValueError:
+        fail(f'expected a time of day like "07:00" (in the job\'s zone) or a duration after '
+             f'the scheduled time like "2h" or "90m", got {value!r}')
+    return value.strip()
 
 
 def _window(value: str) -> str:
@@ -258,6 +272,10 @@ Identifier = Annotated[str, AfterValidator(_identifier)]
 Timezone = Annotated[str, AfterValidator(_timezone)]
 CronSchedule = Annotated[str, AfterValidator(_cron)]
 WindowSpec = Annotated[str, AfterValidator(_window)]
+Deadline = Annotated[str, AfterValidator(_deadline)]
+"""``start_by`` / ``finish_by``: ``"07:00"`` (the first such time of day at or after the
+scheduled time, in the job's zone) or a duration after the scheduled time (``"2h"``)."""
+CalendarName = Annotated[str, AfterValidator(_identifier), Ref("calendar")]
 Recipient = Annotated[str, AfterValidator(_recipient)]
 EmailAddress = Annotated[str, AfterValidator(_email)]
 RelativePath = Annotated[str, AfterValidator(_relative_path)]

@@ -182,7 +182,7 @@ class Notifier:
         schedule's last recorded fire, so a scheduler down for hours alerts once until the
         schedule fires again. Returns how many were new."""
         from cadenza.scheduler.fires import FireStream
-        from cadenza.scheduler.schedules import all_schedules
+        from cadenza.scheduler.schedules import all_schedules, calendars_of
 
         if self.config is None:
             return 0
@@ -191,7 +191,8 @@ class Notifier:
             return 0
         intents: list[Intent] = []
         with self.store.read() as c:
-            for (job_id, name), spec in all_schedules(config.jobs).items():
+            specs = all_schedules(config.jobs, None, calendars_of(config))
+            for (job_id, name), spec in specs.items():
                 job = config.jobs[job_id]
                 if not spec.enabled or not job.enabled:
                     continue

@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cadenza.config.durations import format_duration
+from cadenza.domain.business_days import FireNote
 from cadenza.domain.cron import DAY_NAMES, DstMark
 from cadenza.domain.states import RunState
 from cadenza.scheduler.schedules import JobPolicy, ScheduleSpec
@@ -46,7 +47,7 @@ def fires_between(spec: ScheduleSpec, after: datetime, until: datetime) -> list[
     out: list[datetime] = []
     if until_utc <= after_utc:
         return out
-    for fire in spec.cron.fires(after_utc, spec.zone):
+    for fire in spec.fires(after_utc):
         fire_utc = fire.astimezone(UTC)
         if fire_utc > until_utc:
             break
@@ -56,7 +57,7 @@ def fires_between(spec: ScheduleSpec, after: datetime, until: datetime) -> list[
 
 def next_fire(spec: ScheduleSpec, after: datetime) -> datetime | None:
     """The first fire of ``spec`` strictly after ``after`` (UTC), or None if it never fires."""
-    for fire in spec.cron.fires(after.astimezone(UTC), spec.zone):
+    for fire in spec.fires(after.astimezone(UTC)):
         return fire.astimezone(UTC)
     return None
 
@@ -80,7 +81,7 @@ class FireStream:
 
     def _restart(self, after: datetime) -> None:
         self.base = after
-        self._fires = self.spec.cron.fires(after, self.spec.zone)
+        self._fires = self.spec.fires(after)
         self._ahead: list[datetime] = []  # fires after base already computed, ascending
         self._more = True
 
@@ -128,34 +129,52 @@ class UpcomingFire:
     utc: datetime
     schedule: str
     dst: DstMark | None
+    calendar: FireNote | None = None
+    """What the business calendar did: skipped (the fire is recorded, not run), moved, or
+    the n-th working day."""
 
     @property
     def day_name(self) -> str:
         """The local weekday in words (0 = Monday)."""
         return DAY_NAMES[self.local.weekday()]
 
+    @property
+    def skipped(self) -> bool:
+        """Whether the fire falls on a day off and does not run (it is recorded)."""
+        return self.calendar is not None and self.calendar.kind == "skipped"
+
     def as_json(self) -> dict[str, Any]:
-        """``{"at", "utc", "schedule", "dst"}`` as ``cadenza jobs next --json`` prints it."""
+        """``{"at", "utc", "schedule", "dst", "calendar"}`` as ``cadenza jobs next --json``
+        prints it; ``calendar`` is None or ``{"kind", "note", "days": [{"date", "name"}]}``."""
+        note = self.calendar
         return {
             "at": self.local.isoformat(),
             "utc": self.utc.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "schedule": self.schedule,
             "dst": self.dst,
+            "calendar": None if note is None else {
+                "kind": note.kind, "note": note.text(),
+                "days": [{"date": d.day.isoformat(), "name": d.name} for d in note.days]},
         }
 
 
-def _preview(spec: ScheduleSpec, after: datetime) -> Iterator[tuple[datetime, int, UpcomingFire]]:
+def _preview(spec: ScheduleSpec, after: datetime, language: str | None
+             ) -> Iterator[tuple[datetime, int, UpcomingFire]]:
     order = 0
-    for fire in spec.cron.fires(after, spec.zone):
+    for fire in spec.fires(after):
         utc = fire.astimezone(UTC)
         order += 1
-        yield utc, order, UpcomingFire(fire, utc, spec.name, spec.cron.dst_mark(fire, spec.zone))
+        yield utc, order, UpcomingFire(fire, utc, spec.name, spec.cron.dst_mark(fire, spec.zone),
+                                       spec.note(fire, language))
 
 
-def upcoming(specs: Iterable[ScheduleSpec], after: datetime, n: int) -> list[UpcomingFire]:
+def upcoming(specs: Iterable[ScheduleSpec], after: datetime, n: int,
+             language: str | None = None) -> list[UpcomingFire]:
     """The next ``n`` fires after ``after`` of the enabled ``specs``, merged in time order
-    (ties: the order of ``specs``)."""
-    streams = [_preview(spec, after.astimezone(UTC)) for spec in specs if spec.enabled]
+    (ties: the order of ``specs``); calendar notes name days in ``language`` (None: each
+    calendar's own)."""
+    streams = [_preview(spec, after.astimezone(UTC), language)
+               for spec in specs if spec.enabled]
     out: list[UpcomingFire] = []
     for _utc, _order, item in heapq.merge(*streams, key=lambda t: (t[0], t[1])):
         out.append(item)
@@ -174,6 +193,8 @@ class PlannedRun:
     reason: str | None
     not_before: datetime | None = None
     catch_up: bool = False
+    day_off: bool = False
+    """A MISSED fire that fell on a day off of its calendar: expected, no missed alert."""
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -247,11 +268,19 @@ def plan_job(
     boundary = now.astimezone(UTC) - policy.missed_grace
     planned: list[PlannedRun] = []
     for item in due:
-        missed = [f for f in item.fires if f < boundary]
+        spec = item.schedule
+        notes = {when: spec.note(when) for when in item.fires} if spec.rule else {}
+        off = {when for when, note in notes.items() if note and note.kind == "skipped"}
+        for when, note in notes.items():
+            if when in off and note is not None:
+                planned.append(PlannedRun(spec, when, RunState.MISSED, note.text(), day_off=True))
+        missed = [f for f in item.fires if f < boundary and f not in off]
         planned.extend(_missed_plan(policy, item, missed))
         for when in item.fires:
-            if when >= boundary:
-                planned.append(PlannedRun(item.schedule, when, RunState.QUEUED, None))
+            if when >= boundary and when not in off:
+                note = notes.get(when)
+                reason = note.text() if note is not None and note.kind == "moved" else None
+                planned.append(PlannedRun(spec, when, RunState.QUEUED, reason))
     planned.sort(key=lambda p: (p.scheduled_for, p.schedule.name))
     out: list[PlannedRun] = []
     for run in planned:

@@ -14,12 +14,14 @@ Zones: the preset's ``timezone``, else the job's, else the server's zone
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from cadenza.domain.business_days import CalendarRule, FireNote
+from cadenza.domain.calendar import Calendar
 from cadenza.domain.cron import CronExpr, parse_cron
 from cadenza.domain.params import convert_all
 
@@ -60,6 +62,9 @@ class ScheduleSpec:
     disabled_because: str | None
     preset: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    rule: CalendarRule | None = None
+    """The business calendar the fires follow (``calendar``, ``days``, ``shift``,
+    ``business_day``), or None."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -67,9 +72,27 @@ class ScheduleSpec:
         return (self.job_id, self.name)
 
     @property
-    def identity(self) -> tuple[str, str]:
-        """What makes a changed schedule a new one: its expression and zone."""
-        return (self.expression, self.zone.key)
+    def identity(self) -> tuple[Any, ...]:
+        """What makes a changed schedule a new one: its expression, zone and calendar."""
+        return (self.expression, self.zone.key, self.rule)
+
+    def fires(self, after: datetime) -> Iterator[datetime]:
+        """The fires strictly after ``after`` (aware), as aware datetimes in the zone, in
+        order; on a calendar, moved ones at their new time and skipped ones included."""
+        if self.rule is None:
+            return self.cron.fires(after, self.zone)
+        return self.rule.fires(self.cron, after, self.zone)
+
+    def note(self, fire: datetime, language: str | None = None) -> FireNote | None:
+        """What the calendar did to ``fire`` (skipped, moved, the n-th working day)."""
+        if self.rule is None:
+            return None
+        return self.rule.note(self.cron, fire, self.zone, language)
+
+    def skipped(self, fire: datetime) -> str | None:
+        """The reason ``fire`` does not run (its day is off), or None when it runs."""
+        note = self.note(fire)
+        return note.text() if note is not None and note.kind == "skipped" else None
 
 
 @dataclass(frozen=True)
@@ -100,11 +123,29 @@ def policy_of(job: Any) -> JobPolicy:
     )
 
 
-def schedules_of(job: Any, default_zone: ZoneInfo | None = None) -> list[ScheduleSpec]:
-    """Every schedule of ``job`` (a ``JobConfig``), enabled or not, the job's first.
+def rule_of(owner: Any, job: Any, calendars: Mapping[str, Calendar]) -> CalendarRule | None:
+    """The :class:`CalendarRule` of a job or preset (``owner``; a preset's unset keys are its
+    job's), or None without a calendar. A calendar that ``calendars`` lacks (the check of the
+    configuration refuses it) is no rule."""
+    def pick(key: str) -> Any:
+        value = getattr(owner, key, None)
+        return getattr(job, key, None) if value is None and owner is not job else value
+
+    name = pick("calendar")
+    if name is None or name not in calendars:
+        return None
+    return CalendarRule(calendars[name], pick("days") or "all", pick("shift") or "skip",
+                        pick("business_day"))
+
+
+def schedules_of(job: Any, default_zone: ZoneInfo | None = None,
+                 calendars: Mapping[str, Calendar] | None = None) -> list[ScheduleSpec]:
+    """Every schedule of ``job`` (a ``JobConfig``), enabled or not, the job's first, each on
+    its business calendar among ``calendars``.
 
     Disabled ones carry ``disabled_because`` (for previews); the scheduler skips them.
     """
+    calendars = calendars or {}
     fallback = default_zone or server_zone()
     job_zone = ZoneInfo(job.timezone) if job.timezone else fallback
     out: list[ScheduleSpec] = []
@@ -118,6 +159,7 @@ def schedules_of(job: Any, default_zone: ZoneInfo | None = None) -> list[Schedul
                 zone=job_zone,
                 enabled=bool(job.enabled),
                 disabled_because=None if job.enabled else "the job is disabled (enabled = false)",
+                rule=rule_of(job, job, calendars),
             )
         )
     for name, preset in job.presets.items():
@@ -136,6 +178,7 @@ def schedules_of(job: Any, default_zone: ZoneInfo | None = None) -> list[Schedul
                 else f"preset {name!r} is disabled (enabled = false)",
                 preset=name,
                 overrides=preset_overrides(name, preset, job.params),
+                rule=rule_of(preset, job, calendars),
             )
         )
     return out
@@ -157,8 +200,19 @@ def preset_overrides(name: str, preset: Any,
 
 
 def all_schedules(
-    jobs: dict[str, Any], default_zone: ZoneInfo | None = None
+    jobs: dict[str, Any], default_zone: ZoneInfo | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> dict[tuple[str, str], ScheduleSpec]:
     """Every schedule of every job, keyed by (job_id, schedule name)."""
     zone = default_zone or server_zone()
-    return {spec.key: spec for job in jobs.values() for spec in schedules_of(job, zone)}
+    return {spec.key: spec for job in jobs.values()
+            for spec in schedules_of(job, zone, calendars)}
+
+
+def calendars_of(config: Any) -> dict[str, Calendar]:
+    """The business calendars of a ``LoadedConfig`` (``[calendars]`` of cadenza.toml), built
+    once per configuration; none for a bare mapping of jobs."""
+    settings = getattr(config, "settings", None)
+    if settings is None:
+        return {}
+    return dict(settings.calendar_objects)

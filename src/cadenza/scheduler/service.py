@@ -63,6 +63,7 @@ from cadenza.scheduler.schedules import (
     JobPolicy,
     ScheduleSpec,
     all_schedules,
+    calendars_of,
     policy_of,
     server_zone,
 )
@@ -365,7 +366,7 @@ class Scheduler:
 
     def _apply(self, config: Any) -> None:
         jobs = jobs_of(config)
-        self._specs = all_schedules(dict(jobs), self.zone)
+        self._specs = all_schedules(dict(jobs), self.zone, calendars_of(config))
         self._policies = {job_id: policy_of(job) for job_id, job in jobs.items()}
         enabled = {key for key, spec in self._specs.items() if spec.enabled}
         self._cursors = {k: v for k, v in self._cursors.items() if k in enabled}
@@ -602,6 +603,7 @@ class Scheduler:
                 reason=run.reason,
                 priority=self._policies[job_id].priority,
                 not_before=run.not_before,
+                day_off=run.day_off,
             )
             for job_id, run in plan
         ]

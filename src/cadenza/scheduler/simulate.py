@@ -36,6 +36,7 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 from cadenza.domain.admission import Candidate, Limits, Load, admit
+from cadenza.domain.calendar import Calendar
 from cadenza.domain.states import RunState
 from cadenza.scheduler.fires import DueFires, PlannedRun, plan_job
 from cadenza.scheduler.schedules import JobPolicy, ScheduleSpec, all_schedules, policy_of
@@ -128,10 +129,12 @@ def _fires(
     for spec in specs.values():
         if not spec.enabled:
             continue
-        for fire in spec.cron.fires(after, spec.zone):
+        for fire in spec.fires(after):
             utc = fire.astimezone(UTC)
             if utc >= end:
                 break
+            if spec.skipped(fire):
+                continue  # a day off of its calendar: recorded, never run
             out.append((utc, spec.name, spec))
             if len(out) > MAX_FIRES:
                 raise SimulationTooLarge(
@@ -153,6 +156,7 @@ def simulate(
     default_zone: ZoneInfo | None = None,
     needs: Mapping[str, Mapping[str, int]] | None = None,
     pools: Mapping[str, SimulatedPool] | None = None,
+    calendars: Mapping[str, Calendar] | None = None,
 ) -> list[SimulatedFire]:
     """Every fire in ``[start, end)`` of the enabled schedules of ``jobs`` (``JobConfig``
     by id) and its outcome, in time order. ``limits`` are admission's (built from the same
@@ -164,7 +168,7 @@ def simulate(
     start, end = start.astimezone(UTC), end.astimezone(UTC)
     if end <= start:
         raise ValueError("the end of the simulation must come after its start")
-    specs = all_schedules(dict(jobs), default_zone)
+    specs = all_schedules(dict(jobs), default_zone, calendars)
     policies = {job_id: policy_of(job) for job_id, job in jobs.items()}
     fires = _fires(specs, start, end)
     state = _State(limits, workers, durations or {}, needs or {},

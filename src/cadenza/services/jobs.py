@@ -142,7 +142,7 @@ class JobService:
         job = self.get(job_id)
         after = parse_instant(start, "--from", "an ISO time like 2027-10-30T12:00:00+02:00") \
             if start else self.services.clock.now()
-        specs = schedules_of(job, server_zone())
+        specs = schedules_of(job, server_zone(), self.services.config().settings.calendar_objects)
         views = tuple(ScheduleView(spec.name, spec.expression, spec.zone.key,
                                    describe(spec.cron, spec.zone.key), spec.enabled,
                                    spec.disabled_because) for spec in specs)

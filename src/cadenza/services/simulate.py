@@ -49,6 +49,7 @@ class SimulateService:
                      for name, pool in config.settings.pools.items()}
             return simulate(config.jobs, limits_from_loaded(config), begin, finish,
                             workers=config.settings.workers.count, durations=durations,
-                            default_zone=server_zone(), needs=plan.peak, pools=pools)
+                            default_zone=server_zone(), needs=plan.peak, pools=pools,
+                            calendars=config.settings.calendar_objects)
         except SimulationTooLarge as exc:
             raise InvalidRequest(str(exc)) from None

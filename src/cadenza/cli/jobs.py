@@ -104,11 +104,15 @@ def next_fires(
             "UTC": fire.utc.strftime("%Y-%m-%d %H:%M"),
             "schedule": fire.schedule,
             "DST": _DST_TEXT.get(fire.dst or "", ""),
+            "calendar": fire.calendar.text() if fire.calendar is not None else "",
         }
         for fire in preview.fires
     ]
     if rows:
-        print_table(rows, ["local time", "day", "UTC offset", "UTC", "schedule", "DST"])
+        columns = ["local time", "day", "UTC offset", "UTC", "schedule", "DST"]
+        if any(fire.calendar is not None for fire in preview.fires):
+            columns.append("calendar")
+        print_table(rows, columns)
 
 
 _DST_TEXT = {

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from cadenza.cli import backup as backup_cmd
+from cadenza.cli import calendars as calendars_cmd
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
@@ -66,6 +67,7 @@ app.add_typer(notify_cmd.log_app, name="notifications")
 resources_probe_cmd.register(resources_cmd.app)
 app.add_typer(resources_cmd.app, name="resources")
 app.add_typer(tokens_cmd.app, name="tokens")
+app.add_typer(calendars_cmd.app, name="calendars")
 app.command("stats")(stats_cmd.stats_command)
 
 

@@ -90,6 +90,7 @@ class Services:
     def _nouns(self) -> None:
         """One service object per noun (cheap: they open nothing until used)."""
         from cadenza.services.backup import BackupService
+        from cadenza.services.calendars import CalendarService
         from cadenza.services.config import ConfigService
         from cadenza.services.history import HistoryService
         from cadenza.services.jobs import JobService
@@ -110,6 +111,7 @@ class Services:
         self.simulation = SimulateService(self)
         self.notifications = NotificationService(self)
         self.resources = ResourceService(self)
+        self.calendars = CalendarService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

@@ -352,7 +352,7 @@ class JobPagesService:
         text, digest = self._jobs_file()
         job = jobs.get(job_id)
         summary = next(s for s in jobs.list() if s.id == job_id)
-        preview = jobs.next_fires(job_id, 10)
+        preview = jobs.next_fires(job_id, 10, language=self.language)
         schedules = tuple((s, self.words(s.expression, s.zone) or "")
                           for s in preview.schedules)
         presets = tuple(

@@ -132,9 +132,12 @@ class JobService:
         shown = self.services.home.redactor.redact_value(definition(job))
         return JobDefinition(job_id, job.description, shown)
 
-    def next_fires(self, job_id: str, count: int = 10, start: str | None = None) -> NextFires:
+    def next_fires(self, job_id: str, count: int = 10, start: str | None = None,
+                   language: str | None = None) -> NextFires:
         """The next ``count`` fires of the job's enabled schedules (job and presets), from
-        ``start`` (an ISO time, server zone without offset) or now."""
+        ``start`` (an ISO time, server zone without offset) or now; the days a business
+        calendar skips or moves a fire from are named in ``language`` (None: the
+        calendar's own)."""
         from cadenza.domain.cron_words import describe
         from cadenza.scheduler.fires import upcoming
         from cadenza.scheduler.schedules import schedules_of, server_zone
@@ -142,11 +145,12 @@ class JobService:
         job = self.get(job_id)
         after = parse_instant(start, "--from", "an ISO time like 2027-10-30T12:00:00+02:00") \
             if start else self.services.clock.now()
-        specs = schedules_of(job, server_zone(), self.services.config().settings.calendar_objects)
+        calendars = self.services.config().settings.calendar_objects
+        specs = schedules_of(job, server_zone(), calendars)
         views = tuple(ScheduleView(spec.name, spec.expression, spec.zone.key,
                                    describe(spec.cron, spec.zone.key), spec.enabled,
                                    spec.disabled_because) for spec in specs)
-        return NextFires(job_id, views, tuple(upcoming(specs, after, count)))
+        return NextFires(job_id, views, tuple(upcoming(specs, after, count, language)))
 
     # --- writes ------------------------------------------------------------------------
 

@@ -43,7 +43,8 @@ class RunBody(BaseModel):
 
 
 def _fire(fire: Any) -> dict[str, Any]:
-    return {"local": fire.local, "utc": fire.utc, "schedule": fire.schedule, "dst": fire.dst}
+    return {"local": fire.local, "utc": fire.utc, "schedule": fire.schedule, "dst": fire.dst,
+            "calendar": fire.as_json()["calendar"]}
 
 
 @router.get("")

@@ -93,3 +93,22 @@ def test_channel(channel: str, principal: AsAdmin, request: Request,
     with services_for(request, principal) as services:
         sent = services.notifications.test(channel, body.to if body else ())
         return {"deliveries": [d.as_json() for d in sent]}
+
+
+@router.get("/calendars", tags=["calendars"])
+def list_calendars(principal: AsViewer, request: Request) -> list[dict[str, Any]]:
+    """The business calendars of cadenza.toml: country, subdivision, weekly rest days and
+    how many days off and working days the home adds."""
+    with services_for(request, principal) as services:
+        return [c.as_json() for c in services.calendars.list()]
+
+
+@router.get("/calendars/{name}", tags=["calendars"])
+def show_calendar(principal: AsViewer, request: Request, name: str,
+                  year: int = Query(..., ge=1900, le=2200),
+                  language: str | None = Query(None, pattern=r"^(en|fr|zh_Hans)$")
+                  ) -> dict[str, Any]:
+    """The days off (public holidays, the home's closing days) and extra working days
+    (make-up days) of ``year``, named in ``language`` (default: the calendar's own)."""
+    with services_for(request, principal) as services:
+        return services.calendars.show(name, year, language).as_json()

@@ -87,3 +87,93 @@ def test_no_stalled_rule_no_check(tmp_path: Path) -> None:
             notify_bench(tmp_path, STALLED, channels(smtp.port, hook.url)) as bench:
         bench.clock.advance(timedelta(hours=5))
         assert bench.sender.notifier.check_stalled(bench.clock.now(), START) == 0
+
+
+DEADLINES = """
+[jobs.hog]
+requires = { db = 1 }
+[[jobs.hog.steps]]
+name = "noop"
+type = "python"
+callable = "cz_notify_tasks:ok"
+isolation = "thread"
+
+[jobs.nightly]
+schedule = "0 8 * * *"
+timezone = "UTC"
+requires = { db = 1 }
+start_by = "30m"
+finish_by = "09:00"
+[jobs.nightly.alerts]
+recipients = ["role:ops"]
+[[jobs.nightly.steps]]
+name = "noop"
+type = "python"
+callable = "cz_notify_tasks:ok"
+isolation = "thread"
+"""
+POOL = '[pools.db]\nkind = "unit"\nmembers = [{ id = "db1" }]\n'
+
+
+def test_deadlines_alert_once_while_the_run_is_late(tmp_path: Path) -> None:
+    """A run queued behind a full pool past its start_by alerts once before it starts; past
+    its finish_by, once while RUNNING; the run's history says it each time."""
+    from cadenza.assembly import assemble
+    from cadenza.domain.states import RunState
+    from cadenza.resources.plan import PoolPlan
+    from cadenza.resources.pools import sync_members
+
+    with smtp_server() as smtp, webhook_receiver() as hook, \
+            notify_bench(tmp_path, DEADLINES, channels(smtp.port, hook.url, POOL)) as bench:
+        check = bench.sender.notifier.check_late
+        store = bench.store
+        plan = PoolPlan.of(bench.config)  # the pools as a node's start sets them up
+        sync_members(store, plan)
+        assemble(store).configure(plan=plan)
+        hog = store.create_run("hog", "manual:test")
+        lease_until = START + timedelta(hours=4)
+        hog_lease = START + timedelta(minutes=40)  # its worker is lost: reaped at 08:40
+        assert [r.id for r in store.claim_runs("test:1:1", hog_lease, run_ids=[hog])] == [hog]
+        [nightly] = [r for r in store.create_fires([NewFire("nightly", "job", START)]) if r]
+        assert store.claim_runs("test:1:1", lease_until, run_ids=[nightly]) == []  # pool full
+        bench.clock.advance(timedelta(minutes=29, seconds=59))
+        assert check(bench.clock.now()) == 0
+        bench.clock.advance(timedelta(seconds=1))  # 08:30: start_by passed, still QUEUED
+        assert check(bench.clock.now()) == 1
+        bench.clock.advance(timedelta(minutes=5))
+        assert check(bench.clock.now()) == 0  # once
+        bench.sender.round()
+        late = smtp.inbox.to("alice@example.org")
+        assert [m["Subject"] for m in late] == ["[cadenza] nightly is late (2027-01-05 08:00 UTC)"]
+        assert "not started by its deadline start_by = 30m" in \
+            late[0].get_body(("plain",)).get_content()
+        assert store.get_run(nightly).state is RunState.QUEUED  # told before it started
+        bench.clock.set(START.replace(minute=41))
+        assert [r.run_id for r in store.reap_expired_run_leases()] == [hog]  # frees db1
+        bench.clock.set(START.replace(minute=50))  # past the member's cooldown
+        claimed = store.claim_runs("test:1:1", lease_until, run_ids=[nightly])
+        assert [r.id for r in claimed] == [nightly]
+        bench.clock.set(START.replace(hour=8, minute=59, second=59))
+        assert check(bench.clock.now()) == 0
+        bench.clock.advance(timedelta(seconds=1))  # 09:00: finish_by, still RUNNING
+        assert check(bench.clock.now()) == 1
+        assert check(bench.clock.now()) == 0
+        bench.sender.round()
+        late = smtp.inbox.to("alice@example.org")
+        assert "not finished by its deadline finish_by = 09:00" in \
+            late[1].get_body(("plain",)).get_content()
+        events = [e for e in store.list_events(run_id=nightly) if e.event_type == "RUN_LATE"]
+        assert [e.message.split(" (")[0] for e in events] == [
+            "late: not started by start_by = 30m", "late: not finished by finish_by = 09:00"]
+
+
+def test_a_run_that_ended_before_its_deadline_is_not_late(tmp_path: Path) -> None:
+    with smtp_server() as smtp, webhook_receiver() as hook, \
+            notify_bench(tmp_path, DEADLINES, channels(smtp.port, hook.url, POOL)) as bench:
+        [nightly] = [r for r in bench.store.create_fires([NewFire("nightly", "job", START)])
+                     if r]
+        bench.executor.execute(nightly)
+        bench.clock.advance(timedelta(hours=2))
+        assert bench.sender.notifier.check_late(bench.clock.now()) == 0
+        bench.sender.round()
+        assert smtp.inbox.mails == []

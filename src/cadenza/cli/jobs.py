@@ -88,6 +88,8 @@ def next_fires(
         return
     for spec in preview.schedules:
         line = f"{spec.name}: {spec.expression} ({spec.words})"
+        if spec.calendar_words:
+            line += f", {spec.calendar_words}"
         if spec.enabled:
             out.print(line, markup=False)
         else:

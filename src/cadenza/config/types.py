@@ -16,7 +16,7 @@ import functools
 import re
 import zoneinfo
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, time, timedelta
 from typing import Annotated, Any, Literal, NoReturn
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -156,6 +156,14 @@ def _cron(value: str) -> str:
 
 
 _CLOCK_TIME = re.compile(r"([01]\d|2[0-3]):[0-5]\d")
+
+
+def parse_deadline(value: str) -> time | timedelta:
+    """A validated ``start_by`` / ``finish_by``: a time of day, or a duration."""
+    clock = _CLOCK_TIME.fullmatch(value.strip())
+    if clock is not None:
+        return time.fromisoformat(value.strip())
+    return parse_duration(value)
 
 
 def _deadline(value: str) -> str:

@@ -15,6 +15,9 @@ class EventType(StrEnum):
     STEP_FAILED = "STEP_FAILED"
     STEP_STATE_CHANGED = "STEP_STATE_CHANGED"
     RUN_WAITING = "RUN_WAITING"
+    # A scheduled run past its start_by or finish_by while still QUEUED / RUNNING (once per
+    # deadline; cadenza.notify.rules).
+    RUN_LATE = "RUN_LATE"
     RETRY_SCHEDULED = "RETRY_SCHEDULED"
     RESOURCE_LEASED = "RESOURCE_LEASED"
     RESOURCE_RELEASED = "RESOURCE_RELEASED"

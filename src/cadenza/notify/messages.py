@@ -43,7 +43,7 @@ TITLES = {
     "failed": N_("failed"), "needs_review": N_("needs review"), "succeeded": N_("succeeded"),
     "canceled": N_("was canceled"), "missed": N_("missed its scheduled run"),
     "long_run": N_("is still running"), "recovered": N_("recovered"),
-    "stalled": N_("did not fire"), "test": N_("test message"),
+    "stalled": N_("did not fire"), "test": N_("test message"), "late": N_("is late"),
 }
 """What follows the job's name in a subject and a heading (in the message's language)."""
 

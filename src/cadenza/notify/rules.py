@@ -29,11 +29,15 @@ import fnmatch
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
 from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_jobs import JobConfig
+from cadenza.config.types import parse_deadline
+from cadenza.domain.deadlines import deadline_at
+from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store import Store
 from cadenza.store.boundary import EndedRun
@@ -43,8 +47,10 @@ from cadenza.store.outbox import (
     Target,
     fire_recorded,
     last_fire_recorded,
+    late_recorded,
     previous_end_failed,
     running_of,
+    unfinished_fires,
 )
 
 log = logging.getLogger(__name__)
@@ -76,7 +82,7 @@ def targets_for(event: str, job_id: str | None, config: LoadedConfig) -> list[Ta
     if job is not None and job.alerts.recipients:
         alerts = job.alerts
         if (event in ("failed", "needs_review") and alerts.on_failure) or (
-                event == "long_run" and alerts.long_run is not None):
+                event == "long_run" and alerts.long_run is not None) or event == "late":
             out.append(Target("alerts", None, tuple(alerts.recipients)))
     for rule in config.settings.rules:
         if event in rule.on and (job_id is None or selects(rule.jobs, rule.tags, job, job_id)):
@@ -176,6 +182,58 @@ class Notifier:
         with self.store.write() as c:
             return self.outbox.add(c, intents, now)
 
+    def check_late(self, now: datetime) -> int:
+        """An intent per scheduled run past a deadline of its job or preset, while it is
+        late: QUEUED past ``start_by`` (key ``late:start:RUN``), not finished (QUEUED or
+        RUNNING) past ``finish_by`` (``late:finish:RUN``); once each. A run that ended before
+        this look is not late any more: nothing is sent. Returns how many were new."""
+        if self.config is None:
+            return 0
+        config = self.config()
+        deadlines = _deadlines(config)
+        if not deadlines:
+            return 0
+        with self.store.read() as c:
+            rows = unfinished_fires(c, sorted({job_id for job_id, _ in deadlines}))
+        intents: list[Intent] = []
+        events: list[tuple[str, str, dict[str, str]]] = []
+        for run_id, job_id, schedule, state, scheduled_for in rows:
+            found = deadlines.get((job_id, schedule or "job"))
+            if found is None:
+                continue
+            zone, start_by, finish_by = found
+            checks = (("start", start_by, state == RunState.QUEUED.value),
+                      ("finish", finish_by, True))
+            for which, deadline, applies in checks:
+                if deadline is None or not applies:
+                    continue
+                due = deadline_at(parse_deadline(deadline), scheduled_for, zone)
+                if now < due:
+                    continue
+                facts = {"deadline": f"{which}_by", "due": due.isoformat(),
+                         "deadline_text": deadline, "state": state}
+                events.append((run_id, which, facts))
+                targets = targets_for("late", job_id, config)
+                if targets:
+                    intents.append(Intent(f"late:{which}:{run_id}", "late", run_id, job_id,
+                                          tuple(targets), facts))
+        if not events:
+            return 0
+        with self.store.write() as c:
+            told = late_recorded(c, [run_id for run_id, _, _ in events])
+            fresh = [e for e in events if (e[0], e[2]["deadline"]) not in told]
+            for run_id, which, facts in fresh:
+                verb = "started" if which == "start" else "finished"
+                self.store.append_event(
+                    EventType.RUN_LATE, f"late: not {verb} by {facts['deadline']} = "
+                    f"{facts['deadline_text']} (due {facts['due']}), still {facts['state']}",
+                    run_id=run_id, level=Level.WARNING, payload=facts, conn=c)
+            added = self.outbox.add(c, intents, now) if intents else 0
+        if fresh:
+            log.warning("%d scheduled run(s) late for a deadline (start_by / finish_by)",
+                        len(fresh))
+        return added
+
     def check_stalled(self, now: datetime, since: datetime) -> int:
         """An intent per enabled schedule whose newest fire in ``(since, now - grace]`` has
         no run row (``grace``: the job's ``missed_grace`` + :data:`STALL_MARGIN`). Keyed by the
@@ -221,6 +279,26 @@ class Notifier:
             log.warning("%d schedule(s) did not fire on time: the scheduler may be down or "
                         "wedged (stalled alert queued)", added)
         return added
+
+
+def _deadlines(config: LoadedConfig
+               ) -> dict[tuple[str, str], tuple[ZoneInfo, str | None, str | None]]:
+    """(job id, schedule name) → (zone, start_by, finish_by) of each schedule with a
+    deadline; a preset's unset deadline is its job's."""
+    from cadenza.scheduler.schedules import JOB_SCHEDULE, preset_schedule_name, server_zone
+
+    out: dict[tuple[str, str], tuple[ZoneInfo, str | None, str | None]] = {}
+    for job_id, job in config.jobs.items():
+        zone = ZoneInfo(job.timezone) if job.timezone else server_zone()
+        if job.start_by or job.finish_by:
+            out[(job_id, JOB_SCHEDULE)] = (zone, job.start_by, job.finish_by)
+        for name, preset in job.presets.items():
+            start_by, finish_by = preset.start_by or job.start_by, \
+                preset.finish_by or job.finish_by
+            if start_by or finish_by:
+                own = ZoneInfo(preset.timezone) if preset.timezone else zone
+                out[(job_id, preset_schedule_name(name))] = (own, start_by, finish_by)
+    return out
 
 
 def _duration(value: timedelta) -> str:

@@ -129,6 +129,7 @@ class Sender:
         """One round (see the module docstring); returns the deliveries attempted."""
         now = self.store.clock.now()
         self.notifier.check_long_runs(now)
+        self.notifier.check_late(now)
         tick = self.life.clock.monotonic()
         if self._stall_checked is None or tick - self._stall_checked >= STALL_CHECK_SECONDS:
             self._stall_checked = tick
@@ -162,7 +163,7 @@ class Sender:
             message = built if isinstance(built, Message) else None
             render_error = built if isinstance(built, str) else None
             key = f"{intent.event}:{intent.run_id or intent.job_id}:{delivery.recipient}"
-            if intent.event in ("test", "stalled"):
+            if intent.event in ("test", "stalled", "late"):  # more than one per run
                 key = f"{intent.key}:{delivery.recipient}"
             if key in settled:
                 continue  # failed for good in an earlier attempt of this intent

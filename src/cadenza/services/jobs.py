@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from cadenza.domain.business_days import CalendarRule, ordinal
 from cadenza.domain.errors import ConfigError
 from cadenza.domain.events import EventType, Level
 from cadenza.services.errors import InvalidRequest, NotFound
@@ -79,6 +80,25 @@ class ScheduleView:
     """The schedule in words with its zone (``monthly on day 1 at 06:00, UTC``)."""
     enabled: bool
     disabled_because: str | None
+    rule: CalendarRule | None = None
+    """The business calendar its fires follow, or None."""
+
+    @property
+    def calendar_words(self) -> str | None:
+        """``on the working days of calendar france, a fire on a day off skipped``."""
+        rule = self.rule
+        if rule is None:
+            return None
+        name = rule.calendar.name
+        if rule.business_day is not None:
+            return f"only on the {ordinal(rule.business_day)} working day of the month " \
+                   f"(calendar {name})"
+        if rule.days == "all":
+            return None
+        shift = {"skip": "a fire on a day off is skipped",
+                 "next": "a fire on a day off moves to the next working day",
+                 "previous": "a fire on a day off moves to the previous working day"}
+        return f"on the working days of calendar {name}; {shift[rule.shift]}"
 
 
 @dataclass(frozen=True)
@@ -149,7 +169,7 @@ class JobService:
         specs = schedules_of(job, server_zone(), calendars)
         views = tuple(ScheduleView(spec.name, spec.expression, spec.zone.key,
                                    describe(spec.cron, spec.zone.key), spec.enabled,
-                                   spec.disabled_because) for spec in specs)
+                                   spec.disabled_because, spec.rule) for spec in specs)
         return NextFires(job_id, views, tuple(upcoming(specs, after, count, language)))
 
     # --- writes ------------------------------------------------------------------------

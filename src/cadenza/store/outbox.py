@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
-from cadenza.store.tables import notification_log, notification_outbox, runs
+from cadenza.store.tables import event_log, notification_log, notification_outbox, runs
 
 if TYPE_CHECKING:
     from cadenza.store import Store
@@ -277,6 +277,29 @@ def running_of(conn: sa.Connection, job_ids: Sequence[str]) -> list[tuple[str, s
     rows = conn.execute(sa.select(runs.c.id, runs.c.job_id, runs.c.started_at).where(
         runs.c.state == RunState.RUNNING.value, runs.c.job_id.in_(list(job_ids)))).all()
     return [(row[0], row[1], row[2]) for row in rows]
+
+
+def unfinished_fires(conn: sa.Connection, job_ids: Sequence[str]
+                     ) -> list[tuple[str, str, str | None, str, datetime]]:
+    """The scheduled runs of ``job_ids`` that are QUEUED or RUNNING: (run id, job id,
+    schedule, state, scheduled_for) each (a deadline's candidates)."""
+    rows = conn.execute(sa.select(
+        runs.c.id, runs.c.job_id, runs.c.schedule, runs.c.state, runs.c.scheduled_for).where(
+        runs.c.state.in_([RunState.QUEUED.value, RunState.RUNNING.value]),
+        runs.c.job_id.in_(list(job_ids)), runs.c.scheduled_for.is_not(None))).all()
+    return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+
+
+def late_recorded(conn: sa.Connection, run_ids: Sequence[str]) -> set[tuple[str, str]]:
+    """(run id, ``start_by`` / ``finish_by``) of the RUN_LATE events of ``run_ids``."""
+    rows = conn.execute(sa.select(event_log.c.run_id, event_log.c.payload_json).where(
+        event_log.c.run_id.in_(list(run_ids)),
+        event_log.c.event_type == "RUN_LATE")).all()
+    out: set[tuple[str, str]] = set()
+    for run_id, payload in rows:
+        data = json.loads(payload) if isinstance(payload, str) else payload
+        out.add((run_id, str((data or {}).get("deadline"))))
+    return out
 
 
 def fire_recorded(conn: sa.Connection, job_id: str, schedule: str, at: datetime) -> bool:

@@ -85,15 +85,15 @@ def test_json_lists_both_schedules_in_time_order_with_dst_marks(home: Path) -> N
     assert code == 0, err
     assert json.loads(out) == [
         {"at": "2027-03-27T01:00:00+01:00", "utc": "2027-03-27T00:00:00Z",
-         "schedule": "preset:early", "dst": None},
+         "schedule": "preset:early", "dst": None, "calendar": None},
         {"at": "2027-03-27T02:30:00+01:00", "utc": "2027-03-27T01:30:00Z",
-         "schedule": "job", "dst": None},
+         "schedule": "job", "dst": None, "calendar": None},
         {"at": "2027-03-28T01:00:00+01:00", "utc": "2027-03-28T00:00:00Z",
-         "schedule": "preset:early", "dst": None},
+         "schedule": "preset:early", "dst": None, "calendar": None},
         {"at": "2027-03-28T03:00:00+02:00", "utc": "2027-03-28T01:00:00Z",
-         "schedule": "job", "dst": "gap"},
+         "schedule": "job", "dst": "gap", "calendar": None},
         {"at": "2027-03-29T01:00:00+02:00", "utc": "2027-03-28T23:00:00Z",
-         "schedule": "preset:early", "dst": None},
+         "schedule": "preset:early", "dst": None, "calendar": None},
     ]
 
 

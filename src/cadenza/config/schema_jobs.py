@@ -86,7 +86,7 @@ class Preset(StrictModel):
     disabled_steps: list[Identifier] = Field(default_factory=list)
     log_level: LogLevel | None = None
     # The business calendar and deadlines of the preset's schedule; unset: the job's.
-    calendar: CalendarName | None = None
+    calendar: CalendarName = None
     days: Literal["all", "business"] | None = None
     shift: Literal["skip", "next", "previous"] | None = None
     business_day: BusinessDay | None = None
@@ -131,7 +131,7 @@ class JobConfig(StrictModel):
     windows: list[WindowSpec] = Field(default_factory=list, description=(
         "When runs may start, e.g. Mon-Fri 08:00-18:00; a fire outside waits for the next "
         "window."))
-    calendar: CalendarName | None = Field(None, description=(
+    calendar: CalendarName = Field(None, description=(
         "A business calendar of cadenza.toml the schedule follows, e.g. france."))
     days: Literal["all", "business"] = Field("all", description=(
         "business: fire only on the calendar's working days (make-up working days "

@@ -283,7 +283,8 @@ WindowSpec = Annotated[str, AfterValidator(_window)]
 Deadline = Annotated[str, AfterValidator(_deadline)]
 """``start_by`` / ``finish_by``: ``"07:00"`` (the first such time of day at or after the
 scheduled time, in the job's zone) or a duration after the scheduled time (``"2h"``)."""
-CalendarName = Annotated[str, AfterValidator(_identifier), Ref("calendar")]
+CalendarName = Annotated[Annotated[str, AfterValidator(_identifier)] | None, Ref("calendar")]
+"""An optional ``calendar = NAME``: a ``[calendars.NAME]`` of cadenza.toml."""
 Recipient = Annotated[str, AfterValidator(_recipient)]
 EmailAddress = Annotated[str, AfterValidator(_email)]
 RelativePath = Annotated[str, AfterValidator(_relative_path)]

@@ -372,6 +372,12 @@ class Rule(StrictModel):
         return self
 
 
+def _clock_time(value: str) -> str:
+    if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", value):
+        fail(f'expected a time of day like "09:00", got {value!r}')
+    return value
+
+
 def _day_key(value: str) -> str:
     try:
         date.fromisoformat(value)
@@ -422,6 +428,19 @@ class CalendarSettings(StrictModel):
         return self
 
 
+class AlertSettings(StrictModel):
+    """Repeated failures as one alert: the first failure of a job with an error class alerts,
+    later ones are counted in a reminder at most every ``reminder_after``, and the job's next
+    success closes the group with a recovery message. E-mail links (snooze, acknowledge)
+    work without logging in until ``link_valid``; alerts carry the run's last ``log_lines``."""
+
+    group_failures: bool = True
+    reminder_after: Duration = timedelta(hours=1)
+    link_valid: Duration = timedelta(hours=24)
+    log_lines: int = Field(10, ge=0, le=200)
+    morning: Annotated[str, AfterValidator(_clock_time)] = "09:00"
+
+
 class RetentionSettings(StrictModel):
     """How long finished runs, logs and events are kept."""
 
@@ -444,6 +463,7 @@ class Settings(StrictModel):
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     calendars: dict[Identifier, CalendarSettings] = Field(default_factory=dict)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @cached_property
     def calendar_objects(self) -> dict[str, Calendar]:

@@ -18,6 +18,8 @@ class EventType(StrEnum):
     # A scheduled run past its start_by or finish_by while still QUEUED / RUNNING (once per
     # deadline; cadenza.notify.rules).
     RUN_LATE = "RUN_LATE"
+    # An alert group acknowledged or snoozed by a person (cadenza.store.alert_groups).
+    ALERT_CHANGED = "ALERT_CHANGED"
     RETRY_SCHEDULED = "RETRY_SCHEDULED"
     RESOURCE_LEASED = "RESOURCE_LEASED"
     RESOURCE_RELEASED = "RESOURCE_RELEASED"

@@ -44,6 +44,7 @@ TITLES = {
     "canceled": N_("was canceled"), "missed": N_("missed its scheduled run"),
     "long_run": N_("is still running"), "recovered": N_("recovered"),
     "stalled": N_("did not fire"), "test": N_("test message"), "late": N_("is late"),
+    "reminder": N_("is still failing"), "resolved": N_("recovered"),
 }
 """What follows the job's name in a subject and a heading (in the message's language)."""
 

@@ -40,6 +40,7 @@ from cadenza.config.loader import LoadedConfig
 from cadenza.config.schema_settings import EmailChannel, WebhookChannel
 from cadenza.lifecycle import Lifecycle
 from cadenza.notify.channels import DeliveryFailed, Message, post_webhook, send_email
+from cadenza.notify.groups import GROUPED, Grouper
 from cadenza.notify.messages import Facts, Renderer
 from cadenza.notify.recipients import Delivery, resolve
 from cadenza.notify.rules import Notifier
@@ -89,6 +90,7 @@ class Sender:
 
         self.notifier: Notifier = assemble(store).notifier
         self.outbox = Outbox(store)
+        self.grouper = Grouper(store, self.outbox)
         self.renderer = Renderer(config().home, store.redactor)
         self.deliver = deliver_with
         self._wake = life.wake_on_stop(threading.Event())
@@ -130,6 +132,7 @@ class Sender:
         now = self.store.clock.now()
         self.notifier.check_long_runs(now)
         self.notifier.check_late(now)
+        self.grouper.check(self.config(), now)
         tick = self.life.clock.monotonic()
         if self._stall_checked is None or tick - self._stall_checked >= STALL_CHECK_SECONDS:
             self._stall_checked = tick
@@ -146,6 +149,18 @@ class Sender:
     def _send(self, item: Claimed) -> int:
         config = self.config()
         intent = item.intent
+        if intent.run_id is not None and intent.event not in ("step", "test"):
+            alerts = config.settings.alerts
+            if intent.event in GROUPED and alerts.group_failures and intent.job_id:
+                extras = self.grouper.admit(item, config, self.store.clock.now())
+                if extras is None:  # counted into an open group: told by its reminder
+                    self.outbox.settle(item, self.owner, done=True, error=None,
+                                       retry_at=None, settled=[])
+                    return 0
+                intent.context.update(extras)
+            if "last_lines" not in intent.context:
+                intent.context["last_lines"] = self.grouper.last_lines(intent.run_id,
+                                                                       alerts.log_lines)
         attempt = item.attempts + 1
         retry: list[str] = []
         settled = set(intent.context.get("settled", ()))
@@ -163,7 +178,8 @@ class Sender:
             message = built if isinstance(built, Message) else None
             render_error = built if isinstance(built, str) else None
             key = f"{intent.event}:{intent.run_id or intent.job_id}:{delivery.recipient}"
-            if intent.event in ("test", "stalled", "late"):  # more than one per run
+            if intent.event in ("test", "stalled", "late", "reminder", "resolved"):
+                # more than one per run
                 key = f"{intent.key}:{delivery.recipient}"
             if key in settled:
                 continue  # failed for good in an earlier attempt of this intent

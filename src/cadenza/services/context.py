@@ -89,6 +89,7 @@ class Services:
 
     def _nouns(self) -> None:
         """One service object per noun (cheap: they open nothing until used)."""
+        from cadenza.services.alerts import AlertService
         from cadenza.services.backup import BackupService
         from cadenza.services.calendars import CalendarService
         from cadenza.services.config import ConfigService
@@ -112,6 +113,7 @@ class Services:
         self.notifications = NotificationService(self)
         self.resources = ResourceService(self)
         self.calendars = CalendarService(self)
+        self.alerts = AlertService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

@@ -423,4 +423,45 @@ idempotency_keys = sa.Table(
     _ts("created_at", nullable=False),
 )
 
+# Alert groups (migration 0021, docs/notifications.md "Repeated failures"): the failures of
+# one job with one error class, from the first alert to the recovery. ``open_key``
+# ("job:class") is set while the group is open and NULL once closed, so that one group per
+# key is open at a time (NULLs do not collide in a unique index).
+alert_groups = sa.Table(
+    "alert_groups",
+    metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("open_key", sa.String(300), nullable=True, unique=True),
+    sa.Column("job_id", sa.String(64), nullable=False),
+    sa.Column("error_class", sa.String(200), nullable=False),
+    sa.Column("event", sa.String(32), nullable=False),
+    sa.Column("failures", sa.Integer(), nullable=False),
+    sa.Column("told", sa.Integer(), nullable=False),
+    sa.Column("first_run_id", sa.String(26), nullable=True),
+    sa.Column("last_run_id", sa.String(26), nullable=True),
+    sa.Column("targets_json", sa.Text(), nullable=False),
+    _ts("opened_at", nullable=False),
+    _ts("last_failure_at", nullable=False),
+    _ts("last_told_at", nullable=False),
+    _ts("snoozed_until"),
+    sa.Column("snoozed_by", sa.String(200), nullable=True),
+    _ts("acked_at"),
+    sa.Column("acked_by", sa.String(200), nullable=True),
+    _ts("closed_at"),
+    sa.Index(None, "job_id", "closed_at"),
+    sqlite_autoincrement=True,
+)
+
+# One-use links of alert e-mails (snooze, acknowledge without logging in): the SHA-256 of a
+# random token, what it does to which group, until when; ``used_at`` once used.
+alert_links = sa.Table(
+    "alert_links",
+    metadata,
+    sa.Column("token_hash", sa.String(64), primary_key=True),
+    sa.Column("group_id", sa.BigInteger(), nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    _ts("expires_at", nullable=False),
+    _ts("used_at"),
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

@@ -247,3 +247,20 @@ def services_for(request: Request, principal: Principal) -> Iterator[Services]:
         yield services
     finally:
         services.close()
+
+
+@contextmanager
+def services_for_link(request: Request) -> Iterator[Services]:
+    """Services acting for the holder of a one-use link of an alert e-mail (no login: the
+    link's token is the permission; the actor is ``link:alert``)."""
+    from cadenza.services import Actor, Services
+
+    web = context(request)
+    if web.home is None:
+        raise HTTPException(503, "this server has no home (configuration) to act on")
+    services = Services(web.home, actor=Actor("link", "alert"), clock=web.clock,
+                        store=web.store)
+    try:
+        yield services
+    finally:
+        services.close()

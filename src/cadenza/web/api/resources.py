@@ -6,7 +6,7 @@ delivery log and a channel's test message, docs/notifications.md): thin shells o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
@@ -112,3 +112,34 @@ def show_calendar(principal: AsViewer, request: Request, name: str,
     (make-up days) of ``year``, named in ``language`` (default: the calendar's own)."""
     with services_for(request, principal) as services:
         return services.calendars.show(name, year, language).as_json()
+
+
+class SnoozeBody(BaseModel):
+    """How long to snooze an alert group: an hour, or until ``[alerts] morning``."""
+
+    until: Literal["1h", "morning"] = "1h"
+
+
+@router.get("/alerts", tags=["alerts"])
+def list_alerts(principal: AsViewer, request: Request) -> list[dict[str, Any]]:
+    """Alert groups (repeated failures of a job with one error class): open ones first,
+    then the latest closed ones."""
+    with services_for(request, principal) as services:
+        now = services.clock.now()
+        return [g.as_json(now) for g in services.alerts.list()]
+
+
+@router.post("/alerts/{group_id}/ack", tags=["alerts"])
+def acknowledge_alert(principal: AsOperator, request: Request,
+                      group_id: int) -> dict[str, Any]:
+    """Acknowledge: no more reminders; the recovery is still said."""
+    with services_for(request, principal) as services:
+        return services.alerts.acknowledge(group_id).as_json(services.clock.now())
+
+
+@router.post("/alerts/{group_id}/snooze", tags=["alerts"])
+def snooze_alert(principal: AsOperator, request: Request, group_id: int,
+                 body: SnoozeBody) -> dict[str, Any]:
+    """Mute the group's reminders for an hour or until the morning (failures still count)."""
+    with services_for(request, principal) as services:
+        return services.alerts.snooze(group_id, body.until).as_json(services.clock.now())

@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 
 from cadenza.web.ui import (
     admin,
+    alerts,
     api_docs,
     audit,
     dashboard,
@@ -45,6 +46,7 @@ def install(app: FastAPI) -> None:
     app.include_router(resources.router)
     app.include_router(audit.router)
     app.include_router(dashboard.router)
+    app.include_router(alerts.router)
     app.include_router(admin.router)
     app.include_router(api_docs.router)  # /api/docs, FastAPI's CDN page being off
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -90,7 +90,7 @@ def test_a_bad_calendar_is_a_located_error(home: Path, table: str, where: str,
                                            says: str) -> None:
     with (home / "cadenza.toml").open("a", encoding="utf-8") as fh:
         fh.write(table)
-    code, out, err = cli(home, "validate")
+    code, _out, err = cli(home, "validate")
     assert code != 0
     assert where in err and says in err, err
 
@@ -104,7 +104,7 @@ def test_a_bad_calendar_is_a_located_error(home: Path, table: str, where: str,
 def test_calendar_keys_of_a_job_are_checked(home: Path, job: str, says: str) -> None:
     text = JOBS.replace('calendar = "france"\ndays = "business"\n', job)
     (home / "jobs.toml").write_text(text, encoding="utf-8")
-    code, out, err = cli(home, "validate")
+    code, _out, err = cli(home, "validate")
     assert code != 0
     assert "jobs.toml:" in err and says in err, err
 

@@ -134,3 +134,48 @@ def test_a_snooze_link_mutes_the_group_until_its_time_then_alerts_resume(
         assert len(mails) == 2 and "failed 3 more time(s)" in mails[1][1]
         events = [e for e in bench.store.list_events() if e.event_type == "ALERT_CHANGED"]
         assert [e.actor for e in events] == ["link:snooze_1h"]
+
+
+def test_a_failing_channel_is_told_through_the_other_channels_and_on_the_dashboard(
+        tmp_path: Path) -> None:
+    """The mail server refuses the recipient for good: the webhook channel says so, once
+    an hour; the dashboard lists the channel with its error."""
+    from test_notify_delivery import Refusing
+
+    from tests.support.mailhooks import Smtp
+
+    smtp = Smtp()
+    smtp.inbox = Refusing()
+    smtp.start()
+    try:
+        text = jobs(tmp_path / "never").replace('recipients = ["role:ops"]',
+                                                'recipients = ["gone@example.org"]')
+        with webhook_receiver() as hook, \
+                notify_bench(tmp_path, text, channels(smtp.port, hook.url)) as bench:
+            bench.run("flaky")
+            bench.sender.round()
+            bench.sender.round()
+            told = [body for _, body in hook.posts]
+            assert len(told) == 1, told
+            assert "mail is failing" in str(told[0])
+            assert "550" in str(told[0])
+            from cadenza.home import Home
+
+            from cadenza.security import hash_password
+
+            bench.store.add_user("dana", hash_password("pass phrase 1"), ["viewer"])
+            app = create_app(bench.store, home=Home(bench.home))
+            with TestClient(app, base_url="https://cadenza.example.org") as browser:
+                answer = browser.post("/api/login", json={"username": "dana",
+                                                          "password": "pass phrase 1"})
+                assert answer.status_code == 200, answer.text
+                page = browser.get("/dashboard").text
+                tile = page.split('id="tile-channels"')[1].split("</div></div>")[0]
+                assert "<strong>mail</strong>" in tile and "550" in tile, tile
+                alerts = page.split('id="tile-alerts"')[1].split("</div></div>")[0]
+                assert "flaky" in alerts
+                listed = browser.get("/alerts").text
+                assert "flaky" in listed and "fatal" in listed
+                assert "Snooze 1 h" not in listed  # a viewer sees, an operator acts
+    finally:
+        smtp.stop()

@@ -45,7 +45,7 @@ from cadenza.notify.messages import Facts, Renderer
 from cadenza.notify.recipients import Delivery, resolve
 from cadenza.notify.rules import Notifier
 from cadenza.store import Store
-from cadenza.store.outbox import FAILED, SENT, Claimed, Outbox
+from cadenza.store.outbox import FAILED, SENT, Claimed, Intent, Outbox, Target
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,7 @@ class Sender:
                                                                        alerts.log_lines)
         attempt = item.attempts + 1
         retry: list[str] = []
+        broken: dict[str, str] = {}  # channel → why a delivery through it failed for good
         settled = set(intent.context.get("settled", ()))
         tried = 0
         messages: dict[tuple[str | None, str | None], Message | str] = {}
@@ -178,7 +179,8 @@ class Sender:
             message = built if isinstance(built, Message) else None
             render_error = built if isinstance(built, str) else None
             key = f"{intent.event}:{intent.run_id or intent.job_id}:{delivery.recipient}"
-            if intent.event in ("test", "stalled", "late", "reminder", "resolved"):
+            if intent.event in ("test", "stalled", "late", "reminder", "resolved",
+                                "channel_failed"):
                 # more than one per run
                 key = f"{intent.key}:{delivery.recipient}"
             if key in settled:
@@ -217,16 +219,42 @@ class Sender:
                                final=final)
             if problem is not None and final:
                 settled.add(key)
+                if intent.event != "channel_failed" and delivery.problem is None:
+                    broken[delivery.channel] = problem
             if problem is not None:
                 log.warning("notification %s to %s through %s failed (attempt %d%s): %s",
                             intent.event, delivery.recipient, delivery.channel, attempt,
                             "" if final else ", will retry", problem)
                 if not final:
                     retry.append(problem)
+        if broken:
+            self._report_broken(intent, broken, config)
         retry_at = (self.store.clock.now() + backoff(attempt)) if retry else None
         self.outbox.settle(item, self.owner, done=not retry, error="; ".join(retry) or None,
                            retry_at=retry_at, settled=sorted(settled))
         return tried
+
+    def _report_broken(self, intent: Intent, broken: dict[str, str],
+                       config: LoadedConfig) -> None:
+        """Tell the same people through every other channel that ``broken`` channels failed
+        (once an hour per channel: the key holds the hour)."""
+        now = self.store.clock.now()
+        people = tuple(dict.fromkeys(to for t in intent.targets for to in t.to))
+        intents = []
+        for name, problem in broken.items():
+            others = [other for other in config.settings.channels if other != name]
+            if not others:
+                log.error("channel %s is failing (%s) and no other channel can say so",
+                          name, problem)
+                continue
+            intents.append(Intent(
+                f"channel_failed:{name}:{now:%Y-%m-%dT%H}", "channel_failed", None,
+                intent.job_id, tuple(Target("channel_failed", other, people or
+                                            (f"channel:{other}",)) for other in others),
+                {"channel": name, "error": problem, "about": intent.event}))
+        if intents:
+            with self.store.write() as c:
+                self.outbox.add(c, intents, now)
 
     def _deliveries(self, item: Claimed, config: LoadedConfig) -> list[Delivery]:
         default = config.settings.default_channel()

@@ -244,6 +244,21 @@ class Outbox:
         with self.store.read() as c:
             return [_entry(r) for r in c.execute(query)]
 
+    def failing_channels(self, since: datetime) -> list[tuple[str, int, str | None, datetime]]:
+        """(channel, deliveries FAILED since ``since``, the last error, when) of each channel
+        with a failed delivery since then, the most recent first."""
+        t = notification_log
+        rows = []
+        with self.store.read() as c:
+            counts = c.execute(sa.select(t.c.channel, sa.func.count(), sa.func.max(t.c.id))
+                               .where(t.c.state == FAILED, t.c.updated_at >= since)
+                               .group_by(t.c.channel)).all()
+            for channel, count, last_id in counts:
+                last = c.execute(sa.select(t.c.error, t.c.updated_at)
+                                 .where(t.c.id == last_id)).one()
+                rows.append((channel, int(count), last[0], last[1]))
+        return sorted(rows, key=lambda r: r[3], reverse=True)
+
     def pending(self) -> int:
         """How many intents wait to be delivered."""
         t = notification_outbox

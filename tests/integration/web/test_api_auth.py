@@ -118,12 +118,24 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/docs"): "viewer",  # the API reference: a page (web/ui/api_docs.py)
     ("POST", "/account/password"): "viewer",
     ("POST", "/account/preferences"): "viewer",
+    # business calendars and alert groups
+    ("GET", "/api/calendars"): "viewer",
+    ("GET", "/api/calendars/{name}"): "viewer",
+    ("GET", "/api/alerts"): "viewer",
+    ("POST", "/api/alerts/{group_id}/ack"): "operator",
+    ("POST", "/api/alerts/{group_id}/snooze"): "operator",
+    ("GET", "/alerts"): "viewer",
+    ("POST", "/alerts/{group_id}/ack"): "operator",
+    ("POST", "/alerts/{group_id}/snooze/{how}"): "operator",
+    ("GET", "/alerts/link/{token}"): None,  # the link's token is its permission
+    ("POST", "/alerts/link/{token}"): None,
     ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
     ("POST", "/api/logout"): "viewer",
 }
 FILL = {"{job_id}": "hello", "{run_id}": "nope", "{session_id}": "nope", "{name}": "nope",
         "{username}": "nobody",
-        "{resource_id}": "nope", "{channel}": "nope"}
+        "{resource_id}": "nope", "{channel}": "nope", "{group_id}": "1", "{how}": "1h",
+        "{token}": "nope"}
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
 #: pages whose path is under /api/: they answer as pages (the login form), not JSON
 PAGES_UNDER_API = {"/api/docs"}

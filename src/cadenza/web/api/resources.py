@@ -6,9 +6,10 @@ delivery log and a channel's test message, docs/notifications.md): thin shells o
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi import Path as FastPath
 from pydantic import BaseModel, Field
 
 from cadenza.services.probe import ProbeService
@@ -114,6 +115,9 @@ def show_calendar(principal: AsViewer, request: Request, name: str,
         return services.calendars.show(name, year, language).as_json()
 
 
+GroupId = Annotated[int, FastPath(ge=1, le=2**62, description="An alert group's id.")]
+
+
 class SnoozeBody(BaseModel):
     """How long to snooze an alert group: an hour, or until ``[alerts] morning``."""
 
@@ -131,14 +135,14 @@ def list_alerts(principal: AsViewer, request: Request) -> list[dict[str, Any]]:
 
 @router.post("/alerts/{group_id}/ack", tags=["alerts"])
 def acknowledge_alert(principal: AsOperator, request: Request,
-                      group_id: int) -> dict[str, Any]:
+                      group_id: GroupId) -> dict[str, Any]:
     """Acknowledge: no more reminders; the recovery is still said."""
     with services_for(request, principal) as services:
         return services.alerts.acknowledge(group_id).as_json(services.clock.now())
 
 
 @router.post("/alerts/{group_id}/snooze", tags=["alerts"])
-def snooze_alert(principal: AsOperator, request: Request, group_id: int,
+def snooze_alert(principal: AsOperator, request: Request, group_id: GroupId,
                  body: SnoozeBody) -> dict[str, Any]:
     """Mute the group's reminders for an hour or until the morning (failures still count)."""
     with services_for(request, principal) as services:

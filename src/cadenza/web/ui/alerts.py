@@ -11,6 +11,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from cadenza.services import Refused
+from cadenza.services.auth import Principal
+from cadenza.web.api.resources import GroupId
 from cadenza.web.auth import check_origin, context, services_for, services_for_link
 from cadenza.web.ui.auth import PageOperator, PageViewer
 from cadenza.web.ui.render import render
@@ -18,14 +20,14 @@ from cadenza.web.ui.render import render
 router = APIRouter(include_in_schema=False)
 
 
-def _page(request: Request, me: object, notice: str | None = None,
+def _page(request: Request, me: Principal, notice: str | None = None,
           ok: bool = True) -> HTMLResponse:
-    with services_for(request, me) as services:  # type: ignore[arg-type]
+    with services_for(request, me) as services:
         groups = services.alerts.list()
     now = context(request).clock.now()
     return render(request, "ui/alerts_page.html",
                   {"groups": groups, "now": now, "notice": notice, "notice_ok": ok},
-                  me=me, nav="dashboard")  # type: ignore[arg-type]
+                  me=me, nav="dashboard")
 
 
 @router.get("/alerts", response_class=HTMLResponse)
@@ -36,7 +38,7 @@ def alerts_page(me: PageViewer, request: Request) -> HTMLResponse:
 
 
 @router.post("/alerts/{group_id}/ack", response_class=HTMLResponse)
-def acknowledge(group_id: int, me: PageOperator, request: Request) -> HTMLResponse:
+def acknowledge(group_id: GroupId, me: PageOperator, request: Request) -> HTMLResponse:
     """Acknowledge: no more reminders; the recovery is still said."""
     with services_for(request, me) as services:
         group = services.alerts.acknowledge(group_id)
@@ -44,7 +46,7 @@ def acknowledge(group_id: int, me: PageOperator, request: Request) -> HTMLRespon
 
 
 @router.post("/alerts/{group_id}/snooze/{how}", response_class=HTMLResponse)
-def snooze(group_id: int, how: Literal["1h", "morning"], me: PageOperator,
+def snooze(group_id: GroupId, how: Literal["1h", "morning"], me: PageOperator,
            request: Request) -> HTMLResponse:
     """Snooze for an hour or until the morning."""
     with services_for(request, me) as services:

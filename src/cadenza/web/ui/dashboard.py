@@ -44,10 +44,15 @@ def dashboard_page(me: PageViewer, request: Request,
     with services_for(request, me) as services:
         members = services.resources.list()
         figures_of = _figures(request, window, services, members)
+        from cadenza.store.outbox import Outbox
+
+        now = web.clock.now()
+        failing = Outbox(web.store).failing_channels(now - timedelta(hours=24))
+        alerts = [g for g in services.alerts.list() if g.closed_at is None]
     cooling = [m for m in members if m.state is ResourceState.COOLDOWN]
     return render(request, "ui/dashboard_page.html", {
         **figures_of, "window": window, "windows": WINDOWS, "cooling": cooling,
-        "now": web.clock.now()}, me=me, nav="dashboard")
+        "failing_channels": failing, "alerts": alerts, "now": now}, me=me, nav="dashboard")
 
 
 def _figures(request: Request, window: str, services: Services,

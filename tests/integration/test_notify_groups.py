@@ -141,7 +141,6 @@ def test_a_failing_channel_is_told_through_the_other_channels_and_on_the_dashboa
     """The mail server refuses the recipient for good: the webhook channel says so, once
     an hour; the dashboard lists the channel with its error."""
     from test_notify_delivery import Refusing
-
     from tests.support.mailhooks import Smtp
 
     smtp = Smtp()
@@ -160,7 +159,6 @@ def test_a_failing_channel_is_told_through_the_other_channels_and_on_the_dashboa
             assert "mail is failing" in str(told[0])
             assert "550" in str(told[0])
             from cadenza.home import Home
-
             from cadenza.security import hash_password
 
             bench.store.add_user("dana", hash_password("pass phrase 1"), ["viewer"])

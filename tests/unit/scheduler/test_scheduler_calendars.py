@@ -95,3 +95,18 @@ def test_the_preview_marks_the_skipped_and_the_nth_working_day() -> None:
     # May 2027: 1 (Sat, holiday), 3, 4, 5 → the 5th; June: 1, 2, 3 → the 3rd.
     assert [f.local.date().isoformat() for f in fires] == ["2027-05-05", "2027-06-03"]
     assert fires[0].as_json()["calendar"]["note"].startswith("3rd working day of the month")
+
+
+def test_simulate_shows_a_holiday_fire_as_missed_with_its_reason() -> None:
+    from cadenza.config.admission_limits import limits_from_settings
+    from cadenza.config.schema_settings import Settings
+    from cadenza.scheduler.simulate import simulate
+
+    nightly = job("nightly", schedule="0 2 * * *", calendar="france", days="business")
+    limits = limits_from_settings(Settings.model_validate({}), jobs(nightly), "UTC")
+    fires = simulate(jobs(nightly), limits, at("2027-07-13T00:00:00+02:00"),
+                     at("2027-07-16T00:00:00+02:00"), workers=2, calendars=FRANCE)
+    shown = [(f.scheduled_for.date().isoformat(), f.outcome, f.wait_reason) for f in fires]
+    assert [s[:2] for s in shown] == [("2027-07-13", "run"), ("2027-07-14", "missed"),
+                                      ("2027-07-15", "run")]
+    assert (shown[1][2] or "").startswith("day off: 2027-07-14 Fête nationale")

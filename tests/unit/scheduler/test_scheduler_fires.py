@@ -176,7 +176,7 @@ def test_upcoming_merges_schedules_in_time_order_and_leaves_out_disabled_ones() 
     ]
     assert fires[3].as_json() == {"at": "2027-03-28T03:00:00+02:00",
                                   "utc": "2027-03-28T01:00:00Z", "schedule": "job",
-                                  "dst": "gap"}
+                                  "dst": "gap", "calendar": None}
     assert fires[3].day_name == "Sunday"
 
 

@@ -165,6 +165,26 @@ def test_deadlines_alert_once_while_the_run_is_late(tmp_path: Path) -> None:
         events = [e for e in store.list_events(run_id=nightly) if e.event_type == "RUN_LATE"]
         assert [e.message.split(" (")[0] for e in events] == [
             "late: not started by start_by = 30m", "late: not finished by finish_by = 09:00"]
+        # the runs list marks it late; the run page's log shows the two events
+        import warnings
+
+        from cadenza.home import Home
+        from cadenza.security import hash_password
+        from cadenza.web.app import create_app
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fastapi.testclient import TestClient
+        store.add_user("dana", hash_password("pass phrase 1"), ["viewer"])
+        app = create_app(store, home=Home(bench.home))
+        with TestClient(app, base_url="http://testserver") as browser:
+            login = browser.post("/api/login", json={"username": "dana",
+                                                     "password": "pass phrase 1"})
+            assert login.status_code == 200
+            listed = browser.get("/runs").text
+            row = next(r for r in listed.split("<tr") if f"/runs/{nightly}" in r)
+            assert 'class="tag run-late" title="finish_by, start_by">late</span>' in row
+            page = browser.get(f"/runs/{nightly}").text
+            assert "late: not started by start_by = 30m" in page
 
 
 def test_a_run_that_ended_before_its_deadline_is_not_late(tmp_path: Path) -> None:

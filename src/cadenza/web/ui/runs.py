@@ -11,7 +11,7 @@ the page never touches the run.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -103,16 +103,18 @@ async def runs_history(request: Request, caller: PageViewerAtRead,
     docs/benchmarks.md)."""
     filters = Filters.of(request.query_params)
 
-    def read(me: Principal) -> tuple[Principal, RunPage, str | None]:
+    def read(me: Principal) -> tuple[Principal, RunPage, str | None, dict[str, str]]:
         try:
             query = _page_query(request, filters, before, after)
-            return me, _history(request).runs_page(query), None
+            page = _history(request).runs_page(query)
+            return me, page, None, late_of(request, page.runs)
         except InvalidRequest as exc:
-            return me, RunPage((), None, None), str(exc)
+            return me, RunPage((), None, None), str(exc), {}
 
-    me, page, error = await caller.read(read)
+    me, page, error, late = await caller.read(read)
     values = {"filters": filters, "page": page, "error": error,
-              "rows": [_row(run) for run in page.runs], "cursor": before or after,
+              "rows": [_row(run, late.get(run.id)) for run in page.runs],
+              "cursor": before or after,
               "state_order": STATE_ORDER, "ranges": RANGES}
     fragment = is_htmx(request) and request.headers.get("hx-target") == "runs" \
         and request.headers.get("hx-history-restore-request") != "true"
@@ -123,11 +125,29 @@ async def runs_history(request: Request, caller: PageViewerAtRead,
     return render(request, "ui/runs_list.html", values, me=me, nav="runs")
 
 
-def _row(run: RunRecord) -> dict[str, Any]:
-    """What the history shows of one run (no query: the record has it all)."""
+def late_of(request: Request, runs: Sequence[RunRecord]) -> dict[str, str]:
+    """Run id → the deadlines it is late for (``start_by, finish_by``), of the page's runs
+    still QUEUED or RUNNING (one read, of their RUN_LATE events; none without such runs)."""
+    from cadenza.store.outbox import late_recorded
+
+    live = [r.id for r in runs if r.state in (RunState.QUEUED, RunState.RUNNING)
+            and r.scheduled_for is not None]
+    if not live:
+        return {}
+    with context(request).store.read() as c:
+        found = late_recorded(c, live)
+    out: dict[str, list[str]] = {}
+    for run_id, deadline in sorted(found):
+        out.setdefault(run_id, []).append(deadline)
+    return {run_id: ", ".join(names) for run_id, names in out.items()}
+
+
+def _row(run: RunRecord, late: str | None = None) -> dict[str, Any]:
+    """What the history shows of one run (no query: the record has it all); ``late``:
+    the deadlines it is late for."""
     return {"run": run, "trigger": trigger_of(run), "note": note_of(run),
             "seconds": seconds_between(run.started_at, run.finished_at),
-            "short": short_id(run.id, 12)}
+            "short": short_id(run.id, 12), "late": late}
 
 
 def _summary_values(request: Request, me: Principal, run_id: str) -> dict[str, Any]:

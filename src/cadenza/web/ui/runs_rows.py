@@ -105,6 +105,8 @@ def rows_html(rows: Iterable[Mapping[str, Any]], labels: Mapping[str, str],
         if run.scheduled_for and trigger.kind == "scheduled":
             said += f' <span class="muted">{time_html(run.scheduled_for, rel=False)}</span>'
         note = ""
+        if r.get("late"):
+            note = f'<span class="tag run-late" title="{escape(r["late"])}">{lbl["late"]}</span> '
         if r["note"]:
             if state == "QUEUED":
                 note = f'<span class="muted">{lbl["waits"]}</span> '

@@ -102,6 +102,9 @@ class Notifier:
         self._long_runs: tuple[LoadedConfig, dict[str, timedelta]] | None = None
         """The configuration last read and its jobs' ``alerts.long_run`` (read once per
         configuration, not at every look of the sender)."""
+        self._deadlines: tuple[LoadedConfig, dict[tuple[str, str], tuple[
+            ZoneInfo, str | None, str | None]]] | None = None
+        """The configuration last read and its schedules' deadlines (likewise)."""
 
     def run_end_hook(self, conn: sa.Connection, ended: Sequence[EndedRun],
                      now: datetime) -> None:
@@ -190,7 +193,9 @@ class Notifier:
         if self.config is None:
             return 0
         config = self.config()
-        deadlines = _deadlines(config)
+        if self._deadlines is None or self._deadlines[0] is not config:
+            self._deadlines = (config, _deadlines(config))  # once per configuration
+        deadlines = self._deadlines[1]
         if not deadlines:
             return 0
         with self.store.read() as c:

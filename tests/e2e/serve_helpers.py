@@ -26,8 +26,12 @@ class Served:
     """One `cadenza serve` process on a home, with an optional fake wall clock."""
 
     def __init__(self, home: Path, *, fake_now: str | None = None, web: bool = True,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, host: str = "127.0.0.1",
+                 wrap: Callable[[list[str]], list[str]] | None = None) -> None:
+        """``host``: where its HTTP server listens (its home's ``[server] host``); ``wrap``:
+        a command around it (``ip netns exec NAME``)."""
         self.port = free_port()
+        self.host = host
         env = {**os.environ, **(env or {})}
         if fake_now:
             env["CADENZA_FAKE_NOW"] = fake_now
@@ -36,6 +40,8 @@ class Served:
         if not web:
             args.append("--no-web")
         self.web = web
+        if wrap is not None:
+            args = wrap(args)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)
 
@@ -49,7 +55,8 @@ class Served:
                 time.sleep(2)
                 return
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/health", timeout=1).is_success:
+                if httpx.get(f"http://{self.host}:{self.port}/api/health",
+                             timeout=1).is_success:
                     return
             except httpx.TransportError:
                 pass

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from cadenza.domain.states import RunState
 from cadenza.store import Store
 from tests.e2e.serve_helpers import Served, eventually
+from tests.support.netns import Netns
 from tests.support.pg_cluster import PrivatePostgres
 from tests.support.tcp_proxy import TcpProxy
 
@@ -87,11 +88,17 @@ def jobs_toml(effects: Path) -> str:
 class Cluster:
     """N ``cadenza serve`` nodes on one database (see the module docstring)."""
 
-    def __init__(self, root: Path, pg: PrivatePostgres, nodes: int = 3) -> None:
+    def __init__(self, root: Path, pg: PrivatePostgres, nodes: int = 3,
+                 netns: Netns | None = None) -> None:
+        """``netns``: node 0 runs in that network namespace, its proxy listening on the
+        host's end of the namespace's link (:meth:`partition` drops its packets)."""
         self.root = root
         self.pg = pg
+        self.netns = netns
         self.effects = root / "effects.jsonl"
-        self.proxies = [TcpProxy("127.0.0.1", pg.port) for _ in range(nodes)]
+        self.proxies = [TcpProxy("127.0.0.1", pg.port, listen=netns.host_ip
+                                 if netns is not None and i == 0 else "127.0.0.1")
+                        for i in range(nodes)]
         self.homes = [self._home(root / f"node{i}", proxy)
                       for i, proxy in enumerate(self.proxies)]
         self.nodes: list[Served] = []
@@ -102,17 +109,33 @@ class Cluster:
         (home / "plugins").mkdir(parents=True)
         (home / "data").mkdir()
         (home / "plugins" / "cz_fault_tasks.py").write_text(TASKS, encoding="utf-8")
+        url = self.pg.url(port=proxy.port).replace("@127.0.0.1:", f"@{proxy.listen}:")
+        host = self.netns.ns_ip if self.netns is not None and proxy.listen != "127.0.0.1" \
+            else "127.0.0.1"
         (home / "cadenza.toml").write_text(
-            f'[store]\nurl = "{self.pg.url(port=proxy.port)}"\n\n'
+            f'[store]\nurl = "{url}"\n\n'
             f'[workers]\ncount = 2\nlease = "{LEASE:g}s"\n\n'
-            f'[server]\nleader_lease = "{LEASE:g}s"\n', encoding="utf-8")
+            f'[server]\nleader_lease = "{LEASE:g}s"\nhost = "{host}"\n', encoding="utf-8")
         (home / "jobs.toml").write_text(jobs_toml(self.effects), encoding="utf-8")
         return home
 
     # -- the nodes ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        self.nodes = [Served(home) for home in self.homes]
+    def _serve(self, i: int) -> Served:
+        if self.netns is not None and i == 0:
+            return Served(self.homes[0], host=self.netns.ns_ip, wrap=self.netns.command)
+        return Served(self.homes[i])
+
+    def start(self, first: int | None = None) -> None:
+        """Start every node; with ``first``, that one alone until it leads."""
+        self.nodes = [None] * len(self.homes)  # type: ignore[list-item]
+        if first is not None:
+            self.nodes[first] = self._serve(first)
+            self.nodes[first].wait_ready(60)
+            eventually(lambda: self.leader() == first, 30, f"node {first} leading")
+        for i in range(len(self.homes)):
+            if self.nodes[i] is None:
+                self.nodes[i] = self._serve(i)
         for node in self.nodes:
             node.wait_ready(60)
         eventually(lambda: self.leader() is not None, 30, "a leader")
@@ -129,7 +152,8 @@ class Cluster:
         if row is None:
             return None
         pid = int(str(row.holder).split(":")[1])
-        return next((i for i, n in enumerate(self.nodes) if n.proc.pid == pid), None)
+        return next((i for i, n in enumerate(self.nodes)
+                     if n is not None and n.proc.pid == pid), None)
 
     def kill(self, i: int) -> None:
         os.kill(self.nodes[i].proc.pid, signal.SIGKILL)
@@ -149,7 +173,18 @@ class Cluster:
     def heal(self, i: int) -> None:
         self.proxies[i].heal()
 
+    def partition(self) -> None:
+        """Node 0 (in its namespace) loses every packet to and from the database."""
+        assert self.netns is not None
+        self.netns.drop()
+
+    def unpartition(self) -> None:
+        assert self.netns is not None
+        self.netns.heal()
+
     def close(self) -> None:
+        if self.netns is not None:
+            self.netns.heal()
         for node in self.nodes:
             if node.proc.poll() is None:
                 os.kill(node.proc.pid, signal.SIGCONT)
@@ -161,6 +196,10 @@ class Cluster:
             proxy.close()
 
     # -- time -------------------------------------------------------------------------------
+
+    def now(self) -> datetime:
+        """The wall clock (the nodes' and the database's: one machine)."""
+        return datetime.now(UTC)
 
     def before_next_minute(self, seconds: float, at_least: float = 10.0) -> datetime:
         """Sleep until ``seconds`` before the next minute boundary that is at least

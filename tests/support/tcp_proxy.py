@@ -31,7 +31,7 @@ def free_port() -> int:
 class TcpProxy:
     """See the module docstring."""
 
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, listen: str = "127.0.0.1") -> None:
         self.target = (target_host, target_port)
         self.port = free_port()
         self.delay = 0.0
@@ -39,7 +39,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: set[tuple[socket.socket, socket.socket]] = set()
         self._closed = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", self.port), backlog=64)
+        self.listen = listen
+        self._listener = socket.create_server((listen, self.port), backlog=64)
         self._listener.settimeout(0.2)
         self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
         self._thread.start()

@@ -105,9 +105,9 @@ class Grouper:
 
     def check(self, config: LoadedConfig, now: datetime) -> int:
         """Close recovered groups and queue due reminders; returns the intents queued."""
-        open_groups = self.groups.open_groups()
-        if not open_groups:
+        if not self.groups.any_open():
             return 0
+        open_groups = self.groups.open_groups()
         intents: list[Intent] = []
         every = config.settings.alerts.reminder_after
         for group in open_groups:

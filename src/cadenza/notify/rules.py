@@ -198,8 +198,7 @@ class Notifier:
         deadlines = self._deadlines[1]
         if not deadlines:
             return 0
-        with self.store.read() as c:
-            rows = unfinished_fires(c, sorted({job_id for job_id, _ in deadlines}))
+        rows = unfinished_fires(self.store, sorted({job_id for job_id, _ in deadlines}))
         intents: list[Intent] = []
         events: list[tuple[str, str, dict[str, str]]] = []
         for run_id, job_id, schedule, state, scheduled_for in rows:

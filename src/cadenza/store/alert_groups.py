@@ -123,6 +123,12 @@ class AlertGroups:
                 last_failure_at=now))
             return self._get(c, group.id) or group, False
 
+    def any_open(self) -> bool:
+        """Whether a group is open: one SELECT outside any transaction, so that an idle
+        sender's round writes nothing (not even an empty read transaction's COMMIT)."""
+        return bool(self.store._quick_rows(
+            "SELECT 1 FROM alert_groups WHERE closed_at IS NULL LIMIT 1", ()))
+
     def open_groups(self) -> list[AlertGroup]:
         """Every open group, oldest first."""
         with self.store.read() as c:

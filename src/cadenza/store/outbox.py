@@ -26,6 +26,7 @@ import sqlalchemy as sa
 
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
+from cadenza.store.codec import utc_from_raw
 from cadenza.store.tables import event_log, notification_log, notification_outbox, runs
 
 if TYPE_CHECKING:
@@ -294,15 +295,22 @@ def running_of(conn: sa.Connection, job_ids: Sequence[str]) -> list[tuple[str, s
     return [(row[0], row[1], row[2]) for row in rows]
 
 
-def unfinished_fires(conn: sa.Connection, job_ids: Sequence[str]
+def unfinished_fires(store: Store, job_ids: Sequence[str]
                      ) -> list[tuple[str, str, str | None, str, datetime]]:
     """The scheduled runs of ``job_ids`` that are QUEUED or RUNNING: (run id, job id,
-    schedule, state, scheduled_for) each (a deadline's candidates)."""
-    rows = conn.execute(sa.select(
-        runs.c.id, runs.c.job_id, runs.c.schedule, runs.c.state, runs.c.scheduled_for).where(
-        runs.c.state.in_([RunState.QUEUED.value, RunState.RUNNING.value]),
-        runs.c.job_id.in_(list(job_ids)), runs.c.scheduled_for.is_not(None))).all()
-    return [(row[0], row[1], row[2], row[3], row[4]) for row in rows]
+    schedule, state, scheduled_for) each (a deadline's candidates). One SELECT outside any
+    transaction: the sender asks every round, and an idle round writes nothing."""
+    marks = ", ".join("?" for _ in job_ids)
+    rows = store._quick_rows(
+        "SELECT id, job_id, schedule, state, scheduled_for FROM runs WHERE state IN (?, ?) "
+        f"AND scheduled_for IS NOT NULL AND job_id IN ({marks})",
+        (RunState.QUEUED.value, RunState.RUNNING.value, *job_ids))
+    out = []
+    for row in rows:
+        when = utc_from_raw(row[4])
+        if when is not None:
+            out.append((row[0], row[1], row[2], row[3], when))
+    return out
 
 
 def late_recorded(conn: sa.Connection, run_ids: Sequence[str]) -> set[tuple[str, str]]:

@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS=0 to run it in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test test-latest lock lint venv clean i18n i18n-pot bench soak
+.PHONY: run test test-latest lock lint venv clean i18n i18n-pot bench soak dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ bench: $(VENV)/.installed-test
 MINUTES ?= 30
 soak: $(VENV)/.installed-test
 	$(BIN)/python -m tests.faults.soak --minutes $(MINUTES)
+
+## make dist: the wheel and the sdist in dist/ (python -m build), checked by twine; a desktop
+## user installs the wheel with `pipx install "dist/cadenza-VERSION-py3-none-any.whl"`.
+dist: $(VENV)/.installed-test
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
 
 ## make lock: resolve the newest versions within pyproject.toml's ranges again, for every
 ## platform (Linux, Windows, macOS) and Python >= 3.11, with hashes. On purpose only: review

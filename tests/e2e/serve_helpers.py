@@ -45,8 +45,9 @@ class Served:
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env=env)
 
-    def wait_ready(self, seconds: float = 30) -> None:
-        """Wait (real time: a process booting, not a schedule) until /api/health answers."""
+    def wait_ready(self, seconds: float = 30, degraded: bool = False) -> None:
+        """Wait (real time: a process booting, not a schedule) until /api/health answers
+        ok (or, with ``degraded``, answers at all: a node whose clock is off says 503)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -55,8 +56,8 @@ class Served:
                 time.sleep(2)
                 return
             try:
-                if httpx.get(f"http://{self.host}:{self.port}/api/health",
-                             timeout=1).is_success:
+                answer = httpx.get(f"http://{self.host}:{self.port}/api/health", timeout=1)
+                if answer.is_success or (degraded and answer.status_code == 503):
                     return
             except httpx.TransportError:
                 pass

@@ -77,6 +77,7 @@ def jobs_toml(effects: Path) -> str:
     op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 0.5 }}
 
     [jobs.long]
+    max_concurrency = 4
     [[jobs.long.steps]]
     name = "work"
     type = "python"
@@ -89,12 +90,16 @@ class Cluster:
     """N ``cadenza serve`` nodes on one database (see the module docstring)."""
 
     def __init__(self, root: Path, pg: PrivatePostgres, nodes: int = 3,
-                 netns: Netns | None = None) -> None:
+                 netns: Netns | None = None,
+                 skewed: dict[int, timedelta] | None = None) -> None:
         """``netns``: node 0 runs in that network namespace, its proxy listening on the
-        host's end of the namespace's link (:meth:`partition` drops its packets)."""
+        host's end of the namespace's link (:meth:`partition` drops its packets).
+        ``skewed``: node index → how far its wall clock is off (``CADENZA_FAKE_NOW``: the
+        real time plus that offset, from its start on)."""
         self.root = root
         self.pg = pg
         self.netns = netns
+        self.skewed = skewed or {}
         self.effects = root / "effects.jsonl"
         self.proxies = [TcpProxy("127.0.0.1", pg.port, listen=netns.host_ip
                                  if netns is not None and i == 0 else "127.0.0.1")
@@ -124,6 +129,9 @@ class Cluster:
     def _serve(self, i: int) -> Served:
         if self.netns is not None and i == 0:
             return Served(self.homes[0], host=self.netns.ns_ip, wrap=self.netns.command)
+        if i in self.skewed:
+            return Served(self.homes[i],
+                          fake_now=(datetime.now(UTC) + self.skewed[i]).isoformat())
         return Served(self.homes[i])
 
     def start(self, first: int | None = None) -> None:
@@ -136,8 +144,8 @@ class Cluster:
         for i in range(len(self.homes)):
             if self.nodes[i] is None:
                 self.nodes[i] = self._serve(i)
-        for node in self.nodes:
-            node.wait_ready(60)
+        for i, node in enumerate(self.nodes):
+            node.wait_ready(60, degraded=i in self.skewed)
         eventually(lambda: self.leader() is not None, 30, "a leader")
 
     def store(self) -> Store:

@@ -23,6 +23,7 @@ import os
 import signal
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -134,13 +135,17 @@ class Cluster:
                           fake_now=(datetime.now(UTC) + self.skewed[i]).isoformat())
         return Served(self.homes[i])
 
-    def start(self, first: int | None = None) -> None:
-        """Start every node; with ``first``, that one alone until it leads."""
+    def start(self, first: int | None = None,
+              alone: Callable[[], object] | None = None) -> None:
+        """Start every node; with ``first``, that one alone until it leads, and ``alone``
+        called then, before the others start (to give it work no other node can take)."""
         self.nodes = [None] * len(self.homes)  # type: ignore[list-item]
         if first is not None:
             self.nodes[first] = self._serve(first)
             self.nodes[first].wait_ready(60)
             eventually(lambda: self.leader() == first, 30, f"node {first} leading")
+            if alone is not None:
+                alone()
         for i in range(len(self.homes)):
             if self.nodes[i] is None:
                 self.nodes[i] = self._serve(i)
@@ -193,6 +198,7 @@ class Cluster:
     def close(self) -> None:
         if self.netns is not None:
             self.netns.heal()
+        self.nodes = [node for node in self.nodes if node is not None]
         for node in self.nodes:
             if node.proc.poll() is None:
                 os.kill(node.proc.pid, signal.SIGCONT)

@@ -43,7 +43,7 @@ def netns() -> Iterator[Netns]:
 def _holders(cluster: Cluster, run_ids: list[str]) -> dict[str, int | None]:
     with cluster.store() as store:
         runs = [store.get_run(run_id) for run_id in run_ids]
-    pids = {n.proc.pid: i for i, n in enumerate(cluster.nodes)}
+    pids = {n.proc.pid: i for i, n in enumerate(cluster.nodes) if n is not None}
     return {r.id: pids.get(int(r.lease_owner.split(":")[1])) if r.lease_owner
             and r.state is RunState.RUNNING else None for r in runs if r is not None}
 
@@ -51,15 +51,24 @@ def _holders(cluster: Cluster, run_ids: list[str]) -> dict[str, int | None]:
 def test_a_leader_partitioned_by_dropped_packets_is_replaced_and_steps_aside(
         tmp_path: Path, pg: PrivatePostgres, netns: Netns) -> None:
     cluster = Cluster(tmp_path, pg, netns=netns)
-    try:
-        cluster.start(first=0)
-        boundary = cluster.before_next_minute(12, at_least=20)
+    run_ids: list[str] = []
+
+    def give_node_0_work() -> None:
+        """Long runs, taken by node 0 while it is alone (the others take the rest later)."""
         with cluster.store() as store:
-            run_ids = store.create_runs([NewRun("long", "manual:test") for _ in range(6)])
-        eventually(lambda: 0 in _holders(cluster, run_ids).values(), 10,
+            run_ids.extend(store.create_runs([NewRun("long", "manual:test")
+                                              for _ in range(24)]))
+        eventually(lambda: 0 in _holders(cluster, run_ids).values(), 20,
                    "node 0 running one of the long runs")
+
+    try:
+        # Start about 35 s before a minute: node 0, alone, takes long runs (8 s each, four at
+        # a time: 48 s of work), and is still running some when the partition comes.
+        boundary = cluster.before_next_minute(35, at_least=40)
+        cluster.start(first=0, alone=give_node_0_work)
         time.sleep(max((boundary - cluster.now()).total_seconds() - 3, 0))
         assert cluster.leader() == 0
+        assert 0 in _holders(cluster, run_ids).values()
         cluster.partition()
         cut = time.monotonic()
         eventually(lambda: cluster.leader() not in (None, 0), 2 * LEASE + 5,
@@ -69,7 +78,7 @@ def test_a_leader_partitioned_by_dropped_packets_is_replaced_and_steps_aside(
         with cluster.store() as store:
             eventually(lambda: all((r := store.get_run(i)) is not None
                                    and r.state is RunState.SUCCEEDED for i in run_ids),
-                       90, "the long runs finished elsewhere")
+                       150, "the long runs finished elsewhere")
         cluster.unpartition()
         time.sleep(3 * LEASE)  # the healed node looks again: the term is another's
         assert cluster.leader() not in (None, 0)

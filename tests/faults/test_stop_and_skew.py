@@ -32,7 +32,7 @@ pytestmark = pytest.mark.timeout(300)
 def _holders(cluster: Cluster, run_ids: list[str]) -> dict[str, int | None]:
     with cluster.store() as store:
         runs = [store.get_run(run_id) for run_id in run_ids]
-    pids = {n.proc.pid: i for i, n in enumerate(cluster.nodes)}
+    pids = {n.proc.pid: i for i, n in enumerate(cluster.nodes) if n is not None}
     return {r.id: pids.get(int(r.lease_owner.split(":")[1])) if r.lease_owner
             and r.state is RunState.RUNNING else None for r in runs if r is not None}
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -120,3 +122,28 @@ def kill_tree(pid: int) -> None:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def freeze_outside_a_write(pid: int, home: Path) -> None:
+    """SIGSTOP the server at an instant it holds no SQLite write lock.
+
+    A process frozen inside a write transaction keeps SQLite's one write lock until it
+    runs again, so no other server could write at all (SQLite has one writer; PostgreSQL
+    would let the other server go on). This test is about a lost lease, not about that
+    limit, so it freezes the server between two of its writes: when the write lock is
+    taken, let it run a moment and freeze it again.
+    """
+    db = home / "data" / "cadenza.db"
+    for _ in range(200):
+        os.kill(pid, signal.SIGSTOP)
+        probe = sqlite3.connect(db, timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)  # real time: let the frozen write finish
+        finally:
+            probe.close()
+    raise AssertionError("the server held the write lock at every try")

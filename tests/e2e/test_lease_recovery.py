@@ -12,40 +12,21 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.lease_home import enqueue, kill_tree, make_home, open_store, run_state
+from tests.e2e.lease_home import (
+    enqueue,
+    freeze_outside_a_write,
+    kill_tree,
+    make_home,
+    open_store,
+    run_state,
+)
 from tests.e2e.serve_helpers import Served, eventually
-
-
-def _freeze_outside_a_write(pid: int, home: Path) -> None:
-    """SIGSTOP the server at an instant it holds no SQLite write lock.
-
-    A process frozen inside a write transaction keeps SQLite's one write lock until it
-    runs again, so no other server could write at all (SQLite has one writer; PostgreSQL
-    would let the other server go on). This test is about a lost lease, not about that
-    limit, so it freezes the server between two of its writes: when the write lock is
-    taken, let it run a moment and freeze it again.
-    """
-    db = home / "data" / "cadenza.db"
-    for _ in range(200):
-        os.kill(pid, signal.SIGSTOP)
-        probe = sqlite3.connect(db, timeout=0, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return
-        except sqlite3.OperationalError:
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(0.05)  # real time: let the frozen write finish
-        finally:
-            probe.close()
-    raise AssertionError("the server held the write lock at every try")
 
 
 def _events(home: Path, run_id: str) -> list[str]:
@@ -76,7 +57,7 @@ def test_a_worker_stopped_past_its_lease_loses_the_run_to_another(tmp_path: Path
         held = run_state(home, run_id)
         assert held.state.value == "RUNNING"
         assert held.lease_owner.split(":")[1] == str(first.proc.pid)
-        _freeze_outside_a_write(first.proc.pid, home)
+        freeze_outside_a_write(first.proc.pid, home)
         stopped_at = time.monotonic()
         second = Served(home)
         second.wait_ready()

@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.lease_home import enqueue, gone, make_home, open_store, run_state
+from tests.e2e.lease_home import (
+    enqueue,
+    freeze_outside_a_write,
+    gone,
+    make_home,
+    open_store,
+    run_state,
+)
 from tests.e2e.serve_helpers import Served, eventually
 
 TICKER = '''
@@ -69,7 +76,7 @@ def test_the_child_of_a_stopped_worker_stops_before_another_node_runs_the_step(
         child_a = _lines(ticks)[0][0]
         held = run_state(home, run_id)
         assert held.lease_owner.split(":")[1] == str(first.proc.pid)
-        os.kill(first.proc.pid, signal.SIGSTOP)
+        freeze_outside_a_write(first.proc.pid, home)
         stopped_at = time.time()
         second = Served(home)
         second.wait_ready()

@@ -225,3 +225,31 @@ def test_a_later_value_that_does_not_fit(ctx: SqlTestContext, db: Db, files: Pat
     with pytest.raises(Fatal, match=r"late\.csv: loading rows after \d+: .*abc"):
         load(ctx, "late.csv", t)
     assert t not in table_names(db.url) or scalar(db.url, f"SELECT count(*) FROM {t}") == 0
+
+
+@pytest.mark.reliability_case(17)
+def test_hostile_column_names_are_quoted_by_each_dialect(ctx: SqlTestContext, db: Db,
+                                                         files: Path) -> None:
+    """The only SQL names Cadenza makes from data are a file's column headers (and the
+    ``columns`` renames): each is quoted by the dialect's own rules (double quotes doubled
+    on PostgreSQL and SQLite, backticks doubled on MariaDB, ``%`` doubled for ``%s``
+    drivers), so a header carrying quotes, a statement or a placeholder becomes a column
+    of exactly that name and runs nothing."""
+    victim = db.table()
+    execute(db.url, f"CREATE TABLE {victim} (id INTEGER)")
+    names = ["id", f'x"; DROP TABLE {victim}; --', "a`b", "it's", "100% (%s)", "[c]"]
+    buf = io.StringIO()
+    csv.writer(buf).writerows([names, [1, "q", "b", "s", "p", "c"]])
+    (files / "n.csv").write_bytes(buf.getvalue().encode())
+    t = db.table()
+    load(ctx, "n.csv", t, columns={"[c]": "renamed `x` \"y\""})
+    engine = sa.create_engine(db.url)
+    try:
+        with engine.connect() as conn:
+            result = conn.exec_driver_sql(f"SELECT * FROM {t}")
+            # the names the server reports (SQLAlchemy's MariaDB reflection shows a`b as a``b)
+            assert list(result.keys()) == [*names[:-1], 'renamed `x` "y"']
+            assert [tuple(r) for r in result] == [(1, "q", "b", "s", "p", "c")]
+    finally:
+        engine.dispose()
+    assert victim in table_names(db.url)

@@ -129,3 +129,59 @@ def test_syntax_recovery_is_bounded_on_big_files(make_home: MakeHome) -> None:
     problems = _jobs_problems(home)
     assert len(problems) == 11
     assert any("more than 10 syntax errors" in p.message for p in problems)
+
+
+TABLE_TOKENS = """\
+[jobs.copy]
+params = { t = "orders" }
+
+[[jobs.copy.steps]]
+name = "copy"
+type = "sql_copy"
+source = { connection = "warehouse", table = "orders" }
+target = { connection = "warehouse", table = "${params.t}" }
+
+[jobs.load]
+
+[[jobs.load.steps]]
+name = "load"
+type = "file_load"
+path = "in/x.csv"
+connection = "warehouse"
+table = "stage_${month.current}"
+
+[jobs.drop]
+
+[[jobs.drop.steps]]
+name = "drop"
+type = "file_load"
+path = "in/x.csv"
+connection = "warehouse"
+table = "t; drop table x"
+"""
+
+
+@pytest.mark.reliability_case(17)
+def test_a_token_or_a_statement_in_a_table_name_is_refused_at_its_line(
+        make_home: MakeHome) -> None:
+    """Parameters never become SQL names: a ``${...}`` token in a table field (sql_copy's
+    source and target, file_load's, ldap_sync's) is refused when the file is checked, at
+    its file:line:col, as is a name carrying a statement; a run cannot set a table either
+    (see the run-tunable table of docs/security.md), so the only names a query is built
+    with are the plain names written in jobs.toml, each quoted by the dialect."""
+    from cadenza.steps.base import is_run_tunable
+    from cadenza.steps.registry import registry
+
+    home = make_home(jobs=TABLE_TOKENS)
+    problems = [str(p) for p in _jobs_problems(home)]
+    expected = {
+        "jobs.toml:8:46: error: jobs.copy.steps[0].target.table": "'${params.t}'",
+        "jobs.toml:17:9: error: jobs.load.steps[0].table": "'stage_${month.current}'",
+        "jobs.toml:26:9: error: jobs.drop.steps[0].table": "'t; drop table x'",
+    }
+    for where, value in expected.items():
+        assert any(p.startswith(where) and "no ${...} tokens" in p and p.endswith(value)
+                   for p in problems), (where, problems)
+    for type_name, field in (("sql_copy", "target"), ("sql_copy", "source"),
+                             ("file_load", "table"), ("ldap_sync", "table")):
+        assert not is_run_tunable(registry()[type_name].Config, field)

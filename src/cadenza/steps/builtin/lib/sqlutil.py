@@ -268,10 +268,11 @@ def split_table(table: str) -> tuple[str | None, str]:
 
 
 def quote(conn: sa.Connection, name: str) -> str:
-    """One identifier, always quoted by the dialect's preparer (so any text is safe);
-    ``%`` doubled for drivers whose placeholders are ``%s``."""
-    quoted = conn.dialect.identifier_preparer.quote_identifier(name)
-    return quoted.replace("%", "%%") if kind(conn) != "sqlite" else quoted
+    """One identifier, always quoted by the dialect's preparer (so any text is safe). The
+    preparer itself doubles ``%`` for drivers whose placeholders are ``%s`` (psycopg,
+    PyMySQL), which read ``%%`` back as ``%``; doubling it again here made a column
+    ``100%`` come out as ``100%%``."""
+    return str(conn.dialect.identifier_preparer.quote_identifier(name))
 
 
 def qualified(conn: sa.Connection, table: str) -> str:

@@ -228,3 +228,26 @@ def test_mariadb_timeout_stops_the_query(tmp_path: Path, mariadb_url: str) -> No
                                    "WHERE info LIKE '%SLEEP(10)%' AND id <> CONNECTION_ID()") == 0
     finally:
         ctx.close()
+
+
+@pytest.mark.reliability_case(23)
+def test_ddl_as_the_one_statement_runs_as_written(ctx: SqlTestContext, db: Db,
+                                                  sales: str) -> None:
+    """The policy for DDL in a query step is the one docs/steps.md states: allowed, as the
+    job's author wrote it (a step may create, change or drop a table), counted as 0 rows;
+    it cannot come from input, since a run cannot replace the query and parameters bind as
+    values. CREATE, ALTER and DROP each run alone on every dialect; a DDL statement
+    followed by a second one is refused and runs nothing."""
+    made = db.table("made")
+    assert query(ctx, f"CREATE TABLE {made} (id INTEGER)").output == {"rows": 0}
+    assert query(ctx, f"ALTER TABLE {made} ADD COLUMN note VARCHAR(20)").output == {"rows": 0}
+    run_step(SqlQueryStep, ctx, connection="w", params={"v": "DROP TABLE x"},
+             query=f"INSERT INTO {made} (id, note) VALUES (1, :v)")
+    assert rows(db.url, f"SELECT id, note FROM {made}") == [(1, "DROP TABLE x")]
+    with pytest.raises(Fatal, match="expected one SQL statement"):
+        query(ctx, f"DROP TABLE {made}; DROP TABLE {sales}")
+    assert scalar(db.url, f"SELECT count(*) FROM {made}") == 1
+    assert query(ctx, f"DROP TABLE {made}").output == {"rows": 0}
+    with pytest.raises(Fatal, match=made):
+        query(ctx, f"SELECT * FROM {made}")
+    assert scalar(db.url, f"SELECT count(*) FROM {sales}") == 3

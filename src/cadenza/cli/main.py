@@ -11,6 +11,7 @@ import typer
 
 from cadenza.cli import backup as backup_cmd
 from cadenza.cli import calendars as calendars_cmd
+from cadenza.cli import scheduling as scheduling_cmd
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
@@ -68,6 +69,7 @@ resources_probe_cmd.register(resources_cmd.app)
 app.add_typer(resources_cmd.app, name="resources")
 app.add_typer(tokens_cmd.app, name="tokens")
 app.add_typer(calendars_cmd.app, name="calendars")
+app.add_typer(scheduling_cmd.app, name="scheduling")
 app.command("stats")(stats_cmd.stats_command)
 
 

@@ -51,6 +51,9 @@ class EventType(StrEnum):
     # The scheduler's leadership on a shared database (cadenza.scheduler.service): a node
     # took a term; a former leader's late write was refused.
     LEADERSHIP = "LEADERSHIP"
+    # Scheduling paused or resumed by a person (cadenza.store.desktop): while paused, every
+    # scheduled fire is recorded MISSED with who paused it.
+    SCHEDULING_CHANGED = "SCHEDULING_CHANGED"
 
 
 class Level(StrEnum):

@@ -193,8 +193,9 @@ class PlannedRun:
     reason: str | None
     not_before: datetime | None = None
     catch_up: bool = False
-    day_off: bool = False
-    """A MISSED fire that fell on a day off of its calendar: expected, no missed alert."""
+    quiet: bool = False
+    """A MISSED fire nobody needs to be alerted of: it fell on a day off of its calendar, or
+    scheduling was paused by a person; its reason says which."""
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -273,7 +274,7 @@ def plan_job(
         off = {when for when, note in notes.items() if note and note.kind == "skipped"}
         for when, note in notes.items():
             if when in off and note is not None:
-                planned.append(PlannedRun(spec, when, RunState.MISSED, note.text(), day_off=True))
+                planned.append(PlannedRun(spec, when, RunState.MISSED, note.text(), quiet=True))
         missed = [f for f in item.fires if f < boundary and f not in off]
         planned.extend(_missed_plan(policy, item, missed))
         for when in item.fires:

@@ -67,6 +67,7 @@ from cadenza.scheduler.schedules import (
     policy_of,
     server_zone,
 )
+from cadenza.store.desktop import Pause, SchedulingPauses
 from cadenza.store.fires import NewFire
 from cadenza.store.protocols import SchedulerStore
 
@@ -526,6 +527,26 @@ class Scheduler:
             out.append(replace(run, not_before=run.not_before or run.scheduled_for))
         return out
 
+    def _paused(self, plan: list[PlannedRun], now: datetime, pause: Pause) -> list[PlannedRun]:
+        """Scheduling is paused: each due fire is recorded MISSED with who paused it (quiet:
+        no missed alert); later fires are left for their due time (:attr:`_held`), when the
+        pause is looked at again."""
+        reason = (f"scheduling paused by {pause.by} "
+                  f"(since {pause.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)")
+        out: list[PlannedRun] = []
+        held: set[str] = set()
+        for run in plan:
+            if run.scheduled_for > now:
+                if run.schedule.name not in held:
+                    held.add(run.schedule.name)
+                    self._held[run.schedule.key] = run.scheduled_for
+                continue
+            if run.state is RunState.QUEUED:
+                run = replace(run, state=RunState.MISSED, reason=reason, quiet=True,
+                              not_before=None)
+            out.append(run)
+        return out
+
     def _fire(self, batch: Mapping[str, list[Key]], now: datetime, out: list[CreatedRun],
               horizon: datetime | None = None) -> int:
         """One transaction for the due schedules of ``batch``; long backlogs continue in
@@ -540,6 +561,7 @@ class Scheduler:
             if missing:
                 self.store.init_cursors(missing, now, conn=conn)
             active = self.store.count_active_runs(batch, conn=conn)
+            pause = SchedulingPauses(self.store).current(conn)
             moved: dict[Key, datetime] = {key: locked.get(key) or now for key in keys}
             for job_id, job_keys in batch.items():
                 dues = [
@@ -550,7 +572,9 @@ class Scheduler:
                     for key in job_keys
                 ]
                 plan = plan_job(self._policies[job_id], dues, now, active.get(job_id, 0), self.rng)
-                if horizon is not None and horizon > now:
+                if pause is not None:
+                    plan = self._paused(plan, now, pause)
+                elif horizon is not None and horizon > now:
                     plan = self._ahead(plan, now)
                 head, tail = plan[:RUNS_PER_TRANSACTION], plan[RUNS_PER_TRANSACTION:]
                 todo.extend((job_id, run) for run in head)
@@ -603,7 +627,7 @@ class Scheduler:
                 reason=run.reason,
                 priority=self._policies[job_id].priority,
                 not_before=run.not_before,
-                day_off=run.day_off,
+                quiet=run.quiet,
             )
             for job_id, run in plan
         ]

@@ -202,6 +202,36 @@ class AuthService:
         role = _role(user.roles)
         return NewSession(cookie, csrf, username, role, expires)
 
+    def desktop_login(self, ticket: str, address: str) -> NewSession:
+        """Open a session for the desktop window with a one-time ticket that ``cadenza
+        desktop`` stored (:class:`cadenza.store.desktop.DesktopTickets`): from the loopback
+        only, spent once, within its minute, for an enabled user."""
+        import ipaddress
+
+        from cadenza.security import hash_token
+        from cadenza.store.desktop import DesktopTickets
+
+        try:
+            local = ipaddress.ip_address(address).is_loopback
+        except ValueError:
+            local = False
+        if not local:
+            raise Unauthorized("a desktop ticket is accepted from this computer only")
+        spent = DesktopTickets(self.store).spend(ticket) if len(ticket) <= 200 else None
+        if spent is None:
+            raise Unauthorized("this desktop ticket is unknown, used or expired; "
+                               "run `cadenza desktop` again")
+        username, os_user = spent
+        user = self.store.get_user(username)
+        if user is None or user.disabled:
+            raise Unauthorized(f"user {username} does not exist or is disabled")
+        cookie = secrets.token_urlsafe(32)
+        csrf = secrets.token_urlsafe(32)
+        expires = self.clock.now() + SESSION_LIFETIME
+        self.store.create_session(hash_token(cookie), username, csrf, expires,
+                                  address=address, actor=f"desktop:{os_user}")
+        return NewSession(cookie, csrf, username, _role(user.roles), expires)
+
     def session(self, cookie: str) -> Principal | None:
         """The principal of a live session cookie whose user is still enabled."""
         from cadenza.security import hash_token

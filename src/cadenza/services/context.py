@@ -98,6 +98,7 @@ class Services:
         from cadenza.services.notifications import NotificationService
         from cadenza.services.resources import ResourceService
         from cadenza.services.runs import RunService
+        from cadenza.services.scheduling import SchedulingService
         from cadenza.services.secrets import SecretService
         from cadenza.services.simulate import SimulateService
         from cadenza.services.users import UserService
@@ -114,6 +115,7 @@ class Services:
         self.resources = ResourceService(self)
         self.calendars = CalendarService(self)
         self.alerts = AlertService(self)
+        self.scheduling = SchedulingService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

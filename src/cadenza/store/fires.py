@@ -64,9 +64,10 @@ class NewFire:
     reason: str | None = None
     priority: int = 0
     not_before: datetime | None = None
-    day_off: bool = False
-    """A MISSED fire on a day off of its business calendar: expected, so the missed hooks
-    (the ``missed`` alert) are not called for it; its event and reason still say it."""
+    quiet: bool = False
+    """A MISSED fire that was expected (a day off of its business calendar, scheduling paused
+    by a person), so the missed hooks (the ``missed`` alert) are not called for it; its event
+    and reason still say why."""
 
 
 _PG_TYPES = {"scheduled_for": "timestamptz", "created_at": "timestamptz",
@@ -283,7 +284,7 @@ class FiresRepository(StoreCore):
                 sql.insert(cursor, "event_log", events)
                 missed = [(ids[k], fire.job_id) for k, fire in enumerate(fires)
                           if ids[k] in inserted and checked[k][0] is RunState.MISSED
-                          and not fire.day_off]
+                          and not fire.quiet]
                 for hook in self.hooks.missed if missed else ():
                     hook(c, missed, now)
             finally:

@@ -464,4 +464,22 @@ alert_links = sa.Table(
     _ts("used_at"),
 )
 
+desktop_tickets = sa.Table(
+    "desktop_tickets",
+    metadata,
+    sa.Column("ticket_hash", sa.String(64), primary_key=True),
+    sa.Column("username", sa.String(64), nullable=False),
+    sa.Column("os_user", sa.String(200), nullable=False),
+    _ts("expires_at", nullable=False),
+    _ts("used_at"),
+)
+
+scheduling_pause = sa.Table(
+    "scheduling_pause",
+    metadata,
+    sa.Column("id", sa.Integer(), primary_key=True, autoincrement=False),
+    _ts("paused_at", nullable=False),
+    sa.Column("paused_by", sa.String(200), nullable=False),
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

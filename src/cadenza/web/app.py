@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 
 ALLOWED_WITHOUT_AUTH = frozenset({("GET", "/api/health"), ("POST", "/api/login"),
                                   ("GET", "/login"), ("POST", "/login"),
-                                  ("POST", "/language"),
+                                  ("POST", "/language"), ("GET", "/desktop/enter"),
                                   ("GET", "/alerts/link/{token}"),
                                   ("POST", "/alerts/link/{token}")})
 """The only (method, path) pairs that answer without a session or token (docs/api.md), besides
 the static files under ``/static`` (vendored scripts and styles, no data). The one-use links
 of alert e-mails carry their own permission: a random token, spent once, expiring, that
-snoozes or acknowledges one alert and nothing else (a foreign ``Origin`` is refused)."""
+snoozes or acknowledges one alert and nothing else (a foreign ``Origin`` is refused). The
+desktop window's ``/desktop/enter`` carries a one-time ticket of the computer's own user,
+accepted from the loopback only."""
 
 
 def create_app(store: Store, *, home: Home | None = None,

@@ -129,6 +129,11 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("POST", "/alerts/{group_id}/snooze/{how}"): "operator",
     ("GET", "/alerts/link/{token}"): None,  # the link's token is its permission
     ("POST", "/alerts/link/{token}"): None,
+    # scheduling paused for the whole home; the desktop window's one-time ticket
+    ("GET", "/api/scheduling"): "viewer",
+    ("POST", "/api/scheduling/pause"): "operator",
+    ("POST", "/api/scheduling/resume"): "operator",
+    ("GET", "/desktop/enter"): None,  # the ticket is its permission, from the loopback only
     ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
     ("POST", "/api/logout"): "viewer",
 }

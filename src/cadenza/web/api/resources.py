@@ -147,3 +147,27 @@ def snooze_alert(principal: AsOperator, request: Request, group_id: GroupId,
     """Mute the group's reminders for an hour or until the morning (failures still count)."""
     with services_for(request, principal) as services:
         return services.alerts.snooze(group_id, body.until).as_json(services.clock.now())
+
+
+@router.get("/scheduling", tags=["scheduling"])
+def scheduling_status(principal: AsViewer, request: Request) -> dict[str, Any]:
+    """Whether scheduling is paused: ``{"paused": false}`` or since when and by whom."""
+    with services_for(request, principal) as services:
+        found = services.scheduling.status()
+        return found.as_json() if found is not None else {"paused": False}
+
+
+@router.post("/scheduling/pause", tags=["scheduling"])
+def pause_scheduling(principal: AsOperator, request: Request) -> dict[str, Any]:
+    """Pause scheduling for the whole home: fires due while paused are recorded MISSED with
+    who paused them; runs started by hand still run."""
+    with services_for(request, principal) as services:
+        return services.scheduling.pause().as_json()
+
+
+@router.post("/scheduling/resume", tags=["scheduling"])
+def resume_scheduling(principal: AsOperator, request: Request) -> dict[str, Any]:
+    """Resume scheduling."""
+    with services_for(request, principal) as services:
+        services.scheduling.resume()
+        return {"paused": False}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from cadenza.services.auth import AuthService, Throttled, Unauthorized
+from cadenza.services.auth import AuthService, NewSession, Throttled, Unauthorized
 from cadenza.services.errors import InvalidRequest
 from cadenza.web.auth import (
     CSRF_COOKIE,
@@ -74,7 +74,14 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
     except Unauthorized:
         return login_page(request, next_path=next, status=401, username=username,
                           error=N_("Wrong user name or password."))
-    response = RedirectResponse(safe_next(next), status_code=303)
+    return _signed_in(request, new, next)
+
+
+def _signed_in(request: Request, new: NewSession, next_path: str) -> Response:
+    """Go to ``next_path`` with the new session's cookies (the session's HttpOnly, the CSRF
+    token's readable by the page script)."""
+    web = context(request)
+    response = RedirectResponse(safe_next(next_path), status_code=303)
     secure = request.url.scheme == "https"
     max_age = int((new.expires_at - web.clock.now()).total_seconds())
     response.set_cookie(SESSION_COOKIE, new.cookie, max_age=max_age, httponly=True,
@@ -82,6 +89,20 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
     response.set_cookie(CSRF_COOKIE, new.csrf_token, max_age=max_age, httponly=False,
                         samesite="lax", secure=secure, path="/")
     return response
+
+
+@router.get("/desktop/enter")
+def desktop_enter(request: Request, ticket: Annotated[str, Query(max_length=200)] = "",
+                  next: Annotated[str, Query(max_length=2000)] = "/jobs") -> Response:
+    """The desktop window's way in: a one-time ticket made by ``cadenza desktop`` for the
+    computer's own user, accepted from the loopback only; the login form otherwise."""
+    web = context(request)
+    try:
+        new = AuthService(web.store, web.clock).desktop_login(ticket,
+                                                              client_address(request))
+    except Unauthorized as exc:  # 403: the ticket is refused; a password still works
+        return login_page(request, next_path=next, status=403, error=str(exc))
+    return _signed_in(request, new, next)
 
 
 @router.post("/language")

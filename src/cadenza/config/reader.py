@@ -32,6 +32,7 @@ _AT = re.compile(r"\s*\(at line (\d+), column (\d+)\)$")
 _AT_END = re.compile(r"\s*\(at end of document\)$")
 _DECLARED_TWICE = re.compile(r"^Cannot declare (\(.*\)) twice$")
 _KEY_AT_LINE = re.compile(r"^\s*([^=#\[]+?)\s*=")
+_INLINE_TWICE = re.compile(r"^Duplicate inline table key '(.*)'$")
 _HINTS = {
     "Cannot overwrite a value": "duplicate key: this key is already set in this table",
     "Illegal character '\\n'": "unterminated string: expected a closing quote on this line",
@@ -174,8 +175,20 @@ def _recover(message: str, lines: list[str], blanked: set[int], reporter: Report
     if text == "Cannot overwrite a value":
         key = _KEY_AT_LINE.match(lines[k])
         if key:
-            hint = f"duplicate key {key.group(1).strip()!r}: a key may be set only once per table"
+            name = key.group(1).strip()
+            first = _first_setting(lines, k, name)
+            where = f" (first set at line {first})" if first is not None else ""
+            hint = f"duplicate key {name!r}{where}: a key may be set only once per table"
             col = lines[k].index(key.group(1)) + 1
+    inline = _INLINE_TWICE.match(text)
+    if inline:
+        name = inline.group(1)
+        hint = f"duplicate key {name!r} in an inline table: a key may be set only once per table"
+        # tomllib points past the value; point at the second key instead.
+        keys = [m.start() for m in re.finditer(rf"(?<![\w-]){re.escape(name)}\s*=", lines[k])
+                if m.start() < col - 1]
+        if len(keys) >= 2:
+            col = keys[-1] + 1
     reporter.at(line, col, hint)
     if lines[k].lstrip().startswith("["):
         # A broken table header: drop its whole section, or its keys would land in the
@@ -187,6 +200,20 @@ def _recover(message: str, lines: list[str], blanked: set[int], reporter: Report
         return True
     _blank(lines, k, blanked)
     return True
+
+
+def _first_setting(lines: list[str], k: int, name: str) -> int | None:
+    """The 1-based line of the first ``name = ...`` of the table holding line ``k + 1``
+    (searched upwards to the table's header), or None."""
+    first = None
+    for j in range(k - 1, -1, -1):
+        line = lines[j].lstrip()
+        if line.startswith("["):
+            break
+        found = _KEY_AT_LINE.match(lines[j])
+        if found and found.group(1).strip() == name:
+            first = j + 1
+    return first
 
 
 def _drop_section(path_text: str, line: int, lines: list[str], blanked: set[int],

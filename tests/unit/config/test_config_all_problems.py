@@ -196,3 +196,53 @@ def test_problems_of_both_files_are_reported_together(make_home: MakeHome) -> No
     assert files == sorted(files)  # cadenza.toml first, then jobs.toml
     jobs_lines = [p.line for p in problems if p.file == "jobs.toml"]
     assert jobs_lines == sorted(jobs_lines)
+
+
+KEYS_TWICE = """\
+[jobs.twice]
+schedule = "0 2 * * *"
+description = "a second schedule line below"
+schedule = "0 3 * * *"
+retry = { attempts = 2, attempts = 3 }
+
+[[jobs.twice.steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+query = "select 2"
+
+[jobs.other]
+schedule = "0 4 * * *"
+[[jobs.other.steps]]
+name = "a"
+type = "sql_query"
+connection = "warehouse"
+query = "select 1"
+"""
+
+
+@pytest.mark.reliability_case(2)
+def test_a_key_set_twice_in_one_table_is_refused_naming_the_first(
+        make_home: MakeHome) -> None:
+    """A key written twice in one table (a job's second ``schedule`` line, a step's second
+    ``query``, an inline table's repeated key) is an error at the second one, naming the
+    line of the first; the other jobs are still validated, and nothing is loaded."""
+    home = make_home(jobs=KEYS_TWICE)
+    with pytest.raises(ConfigError) as caught:
+        load_home(home)
+    errors = [p for p in caught.value.problems if isinstance(p, Problem) and p.is_error]
+    text = KEYS_TWICE
+    schedule = _at(errors, "jobs.toml", line_of(text, 'schedule = "0 3 * * *"'),
+                   "duplicate key 'schedule'")
+    first_schedule = line_of(text, 'schedule = "0 2 * * *"')
+    assert f"first set at line {first_schedule}" in schedule.message
+    assert str(schedule).startswith(f"jobs.toml:{schedule.line}:1: error:")
+    query = _at(errors, "jobs.toml", line_of(text, 'query = "select 2"'), "duplicate key 'query'")
+    first_query = next(k + 1 for k, line in enumerate(text.splitlines())
+                       if line == 'query = "select 1"')
+    assert f"first set at line {first_query}" in query.message
+    inline = _at(errors, "jobs.toml", line_of(text, "attempts = 2, attempts = 3"),
+                 "duplicate key 'attempts' in an inline table")
+    assert inline.col == text.splitlines()[inline.line - 1].index("attempts = 3") + 1
+    assert len(errors) == 3  # each reported once; jobs.other has nothing wrong

@@ -196,7 +196,8 @@ class Stream:
         would be read to its end first)."""
         if failed and self.source.dialect != "sqlite":
             sqlutil.quietly(lambda: self.conn.invalidate())
-            return
+        # after the invalidation, closing sends nothing; it marks the cursor closed (a
+        # PostgreSQL named cursor left open warns when collected)
         sqlutil.quietly(self.cursor.close)
 
 

@@ -49,6 +49,10 @@ _PG_ACCESS_TEXT = re.compile(
     r'server requested [A-Za-z0-9-]+ authentication|SCRAM authentication requires')
 _ACCESS_HINT = " (access refused: check the connection's user, password and database)"
 _FILE_HINT = " (access refused: check the connection's path and the file's permissions)"
+#: MariaDB/MySQL 1366 on a 4-byte UTF-8 sequence (lead byte F0-F4): a utf8mb3 column
+_MY_4BYTE = re.compile(r"Incorrect string value: '\\x(F[0-4])", re.IGNORECASE)
+_MB3_HINT = (" (a character of 4 bytes in UTF-8, such as an emoji, does not fit a utf8mb3 "
+             "column: convert the table with ALTER TABLE ... CONVERT TO CHARACTER SET utf8mb4)")
 
 #: column types by value category, per dialect (see docs/steps.md)
 CATEGORIES = ("int", "float", "decimal", "bool", "date", "timestamp", "timestamptz", "bytes",
@@ -116,6 +120,8 @@ def translate(exc: BaseException, what: str) -> StepError:
             return Retryable(f"step timeout: {message}")
         if args[0] in _MY_ACCESS:
             return Fatal(message + _ACCESS_HINT)
+        if args[0] == 1366 and _MY_4BYTE.search(str(args[-1])):
+            return Fatal(message + _MB3_HINT)
         return Retryable(message) if args[0] in _MY_RETRY else Fatal(message)
     if isinstance(orig, sa.exc.TimeoutError | ConnectionError | TimeoutError):
         return Retryable(message)

@@ -263,8 +263,10 @@ class LdapConnection(StrictModel):
 
     type: Literal["ldap"]
     url: LdapUrl
-    bind_dn: str | None = None
-    password: str | None = None
+    # Empty is refused: an empty bind_dn would bind anonymously without saying so, and a
+    # simple bind with an empty password is an unauthenticated bind.
+    bind_dn: NonEmptyStr | None = None
+    password: NonEmptyStr | None = None
     start_tls: bool = False
     timeout: Duration = _SECONDS_30
     verify_tls: bool = True
@@ -326,8 +328,8 @@ class EmailChannel(StrictModel):
     port: Port = 587
     starttls: bool = True
     ssl: bool = False
-    username: str | None = None
-    password: str | None = None
+    username: NonEmptyStr | None = None  # empty would silently skip the login
+    password: NonEmptyStr | None = None
     sender: EmailAddress
     timeout: Duration = _SECONDS_30
     default: bool = False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from config_helpers import MINIMAL_SETTINGS, MakeHome, line_of
 
@@ -246,3 +248,75 @@ def test_a_key_set_twice_in_one_table_is_refused_naming_the_first(
                  "duplicate key 'attempts' in an inline table")
     assert inline.col == text.splitlines()[inline.line - 1].index("attempts = 3") + 1
     assert len(errors) == 3  # each reported once; jobs.other has nothing wrong
+
+
+ONE_JOB = """\
+[jobs.j]
+{job}
+[[jobs.j.steps]]
+name = "s"
+{step}
+"""
+SQL_STEP = 'type = "sql_query"\nconnection = "warehouse"\nquery = "select 1"'
+
+
+@pytest.mark.parametrize(("job", "step", "fragment"), [
+    # negative numbers and durations
+    ("max_concurrency = -1", SQL_STEP, "expected a number >= 1, got integer -1"),
+    ("catchup_max = -1", SQL_STEP, "expected a number >= 0, got integer -1"),
+    ("budget_per_hour = -1", SQL_STEP, ">= 0"),
+    ("retry = { attempts = -1 }", SQL_STEP, ">= 1"),
+    ("retry = { base_seconds = -1.5 }", SQL_STEP, "expected a number >= 0.0, got number -1.5"),
+    ("requires = { egress = -1 }", SQL_STEP, ">= 1"),
+    ('timeout = "-5m"', SQL_STEP, "expected a duration like"),
+    ('missed_grace = "-1m"', SQL_STEP, "expected a duration like"),
+    ('jitter = "-5m"', SQL_STEP, "expected a duration like"),
+    ('alerts = { long_run = "-1h" }', SQL_STEP, "expected a duration like"),
+    ("", SQL_STEP + '\ntimeout = "-1s"', "expected a duration like"),
+    # empty strings
+    ('schedule = ""', SQL_STEP, "empty schedule"),
+    ('timezone = ""', SQL_STEP, "unknown time zone ''"),
+    ('tags = [""]', SQL_STEP, "expected 1 to 64 characters"),
+    ('start_by = ""', SQL_STEP, "expected a time of day"),
+    ('windows = [""]', SQL_STEP, "expected a window like"),
+    ('presets = { p = { schedule = "" } }', SQL_STEP, "empty schedule"),
+    ("", SQL_STEP.replace('query = "select 1"', 'query = ""'), "expected a non-empty string"),
+    ("", SQL_STEP.replace('query = "select 1"', 'query = "   "'),
+     "expected a non-empty string"),
+    ("", SQL_STEP.replace('connection = "warehouse"', 'connection = ""'),
+     "unknown connection ''"),
+    ("", 'type = ""', "unknown step type ''"),
+    ("", 'type = "python"\ncallable = ""', "expected 'module:function'"),
+    ("", 'type = "http"\nurl = ""', "expected a URL like"),
+    ("", 'type = "file_load"\npath = ""\nconnection = "warehouse"\ntable = "t"',
+     "expected a non-empty file path"),
+    ("", 'type = "file_load"\npath = "a.csv"\nconnection = "warehouse"\ntable = ""',
+     "expected a table name"),
+    ("", 'type = "call_job"\njob = ""', "expected 1 to 64 characters"),
+    ("", 'type = "notify"\nto = ["ops@example.org"]\nsubject = ""', "expected a non-empty"),
+    ("", 'type = "notify"\nto = [""]\nsubject = "s"', "expected an e-mail address"),
+])
+@pytest.mark.reliability_case(4)
+def test_negative_numbers_and_empty_strings_in_jobs_are_refused_at_their_line(
+        make_home: MakeHome, job: str, step: str, fragment: str) -> None:
+    """In jobs.toml too, a negative count, a negative duration or an empty string where a
+    schedule, zone, name, query, path, URL or address is wanted is an error at the value's
+    line saying what was expected (``priority`` may be negative: lower runs later)."""
+    text = ONE_JOB.format(job=job, step=step)
+    home = make_home(jobs=text)
+    problems = [p for p in validate_home(home) if p.is_error]
+    hits = [p for p in problems if fragment in p.message]
+    assert hits, problems
+    bad_line = next(k + 1 for k, line in enumerate(text.splitlines())
+                    if re.search(r'= "?-|= ""|= "   "|\[""\]', line))
+    assert (hits[0].file, hits[0].line) == ("jobs.toml", bad_line), problems
+
+
+@pytest.mark.reliability_case(4)
+def test_a_negative_priority_and_an_empty_description_are_accepted(
+        make_home: MakeHome) -> None:
+    """Not every negative number or empty string is a mistake: ``priority = -5`` runs the
+    job after the others, and ``description = ""`` is no description."""
+    text = ONE_JOB.format(job='priority = -5\ndescription = ""', step=SQL_STEP)
+    job = load_home(make_home(jobs=text)).jobs["j"]
+    assert (job.priority, job.description) == (-5, "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,71 @@ def test_rules_naming_unknown_channels_are_located_errors(make_home: MakeHome) -
                                                 "[channels] of cadenza.toml (mail")
     assert got["rules[0].channel"].startswith("unknown channel 'pager'")
     assert all(p.line > 0 for p in problems)
+
+
+NON_EMPTY = "expected a non-empty string"
+DURATION = 'expected a duration like "30s"'
+ROUTE_POOL = '[pools.q]\nkind = "route"\n[[pools.q.members]]\nid = "a"\nproxy = "http://h:1"\n'
+MAIL = '[channels.c]\ntype = "email"\nhost = "h"\nsender = "a@b.org"\n'
+LDAP = '[connections.l]\ntype = "ldap"\nurl = "ldap://h"\n'
+RULE = '[[rules]]\nname = "r"\non = ["failed"]\njobs = ["*"]\nnotify = ["role:ops"]\n'
+
+
+@pytest.mark.parametrize(("snippet", "fragment"), [
+    # negative numbers and durations
+    ("[server]\nport = -1\n", "expected a number >= 1, got integer -1"),
+    ("[workers]\ncount = -4\n", "expected a number >= 1, got integer -4"),
+    ("[workers]\nlease = \"-1m\"\n", DURATION),
+    ("[workers]\nmax_clock_skew = \"-5s\"\n", DURATION),
+    ("[server]\nheader_timeout = \"-1s\"\n", DURATION),
+    ("[retention]\ndays = -1\n", ">= 1"),
+    ("[retention]\nkeep_last_per_job = -1\n", ">= 0"),
+    ("[limits]\nstep_output_bytes = -1\n", ">= 1024"),
+    ("[alerts]\nlog_lines = -1\n", ">= 0"),
+    ("[alerts]\nreminder_after = \"-1h\"\n", DURATION),
+    (MAIL + "port = -25\n", ">= 1"),
+    (ROUTE_POOL.replace('kind = "route"\n', 'kind = "route"\ncooldown = "-30s"\n'), DURATION),
+    (ROUTE_POOL.replace('kind = "route"\n', 'kind = "route"\nhealth = { threshold = -1 }\n'),
+     ">= 0"),
+    # empty strings
+    ("[server]\nhost = \"\"\n", NON_EMPTY),
+    ("[server]\nbase_url = \"\"\n", "expected a URL like"),
+    ("[store]\nurl = \"\"\n", "expected a SQLAlchemy URL"),
+    ("[files]\nroots = [\"\"]\n", NON_EMPTY),
+    ("[alerts]\nmorning = \"\"\n", "expected a time of day"),
+    ('[connections.y]\ntype = "sql"\nurl = ""\n', "expected a SQLAlchemy URL"),
+    ('[connections.z]\ntype = "http"\nbase_url = ""\n', "expected a URL like"),
+    ('[connections.z]\ntype = "http"\nbase_url = "https://x"\nheaders = { "" = "a" }\n',
+     "expected HTTP header names"),
+    (LDAP + 'bind_dn = ""\n', NON_EMPTY),
+    (LDAP + 'bind_dn = "cn=reader"\npassword = ""\n', NON_EMPTY),
+    (MAIL.replace('host = "h"', 'host = ""'), NON_EMPTY),
+    (MAIL.replace('sender = "a@b.org"', 'sender = ""'), "expected an e-mail address"),
+    (MAIL + 'username = ""\n', NON_EMPTY),
+    (MAIL + 'username = "me"\npassword = ""\n', NON_EMPTY),
+    (RULE.replace('name = "r"', 'name = ""'), NON_EMPTY),
+    (RULE.replace('jobs = ["*"]', 'jobs = [""]'), NON_EMPTY),
+    (RULE.replace('notify = ["role:ops"]', 'notify = [""]'), "expected an e-mail address"),
+    (ROUTE_POOL.replace('id = "a"', 'id = ""'), "expected 1 to 64 characters"),
+    (ROUTE_POOL.replace('kind = "route"\n', 'kind = "route"\nhealth = { ip_key = "" }\n'),
+     NON_EMPTY),
+    ('[calendars.c]\ncountry = ""\n', "two-letter country code"),
+    ('[calendars.c]\ndays_off = { "2027-01-02" = "" }\n', NON_EMPTY),
+    ('[security]\nallowed_callables = [""]\n', "expected 'module:function'"),
+])
+@pytest.mark.reliability_case(4)
+def test_negative_numbers_and_empty_strings_are_refused_at_their_line(
+        make_home: MakeHome, snippet: str, fragment: str) -> None:
+    """Every negative number, negative duration and empty string where cadenza.toml wants a
+    count, a length of time, a name, an address or a URL is an error at the value's line,
+    saying what was expected. An empty LDAP ``bind_dn`` (which would bind anonymously
+    without saying so), an empty LDAP password (an unauthenticated bind) and an empty SMTP
+    user name or password (a login silently skipped) included."""
+    settings = "# settings under test\n" + snippet
+    home = make_home(settings=settings)
+    problems = [p for p in validate_home(home) if p.is_error]
+    hits = [p for p in problems if fragment in p.message]
+    assert hits, problems
+    bad_line = next(k + 1 for k, line in enumerate(settings.splitlines())
+                    if re.search(r'= "?-|= ""|\[""\]|"" =|= \{ [a-z_]+ = (-|"")', line))
+    assert (hits[0].file, hits[0].line) == ("cadenza.toml", bad_line), problems

@@ -248,3 +248,53 @@ def test_head_and_redirects_within_a_connection(make_ctx: Any, server: LocalServ
     assert [e["status"] for e in ctx.http_events()[-2:]] == [303, 200]
     assert [e["hop"] for e in ctx.http_events()[-2:]] == [0, 1]
     assert server.seen[-1].method == "GET"  # 303: the body is not sent again
+
+
+@pytest.mark.reliability_case(29)
+def test_a_body_that_trickles_in_is_cut_at_the_deadline(make_ctx: Any) -> None:
+    """A server that answers at once and then sends its body one byte every 0.2 s (each
+    read well within any per-read timeout) is stopped by the step's deadline for the whole
+    exchange: a retryable timeout after about the step's time, not after the 8 s the body
+    would take. The connection's own ``timeout`` caps the whole exchange the same way."""
+    started = time.monotonic()
+    with pytest.raises(Retryable, match="time"):
+        run(make_ctx(step_timeout=1.0), connection="local", path="/trickle",
+            query={"n": "40", "every": "0.2"})
+    assert time.monotonic() - started < 2.5
+    started = time.monotonic()
+    with pytest.raises(Retryable, match="time"):
+        run(make_ctx(timeout="1s"), connection="local", path="/trickle",
+            query={"n": "40", "every": "0.2"})
+    assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.reliability_case(29)
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="a full accept queue drops SYNs on Linux (Windows answers a reset)")
+def test_a_host_that_never_answers_the_connect_is_a_retryable_connect_timeout(
+        tmp_path: Path) -> None:
+    """A server whose accept queue is full drops the SYN of a new connection, as an
+    unreachable or firewalled host does: the connect itself hangs, and the step stops at
+    the connection's timeout with a retryable ConnectTimeout, recorded in its
+    HTTP_REQUEST event."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))  # fills the queue, never accepted
+    ctx = HttpTestContext(tmp_path, settings_with({"dark": {
+        "type": "http", "base_url": f"http://127.0.0.1:{port}", "allow_private": True,
+        "timeout": "1s"}}))
+    try:
+        started = time.monotonic()
+        with pytest.raises(Retryable, match="ConnectTimeout"):
+            run(ctx, connection="dark", path="/")
+        assert time.monotonic() - started < 2.5
+        [event] = ctx.http_events()
+        assert event["status"] is None and "ConnectTimeout" in event["error"]
+    finally:
+        ctx.close()
+        filler.close()
+        listener.close()

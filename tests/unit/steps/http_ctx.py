@@ -235,6 +235,16 @@ class _Handler(BaseHTTPRequestHandler):
         elif route == "/slow":
             time.sleep(float(one.get("s", "3")))
             self._send(200, b"late")
+        elif route == "/trickle":  # headers at once, then one byte every `every` seconds
+            size, every = int(one.get("n", "40")), float(one.get("every", "0.2"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(size))
+            self.end_headers()
+            for _ in range(size):
+                self.wfile.write(b"x")
+                self.wfile.flush()
+                time.sleep(every)
         elif route == "/cookie":
             self._send(200, b"ok", headers={"Set-Cookie": "session=s3cr3t-cookie; HttpOnly",
                                             "X-Request-Id": "abc"})

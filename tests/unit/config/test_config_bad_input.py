@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,3 +189,74 @@ def test_a_token_or_a_statement_in_a_table_name_is_refused_at_its_line(
     for type_name, field in (("sql_copy", "target"), ("sql_copy", "source"),
                              ("file_load", "table"), ("ldap_sync", "table")):
         assert not is_run_tunable(registry()[type_name].Config, field)
+
+
+def _many_jobs(count: int) -> str:
+    """``count`` jobs of a schedule, a zone, a description and one step each (about 200
+    bytes a job: 10,000 of them stay just under the 2 MiB limit)."""
+    return "".join(
+        f'[jobs.job-{i:05d}]\nschedule = "{i % 60} {i % 24} * * *"\ntimezone = "Europe/Paris"\n'
+        f'description = "job number {i}"\n[[jobs.job-{i:05d}.steps]]\nname = "q"\n'
+        f'type = "sql_query"\nconnection = "warehouse"\nquery = "select {i}"\n\n'
+        for i in range(count))
+
+
+_MEASURE = """\
+import json, resource, subprocess, sys, time
+start = time.monotonic()
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(json.dumps({"code": done.returncode, "out": done.stdout[-2000:], "err": done.stderr[-2000:],
+                  "seconds": time.monotonic() - start,
+                  "rss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="measures the CLI's memory with getrusage")
+@pytest.mark.reliability_case(5)
+def test_ten_thousand_jobs_load_and_validate_in_seconds_and_bounded_memory(
+        make_home: MakeHome) -> None:
+    """A jobs file of 10,000 jobs (2.0 MB, just under the 2 MiB limit, which is what bounds
+    the number of jobs) loads whole, and ``cadenza validate`` checks it in a few seconds and
+    about 200 MiB on two cores (measured: 4 s, 200 MiB). The bounds asserted here are loose
+    (60 s, 512 MiB): they catch work that grows with the square of the jobs, not a slow
+    machine. The same count with an error in every job reports each of the 10,000 at its
+    own line, as fast."""
+    text = _many_jobs(10_000)
+    assert MAX_BYTES * 0.9 < len(text.encode()) < MAX_BYTES
+    home = make_home(jobs=text)
+    started = time.monotonic()
+    loaded = load_home(home)
+    assert len(loaded.jobs) == 10_000 and time.monotonic() - started < 60
+    assert loaded.jobs["job-09999"].steps[0].name == "q"
+
+    cli = [sys.executable, "-m", "cadenza", "--home", str(home), "validate"]
+    measured = json.loads(subprocess.run([sys.executable, "-c", _MEASURE, *cli],
+                                         capture_output=True, text=True, check=True).stdout)
+    assert measured["code"] == 0, measured
+    assert "is valid" in measured["out"] + measured["err"]
+    assert measured["seconds"] < 60, measured
+    assert measured["rss_kib"] < 512 * 1024, measured
+
+    broken = text.replace("description = ", "describe = ")  # an unknown key in every job
+    (home / "jobs.toml").write_text(broken, encoding="utf-8")
+    started = time.monotonic()
+    problems = [p for p in _jobs_problems(home) if p.is_error]
+    assert time.monotonic() - started < 60
+    assert len(problems) == 10_000
+    assert {p.line for p in problems} == {k + 1 for k, line in enumerate(broken.splitlines())
+                                          if line.startswith("describe = ")}
+    assert all("unknown key 'describe'" in p.message for p in problems)
+
+
+@pytest.mark.reliability_case(5)
+def test_a_file_of_more_jobs_than_2_mib_hold_is_one_problem(make_home: MakeHome) -> None:
+    """Past 2 MiB (here 11,000 jobs) the file is refused whole, with one problem saying the
+    limit, before it is parsed: no job of it is loaded."""
+    text = _many_jobs(11_000)
+    assert len(text.encode()) > MAX_BYTES
+    home = make_home(jobs=text)
+    problems = _jobs_problems(home)
+    assert len(problems) == 1 and "the limit is 2 MiB" in problems[0].message
+    assert (problems[0].line, problems[0].col) == (1, 1)
+    with pytest.raises(ConfigError):
+        load_home(home)

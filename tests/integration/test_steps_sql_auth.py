@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from executor_home import make_home
-from tests.conftest import MARIADB_URL, PG_ADMIN_URL
+from tests.conftest import MARIADB_URL, PG_ADMIN_URL, service_missing
+from tests.support.pg_cluster import PrivatePostgres, private_postgres
 
 from cadenza.domain.errors import Fatal, Retryable
 from cadenza.domain.states import RunState
@@ -20,7 +24,7 @@ from cadenza.home import Home
 from cadenza.steps.builtin.sql_query import SqlQueryStep
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "unit" / "steps"))  # the shared test ctx
-from sql_ctx import SqlTestContext, run_step
+from sql_ctx import SqlTestContext, execute, rows, run_step
 
 
 def _pg(**parts: str) -> str:
@@ -105,3 +109,70 @@ def test_a_python_steps_connection_with_an_unknown_role_fails_the_run(
     assert outcome.state is RunState.FAILED  # not QUEUED for a retry
     assert step.error_class == "fatal"
     assert 'role "cadenza_no_such_role" does not exist' in (step.error or "")
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivatePostgres]:
+    """A PostgreSQL server of this test's own, which it may reconfigure and restart."""
+    if sys.platform == "win32":
+        pytest.skip("the private PostgreSQL cluster is started with pg_ctl and runuser (POSIX)")
+    with private_postgres() as cluster:
+        if cluster is None:
+            service_missing("PostgreSQL's server binaries (initdb, pg_ctl)", "not found")
+        assert cluster is not None
+        yield cluster
+
+
+@pytest.mark.reliability_case(27)
+def test_a_read_only_postgresql_refuses_writes_for_good_and_serves_reads(
+        tmp_path: Path, private_pg: PrivatePostgres) -> None:
+    """A live server that only reads (a database set ``default_transaction_read_only``, as a
+    hot standby answers): a write step fails at once, not retried (another attempt on the
+    same server meets the same refusal), with the server's words and a hint saying the
+    database accepts reads only; a read on the same connection works; nothing was
+    written."""
+    url = private_pg.url()
+    execute(url, "CREATE TABLE t (id INTEGER)",
+            "ALTER DATABASE cadenza SET default_transaction_read_only = on")
+    ctx = SqlTestContext(tmp_path, {"w": url})
+    try:
+        with pytest.raises(Fatal) as refused:
+            run_step(SqlQueryStep, ctx, connection="w", query="INSERT INTO t VALUES (1)")
+        message = str(refused.value)
+        assert "cannot execute INSERT in a read-only transaction" in message, message
+        assert "accepts reads only" in message, message
+        assert run_step(SqlQueryStep, ctx, connection="w", query="SELECT count(*) FROM t",
+                        fetch="first").output["first"] == {"count": 0}
+    finally:
+        ctx.close()
+
+
+@pytest.mark.reliability_case(27)
+def test_a_user_database_restarted_mid_step_is_retryable_and_the_next_attempt_works(
+        tmp_path: Path, private_pg: PrivatePostgres) -> None:
+    """The step's database is restarted (pg_ctl fast stop, then start) while a statement
+    runs: the step fails as retryable (the server ended the session) and rolls back; the
+    next attempt, on the same engine whose pooled connection died, connects again and
+    commits."""
+    url = private_pg.url()
+    execute(url, "CREATE TABLE t (id INTEGER)")
+    ctx = SqlTestContext(tmp_path, {"w": url})
+    try:
+        run_step(SqlQueryStep, ctx, connection="w", query="SELECT 1")  # a pooled connection
+        restarter = threading.Timer(1.0, private_pg.restart)
+        restarter.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(Retryable) as lost:
+                run_step(SqlQueryStep, ctx, connection="w",
+                         query="INSERT INTO t SELECT 1 FROM pg_sleep(20)")
+        finally:
+            restarter.join()
+        assert time.monotonic() - started < 15
+        assert "terminating connection" in str(lost.value) or "closed" in str(lost.value), \
+            str(lost.value)
+        assert run_step(SqlQueryStep, ctx, connection="w",
+                        query="INSERT INTO t VALUES (2)").rows == 1
+    finally:
+        ctx.close()
+    assert rows(url, "SELECT id FROM t") == [(2,)]

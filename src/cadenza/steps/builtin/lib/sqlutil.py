@@ -49,6 +49,12 @@ _PG_ACCESS_TEXT = re.compile(
     r'server requested [A-Za-z0-9-]+ authentication|SCRAM authentication requires')
 _ACCESS_HINT = " (access refused: check the connection's user, password and database)"
 _FILE_HINT = " (access refused: check the connection's path and the file's permissions)"
+_READ_ONLY_HINT = (" (the database accepts reads only: a standby, a server started read-only, "
+                   "or default_transaction_read_only set on the role or the database; point "
+                   "the connection at the primary)")
+#: MariaDB/MySQL: "running with the --read-only option" (1290 names the option that
+#: prevents the statement), a write in a read-only transaction (1792)
+_MY_OPTION_PREVENTS, _MY_READ_ONLY_TRANSACTION = 1290, 1792
 #: MariaDB/MySQL 1366 on a 4-byte UTF-8 sequence (lead byte F0-F4): a utf8mb3 column
 _MY_4BYTE = re.compile(r"Incorrect string value: '\\x(F[0-4])", re.IGNORECASE)
 _MB3_HINT = (" (a character of 4 bytes in UTF-8, such as an emoji, does not fit a utf8mb3 "
@@ -103,6 +109,8 @@ def translate(exc: BaseException, what: str) -> StepError:
             return Retryable(f"step timeout: {message}")
         if sqlstate in _PG_ACCESS:
             return Fatal(message + _ACCESS_HINT)
+        if sqlstate == "25006":  # read_only_sql_transaction
+            return Fatal(message + _READ_ONLY_HINT)
         retry = sqlstate[:2] in _PG_RETRY_CLASSES or sqlstate in _PG_RETRY_CODES
         return Retryable(message) if retry else Fatal(message)
     if module.startswith("psycopg") and _PG_ACCESS_TEXT.search(str(orig)):
@@ -120,6 +128,9 @@ def translate(exc: BaseException, what: str) -> StepError:
             return Retryable(f"step timeout: {message}")
         if args[0] in _MY_ACCESS:
             return Fatal(message + _ACCESS_HINT)
+        if args[0] == _MY_READ_ONLY_TRANSACTION or (
+                args[0] == _MY_OPTION_PREVENTS and "read-only" in str(args[-1]).lower()):
+            return Fatal(message + _READ_ONLY_HINT)
         if args[0] == 1366 and _MY_4BYTE.search(str(args[-1])):
             return Fatal(message + _MB3_HINT)
         return Retryable(message) if args[0] in _MY_RETRY else Fatal(message)

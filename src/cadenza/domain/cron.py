@@ -220,6 +220,25 @@ def _number(token: str, index: int) -> int:
     return value
 
 
+def _unsupported(part: str, index: int) -> str | None:
+    """Why ``part`` uses a form of other cron dialects that this one refuses (``#``, ``L``,
+    ``W``, ``?``), or None. Refused rather than guessed: each means something else from one
+    cron to another, and a schedule read differently fires on the wrong days."""
+    upper = part.upper()
+    if "#" in part:
+        return f"{part!r}: the n-th weekday form (#, like fri#5) is not supported"
+    if index == 2 and "L" in upper:
+        return (f"{part!r}: the last-day form (L) is not supported; for the last working day "
+                f"of the month use business_day = -1 with a calendar")
+    if index == 4 and "L" in upper:
+        return f"{part!r}: the last-weekday form (L, like friL) is not supported"
+    if index == 2 and "W" in upper:
+        return f"{part!r}: the nearest-weekday form (W) is not supported"
+    if "?" in part:
+        return f"{part!r}: '?' is not part of this dialect; write '*' for any day"
+    return None
+
+
 def _parse_field(text: str, index: int) -> tuple[frozenset[int], bool]:
     """Return the field's values and whether it restricts anything."""
     name = FIELD_NAMES[index]
@@ -230,8 +249,9 @@ def _parse_field(text: str, index: int) -> tuple[frozenset[int], bool]:
     for part in text.split(","):
         if part == "":
             raise CronError(f"empty item in {text!r}", name)
-        if ("L" in part.upper() and index in (2, 4)) or "#" in part:
-            raise CronError(f"{part!r}: L and # are not supported", name)
+        unsupported = _unsupported(part, index)
+        if unsupported is not None:
+            raise CronError(unsupported, name)
         base, slash, step_text = part.partition("/")
         step = 1
         if slash:

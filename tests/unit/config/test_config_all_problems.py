@@ -320,3 +320,20 @@ def test_a_negative_priority_and_an_empty_description_are_accepted(
     text = ONE_JOB.format(job='priority = -5\ndescription = ""', step=SQL_STEP)
     job = load_home(make_home(jobs=text)).jobs["j"]
     assert (job.priority, job.description) == (-5, "")
+
+
+@pytest.mark.reliability_case(13)
+def test_an_nth_weekday_schedule_is_refused_at_its_line_and_column(
+        make_home: MakeHome) -> None:
+    """``schedule = "0 9 * * 5#5"`` in jobs.toml is an error at the schedule's value,
+    naming the field and the form; so is a preset's ``L``."""
+    text = ONE_JOB.format(job='schedule = "0 9 * * 5#5"\npresets.p = { schedule = "0 9 L * *" }',
+                          step=SQL_STEP)
+    problems = [str(p) for p in validate_home(make_home(jobs=text)) if p.is_error]
+    assert problems == [
+        "jobs.toml:2:12: error: jobs.j.schedule: invalid schedule '0 9 * * 5#5': day-of-week: "
+        "'5#5': the n-th weekday form (#, like fri#5) is not supported",
+        "jobs.toml:3:26: error: jobs.j.presets.p.schedule: invalid schedule '0 9 L * *': "
+        "day-of-month: 'L': the last-day form (L) is not supported; for the last working day "
+        "of the month use business_day = -1 with a calendar",
+    ]

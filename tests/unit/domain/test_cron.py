@@ -61,6 +61,43 @@ def test_bad_fields_are_named(expr: str, field: str) -> None:
     assert field in str(info.value)
 
 
+@pytest.mark.parametrize(("expr", "field", "said"), [
+    ("0 9 * * 5#5", "day-of-week", "'5#5': the n-th weekday form (#, like fri#5) is not "
+                                   "supported"),
+    ("0 9 * * fri#1", "day-of-week", "'fri#1': the n-th weekday form"),
+    ("0 9 1,15#2 * *", "day-of-month", "'15#2': the n-th weekday form"),
+    ("0 9 L * *", "day-of-month", "'L': the last-day form (L) is not supported; for the last "
+                                  "working day of the month use business_day = -1"),
+    ("0 9 LW * *", "day-of-month", "'LW': the last-day form (L)"),
+    ("0 9 l * *", "day-of-month", "'l': the last-day form (L)"),
+    ("0 9 * * 5L", "day-of-week", "'5L': the last-weekday form (L, like friL)"),
+    ("0 9 * * friL", "day-of-week", "'friL': the last-weekday form"),
+    ("0 9 15W * *", "day-of-month", "'15W': the nearest-weekday form (W) is not supported"),
+    ("0 9 ? * mon", "day-of-month", "'?': '?' is not part of this dialect; write '*'"),
+    ("0 9 1 * ?", "day-of-week", "'?': '?' is not part of this dialect"),
+])
+@pytest.mark.reliability_case(13)
+def test_the_forms_of_other_crons_are_refused_naming_field_and_form(
+        expr: str, field: str, said: str) -> None:
+    """``#`` (n-th weekday), ``L`` (last), ``W`` (nearest weekday) and ``?`` come from other
+    cron dialects, where they mean different things; a schedule that uses them is refused
+    with the field and the form named, never read as something else (``5#5`` would be the
+    fifth Friday in one cron and the fifth Saturday in this one's numbering)."""
+    with pytest.raises(CronError) as info:
+        parse_cron(expr)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert said in str(info.value)
+
+
+@pytest.mark.reliability_case(13)
+def test_names_holding_the_letters_l_and_w_are_still_days_and_months() -> None:
+    """The refusal of ``L`` and ``W`` looks at the day fields only: ``jul`` and ``wed`` are
+    a month and a day, and fire."""
+    fires = next_fires("0 9 * jul wed", PARIS, START, 2)
+    assert all(f.month == 7 and f.weekday() == 2 for f in fires)
+
+
 @pytest.mark.parametrize("expr", ["", "* * * *", "* * * * * *", "@fortnightly", "1" * 300])
 @pytest.mark.reliability_case(10)
 def test_malformed_expressions(expr: str) -> None:

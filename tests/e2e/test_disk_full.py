@@ -313,3 +313,46 @@ def test_serve_logs_a_full_disk_once_and_says_degraded(home: Path) -> None:
     others = [line for line in lines if "database or disk is full" in line
               and line not in throttled and f"run {run_id}: stopped," not in line]
     assert others == [], output
+
+
+@pytest.mark.reliability_case(47)
+def test_a_backup_to_a_full_then_read_only_disk(tmp_path: Path) -> None:
+    """``cadenza backup`` to a real tmpfs: on a full disk it stops with one message (disk
+    full, what is kept, what to do), exit 3, no traceback, no partial file, and the
+    backup already there (``--force``) is kept byte for byte; on a read-only disk the
+    same, saying read-only. The store is unchanged and the next backup, once there is
+    room, works."""
+    root = tmp_path / "home"
+    root.mkdir()
+    settings(root, "60s")
+    (root / "jobs.toml").write_text("# no jobs\n", encoding="utf-8")
+    assert cli(root, "runs", "list").returncode == 0  # the store exists, migrated
+    with small_tmpfs(tmp_path / "backups", "2m") as backups:
+        first = cli(root, "backup", str(backups / "b.db"))
+        assert first.returncode == 0, first.stderr
+        kept = (backups / "b.db").read_bytes()
+        fill(backups)
+        full = cli(root, "backup", "--force", str(backups / "b.db"))
+        assert full.returncode == 3, full.stdout + full.stderr
+        assert "Traceback" not in full.stderr and full.stderr.count("error:") == 1, full.stderr
+        assert full.stderr.startswith(f"error: backup to {backups / 'b.db'} not written: "
+                                      "disk full ("), full.stderr
+        assert "(the backup already there is kept)" in full.stderr
+        assert f"free space on the disk of {backups}" in full.stderr
+        assert (backups / "b.db").read_bytes() == kept
+        assert sorted(p.name for p in backups.iterdir()) == ["b.db", "filler.bin"]
+        free(backups)
+        remount(backups, "ro")
+        try:
+            read_only = cli(root, "backup", str(backups / "c.db"))
+        finally:
+            remount(backups, "rw")
+        assert read_only.returncode == 3, read_only.stdout + read_only.stderr
+        assert "Traceback" not in read_only.stderr
+        assert read_only.stderr.startswith(f"error: backup to {backups / 'c.db'} not written: "
+                                           "read-only ("), read_only.stderr
+        assert f"make writable the disk of {backups}" in read_only.stderr
+        assert sorted(p.name for p in backups.iterdir()) == ["b.db"]
+        again = cli(root, "backup", str(backups / "c.db"))
+        assert again.returncode == 0, again.stderr
+    assert cli(root, "runs", "list").returncode == 0

@@ -63,7 +63,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.domain.errors import StoreError
+from cadenza.domain.errors import DISK_FULL, StoreError, file_write_failed, write_failure_kind
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.codec import require_aware
@@ -428,21 +428,35 @@ class MaintenanceRepository(LeaseClock):
         if not target.parent.is_dir():
             raise StoreError(f"{target.parent}: no such directory")
         staged = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        _remove(staged)
         started = self.clock.monotonic()
-        _create_private(staged)
         try:
+            _remove(staged)
+            _create_private(staged)
             with _sqlite(source) as con:
                 con.execute("VACUUM INTO ?", (str(staged),))
             info = inspect_sqlite_file(staged)
             if target.exists() and not force:
                 raise StoreError(f"{target} appeared during the backup; pass --force")
             os.replace(staged, target)
-        except sqlite3.Error as exc:
-            _remove(staged)
-            raise StoreError(f"backup to {target} failed: {exc}") from exc
+        except (sqlite3.Error, OSError) as exc:
+            with contextlib.suppress(OSError):  # a read-only disk refuses even this
+                _remove(staged)
+            kind = write_failure_kind(exc)
+            if kind is None and isinstance(exc, OSError):
+                raise
+            if kind is None:
+                raise StoreError(f"backup to {target} failed: {exc}") from exc
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            kept = " (the backup already there is kept)" if target.exists() else ""
+            raise file_write_failed(
+                kind, f"backup to {target} not written: {kind} ({detail}); no partial file "
+                f"is left{kept} and the store is unchanged; "
+                f"{'free space on' if kind == DISK_FULL else 'make writable'} the disk of "
+                f"{target.parent} (or write the backup elsewhere) and try again",
+                detail, getattr(exc, "errno", None)) from exc
         except BaseException:
-            _remove(staged)
+            with contextlib.suppress(OSError):
+                _remove(staged)
             raise
         info = StoreFileInfo(target, info.bytes, info.revision, info.runs, info.runs_by_state,
                              info.events)

@@ -162,9 +162,13 @@ class AuthService:
         self.store = store
         self.clock = clock
 
-    def login(self, username: str, password: str, address: str) -> NewSession:
+    def login(self, username: str, password: str, address: str,
+              previous_cookie: str | None = None) -> NewSession:
         """Check the password and open a session (a new random cookie each time: a login
-        never reuses a session). Throttled, before the password is even checked, while
+        never reuses a session). ``previous_cookie``, the session cookie the browser sent
+        with the login, if any, is ended once the new session exists: a session id known
+        before the login (planted, or left by an earlier user) is never worth anything
+        after it. Throttled, before the password is even checked, while
         the progressive wait of a scope's recent failures runs (:func:`retry_after`):
         failures from one address never slow a login from another address that has not
         failed."""
@@ -199,6 +203,8 @@ class AuthService:
         expires = now + SESSION_LIFETIME
         self.store.create_session(hash_token(cookie), username, csrf, expires,
                                   address=address, actor=f"user:{username}")
+        if previous_cookie:
+            self.store.revoke_session(hash_token(previous_cookie))
         role = _role(user.roles)
         return NewSession(cookie, csrf, username, role, expires)
 

@@ -313,6 +313,56 @@ def test_password_role_and_disable_end_sessions(env: ApiEnv) -> None:
         env.store.update_user("operator", disabled=False, roles=["operator"])
 
 
+@pytest.mark.reliability_case(35)
+def test_login_issues_a_new_session_id_and_ends_the_one_it_was_sent_with(
+        env: ApiEnv) -> None:
+    """Session fixation: a login, through the API or the login form, always sets a session
+    cookie of its own, never the one the browser came with; a planted id stays nobody's,
+    and a live session the browser held before (another user's, or the same user's) ends
+    with the login, so that an id known before it is worth nothing after it."""
+    from cadenza.web.auth import SESSION_COOKIE
+
+    def me(cookie: str) -> int:
+        client = TestClient(env.client.app, base_url=ORIGIN)
+        client.cookies.set(SESSION_COOKIE, cookie)
+        return client.get("/api/me").status_code
+
+    planted = "planted-by-an-attacker-0123456789abcdef"
+    browser = TestClient(env.client.app, base_url=ORIGIN)
+    browser.cookies.set(SESSION_COOKIE, planted)
+    answer = browser.post("/api/login", json={"username": "viewer", "password": PASSWORD},
+                          headers={"Origin": ORIGIN})
+    assert answer.status_code == 200
+    first = answer.cookies[SESSION_COOKIE]
+    assert first != planted and me(planted) == 401 and me(first) == 200
+
+    # The same browser logs in as another user: a new id, and the viewer's ends.
+    browser.cookies.set(SESSION_COOKIE, first)
+    answer = browser.post("/api/login", json={"username": "admin2", "password": PASSWORD},
+                          headers={"Origin": ORIGIN})
+    second = answer.cookies[SESSION_COOKIE]
+    assert second not in (first, planted)
+    assert me(first) == 401 and me(second) == 200
+
+    # The login form does the same.
+    browser.cookies.set(SESSION_COOKIE, second)
+    page = browser.post("/login", data={"username": "admin2", "password": PASSWORD,
+                                        "next": "/jobs"},
+                        headers={"Origin": ORIGIN}, follow_redirects=False)
+    assert page.status_code == 303
+    third = page.cookies[SESSION_COOKIE]
+    assert third not in (first, second, planted)
+    assert me(second) == 401 and me(third) == 200
+    sessions = {s.id for s in env.store.list_sessions("admin2")}
+    assert len(sessions) == 1  # the live one only
+
+    # A failed login ends nothing.
+    browser.cookies.set(SESSION_COOKIE, third)
+    wrong = browser.post("/api/login", json={"username": "admin2", "password": "wrong"},
+                         headers={"Origin": ORIGIN})
+    assert wrong.status_code == 401 and me(third) == 200
+
+
 @pytest.mark.parametrize("change", [{"password": "another one 123"}, {"disabled": True}])
 def test_reset_or_disable_revokes_the_users_tokens_for_good(env: ApiEnv,
                                                             change: dict[str, Any]) -> None:

@@ -70,7 +70,8 @@ def login(body: Login, request: Request) -> OwnSecretResponse:
     as ``X-CSRF-Token`` with every state-changing request (also in the ``cadenza_csrf``
     cookie, readable by the page's script)."""
     check_origin(request)
-    new = _auth(request).login(body.username, body.password, client_address(request))
+    new = _auth(request).login(body.username, body.password, client_address(request),
+                               request.cookies.get(SESSION_COOKIE))
     secure = request.url.scheme == "https"
     max_age = int((new.expires_at - context(request).clock.now()).total_seconds())
     response = OwnSecretResponse({"username": new.username, "role": new.role,

@@ -65,7 +65,8 @@ def login(request: Request, username: Annotated[str, Form(max_length=200)],
     web = context(request)
     try:
         new = AuthService(web.store, web.clock).login(username, password,
-                                                      client_address(request))
+                                                      client_address(request),
+                                                      request.cookies.get(SESSION_COOKIE))
     except Throttled as exc:
         page = login_page(request, next_path=next, error=str(exc), status=429,
                           username=username)

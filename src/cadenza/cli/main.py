@@ -11,7 +11,7 @@ import typer
 
 from cadenza.cli import backup as backup_cmd
 from cadenza.cli import calendars as calendars_cmd
-from cadenza.cli import scheduling as scheduling_cmd
+from cadenza.cli import desktop as desktop_cmd
 from cadenza.cli import events as events_cmd
 from cadenza.cli import home as home_cmd
 from cadenza.cli import jobs as jobs_cmd
@@ -20,6 +20,7 @@ from cadenza.cli import resources as resources_cmd
 from cadenza.cli import resources_probe as resources_probe_cmd
 from cadenza.cli import run as run_cmd
 from cadenza.cli import runs as runs_cmd
+from cadenza.cli import scheduling as scheduling_cmd
 from cadenza.cli import secrets as secrets_cmd
 from cadenza.cli import serve as serve_cmd
 from cadenza.cli import simulate as simulate_cmd
@@ -71,6 +72,7 @@ app.add_typer(tokens_cmd.app, name="tokens")
 app.add_typer(calendars_cmd.app, name="calendars")
 app.add_typer(scheduling_cmd.app, name="scheduling")
 app.command("stats")(stats_cmd.stats_command)
+app.command("desktop")(desktop_cmd.desktop_command)
 
 
 def main() -> None:

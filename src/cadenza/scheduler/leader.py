@@ -130,7 +130,7 @@ class FileLeadership:
             log.warning("cannot open the scheduler lock file %s: %s", self.path, exc)
             return False
         try:
-            _lock(handle)
+            try_lock_file(handle)
         except OSError:
             handle.close()
             return False
@@ -147,7 +147,7 @@ class FileLeadership:
         if handle is None:
             return
         try:
-            _unlock(handle)
+            unlock_file(handle)
         except OSError:
             pass
         handle.close()
@@ -166,21 +166,21 @@ class FileLeadership:
 if sys.platform == "win32":
     import msvcrt
 
-    def _lock(handle: IO[str]) -> None:
+    def try_lock_file(handle: IO[str]) -> None:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
 
-    def _unlock(handle: IO[str]) -> None:
+    def unlock_file(handle: IO[str]) -> None:
         handle.seek(0)
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
 
 else:
     import fcntl
 
-    def _lock(handle: IO[str]) -> None:
+    def try_lock_file(handle: IO[str]) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def _unlock(handle: IO[str]) -> None:
+    def unlock_file(handle: IO[str]) -> None:
         fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 

@@ -301,3 +301,74 @@ def test_restore_upgrades_a_backup_of_an_older_schema(tmp_path: Path) -> None:
     assert report["schema_now"] == migrations.head_revision()
     with open_store(db_of(home)) as store:  # opens without migrating: already at head
         assert store.list_runs() == []
+
+
+@pytest.mark.reliability_case(55)
+def test_an_old_backup_restored_then_scheduled_applies_the_misfire_policy_once(
+        tmp_path: Path) -> None:
+    """A store backed up at 02:00, used until 05:00 (three more hourly fires), then restored
+    from that backup and scheduled again a day later under a FakeClock: the fires the
+    backup holds (01:00, 02:00) are not fired again; every fire the store does not hold,
+    including the three recorded only after the backup, is handled by its job's on_missed
+    (``skip``: recorded MISSED with its reason; ``run_latest``: only the latest runs); a
+    second scheduler ticking again records nothing more."""
+    from cadenza.clock import FakeClock
+    from cadenza.config.schema_jobs import JobConfig
+    from cadenza.scheduler.service import Scheduler
+    from cadenza.store.maintenance import restore_sqlite
+    from cadenza.store.tables import runs
+
+    jobs = {
+        "hourly": JobConfig.model_validate({"id": "hourly", "schedule": "0 * * * *",
+                                            "timezone": "UTC", "on_missed": "skip",
+                                            "max_concurrency": 100}),
+        "daily": JobConfig.model_validate({"id": "daily", "schedule": "0 2 * * *",
+                                           "timezone": "UTC", "on_missed": "run_latest"}),
+    }
+    clock = FakeClock(datetime(2027, 3, 1, 0, 30, tzinfo=UTC))
+    live, backup = tmp_path / "cadenza.db", tmp_path / "backup.db"
+    url = f"sqlite:///{live.as_posix()}"
+
+    def fires(path: Path) -> list[tuple[str, str, str]]:
+        with open_store(path) as store, store.read() as conn:
+            got = conn.execute(sa.select(runs.c.job_id, runs.c.scheduled_for, runs.c.state)
+                               .where(runs.c.schedule.is_not(None))
+                               .order_by(runs.c.scheduled_for, runs.c.job_id)).all()
+        return [(j, (s if isinstance(s, datetime) else datetime.fromisoformat(s))
+                 .strftime("%d %H:%M"), str(getattr(st, "value", st))) for j, s, st in got]
+
+    with Store.open(url, clock=clock) as store:
+        scheduler = Scheduler(store, jobs, clock=clock)
+        scheduler.tick(clock.now())  # 00:30: the schedules start here
+        for hour in range(1, 6):  # on time: 01:00 .. 05:00
+            clock.set(datetime(2027, 3, 1, hour, tzinfo=UTC))
+            scheduler.tick(clock.now())
+            if hour == 2:
+                store.backup_sqlite(backup)
+    assert [f[:2] for f in fires(backup)] == [("hourly", "01 01:00"), ("daily", "01 02:00"),
+                                              ("hourly", "01 02:00")]
+    assert len(fires(live)) == 6
+
+    clock.set(datetime(2027, 3, 2, 2, 30, tzinfo=UTC))
+    restore_sqlite(live, backup, now=clock.now(), actor="test",
+                   open_store=lambda u: Store.open(u, clock=clock))
+    with Store.open(url, clock=clock) as store:
+        Scheduler(store, jobs, clock=clock).tick(clock.now())
+    after = fires(live)
+    with Store.open(url, clock=clock) as store:  # another node, or a restart: nothing new
+        Scheduler(store, jobs, clock=clock).tick(clock.now())
+    assert fires(live) == after
+    keys = [(j, when) for j, when, _ in after]
+    assert len(keys) == len(set(keys)), "a fire was recorded twice"
+    assert after[:3] == [("hourly", "01 01:00", "QUEUED"), ("daily", "01 02:00", "QUEUED"),
+                         ("hourly", "01 02:00", "QUEUED")]
+    hourly = [f for f in after[3:] if f[0] == "hourly"]
+    assert [f[1] for f in hourly] == [f"{d:02d} {h:02d}:00" for d, h in
+                                      [(1, h) for h in range(3, 24)] + [(2, 0), (2, 1), (2, 2)]]
+    assert {f[2] for f in hourly} == {"MISSED"}
+    assert [f[1:] for f in after[3:] if f[0] == "daily"] == [("02 02:00", "QUEUED")]
+    with open_store(live) as store:
+        reasons = {r.scheduled_for: r.reason for r in store.list_runs(limit=100)
+                   if r.job_id == "hourly" and r.state is RunState.MISSED}
+    assert len(reasons) == 24
+    assert all(reason and "on_missed = skip" in reason for reason in reasons.values())

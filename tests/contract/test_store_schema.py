@@ -170,3 +170,63 @@ def test_the_event_logs_person_and_resource_indexes_are_partial(store: Store) ->
         "u-1 enabled", "by the system"]
     assert [e.message for e in store.list_events(resource_id="u-1")] == [
         "u-1 disabled", "u-1 enabled"]
+
+
+_MIGRATE_AND_HOLD = """
+import sys, time
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+made = [0]
+
+
+@event.listens_for(Engine, "before_cursor_execute")
+def hold(conn, cursor, statement, params, context, executemany):
+    if statement.lstrip().upper().startswith(("CREATE", "ALTER", "DROP")):
+        made[0] += 1
+        if made[0] == int(sys.argv[2]):  # in the middle of the migrations: wait to be killed
+            print("holding", flush=True)
+            time.sleep(120)
+
+
+from cadenza.store import Store
+
+Store.open(sys.argv[1]).close()
+print("finished", made[0], flush=True)
+"""
+
+
+@pytest.mark.reliability_case(56)
+def test_a_migration_killed_midway_leaves_the_old_schema_and_resumes(store_url: str) -> None:
+    """A real process migrating a fresh store is killed (kill -9, TerminateProcess on
+    Windows) in the middle of its migrations, after some tables are made and before the
+    rest: every migration runs in one transaction, so the database is left as it was
+    (no table, no revision), not half-migrated; opening it without migrations says
+    plainly what to do, and the next open migrates it to the head revision."""
+    import subprocess
+    import sys
+
+    def run(hold_at: int) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", _MIGRATE_AND_HOLD, store_url,
+                                 str(hold_at)], stdout=subprocess.PIPE, text=True)
+
+    engine = sa.create_engine(store_url)
+    try:
+        migrating = run(30)
+        assert migrating.stdout is not None
+        line = migrating.stdout.readline()
+        assert line == "holding\n", f"the migrations made fewer than 30 objects: {line!r}"
+        with engine.connect() as conn:  # the other sessions see nothing of it yet
+            assert sa.inspect(conn).get_table_names() == []
+        migrating.kill()
+        migrating.wait(30)
+        migrating.stdout.close()
+        with engine.connect() as conn:
+            assert sa.inspect(conn).get_table_names() == []
+            assert migrations.current_revisions(conn) == ()
+    finally:
+        engine.dispose()
+    with pytest.raises(StoreError, match="no schema.*open it with migrations enabled"):
+        Store.open(store_url, migrate=False)
+    with Store.open(store_url) as store, store.read() as conn:
+        assert migrations.current_revisions(conn) == (migrations.head_revision(),)

@@ -226,7 +226,7 @@ def test_a_migration_killed_midway_leaves_the_old_schema_and_resumes(store_url: 
             assert migrations.current_revisions(conn) == ()
     finally:
         engine.dispose()
-    with pytest.raises(StoreError, match="no schema.*open it with migrations enabled"):
+    with pytest.raises(StoreError, match=r"no schema.*open it with migrations enabled"):
         Store.open(store_url, migrate=False)
     with Store.open(store_url) as store, store.read() as conn:
         assert migrations.current_revisions(conn) == (migrations.head_revision(),)

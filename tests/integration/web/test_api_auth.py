@@ -237,6 +237,42 @@ def test_state_changing_needs_csrf_and_origin(env: ApiEnv) -> None:
     assert login.status_code == 403
 
 
+@pytest.mark.reliability_case(33)
+def test_json_sent_as_text_plain_is_refused_and_never_read(env: ApiEnv) -> None:
+    """A cross-site form can POST JSON-looking text as ``text/plain`` (no preflight) with the
+    browser's cookie, but cannot add the CSRF header: every state-changing route answers 403,
+    from a foreign Origin, a ``null`` one (a sandboxed form) or even this one. And a body that
+    is not declared as JSON is never read as JSON: a same-origin request carrying the token
+    gets 415 saying what to send, and nothing is done."""
+    admin = env.session("admin2")
+    csrf = admin.headers["X-CSRF-Token"]
+    bare = TestClient(env.client.app, base_url=ORIGIN, cookies=admin.cookies)
+    runs_before = admin.get("/api/runs").json()
+    body = b'{"params": {}, "username": "mallory", "password": "x", "roles": ["admin"]}'
+    for method, path in sorted(app_routes(env)):
+        if method not in STATE_CHANGING or (method, path) in ALLOWED_WITHOUT_AUTH:
+            continue
+        for origin in ("https://evil.example", "null", ORIGIN):
+            answer = bare.request(method, concrete(path), content=body, headers={
+                "Content-Type": "text/plain", "Origin": origin})
+            assert answer.status_code == 403, (origin, method, path, answer.text)
+    for content_type in ("text/plain", "text/plain;charset=UTF-8",
+                         "application/x-www-form-urlencoded"):
+        answer = bare.post("/api/jobs/hello/runs", content=b"{}", headers={
+            "Content-Type": content_type, "Origin": ORIGIN, "X-CSRF-Token": csrf})
+        assert answer.status_code == 415, answer.text
+        assert "must be JSON sent with Content-Type: application/json" in answer.json()["error"]
+        added = bare.post("/api/users", content=body, headers={
+            "Content-Type": content_type, "Origin": ORIGIN, "X-CSRF-Token": csrf})
+        assert added.status_code == 415, added.text
+    login = TestClient(env.client.app, base_url=ORIGIN).post(
+        "/api/login", content=b'{"username": "admin2", "password": "%s"}' % PASSWORD.encode(),
+        headers={"Content-Type": "text/plain", "Origin": ORIGIN})
+    assert login.status_code == 415 and "set-cookie" not in login.headers
+    assert admin.get("/api/runs").json() == runs_before
+    assert env.store.get_user("mallory") is None
+
+
 @pytest.mark.parametrize("role", ROLE_LADDER)
 @pytest.mark.reliability_case(34)
 def test_role_table(env: ApiEnv, role: str) -> None:

@@ -9,6 +9,7 @@ response body.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -93,6 +94,24 @@ def _nul_cause(exc: BaseException) -> bool:
     return False
 
 
+def _not_json(request: Request, errors: Sequence[Any], body: bytes) -> str | None:
+    """Why an API request's body was not read, when it came as another type than JSON
+    (a form's ``text/plain`` or ``application/x-www-form-urlencoded``): the API reads JSON
+    bodies only, whatever the text looks like. None otherwise (no body at all included)."""
+    if not request.url.path.startswith("/api/") or not body.strip():
+        return None
+    if not any(tuple(e.get("loc", ())) == ("body",) for e in errors):
+        return None
+    given = request.headers.get("content-type", "")
+    media = given.split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/")
+                                       and media.endswith("+json")):
+        return None
+    shown = f"Content-Type {media}" if media else "no Content-Type"
+    return (f"the request body must be JSON sent with Content-Type: application/json "
+            f"(got {shown}); it was not read")
+
+
 def _page(request: Request, status: int, message: str, problems: list[dict[str, Any]] | None = None,
           headers: dict[str, str] | None = None) -> Response | None:
     """The HTML answer when the request is a page's (the UI installed ``page_error``), or
@@ -169,6 +188,9 @@ def install(app: FastAPI) -> None:
     async def invalid(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = exc.errors()
+        unread = _not_json(request, errors, await request.body())
+        if unread is not None:
+            return JSONResponse(error_body(request, unread), status_code=415)
         first = errors[0] if errors else {}
         field = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         message = f"{field}: {first.get('msg', 'invalid')}" if field else "invalid request"

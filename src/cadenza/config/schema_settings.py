@@ -353,7 +353,18 @@ class WebhookChannel(StrictModel):
     default: bool = False
 
 
-Channel = Annotated[EmailChannel | WebhookChannel, Field(discriminator="type")]
+class DesktopChannel(StrictModel):
+    """A notification on the desktop of the computer the node runs on (D-Bus
+    ``org.freedesktop.Notifications`` on Linux, a toast on Windows); a click opens the run in
+    the desktop window (``cadenza desktop``), else in the browser."""
+
+    type: Literal["desktop"]
+    timeout: Duration = timedelta(seconds=10)
+    default: bool = False
+
+
+Channel = Annotated[EmailChannel | WebhookChannel | DesktopChannel,
+                    Field(discriminator="type")]
 
 
 class Rule(StrictModel):
@@ -488,7 +499,8 @@ class Settings(StrictModel):
         return default_channel_of(self.channels)
 
 
-def default_channel_of(channels: dict[str, EmailChannel | WebhookChannel]) -> str | None:
+def default_channel_of(channels: dict[str, EmailChannel | WebhookChannel | DesktopChannel]
+                       ) -> str | None:
     """The channel marked ``default = true``, else the first one declared, else None."""
     marked = [name for name, ch in channels.items() if ch.default]
     if marked:

@@ -47,12 +47,12 @@ class Delivery:
 
 def resolve(written: Sequence[str], channel: str, channel_type: str,
             users: UserDirectory | Iterable[UserRecord]) -> list[Delivery]:
-    """The deliveries of ``written`` through ``channel`` (of type ``email`` or ``webhook``),
-    each address once, in the order written."""
+    """The deliveries of ``written`` through ``channel`` (of type ``email``, ``webhook`` or
+    ``desktop``), each address once, in the order written."""
     known = users.list_users() if hasattr(users, "list_users") else list(users)
-    if channel_type == "webhook":
-        # A webhook has no addresses: the message is posted once, whoever it names.
-        deliveries = [Delivery(channel, f"webhook:{channel}")]
+    if channel_type in ("webhook", "desktop"):
+        # A webhook or the desktop has no addresses: the message goes once, whoever it names.
+        deliveries = [Delivery(channel, f"{channel_type}:{channel}")]
         for item in written:
             kind, _, name = item.partition(":")
             if kind == "channel" and name != channel:

@@ -28,16 +28,18 @@ two sends that one message again after restart (at least once, never lost).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
 from cadenza.config.loader import LoadedConfig
-from cadenza.config.schema_settings import EmailChannel, WebhookChannel
+from cadenza.config.schema_settings import DesktopChannel, EmailChannel, WebhookChannel
 from cadenza.lifecycle import Lifecycle
 from cadenza.notify.channels import DeliveryFailed, Message, post_webhook, send_email
 from cadenza.notify.groups import GROUPED, Grouper
@@ -64,14 +66,21 @@ def backoff(attempt: int) -> timedelta:
     return timedelta(seconds=min(600.0, 10.0 * 2 ** max(0, attempt - 1)))
 
 
-Deliver = Callable[[EmailChannel | WebhookChannel, str, Message], str]
+AnyChannel = EmailChannel | WebhookChannel | DesktopChannel
+Deliver = Callable[[AnyChannel, str, Message], str]
 
 
-def deliver(channel: EmailChannel | WebhookChannel, recipient: str, message: Message) -> str:
-    """Send through the channel; returns what identifies the delivery (Message-ID or the
-    HTTP status). Raises :class:`DeliveryFailed`."""
+def deliver(channel: AnyChannel, recipient: str, message: Message, *,
+            home: Path | None = None) -> str:
+    """Send through the channel; returns what identifies the delivery (Message-ID, the HTTP
+    status, the desktop notification's id). ``home``: where a desktop notification's click
+    finds the desktop window. Raises :class:`DeliveryFailed`."""
     if isinstance(channel, EmailChannel):
         return send_email(channel, recipient, message)
+    if isinstance(channel, DesktopChannel):
+        from cadenza.notify.desktop import DesktopNotices
+
+        return f"desktop {DesktopNotices.shared().show(channel, message, home)}"
     return f"HTTP {post_webhook(channel, message)}"
 
 
@@ -92,7 +101,8 @@ class Sender:
         self.outbox = Outbox(store)
         self.grouper = Grouper(store, self.outbox)
         self.renderer = Renderer(config().home, store.redactor)
-        self.deliver = deliver_with
+        self.deliver = deliver_with if deliver_with is not deliver else functools.partial(
+            deliver, home=config().home)
         self._wake = life.wake_on_stop(threading.Event())
         self.install()
         self.started_at: datetime = store.clock.now()

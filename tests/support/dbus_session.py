@@ -1,4 +1,4 @@
-# ruff: noqa: F722, F821  (dbus-fast reads D-Bus signatures from the annotations)
+# ruff: noqa: F722, F821, UP037  (dbus-fast reads D-Bus signatures from the annotations)
 """A D-Bus session bus of the test's own (Debian's ``dbus-daemon``) and a notification server
 on it that records what it is asked to show: ``org.freedesktop.Notifications`` as the
 desktop's notification daemon offers it (Notify, GetCapabilities, GetServerInformation,
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import service_missing
-
 from dbus_fast.aio import MessageBus
 from dbus_fast.service import ServiceInterface, method, signal
+
+from tests.conftest import service_missing
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Notifications(ServiceInterface):
         return ["cadenza-test-notifications", "cadenza", "1", "1.2"]
 
     @method()
-    def CloseNotification(self, id: "u"):  # noqa: ANN201 (no answer: no annotation)
+    def CloseNotification(self, id: "u"):  # no answer: no return annotation
         return None
 
     @signal()

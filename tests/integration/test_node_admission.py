@@ -222,3 +222,99 @@ def test_long_runs_are_claimed_one_ahead(tmp_path: Path, node_for: object) -> No
     wait_for(lambda: all(r.state is RunState.SUCCEEDED
                          for r in store.list_runs(job="work", limit=1000)), 60)
     assert _claims(store)[0] <= 2, _claims(store)
+
+
+@pytest.mark.postgres
+@pytest.mark.reliability_case(51)
+def test_two_nodes_on_one_postgresql_hold_one_jobs_cap(tmp_path: Path, pg_url: str) -> None:
+    """Two nodes, each with its own store connection and one worker, dispatch the same
+    job's nine queued runs from one PostgreSQL database with ``max_concurrency = 3``:
+    both nodes run the job at the same time, the cap is reached across them and never
+    passed, whichever node decides."""
+    home = make_home(tmp_path, "max_concurrency = 3")
+    settings = home.path / "cadenza.toml"
+    settings.write_text(settings.read_text().replace('url = "sqlite:///data/cadenza.db"',
+                                                     f'url = "{pg_url}"', 1))
+    config = home.load_config()
+    stores = [home.open_store(config) for _ in range(2)]
+    for _ in range(9):
+        stores[0].create_run("work", "manual:test")
+    nodes = [Node(home, config, store, clock=SystemClock(), workers=1, scheduler=False,
+                  owner=f"node-{k}")
+             for k, store in enumerate(stores)]
+    try:
+        for node in nodes:
+            node.start()
+
+        def done() -> bool:
+            listed = stores[0].list_runs(job="work")
+            owners.update(r.lease_owner for r in listed if r.state is RunState.RUNNING)
+            return all(r.state is RunState.SUCCEEDED for r in listed)
+
+        owners: set[str | None] = set()
+        wait_for(done, 60)
+    finally:
+        for node in nodes:
+            node.stop(timeout=30)
+    runs = stores[0].list_runs(job="work")
+    for store in stores:
+        store.close()
+    assert len(runs) == 9
+    moments = sorted([(r.started_at, 1) for r in runs] + [(r.finished_at, -1) for r in runs],
+                     key=lambda m: (m[0], m[1]))
+    level = peak = 0
+    for _, delta in moments:
+        level += delta
+        peak = max(peak, level)
+    assert peak == 3
+    assert owners == {"node-0", "node-1"}, owners  # seen running on each node
+
+
+@pytest.mark.postgres
+@pytest.mark.reliability_case(51)
+def test_two_schedulers_on_one_postgresql_apply_on_overlap_once(pg_url: str) -> None:
+    """Two schedulers, each on its own store connection to one PostgreSQL database, tick at
+    the same instant (FakeClock) while a run of each job is RUNNING: the busy job with
+    ``on_overlap = "skip"`` gets its fire recorded once, MISSED with the overlap reason;
+    the one with ``on_overlap = "queue"`` gets it once, QUEUED behind the running run."""
+    import threading
+    from datetime import timedelta
+
+    from cadenza.config.schema_jobs import JobConfig
+    from cadenza.scheduler.service import Scheduler
+    from tests.support.store_helpers import start_run
+
+    clock = FakeClock(datetime(2027, 3, 1, 1, 59, 30, tzinfo=UTC))
+    jobs = {name: JobConfig.model_validate({
+        "id": name, "schedule": "0 2 * * *", "timezone": "UTC", "max_concurrency": 1,
+        "on_overlap": policy}) for name, policy in (("skipper", "skip"), ("queuer", "queue"))}
+    stores = [Store.open(pg_url, clock=clock) for _ in range(2)]
+    try:
+        for name in jobs:
+            running = stores[0].create_run(name, "manual:test")
+            assert running is not None and start_run(stores[0], running, owner="elsewhere")
+        schedulers = [Scheduler(store, jobs, clock=clock) for store in stores]
+        for scheduler in schedulers:
+            scheduler.tick(clock.now())
+        clock.advance(timedelta(seconds=30))  # 02:00: the fire is due on both
+        barrier = threading.Barrier(2)
+
+        def tick(scheduler: Scheduler) -> None:
+            barrier.wait(10)
+            scheduler.tick(clock.now())
+
+        threads = [threading.Thread(target=tick, args=(s,)) for s in schedulers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        fired = {name: [r for r in stores[0].list_runs(job=name) if r.scheduled_for]
+                 for name in jobs}
+    finally:
+        for store in stores:
+            store.close()
+    [skipped] = fired["skipper"]
+    assert skipped.state is RunState.MISSED and "overlap" in (skipped.reason or ""), \
+        skipped.reason
+    [queued] = fired["queuer"]
+    assert queued.state is RunState.QUEUED

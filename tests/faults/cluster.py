@@ -5,8 +5,10 @@ TCP proxy the test controls, and the invariants checked from the store afterward
 points at its own :class:`~tests.support.tcp_proxy.TcpProxy` in front of a private
 PostgreSQL, :mod:`tests.support.pg_cluster`), a run lease and a leader lease of 3 s. The
 jobs: ``tick`` every minute (a step of one second), ``load`` and ``long`` on demand (steps
-of half a second and of eight seconds); every step appends what it did to
-``effects.jsonl``: the run, the process, the attempt, when it began and ended. Faults:
+of half a second and of eight seconds), ``spool`` on demand (eight seconds of writing a file
+in the node's own ``data/``, retried after a second on a failure); every step appends what
+it did to ``effects.jsonl``: the run, the process and its node (the step's parent), the
+attempt, when it began and ended, and the error it failed with ("" when none). Faults:
 :meth:`Cluster.kill` (SIGKILL), :meth:`Cluster.pause` / :meth:`Cluster.resume` (SIGSTOP /
 SIGCONT), :meth:`Cluster.cut` / :meth:`Cluster.blackhole` / :meth:`Cluster.heal` (the node's
 road to the database), and the database itself (``cluster.pg.restart()``).
@@ -47,18 +49,46 @@ import os
 import time
 
 
+def _effect(effects, ctx, began, error=""):
+    line = {"run": ctx.run.id, "pid": os.getpid(), "attempt": ctx.step.attempt,
+            "began": began, "ended": time.time(), "node": os.getppid(), "error": error}
+    with open(effects, "a") as fh:
+        fh.write(json.dumps(line) + "\\n")
+
+
 def record(effects, seconds=1, ctx=None):
     began = time.time()
     time.sleep(float(seconds))
-    line = {"run": ctx.run.id, "pid": os.getpid(), "attempt": ctx.step.attempt,
-            "began": began, "ended": time.time()}
-    with open(effects, "a") as fh:
-        fh.write(json.dumps(line) + "\\n")
+    _effect(effects, ctx, began)
+    return 1
+
+
+def spool(effects, directory, seconds=8, ctx=None):
+    """Write 16 KiB to a file of the node's data directory every quarter of a second for
+    ``seconds``, then remove it: a step that needs its node's disk."""
+    began = time.time()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"{ctx.run.id}-{ctx.step.attempt}.part")
+    try:
+        with open(path, "wb") as fh:
+            while time.time() - began < float(seconds):
+                fh.write(b"\\0" * 16384)
+                fh.flush()
+                time.sleep(0.25)
+    except OSError as exc:
+        _effect(effects, ctx, began, f"{exc.strerror or exc}")
+        raise
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+    _effect(effects, ctx, began)
     return 1
 '''
 
 
-def jobs_toml(effects: Path) -> str:
+def jobs_toml(effects: Path, data: Path | None = None) -> str:
+    """The jobs of a node whose home's data directory is ``data`` (``spool`` writes there)."""
+    spooled = (data or effects.parent / "data") / "spool"
     return textwrap.dedent(f"""
     [jobs.tick]
     schedule = "* * * * *"
@@ -84,6 +114,15 @@ def jobs_toml(effects: Path) -> str:
     type = "python"
     callable = "cz_fault_tasks:record"
     op_kwargs = {{ effects = "{effects.as_posix()}", seconds = 8 }}
+
+    [jobs.spool]
+    max_concurrency = 4
+    retry = {{ attempts = 6, backoff = "fixed", base_seconds = 1, jitter = 0 }}
+    [[jobs.spool.steps]]
+    name = "work"
+    type = "python"
+    callable = "cz_fault_tasks:spool"
+    op_kwargs = {{ effects = "{effects.as_posix()}", directory = "{spooled.as_posix()}" }}
     """)
 
 
@@ -113,7 +152,7 @@ class Cluster:
 
     def _home(self, home: Path, proxy: TcpProxy) -> Path:
         (home / "plugins").mkdir(parents=True)
-        (home / "data").mkdir()
+        (home / "data").mkdir(exist_ok=True)  # a test may have mounted a small disk there
         (home / "plugins" / "cz_fault_tasks.py").write_text(TASKS, encoding="utf-8")
         url = self.pg.url(port=proxy.port).replace("@127.0.0.1:", f"@{proxy.listen}:")
         host = self.netns.ns_ip if self.netns is not None and proxy.listen != "127.0.0.1" \
@@ -122,7 +161,8 @@ class Cluster:
             f'[store]\nurl = "{url}"\n\n'
             f'[workers]\ncount = 2\nlease = "{LEASE:g}s"\n\n'
             f'[server]\nleader_lease = "{LEASE:g}s"\nhost = "{host}"\n', encoding="utf-8")
-        (home / "jobs.toml").write_text(jobs_toml(self.effects), encoding="utf-8")
+        (home / "jobs.toml").write_text(jobs_toml(self.effects, home / "data"),
+                                        encoding="utf-8")
         return home
 
     # -- the nodes ----------------------------------------------------------------------
@@ -233,6 +273,10 @@ class Effect:
     attempt: int
     began: float
     ended: float
+    node: int = 0
+    """The pid of the node whose child ran the step."""
+    error: str = ""
+    """What the step failed with ("" when it did not)."""
 
 
 def effects(path: Path) -> list[Effect]:

@@ -18,6 +18,9 @@ claimer       the claimer process (:mod:`cadenza.executor.claimer`), if the node
 reaper        :class:`~cadenza.node.reaper.Reaper`: at start takes back what a crash of this
               host left, then re-queues expired leases of any node every lease/3 (not
               while the node's clock is off the store's time); watches SQLite's WAL
+local-disk    :class:`~cadenza.node.local_disk.LocalDisk`: probes the home's ``data/``
+              every 2 s; while it cannot be written the node is degraded and claims no
+              new runs
 scheduler     :class:`~cadenza.node.scheduling.SchedulerService`: settles the fires a
               stopped server recorded ahead, then records fires (leader only)
 retention     :class:`~cadenza.retention.RetentionSweeper`: the daily prune (leader only)
@@ -79,6 +82,7 @@ from cadenza.home import Home
 from cadenza.lifecycle import Begin, Lifecycle, Loop, Service
 from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher, _claimer_for
+from cadenza.node.local_disk import LocalDisk
 from cadenza.node.reaper import Reaper
 from cadenza.node.scheduling import SchedulerService
 from cadenza.resources.cooldowns import CooldownEnds
@@ -136,8 +140,11 @@ class Node:
                                        lookahead=LOOKAHEAD,
                                        may_lead=lambda: not self.reaper.clock_off)
             self.holder.on_reload(self.scheduler.reload)
+        self.disk = LocalDisk(home.data_dir, self.life)
+        """Whether the home's ``data/`` takes writes (the node claims nothing while not)."""
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
-                                     workers=self.workers, claimer=self.claimer)
+                                     workers=self.workers, claimer=self.claimer,
+                                     held_back=lambda: self.disk.failing is not None)
         # Whoever waits on the local queue (workers a test started by hand, too) is released
         # when the node closes; a started node's dispatcher service did it already.
         self._stack.callback(self.dispatcher.close)
@@ -155,6 +162,7 @@ class Node:
         if self.claimer is not None:
             services.append(Begin("claimer", self.claimer.start))
         services.append(self.reaper)
+        services.append(self.disk)
         if self.scheduler is not None:
             services.append(SchedulerService(self.scheduler, self.life,
                                              on_queued=self.dispatcher.wake))
@@ -222,15 +230,22 @@ class Node:
     def status(self) -> NodeStatus:
         """What this node says of itself in ``/api/health`` and ``/metrics``: whether it
         leads the scheduler, its clock's skew from the store's time at the reaper's last
-        look, and why it is degraded (its clock is off on a shared store: it neither leads
-        nor reaps; :attr:`Reaper.shared`)."""
+        look, and why it is degraded: its clock is off on a shared store (it neither leads
+        nor reaps; :attr:`Reaper.shared`), or its home's ``data/`` cannot be written (it
+        claims no new runs; :class:`~cadenza.node.local_disk.LocalDisk`)."""
         skew = self.reaper.skew
+        reasons = []
+        if self.reaper.clock_off:
+            reasons.append(f"clock skew: {self.reaper.refused}")
+        disk = self.disk.failing
+        if disk is not None:
+            reasons.append(disk.reason)
         return NodeStatus(
             leader=self.leader.is_leader if self.leader is not None else None,
             # "+ 0.0": a skew that rounds to zero reads 0.0, not -0.0
             clock_skew_seconds=round(skew.total_seconds(), 3) + 0.0 if skew is not None
             else None,
-            degraded=f"clock skew: {self.reaper.refused}" if self.reaper.clock_off else None)
+            degraded="; ".join(reasons) or None)
 
     def reload(self) -> bool:
         """Load both files again and apply them if valid (:meth:`ConfigHolder.reload`)."""

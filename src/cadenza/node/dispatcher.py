@@ -129,8 +129,13 @@ class Dispatcher:
     name = "dispatcher"
 
     def __init__(self, store: DispatchStore, holder: ConfigHolder, recorder: GroupCommit,
-                 life: Lifecycle, *, workers: int, claimer: Claimer | None) -> None:
+                 life: Lifecycle, *, workers: int, claimer: Claimer | None,
+                 held_back: Callable[[], bool] = lambda: False) -> None:
+        """``held_back``: whether the node may take no new run now (its data directory
+        cannot be written, :mod:`cadenza.node.local_disk`): its workers then count as busy
+        (the runs it holds go on, nothing is staged or claimed)."""
         self.store = store
+        self.held_back = held_back
         self.holder = holder
         self.recorder = recorder
         self.life = life
@@ -232,6 +237,8 @@ class Dispatcher:
             held = self._slots - self._idle
             cap = current.limits.max_concurrent_runs
             free = max(0, min(self._idle, cap - held))
+        if free and self.held_back():
+            free = 0  # as if every worker were busy: no claim, no wait reason written
 
         coming = 0
         early_due: list[datetime] = []
@@ -361,7 +368,7 @@ class Dispatcher:
             return  # staged already, and nothing more is coming for that time
         with self._lock:
             free = min(self._idle, max(0, self._waiting - self._queue.qsize()))
-        if free <= 0 or len(ready) >= STAGE_CANDIDATES:
+        if free <= 0 or len(ready) >= STAGE_CANDIDATES or self.held_back():
             return
         load = self.store.admission_load(due, budget_jobs=current.limits.budgeted_jobs())
         lease = current.executor.lease_for("")
@@ -393,7 +400,8 @@ class Dispatcher:
     def _claim_stage(self, stage: Stage, now: datetime) -> None:
         """Claim the staged runs, chunk by chunk, and start each chunk's first steps as soon
         as it is committed (see executor/staging.py); what is left goes the ordinary way."""
-        if now - stage.due > LATE or stage.executor is not self._current.executor:
+        if now - stage.due > LATE or stage.executor is not self._current.executor \
+                or self.held_back():
             gc.unfreeze()
             return
         begun = _Begun()  # appended by the step threads

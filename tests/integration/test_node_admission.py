@@ -280,9 +280,10 @@ def test_two_schedulers_on_one_postgresql_apply_on_overlap_once(pg_url: str) -> 
     import threading
     from datetime import timedelta
 
+    from tests.support.store_helpers import start_run
+
     from cadenza.config.schema_jobs import JobConfig
     from cadenza.scheduler.service import Scheduler
-    from tests.support.store_helpers import start_run
 
     clock = FakeClock(datetime(2027, 3, 1, 1, 59, 30, tzinfo=UTC))
     jobs = {name: JobConfig.model_validate({

@@ -436,6 +436,35 @@ def test_the_editor_speaks_french_where_the_catalogue_does(env: ApiEnv) -> None:
 
 
 @pytest.mark.reliability_case(36)
+def test_markup_in_a_toml_comment_shows_as_text_in_the_toml_tab(env: ApiEnv) -> None:
+    """A comment of jobs.toml holding markup (one that would close the TOML tab's
+    <textarea> first) is text in the editor's page, in the check of the TOML tab and in a
+    stale save's diff (here of a description holding the same markup), and round-trips
+    unchanged."""
+    client = editor(env)
+    comment = "# </textarea>" + XSS
+    path = jobs_file(env)
+    path.write_text(path.read_text().replace("[jobs.hello]", f"[jobs.hello]\n{comment}", 1))
+    page = client.get("/jobs/hello/edit").text
+    fields = dict(form_of(page, "toml-form"))
+    assert comment in fields["toml"]  # the text as it is in the file
+    for answer in (page, client.post("/editor/check-toml", data=multi(
+            {**fields, "toml": fields["toml"] + 'schedule = "x"\n' + comment + "\n"})).text):
+        assert "<script>alert(1)" not in answer and "<img src=x" not in answer
+        assert "</textarea><script>" not in answer
+    assert "&lt;/textarea&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    path.write_text(path.read_text().replace("counts to three", "counts to four"))
+    fields["toml"] = re.sub(r"(?m)^description = .*$", f"description = '{XSS}'",
+                            fields["toml"], count=1)
+    stale = client.post("/jobs/hello/edit", data=multi(fields))
+    assert stale.status_code == 409
+    assert "<script>alert(1)" not in stale.text and "<img src=x" not in stale.text
+    # the diff, as text: the comment as a context line, the new description
+    assert "\n # &lt;/textarea&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in stale.text
+    assert "+description = &#34;&lt;script&gt;alert(1)" in stale.text
+
+
+@pytest.mark.reliability_case(36)
 def test_xss_in_a_step_name_and_type_shows_as_text(env: ApiEnv) -> None:
     client = editor(env)
     answer = client.post("/editor/check", data={

@@ -58,6 +58,50 @@ def test_init_creates_an_admin_user_with_argon2id(demo: Path) -> None:
     assert "argon2" not in out and "hash" not in out
 
 
+@pytest.mark.reliability_case(31)
+def test_two_installs_share_no_secret(tmp_path: Path) -> None:
+    """Nothing secret is built in: two homes made by ``cadenza init`` get different admin
+    passwords (stored as argon2id hashes with their own salts), and the same secret set in
+    each is sealed under each home's own random key, which cannot open the other's."""
+    import re
+
+    import sqlalchemy as sa
+
+    from cadenza.audit.secrets import SecretStore
+    from cadenza.domain.errors import SecretError
+
+    made = {}
+    for name in ("one", "two"):
+        result = runner.invoke(app, ["init", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        found = re.search(r"Password \(shown once, store it now\): (\S+)", result.stdout)
+        assert found is not None
+        code, _, _ = cli(tmp_path / name, "secrets", "set", "db", "--value-stdin",
+                         input="the same value 123\n")
+        assert code == 0
+        engine = sa.create_engine(f"sqlite:///{tmp_path / name / 'data' / 'cadenza.db'}")
+        with engine.connect() as conn:
+            stored = conn.execute(sa.text("select password_hash from users")).scalar_one()
+        engine.dispose()
+        data = tmp_path / name / "data"
+        made[name] = (found.group(1), stored, (data / "secret.key").read_bytes(),
+                      (data / "secrets.json").read_bytes())
+    (pw1, hash1, key1, sealed1), (pw2, hash2, key2, sealed2) = made["one"], made["two"]
+    assert pw1 != pw2 and len(pw1) >= 20
+    assert hash1.startswith("$argon2id$") and hash2.startswith("$argon2id$")
+    assert hash1.split("$")[4] != hash2.split("$")[4]  # the salts
+    assert pw1 not in hash1 and pw1 not in (tmp_path / "one" / "cadenza.toml").read_text()
+    assert key1 != key2 and sealed1 != sealed2
+    swapped = tmp_path / "swapped"
+    (swapped / "data").mkdir(parents=True)
+    (swapped / "data" / "secret.key").write_bytes(key2)
+    (swapped / "data" / "secret.key").chmod(0o600)
+    (swapped / "data" / "secrets.json").write_bytes(sealed1)
+    assert SecretStore(tmp_path / "one").get("db") == "the same value 123"
+    with pytest.raises(SecretError, match="cannot be decrypted"):
+        SecretStore(swapped).get("db")
+
+
 def test_jobs_list_and_show(demo: Path) -> None:
     code, out, _ = cli(demo, "jobs", "list", "--json")
     assert code == 0

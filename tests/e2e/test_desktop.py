@@ -7,7 +7,6 @@ state are read through the app's command port, which reads them from the toolkit
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -139,8 +138,6 @@ def test_the_window_opens_logged_in_with_its_tray_and_a_second_start_brings_it_f
         assert ("pause", "Pause scheduling") in keys
         assert ("quit", "Quit Cadenza") in keys
         shot = screenshot(display, tmp_path / "desktop.png")
-        if os.environ.get("CADENZA_DOCS_SCREENSHOT"):  # regenerate docs/images/desktop.png
-            screenshot(display, Path(os.environ["CADENZA_DOCS_SCREENSHOT"]))
         assert shot.stat().st_size > 20_000  # a page, not an empty screen
         # A second start: the first window comes forward; no second app, no second node.
         second = subprocess.run(

@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.browser.conftest import UI, login, shot
 
 RUN_URL = re.compile(r".*/runs/([0-9A-Z]{26})$")
@@ -163,3 +165,30 @@ def test_search_as_you_type_and_tag_chips_keep_the_url(ui: UI, page: Any) -> Non
     page.wait_for_url("**/jobs?tag=demo")
     assert page.locator("#job-sales-load").count() == 0
     assert page.locator("a.chip.on").inner_text() == "#demo"
+
+
+def _runs_of(ui: UI, job: str) -> set[str]:
+    return {r["id"] for r in json.loads(ui.run_cli("runs", "list", "--job", job, "--json"))}
+
+
+@pytest.mark.reliability_case(50)
+def test_a_double_click_on_run_makes_one_run(ui: UI, page: Any) -> None:
+    """A double-click on Run now, in the catalogue and on the job's page, and on the Run
+    button of Run with parameters, starts one run each time: the button is disabled while
+    its request is out, and a second request of the same button is dropped."""
+    login(page, ui, "otto")
+    for where in ("catalogue", "job page", "run form"):
+        before = _runs_of(ui, "hello")
+        if where == "catalogue":
+            page.goto(f"{ui.base}/jobs")
+            page.locator("#job-hello").locator("text=Run now").dblclick()
+        elif where == "job page":
+            page.goto(f"{ui.base}/jobs/hello")
+            page.locator("button.runnow").first.dblclick()
+        else:
+            page.goto(f"{ui.base}/jobs/hello/run")
+            page.locator("#run-form button[type=submit]").dblclick()
+        run_id = _landed(page, ui)
+        page.wait_for_timeout(1500)  # time for a second request to land, were one sent
+        after = _runs_of(ui, "hello")
+        assert after - before == {run_id}, (where, after - before)

@@ -78,6 +78,13 @@ def not_json():
     return {"when": datetime(2027, 1, 1)}
 
 
+def process_facts(**kwargs):
+    """The process the step runs in (directory, user, environment) and what it was given."""
+    return {"cwd": os.getcwd(), "uid": os.getuid() if hasattr(os, "getuid") else None,
+            "env": sorted(k for k in os.environ if k != "CADENZA_STEP_MARKER"),
+            "path": os.environ.get("PATH"), "kwargs": kwargs}
+
+
 def text():
     return "a string"
 

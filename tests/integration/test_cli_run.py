@@ -162,3 +162,51 @@ def test_no_wait_queues_the_run_for_the_server(home: Path) -> None:
     assert document["params"] == {"region": "east"}
     code, out, _ = cli(home, "run", "three", "--no-wait", "--json")
     assert code == 0 and json.loads(out)["state"] == "QUEUED"
+
+
+OPTION_NAMES = """
+[jobs.plain]
+[[jobs.plain.steps]]
+name = "facts"
+type = "python"
+callable = "cz_exec_tasks:process_facts"
+
+[jobs.options]
+[jobs.options.params]
+env = "LD_PRELOAD=/tmp/evil.so"
+uid = 0
+cwd = "/"
+user = "root"
+shell = true
+executable = "/bin/sh"
+stdin = "x"
+[[jobs.options.steps]]
+name = "facts"
+type = "python"
+callable = "cz_exec_tasks:process_facts"
+"""
+
+
+@pytest.mark.reliability_case(18)
+def test_params_named_like_process_options_are_only_values(tmp_path: Path) -> None:
+    """Parameters reach a step only as values (``${params.NAME}`` text, and keyword arguments
+    of a python step's function), never as options of the process a step runs in: Cadenza
+    starts that process itself with fixed options. A job whose params are named env, uid,
+    cwd, user, shell, executable and stdin runs its step in the same directory, as the same
+    user, with the same environment as a job without params, and its function gets them
+    as plain arguments."""
+    home = make_home(tmp_path / "home", OPTION_NAMES)
+    facts = {}
+    for job in ("plain", "options"):
+        code, out, err = cli(home, "run", job, "--json")
+        assert code == 0, err
+        step = json.loads(out)["steps"][0]
+        facts[job] = step["output"]
+    plain, options = facts["plain"], facts["options"]
+    assert options["kwargs"] == {"env": "LD_PRELOAD=/tmp/evil.so", "uid": 0, "cwd": "/",
+                                 "user": "root", "shell": True, "executable": "/bin/sh",
+                                 "stdin": "x"}
+    assert plain["kwargs"] == {}
+    for fact in ("cwd", "uid", "env", "path"):
+        assert options[fact] == plain[fact], fact
+    assert "LD_PRELOAD" not in options["env"]

@@ -341,6 +341,9 @@ def _param_name(value: str) -> str:
              "(letters, digits and '_', not starting with a digit)")
     if value.startswith("__") and value.endswith("__"):
         fail(f"parameter name {value!r} refused: dunder names (__x__) are reserved")
+    if value == "ctx":
+        fail("parameter name 'ctx' refused: it is reserved, as the name under which a python "
+             "step's function receives its step context; choose another name")
     upper = value.upper()
     if upper in RESERVED_PARAM_NAMES or upper.startswith(RESERVED_PARAM_PREFIXES):
         fail(f"parameter name {value!r} refused: it is reserved, as a name of an environment "

@@ -36,8 +36,8 @@ query = "select 1"
 @pytest.mark.parametrize(("name", "rule"), [
     ("PATH", "reserved"), ("LD_PRELOAD", "reserved"), ("LD_LIBRARY_PATH", "reserved"),
     ("PYTHONPATH", "reserved"), ("PYTHONHOME", "reserved"), ("DYLD_INSERT_LIBRARIES", "reserved"),
-    ("path", "reserved"), ("__class__", "dunder"), ("a-b", "identifier"), ("1x", "identifier"),
-    ("a b", "identifier"),
+    ("path", "reserved"), ("ctx", "step context"), ("__class__", "dunder"),
+    ("a-b", "identifier"), ("1x", "identifier"), ("a b", "identifier"),
 ])
 @pytest.mark.parametrize("text", [JOB, PRESET], ids=["job", "preset"])
 @pytest.mark.reliability_case(18)

@@ -108,6 +108,24 @@ def test_the_corpus_shows_as_text_on_every_page(xss_ui: Any, page: Any) -> None:
     assert "<script>alert('xss1')</script>" in page.locator("main").inner_text()
 
 
+@pytest.mark.reliability_case(19)
+def test_template_syntax_in_user_text_stays_literal_on_every_page(xss_ui: Any,
+                                                                   page: Any) -> None:
+    """``{{7*7}}`` in a description, a parameter, a log line, an error and a display name is
+    shown as written on every page: never evaluated (``49``) by the pages' templates."""
+    ui, run_id = xss_ui
+    login(page, ui, "ada")
+    for path in PAGES:
+        page.goto(ui.base + path.format(run=run_id))
+        page.wait_for_load_state("networkidle")
+        text = page.locator("body").inner_text()
+        assert "49bold" not in text and "49<b>" not in text, path
+    for path in ("/jobs/xss", "/runs/{run}", "/admin"):
+        page.goto(ui.base + path.format(run=run_id))
+        page.wait_for_load_state("networkidle")
+        assert "{{7*7}}<b>bold</b>" in page.locator("body").inner_text(), path
+
+
 def test_a_viewer_finds_no_button_the_server_would_refuse(xss_ui: Any, page: Any) -> None:
     ui, run_id = xss_ui
     login(page, ui, "vera")

@@ -141,6 +141,68 @@ def test_a_secret_in_the_error_never_leaves(tmp_path: Path,
         assert secret.encode() not in (bench.home / "data" / "cadenza.db").read_bytes()
 
 
+TEMPLATED = "{{ 7*7 }} {% if true %}yes{% endif %} ${params.period} ${secret.db_password}"
+
+
+@pytest.mark.reliability_case(19)
+def test_template_syntax_in_an_error_stays_literal_in_every_message(tmp_path: Path) -> None:
+    """An error holding Jinja syntax (``{{ 7*7 }}``, ``{% if %}``) and token syntax
+    (``${params.period}``, ``${secret.NAME}``) reaches the alert mail (subject from a home
+    template, text and HTML bodies) and the webhook as written: message templates get it
+    as a value, never as template text, and tokens are substituted once, in the job's own
+    strings, never inside a value. A notify step whose subject reads an earlier step's
+    output holding the same text sends it as written too."""
+    written = TEMPLATED.replace("${", "$${")  # "$${" writes a literal "${" in jobs.toml
+    jobs = FAILING.replace('op_kwargs = { message = "cannot load sales.csv" }',
+                           f"op_kwargs = {{ message = '{written}' }}")
+    jobs = jobs.replace("[jobs.nightly]", '[jobs.nightly]\nparams = { period = "2027-01" }')
+    jobs += f"""
+[jobs.relay]
+params = {{ period = "2027-01" }}
+[[jobs.relay.steps]]
+name = "say"
+type = "python"
+callable = "cz_notify_tasks:say"
+isolation = "thread"
+op_kwargs = {{ text = '{written}' }}
+[[jobs.relay.steps]]
+name = "tell"
+type = "notify"
+to = ["relay@example.org"]
+subject = "said: ${{steps.say.text}}"
+body = "${{steps.say.text}}"
+"""
+    rule = ('[[rules]]\nname = "hook"\non = ["needs_review"]\njobs = ["nightly"]\n'
+            'notify = ["channel:hook"]\nchannel = "hook"\n')
+    secret = "Zq9-templated-secret-Xy"
+    with smtp_server() as smtp, webhook_receiver() as hook, \
+            notify_bench(tmp_path, jobs, channels(smtp.port, hook.url, rule),
+                         secrets={"db_password": secret}) as bench:
+        (bench.home / "plugins" / "cz_notify_tasks.py").write_text(
+            (bench.home / "plugins" / "cz_notify_tasks.py").read_text()
+            + "\n\ndef say(text):\n    return {'text': text}\n")
+        (bench.home / "templates" / "notify").mkdir(parents=True)
+        (bench.home / "templates" / "notify" / "subject.txt").write_text(
+            "{{ job }} {{ state }}: {{ error }}")
+        bench.run("nightly")
+        relay = bench.run("relay")
+        assert bench.store.get_run(relay).state.value == "SUCCEEDED"  # type: ignore[union-attr]
+        bench.sender.round()
+        alert = smtp.inbox.to("lead@example.org")[0]
+        parts = [alert["Subject"], alert.get_body(("plain",)).get_content(),
+                 alert.get_body(("html",)).get_content()]
+        for part in parts:
+            assert "{{ 7*7 }}" in part and "{% if true %}yes{% endif %}" in part
+            assert "${params.period}" in part and "${secret.db_password}" in part
+            assert " 49 " not in part and "2027-01 " not in part.split("{{ 7*7 }}")[1]
+        assert TEMPLATED in hook.posts[0][1]["error"]
+        told = smtp.inbox.to("relay@example.org")[0]
+        assert told["Subject"] == f"said: {TEMPLATED}"
+        assert told.get_body(("plain",)).get_content().strip() == TEMPLATED
+        for _, mail in smtp.inbox.mails:
+            assert secret not in mail.as_string()
+
+
 def test_bad_recipients_and_targets_are_failed_deliveries_with_reasons(tmp_path: Path) -> None:
     rules = """
 [[rules]]

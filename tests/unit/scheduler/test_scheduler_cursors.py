@@ -176,3 +176,107 @@ def test_a_changed_time_zone_neither_doubles_nor_backfills(
     clock.set("2027-03-01T09:00:00+00:00")
     scheduler.reload(jobs(paris))  # tomorrow 02:00 Paris is next; nothing owed today
     assert scheduler.next_wakeup(clock.now()) == at("2027-03-02T01:00:00+00:00")
+
+
+ZONE = "America/Sao_Paulo"  # a real name (the configuration checks it); its rules are ours
+
+
+def _tzif(transitions: list[tuple[int, int]], first: int, footer: str) -> bytes:
+    """A TZif (version 2) file: the UTC offset ``first`` (seconds), then each
+    ``(instant, offset)`` of ``transitions``, then the POSIX rule ``footer``."""
+    import struct
+
+    offsets = [first, *[o for _, o in transitions]]
+    kinds = list(dict.fromkeys(offsets))
+    names = b"".join(f"X{k}".encode() + b"\0" for k in range(len(kinds)))
+
+    def block(wide: bool) -> bytes:
+        head = b"TZif2" + b"\0" * 15 + struct.pack(
+            ">6l", 0, 0, 0, len(transitions), len(kinds), len(names))
+        times = b"".join(struct.pack(">q" if wide else ">l", t) for t, _ in transitions)
+        index = bytes(kinds.index(o) for _, o in transitions)
+        types = b"".join(struct.pack(">lBB", o, 0, 3 * k) for k, o in enumerate(kinds))
+        return head + times + index + types + names
+
+    return block(False) + block(True) + f"\n{footer}\n".encode()
+
+
+@pytest.fixture
+def zone_rules(tmp_path: Any) -> Any:
+    """``install(data)``: make ``data`` the rules of :data:`ZONE`, as a tzdata update
+    followed by a restart would (a fresh zone cache); the system's rules come back after."""
+    import zoneinfo
+
+    def install(data: bytes) -> None:
+        folder = tmp_path / f"tz{len(list(tmp_path.iterdir()))}"
+        (folder / "America").mkdir(parents=True)
+        (folder / "America" / "Sao_Paulo").write_bytes(data)
+        zoneinfo.reset_tzpath([str(folder)])
+        zoneinfo.ZoneInfo.clear_cache()
+
+    yield install
+    zoneinfo.reset_tzpath()
+    zoneinfo.ZoneInfo.clear_cache()
+
+
+CHANGE = int(at("2027-03-10T03:00:00+00:00").timestamp())
+OLD_RULES = _tzif([], -3 * 3600, "<-03>3")  # UTC-3 for ever
+AHEAD = _tzif([(CHANGE, -2 * 3600)], -3 * 3600, "<-02>2")  # UTC-2 from 10 March
+BACK = _tzif([(CHANGE, -4 * 3600)], -3 * 3600, "<-04>4")  # UTC-4 from 10 March
+
+
+@pytest.mark.reliability_case(14)
+def test_a_tzdata_update_between_runs_moves_the_next_fires_and_repeats_none(
+        make_scheduler: MakeScheduler, clock: FakeClock, store: Store, zone_rules: Any) -> None:
+    """New zone rules (a tzdata update, then a restart) apply from the next fire: a daily
+    02:00 fires at 02:00 of the new offset from the day they start, with nothing fired twice,
+    nothing back-filled and nothing recorded MISSED. Fires are instants: those recorded
+    under the old rules stay as they were."""
+    daily = jobs(job("report", schedule="0 2 * * *", timezone=ZONE, on_overlap="queue"))
+    zone_rules(OLD_RULES)
+    clock.set("2027-03-08T12:00:00+00:00")
+    make_scheduler(daily).tick(clock.now())
+    clock.set("2027-03-09T05:00:30+00:00")  # 02:00 at UTC-3
+    make_scheduler(daily).tick(clock.now())
+    zone_rules(AHEAD)  # the update arrives before the change; the server restarts
+    clock.set("2027-03-09T12:00:00+00:00")
+    restarted = make_scheduler(daily)
+    restarted.tick(clock.now())
+    assert restarted.next_wakeup(clock.now()) == at("2027-03-10T04:00:00+00:00")
+    for now in ("2027-03-10T04:00:30+00:00", "2027-03-10T05:00:30+00:00",
+                "2027-03-11T04:00:30+00:00"):
+        clock.set(now)
+        restarted.tick(clock.now())
+    assert [(r.scheduled_for, r.state) for r in fires_of(store)] == [
+        (at("2027-03-09T05:00:00+00:00"), RunState.QUEUED),  # 02:00 at UTC-3
+        (at("2027-03-10T04:00:00+00:00"), RunState.QUEUED),  # 02:00 at UTC-2
+        (at("2027-03-11T04:00:00+00:00"), RunState.QUEUED),
+    ]
+
+
+@pytest.mark.reliability_case(14)
+def test_a_late_tzdata_update_fires_the_true_local_time(
+        make_scheduler: MakeScheduler, clock: FakeClock, store: Store, zone_rules: Any) -> None:
+    """An update that arrives after the change took effect: until then the server fired at
+    the old offset (02:00 at UTC-3 is 01:00 at the true UTC-4). After it, the day's 02:00
+    fires at its true instant, one hour after the stale fire, which stays recorded: each
+    instant fires once, and the schedule follows the rules the server runs with."""
+    daily = jobs(job("report", schedule="0 2 * * *", timezone=ZONE, on_overlap="queue"))
+    zone_rules(OLD_RULES)
+    clock.set("2027-03-10T12:00:00+00:00")
+    make_scheduler(daily).tick(clock.now())
+    clock.set("2027-03-11T05:00:30+00:00")  # 02:00 by the stale rules
+    make_scheduler(daily).tick(clock.now())
+    zone_rules(BACK)
+    clock.set("2027-03-11T05:30:00+00:00")  # 01:30 by the true rules
+    restarted = make_scheduler(daily)
+    restarted.tick(clock.now())
+    clock.set("2027-03-11T06:00:30+00:00")
+    restarted.tick(clock.now())
+    clock.set("2027-03-12T06:00:30+00:00")
+    restarted.tick(clock.now())
+    assert [r.scheduled_for for r in fires_of(store)] == [
+        at("2027-03-11T05:00:00+00:00"),  # stale: 01:00 at the true UTC-4
+        at("2027-03-11T06:00:00+00:00"),  # 02:00 at UTC-4
+        at("2027-03-12T06:00:00+00:00"),
+    ]

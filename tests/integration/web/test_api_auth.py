@@ -133,6 +133,8 @@ ROLE_TABLE: dict[tuple[str, str], str | None] = {
     ("GET", "/api/scheduling"): "viewer",
     ("POST", "/api/scheduling/pause"): "operator",
     ("POST", "/api/scheduling/resume"): "operator",
+    ("POST", "/scheduling/pause"): "operator",
+    ("POST", "/scheduling/resume"): "operator",
     ("GET", "/desktop/enter"): None,  # the ticket is its permission, from the loopback only
     ("POST", "/logout"): "viewer",  # the logouts: each ends the session the walk uses
     ("POST", "/api/logout"): "viewer",

@@ -18,6 +18,7 @@ from cadenza.web.ui import (
     jobs,
     resources,
     runs,
+    scheduling,
     session,
 )
 from cadenza.web.ui.auth import LoginRequired, PageViewer
@@ -47,6 +48,7 @@ def install(app: FastAPI) -> None:
     app.include_router(audit.router)
     app.include_router(dashboard.router)
     app.include_router(alerts.router)
+    app.include_router(scheduling.router)
     app.include_router(admin.router)
     app.include_router(api_docs.router)  # /api/docs, FastAPI's CDN page being off
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

@@ -24,6 +24,7 @@ from cadenza.services.stats import series, stats
 from cadenza.web.auth import context, services_for
 from cadenza.web.ui.auth import PageViewer
 from cadenza.web.ui.render import render
+from cadenza.web.ui.scheduling import current_pause
 
 router = APIRouter(include_in_schema=False)
 WINDOWS = ("24h", "7d")
@@ -52,7 +53,8 @@ def dashboard_page(me: PageViewer, request: Request,
     cooling = [m for m in members if m.state is ResourceState.COOLDOWN]
     return render(request, "ui/dashboard_page.html", {
         **figures_of, "window": window, "windows": WINDOWS, "cooling": cooling,
-        "failing_channels": failing, "alerts": alerts, "now": now}, me=me, nav="dashboard")
+        "failing_channels": failing, "alerts": alerts, "now": now,
+        "paused": current_pause(request)}, me=me, nav="dashboard")
 
 
 def _figures(request: Request, window: str, services: Services,

@@ -28,6 +28,7 @@ from cadenza.web.api.errors import StaleEdit
 from cadenza.web.auth import services_for
 from cadenza.web.ui.auth import PageEditor, PageOperator, PageViewer
 from cadenza.web.ui.render import choose_language, is_htmx, render
+from cadenza.web.ui.scheduling import current_pause
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,7 +67,9 @@ def catalogue(me: PageViewer, request: Request,
     """The jobs catalogue, filtered by the search ``q`` and the tags ``tag``."""
     with services_for(request, me) as services:
         view = JobPagesService(services, choose_language(request, me)).catalogue(q, tag or ())
-    return render(request, "ui/jobs_list.html", {"view": view}, me=me, nav="jobs")
+    return render(request, "ui/jobs_list.html", {"view": view,
+                                                 "paused": current_pause(request)},
+                  me=me, nav="jobs")
 
 
 @router.post("/jobs/{job_id}/enabled", response_class=HTMLResponse)

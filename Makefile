@@ -67,6 +67,7 @@ lock: | $(BIN)/python
 	$(BIN)/python -m pip install -q uv
 	$(LOCK) -o requirements/run.txt
 	$(LOCK) --extra dev -o requirements/dev.txt
+	$(LOCK) --extra desktop -c requirements/dev.txt -o requirements/desktop.txt
 
 ## make test-latest: the suite on the newest versions pyproject.toml allows, in a venv of its
 ## own (.venv-latest), so that a library's new release breaks us here before a user's install.

@@ -45,6 +45,10 @@ def nap(log_file, seconds=20):
     with open(log_file, "a") as fh:
         fh.write(f"end {os.getpid()} {time.time()}\\n")
     return 1
+
+
+def boom():
+    raise RuntimeError("the source is unreachable")
 '''
 TITLE = "Cadenza — "
 
@@ -69,6 +73,14 @@ def desktop_home(root: Path, naps: Path, seconds: int) -> Path:
     type = "python"
     callable = "cz_nap:nap"
     op_kwargs = {{ log_file = "{naps.as_posix()}", seconds = {seconds} }}
+
+    [jobs.broken]
+    [jobs.broken.retry]
+    attempts = 1
+    [[jobs.broken.steps]]
+    name = "load"
+    type = "python"
+    callable = "cz_nap:boom"
     """, lease="3s", extra=f"\n[server]\nport = {free_port()}\n")
     (home / "plugins" / "cz_nap.py").write_text(NAP, encoding="utf-8")
     return home
@@ -137,6 +149,14 @@ def test_the_window_opens_logged_in_with_its_tray_and_a_second_start_brings_it_f
         assert ("open", "Open Cadenza") in keys
         assert ("pause", "Pause scheduling") in keys
         assert ("quit", "Quit Cadenza") in keys
+        assert said["tray"]["look"] == "idle"
+        # A failing run turns the icon red and says so; looking at the window clears it.
+        enqueue(home, "broken")
+        tray = eventually(lambda: (t := app.ask("menu")["tray"])["look"] == "failed" and t,
+                          60, "the tray's failed look")
+        assert "1 failed since you last looked" in tray["tooltip"]
+        assert app.ask("activate", entry="open")["activated"] is True
+        eventually(lambda: app.ask("menu")["tray"]["look"] == "idle", 30, "looked at")
         shot = screenshot(display, tmp_path / "desktop.png")
         assert shot.stat().st_size > 20_000  # a page, not an empty screen
         # A second start: the first window comes forward; no second app, no second node.

@@ -198,6 +198,7 @@ class DesktopApp:
             self.quit()
         elif command.name == "menu":
             return {"menu": self.tray.entries() if self.tray is not None else [],
+                    "tray": self.tray.state() if self.tray is not None else {},
                     "window": {"url": self.window.get_current_url() or "",
                                "hidden": self.window.hidden} if self.window else {},
                     "node": {"url": self.node.url, "started_here": self.node.started_here,

@@ -26,6 +26,8 @@ class Tray(Protocol):
 
     def entries(self) -> list[dict[str, Any]]: ...
 
+    def state(self) -> dict[str, str]: ...
+
     def activate(self, key: str) -> bool: ...
 
     def stop(self) -> None: ...
@@ -57,6 +59,7 @@ class QtTray:
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._activated)
         self._shown: list[dict[str, Any]] = []
+        self._state: dict[str, str] = {}
         self._apply(([Entry("open", "Cadenza", default=True)], "Cadenza", "idle"))
         self.icon.show()
 
@@ -91,6 +94,7 @@ class QtTray:
         self._shown = shown
         self.icon.setToolTip(tip)
         self.icon.setIcon(QIcon(QPixmap.fromImage(_qimage(look))))
+        self._state = {"look": look, "tooltip": self.icon.toolTip()}
 
     def _click(self, key: str) -> None:
         for action in self.menu.actions():
@@ -107,6 +111,10 @@ class QtTray:
     def entries(self) -> list[dict[str, Any]]:
         """The menu as the toolkit holds it now (label, key, enabled; separators)."""
         return list(self._shown)
+
+    def state(self) -> dict[str, str]:
+        """The icon's look and tooltip as Qt holds them now."""
+        return dict(self._state)
 
     def activate(self, key: str) -> bool:
         """Trigger the menu action of ``key`` as a click would (in Qt's thread)."""
@@ -144,6 +152,7 @@ class PystrayTray:
 
         self.on_entry = on_entry
         self._entries: list[Entry | None] = [Entry("open", "Cadenza", default=True)]
+        self._state = {"look": "idle", "tooltip": "Cadenza"}
         self.icon = pystray.Icon("cadenza", pil_image("idle"), "Cadenza",
                                  menu=pystray.Menu(self._items))
         self.icon.run_detached()
@@ -167,6 +176,10 @@ class PystrayTray:
         self.icon.icon = pil_image(look)
         self.icon.title = tip
         self.icon.update_menu()
+        self._state = {"look": look, "tooltip": tip}
+
+    def state(self) -> dict[str, str]:
+        return dict(self._state)
 
     def entries(self) -> list[dict[str, Any]]:
         return [{"separator": True} if e is None else

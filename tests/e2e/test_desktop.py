@@ -157,6 +157,13 @@ def test_the_window_opens_logged_in_with_its_tray_and_a_second_start_brings_it_f
         assert "1 failed since you last looked" in tray["tooltip"]
         assert app.ask("activate", entry="open")["activated"] is True
         eventually(lambda: app.ask("menu")["tray"]["look"] == "idle", 30, "looked at")
+        # What a notification's click sends: the run's page in this window.
+        [failed] = [e["key"] for e in app.ask("menu")["menu"]
+                    if e.get("key", "").startswith("run:")][:1]
+        run_path = "/runs/" + failed.removeprefix("run:")
+        assert app.ask("open", path=run_path)["ok"] is True
+        eventually(lambda: app.ask("menu")["window"]["url"].endswith(run_path), 30,
+                   "the run's page in the window")
         shot = screenshot(display, tmp_path / "desktop.png")
         assert shot.stat().st_size > 20_000  # a page, not an empty screen
         # A second start: the first window comes forward; no second app, no second node.

@@ -65,6 +65,17 @@ class StoreError(CadenzaError):
     """The store cannot be used."""
 
 
+class StoreConflict(StoreError):
+    """A write transaction the database rolled back because it conflicted with another one
+    (PostgreSQL: a deadlock, a serialization failure, a lock wait past ``lock_timeout``).
+    Nothing of it was applied, so it may be written again."""
+
+
+class StoreOutcomeUnknown(StoreError):
+    """The connection was lost while a write transaction's COMMIT was on its way: the
+    database may have applied it or not, and the writer cannot tell which."""
+
+
 class LeadershipLost(StoreError):
     """A write made as the scheduler's leader was refused: this node's term ended or another
     node took the role (its lease ran out while this node was stopped, slow or cut off)."""

@@ -27,12 +27,19 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from cadenza.clock import Clock
+from cadenza.domain.errors import StoreConflict
 from cadenza.store.boundary import Boundary, BoundaryResult
 from cadenza.store.protocols import WorkerStore
 
 T = TypeVar("T")
 
 log = logging.getLogger("cadenza.executor")
+
+CONFLICT_TRIES = 4
+"""Writes of a boundary or a job that the database rolled back for a conflict (a deadlock,
+a serialization failure, a lock wait past ``lock_timeout``: nothing of it applied), before
+the error is given up on; they wait 50, 100, then 200 ms between tries."""
 
 PROBLEMS_KEPT = 1000
 """How many problems of deferred run ends :attr:`GroupCommit.problems` keeps (the oldest go)."""
@@ -64,13 +71,31 @@ class DirectRecorder:
         self.store = store
 
     def record(self, boundary: Boundary) -> BoundaryResult:
-        return self.store.record_boundaries([boundary])[0]
+        return retrying_conflicts(lambda: self.store.record_boundaries([boundary])[0],
+                                  self.store.clock)
 
     def finish(self, boundary: Boundary) -> BoundaryResult:
         return self.record(boundary)
 
     def flush(self) -> None:
         """Nothing is ever queued."""
+
+
+def retrying_conflicts(write: Callable[[], T], clock: Clock) -> T:
+    """``write()``, written again (up to :data:`CONFLICT_TRIES` in all) while the database
+    rolls it back for a conflict (:class:`~cadenza.domain.errors.StoreConflict`). Only that
+    error: after any other (a COMMIT whose answer was lost among them) the outcome is not
+    known, and the caller decides."""
+    for attempt in range(CONFLICT_TRIES):
+        try:
+            return write()
+        except StoreConflict as exc:
+            if attempt == CONFLICT_TRIES - 1:
+                raise
+            log.info("a store write conflicted with another transaction; writing it "
+                     "again: %s", exc)
+            clock.sleep(0.05 * 2 ** attempt)
+    raise AssertionError("unreachable")
 
 
 class _Pending:
@@ -212,13 +237,15 @@ class GroupCommit:
             conn.close()
 
     def _alone(self, pending: _Pending) -> None:
-        try:
+        def write() -> Any:
             if pending.boundary is not None:
-                result: Any = self.store.record_boundaries([pending.boundary])[0]
-            else:
-                assert pending.job is not None
-                with self.store.write() as conn:
-                    result = pending.job(conn)
+                return self.store.record_boundaries([pending.boundary])[0]
+            assert pending.job is not None
+            with self.store.write() as conn:
+                return pending.job(conn)
+
+        try:
+            result = retrying_conflicts(write, self.store.clock)
         except Exception as exc:
             self._settle(pending, None, exc)
         else:

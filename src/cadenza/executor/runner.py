@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
@@ -48,7 +49,7 @@ from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState
 from cadenza.executor.calls import ChildCalls
 from cadenza.executor.connections import Connections
-from cadenza.executor.control import RunControl
+from cadenza.executor.control import RunControl, StopKind
 from cadenza.executor.group_commit import DirectRecorder, Recorder
 from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.request import RunRequest, new_run
@@ -60,6 +61,7 @@ from cadenza.steps.registry import StepType, registry
 from cadenza.store import RunRecord
 from cadenza.store.boundary import BoundaryResult, LogLine
 from cadenza.store.claims import StagedStart
+from cadenza.store.core import if_not_committed
 from cadenza.store.protocols import WorkerStore
 
 log = logging.getLogger("cadenza.executor")
@@ -259,8 +261,11 @@ class Executor:
         for run in runs:
             tracker, control = self._tracker(run, observer)
             # Held from the claim on: a run waiting in a node's local queue keeps its lease.
-            # (Should this transaction roll back, the keeper forgets the run by itself.)
+            # Should this transaction not commit, or its COMMIT be lost on the way (the
+            # claim may have been applied, unknown to this process), the keeper lets the
+            # run go at once: applied, its lease runs out and the reaper takes it back.
             self._hold(run, control)
+            if_not_committed(conn, partial(self._let_go, run.id, control))
             tracker.claimed(run)
             trackers.append((tracker, control))
         firsts = self.store.record_boundaries([t.first_boundary() for t, _ in trackers],
@@ -307,6 +312,11 @@ class Executor:
 
     def _hold(self, run: RunRecord, control: RunControl) -> None:
         self.keeper.register(run.id, run.lease_epoch, run.lease_owner or self.owner, control)
+
+    def _let_go(self, run_id: str, control: RunControl) -> None:
+        """A claim that did not commit (or whose COMMIT's answer was lost): stop holding it."""
+        self.keeper.unregister(run_id, control)
+        control.stop(StopKind.LEASE_LOST, reason="the run's claim was not committed")
 
     def _tracker(self, run: RunRecord,
                  observer: Observer | None) -> tuple[RunTracker, RunControl]:

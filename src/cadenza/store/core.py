@@ -16,6 +16,7 @@ lines through ``redact_text``, payloads and step outputs through ``redact_value`
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -34,7 +35,9 @@ from cadenza.domain.errors import (
     DISK_FULL,
     IO_ERROR,
     NO_PERMISSION,
+    StoreConflict,
     StoreError,
+    StoreOutcomeUnknown,
     StoreWriteFailed,
     store_write_failed,
     write_failure_kind,
@@ -54,6 +57,10 @@ if TYPE_CHECKING:
 _INSERT_EVENT = event_log.insert()
 
 SQLITE_CANTOPEN = 14
+CONFLICT_STATES = {"40001": "a serialization failure", "40P01": "a deadlock",
+                   "55P03": "a lock wait past lock_timeout"}
+"""PostgreSQL's SQLSTATEs of a transaction rolled back for a conflict (safe to write again)."""
+_UNDO = "cadenza_if_not_committed"
 WRITE_FAILURE_WINDOW = 60.0
 """Seconds a write failure counts as current after a later write succeeded."""
 
@@ -99,6 +106,39 @@ def _advice(kind: str, dialect: str, where: str) -> str:
             NO_PERMISSION: f"give this user write access to {place} and its files",
             IO_ERROR: f"check the disk of {place}",
             }.get(kind, "check the store")
+
+
+def if_not_committed(conn: sa.Connection, undo: Callable[[], None]) -> None:
+    """Call ``undo`` if the write transaction of ``conn`` (from :meth:`StoreCore.write`)
+    does not commit, or cannot tell that it did: it rolled back, or its COMMIT failed
+    (:class:`~cadenza.domain.errors.StoreOutcomeUnknown`). What this process did for a
+    change it believed made (a run held, a lease renewed) is undone there, while the
+    database keeps whatever it applied."""
+    undo_list = conn.info.get(_UNDO)
+    if undo_list is None:
+        raise RuntimeError("if_not_committed needs a connection of StoreCore.write")
+    undo_list.append(undo)
+
+
+def _undo(undo: list[Callable[[], None]]) -> None:
+    for fn in undo:
+        try:
+            fn()
+        except Exception:  # one undo must not stop the others or hide the write's error
+            logging.getLogger("cadenza.store").exception("undoing after a failed write")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _connection_lost(exc: BaseException, driver: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself failed (not the statement)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    state = getattr(driver, "sqlstate", None)
+    return state is None or str(state).startswith("08")
 
 
 @runtime_checkable
@@ -201,30 +241,52 @@ class StoreCore:
         writes already share one connection.
         """
         lock = self._write_lock
+        undo: list[Callable[[], None]] = []
+        body_done = False
+
+        entered: list[sa.Connection] = []
+
+        def enter(conn: sa.Connection) -> sa.Connection:
+            conn.info[_UNDO] = undo
+            entered.append(conn)
+            return conn
+
         try:
-            if lock is None:  # PostgreSQL: the audit and log rows go with the COMMIT
-                if connection is not None:
-                    with self._kept(connection):
-                        yield connection
-                else:
-                    with self.engine.connect() as conn, self._kept(conn):
-                        yield conn
-            else:
-                with lock:
-                    if self._writer_busy:  # nested in this thread: a connection of its own
-                        with self.engine.connect() as conn, conn.begin():
-                            yield conn
+            try:
+                if lock is None:  # PostgreSQL: the audit and log rows go with the COMMIT
+                    if connection is not None:
+                        with self._kept(connection):
+                            yield enter(connection)
+                            body_done = True
                     else:
-                        self._writer_busy = True
-                        try:
-                            if self._writer is None or self._writer.closed:
-                                self._writer = self.engine.connect()
-                            with self._writer.begin():
-                                yield self._writer
-                        finally:
-                            self._writer_busy = False
+                        with self.engine.connect() as conn, self._kept(conn):
+                            yield enter(conn)
+                            body_done = True
+                else:
+                    with lock:
+                        if self._writer_busy:  # nested in this thread: its own connection
+                            with self.engine.connect() as conn, conn.begin():
+                                yield enter(conn)
+                                body_done = True
+                        else:
+                            self._writer_busy = True
+                            try:
+                                if self._writer is None or self._writer.closed:
+                                    self._writer = self.engine.connect()
+                                with self._writer.begin():
+                                    yield enter(self._writer)
+                                    body_done = True
+                            finally:
+                                self._writer_busy = False
+            except BaseException:
+                _undo(undo)
+                raise
+            finally:
+                for conn in entered:
+                    if not conn.invalidated and not conn.closed:
+                        conn.info.pop(_UNDO, None)
         except Exception as exc:  # a driver's error: see _write_error
-            failed = self._write_error(exc)
+            failed = self._write_error(exc, at_commit=body_done)
             if failed is None:
                 raise
             raise failed from exc
@@ -240,7 +302,7 @@ class StoreCore:
             if transaction.is_active:  # (a block that ended it itself: later.follow)
                 later.commit(raw, transaction.commit)
 
-    def _write_error(self, exc: Exception) -> StoreError | None:
+    def _write_error(self, exc: Exception, *, at_commit: bool = False) -> StoreError | None:
         """The store's error for a failed write transaction: a driver's error, wrapped by
         SQLAlchemy or raw (the hot paths write through the DBAPI cursor). None when it is
         another error, or neither unavailability nor a write failure (a constraint, a
@@ -252,6 +314,11 @@ class StoreCore:
             driver = exc
         else:
             return None
+        state = getattr(driver, "sqlstate", None)
+        if state in CONFLICT_STATES:
+            return StoreConflict(f"store write rolled back by the database for "
+                                 f"{CONFLICT_STATES[state]} ({_first_line(driver)}); nothing "
+                                 "of it was applied, and it may be written again")
         kind = write_failure_kind(driver)
         detail = str(driver)
         if kind is None and self.dialect == "sqlite":
@@ -259,6 +326,10 @@ class StoreCore:
             if kind is not None:
                 detail = f"{driver}: its directory is {kind}"
         if kind is None:
+            if at_commit and self.dialect != "sqlite" and _connection_lost(exc, driver):
+                return StoreOutcomeUnknown(
+                    f"the connection to the store was lost during a COMMIT ({driver}): the "
+                    "change may or may not have been applied")
             if isinstance(exc, sa.exc.OperationalError):
                 return StoreError(f"store write failed: {exc.orig}")
             return None

@@ -16,6 +16,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,11 @@ time.sleep(120)
 """
 
 
+AUTOCHECKPOINT_BYTES = 2 * 1000 * (4096 + 24)
+"""A bound of the log SQLite's automatic checkpoint (1,000 pages of 4 KiB) lets grow when
+no reader holds it: its pages and the frames of the transaction that passed them."""
+
+
 def _fill(store: Store, runs: int) -> None:
     for _ in range(runs // 200):
         store.create_runs([NewRun("j", "manual:test", params={"pad": "x" * 400})
@@ -172,3 +178,56 @@ def test_a_wal_below_its_threshold_is_not_looked_into(
         # only), asserted as such rather than as a wall-clock bound.
         monkeypatch.setattr(store.engine, "raw_connection", opened)
         assert store.check_wal(1024 * 1024 * 1024) is None
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a reader process holding a snapshot")
+@pytest.mark.reliability_case(44)
+def test_a_held_wal_grows_with_the_writes_is_warned_once_and_cut_back_when_the_reader_ends(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """What "bounded" can mean for SQLite, measured: while a reader holds an old snapshot
+    the log grows with every commit (SQLite may not overwrite frames that snapshot may
+    need), one warning is written, and once the reader ends the next look empties the log
+    and cuts the file back to zero bytes; afterwards it stays under the threshold."""
+    threshold = 256 * 1024
+    store = Store.open(sqlite_url, lease_time="database")
+    wal = tmp_path / "cadenza.db-wal"
+    reader: subprocess.Popen[str] | None = None
+    try:
+        _fill(store, 400)
+        store.check_wal(0)  # start from an empty log
+        reader = subprocess.Popen([sys.executable, "-c", READER, str(tmp_path / "cadenza.db")],
+                                  stdout=subprocess.PIPE, text=True)
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "reading"
+        sizes = [wal.stat().st_size]
+        reaper = _reaper(store, ShiftedClock(timedelta(0)))
+        warnings = []
+        for _ in range(3):
+            _fill(store, 2000)
+            sizes.append(wal.stat().st_size)
+            reaper._wal_checked = None  # look now, as a minute later
+            warnings.append(reaper.watch_wal(threshold=threshold))
+        growth = [b - a for a, b in pairwise(sizes)]
+        # Linear growth: every round of writes adds about as much as the first one did.
+        assert min(growth) > 0.8 * max(growth) > 0, sizes
+        assert sizes[-1] > 3 * threshold
+        assert warnings[0] is not None and warnings[1:] == [None, None]  # warned once
+        assert len(store.list_events(event_type=EventType.WAL_GROWING)) == 1
+
+        _stop(reader)
+        reader = None
+        reaper._wal_checked = None
+        assert reaper.watch_wal(threshold=threshold) is None  # nothing stuck any more
+        assert wal.stat().st_size == 0  # the emptied log is cut back
+        _fill(store, 400)
+        found = store.check_wal(0)
+        assert found is not None and not found.stuck and found.truncated
+        # The same writes as while held: SQLite's automatic checkpoint (every 1,000 pages)
+        # now completes and the log restarts from its beginning, so the file stays near
+        # 1,000 pages however much is written.
+        _fill(store, 6000)
+        assert wal.stat().st_size <= AUTOCHECKPOINT_BYTES < sizes[-1]
+        assert len(store.list_events(event_type=EventType.WAL_GROWING)) == 1
+    finally:
+        if reader is not None:
+            _stop(reader)
+        store.close()

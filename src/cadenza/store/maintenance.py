@@ -45,7 +45,10 @@ The write-ahead log (SQLite)
     file name the processes that hold an old read mark (their pid and command line, "this
     process" for ours); elsewhere, or when the system does not say, it is only "a reader".
     A process holds one lock per read mark for all its connections: which connection of
-    that process is not known.
+    that process is not known. Once every frame is copied (the reader ended), the same look
+    cuts the ``-wal`` file back to zero bytes (a ``TRUNCATE`` checkpoint waiting at most
+    :data:`WAL_TRUNCATE_WAIT_MS`): SQLite reuses the file from its start but never
+    shrinks it by itself.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ import shutil
 import sqlite3
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -67,7 +70,7 @@ from cadenza.domain.errors import DISK_FULL, StoreError, file_write_failed, writ
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.codec import require_aware
-from cadenza.store.engine import sqlite_path
+from cadenza.store.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from cadenza.store.lease_clock import OS_CLOCK, LeaseClock
 from cadenza.store.tables import checkpoints, event_log, run_logs, runs, step_runs
 
@@ -80,6 +83,9 @@ BATCH_PAUSE = 0.02
 is not fair, and would otherwise wait behind many batches in a row."""
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BUSY_MS = 10_000
+WAL_TRUNCATE_WAIT_MS = 200
+"""How long cutting an emptied write-ahead log back waits for the readers and writers of the
+moment (milliseconds) before it leaves it for the next look."""
 _SHM_READ_LOCK = 123
 """The byte of the ``-shm`` file a reader locks for read mark 0 (mark ``i``: + ``i``):
 SQLite's unix VFS locks byte 120 + lock index, and read mark ``i`` is lock index 3 + i."""
@@ -319,6 +325,9 @@ class WalCheck:
     readers: tuple[str, ...] | None
     """The processes holding an old snapshot, as ``pid N (command line)``; None when the
     system does not say (only "a reader" is known)."""
+    truncated: bool = False
+    """The log was all copied into the database, and the ``-wal`` file cut back to zero
+    bytes (a ``TRUNCATE`` checkpoint): SQLite itself keeps the file at its largest size."""
 
     @property
     def stuck(self) -> bool:
@@ -515,11 +524,30 @@ class MaintenanceRepository(LeaseClock):
         frames, copied = max(int(frames), 0), max(int(copied), 0)
         found = WalCheck(path.resolve(), threshold, size, frames, copied,
                          frames * (page + 24) + 32 if frames else 0, bool(busy), None)
+        if not found.busy and copied >= frames:
+            return replace(found, truncated=self._truncate_wal())
         if not found.stuck:
             return found
         readers = wal_readers(path.with_name(path.name + "-shm"), frames)
         return WalCheck(found.database, threshold, size, frames, copied, found.log_bytes,
                         found.busy, readers)
+
+    def _truncate_wal(self) -> bool:
+        """Cut the ``-wal`` file, whose frames are all in the database, back to zero bytes
+        (``PRAGMA wal_checkpoint(TRUNCATE)``). It waits at most :data:`WAL_TRUNCATE_WAIT_MS`
+        for the readers and writers of the moment, so that writers are never held up
+        longer; True when it was done (else the next look tries again)."""
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {WAL_TRUNCATE_WAIT_MS}")
+            try:
+                busy = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        finally:
+            raw.close()
+        return not busy
 
     def report_wal(self, found: WalCheck, *, actor: str = "system") -> int:
         """The WAL_GROWING warning event of a stuck log (:meth:`check_wal`)."""

@@ -26,35 +26,23 @@ def desktop_command(
     """Open the home in a desktop window, logged in as you, with a tray icon; closing the
     window leaves the node running, Quit in the tray stops it. A second start brings the
     first window to the front."""
-    from cadenza.desktop.autostart import Autostart, AutostartError
-    from cadenza.desktop.instance import send
-    from cadenza.desktop.node import os_user
-    from cadenza.services.context import Actor, Services
-
-    base = state(ctx).services
-    home = base.home.path
-    if install_autostart or remove_autostart:
-        entry = Autostart.of(home)
-        try:
-            if install_autostart:
-                out.print(f"Cadenza will start at login: {entry.install()}", markup=False)
-            else:
-                removed = entry.remove()
-                out.print(f"Removed: {removed}" if removed else
-                          "Nothing to remove: Cadenza was not set to start at login.",
-                          markup=False)
-        except AutostartError as exc:
-            out.print(f"error: {exc}", markup=False)
-            raise typer.Exit(1) from None
-        return
-    if quit_app:
-        out.print("Quitting the desktop app." if send(home, "quit")
-                  else "No desktop app runs for this home.", markup=False)
-        return
+    desktop = state(ctx).services.desktop
+    with handled():
+        if install_autostart:
+            out.print(f"Cadenza will start at login: {desktop.install_autostart()}",
+                      markup=False)
+            return
+        if remove_autostart:
+            removed = desktop.remove_autostart()
+            out.print(f"Removed: {removed}" if removed else
+                      "Nothing to remove: Cadenza was not set to start at login.",
+                      markup=False)
+            return
+        if quit_app:
+            out.print("Quitting the desktop app." if desktop.quit()
+                      else "No desktop app runs for this home.", markup=False)
+            return
     state(ctx).configured()
-    services = Services(base.home, actor=Actor("desktop", os_user()), clock=base.clock)
-    from cadenza.desktop.app import run_desktop
-
-    with services, handled():
-        said = run_desktop(services, background=background)
+    with handled():
+        said = desktop.run(background=background)
     out.print(said, markup=False)

@@ -9,7 +9,7 @@ import typer
 
 from cadenza.cli.context import handled, state
 from cadenza.cli.output import out, print_json
-from cadenza.store.desktop import Pause
+from cadenza.services.scheduling import Pause
 
 app = typer.Typer(help="Pause or resume scheduling for the whole home.", no_args_is_help=True)
 

@@ -93,6 +93,7 @@ class Services:
         from cadenza.services.backup import BackupService
         from cadenza.services.calendars import CalendarService
         from cadenza.services.config import ConfigService
+        from cadenza.services.desktop import DesktopService
         from cadenza.services.history import HistoryService
         from cadenza.services.jobs import JobService
         from cadenza.services.notifications import NotificationService
@@ -116,6 +117,7 @@ class Services:
         self.calendars = CalendarService(self)
         self.alerts = AlertService(self)
         self.scheduling = SchedulingService(self)
+        self.desktop = DesktopService(self)
 
     @classmethod
     def at(cls, path: Path | str | None, *, actor: Actor, clock: Clock) -> Services:

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from cadenza.store.desktop import Pause, SchedulingPauses
 
+__all__ = ["Pause", "SchedulingService"]
+
 if TYPE_CHECKING:
     from cadenza.services.context import Services
 

@@ -51,6 +51,8 @@ SUPPORTED = ("http", "https", "socks5", "socks5h")
 DEFAULT_PORTS = {"http": 80, "https": 443, "socks5": 1080, "socks5h": 1080}
 LIVENESS_TIMEOUT = 1.0
 """Seconds :func:`proxy_alive` waits for the proxy to accept a TCP connection."""
+SETTLE_SECONDS = 0.2
+"""How long a liveness probe's connection must stay open (:func:`proxy_alive`)."""
 
 
 def shown_proxy(proxy: str) -> str:
@@ -133,11 +135,18 @@ def routed_client(policy: EgressPolicy, route: LeasedResource, *, verify: bool =
 
 
 def proxy_alive(proxy: str, timeout: float = LIVENESS_TIMEOUT) -> bool:
-    """Whether the proxy accepts a TCP connection within ``timeout`` seconds."""
+    """Whether the proxy accepts a TCP connection within ``timeout`` seconds and keeps it
+    open for :data:`SETTLE_SECONDS`. A proxy process being killed still has its listening
+    socket for an instant, so a bare connect can succeed; the connection it queued is reset
+    when that socket goes, which the short read sees (a live proxy waits for the request)."""
     try:
         host, port = proxy_address(proxy)
-        with socket.create_connection((host, port), timeout):
-            return True
+        with socket.create_connection((host, port), timeout) as sock:
+            sock.settimeout(SETTLE_SECONDS)
+            try:
+                return sock.recv(1) != b""
+            except TimeoutError:
+                return True
     except (OSError, httpx.InvalidURL, ValueError):
         return False
 

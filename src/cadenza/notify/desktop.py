@@ -15,6 +15,7 @@ connection that hears the clicks.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -67,6 +68,9 @@ class DesktopNotices:
     _made = threading.Lock()
 
     def __init__(self) -> None:
+        # desktop-notifier logs every failed notification with its traceback, on every
+        # retry; the delivery's own error says why, once per try, in the outbox and the log.
+        logging.getLogger("desktop_notifier").setLevel(logging.ERROR)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever,
                                        name="cadenza-desktop-notices", daemon=True)

@@ -25,6 +25,7 @@ from typing import IO, TYPE_CHECKING
 from urllib.parse import urlencode
 
 from cadenza.domain.errors import CadenzaError
+from cadenza.executor.processes import kill_tree
 from cadenza.security import USERNAME_RE
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class NodeHandle:
                 process.wait(grace)
                 said = "the node stopped"
             except subprocess.TimeoutExpired:
-                _kill_tree(process.pid)
+                kill_tree(process.pid)
                 process.wait(30)
                 said = (f"the node did not stop within {grace:g} s: stopped outright; its "
                         "runs are taken up again at the next start")
@@ -111,21 +112,6 @@ class NodeHandle:
         if self._log is not None:
             self._log.close()
         return said
-
-
-def _kill_tree(pid: int) -> None:
-    import psutil  # type: ignore[import-untyped]
-
-    try:
-        parent = psutil.Process(pid)
-        family = [*parent.children(recursive=True), parent]
-    except psutil.Error:
-        return
-    for proc in family:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
 
 
 def attach_or_start(services: Services) -> NodeHandle:

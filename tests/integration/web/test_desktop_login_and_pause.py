@@ -47,6 +47,9 @@ def test_a_ticket_logs_the_window_in_once_from_the_loopback_only(tmp_path: Path)
         again = TestClient(env.client.app, base_url=ORIGIN, client=LOOPBACK)
         answer = again.get(path, follow_redirects=False)
         assert answer.status_code == 403 and "unknown, used or expired" in answer.text
+        again.cookies.set("cadenza_lang", "zh_Hans")  # said in the reader's language
+        assert "此桌面登录票据未知、已使用或已过期" in again.get(
+            path, follow_redirects=False).text
         # A ticket left past its minute is refused too.
         late = login_url(env.services, "http://testserver", username)
         clock.advance(timedelta(seconds=61))

@@ -152,6 +152,10 @@ TEMPLATES: tuple[str, ...] = (
     N_("the two new passwords differ"),
     N_("give at least one role"),
     N_("no user {name}"),
+    # the desktop window's one-time ticket
+    N_("a desktop ticket is accepted from this computer only"),
+    N_("this desktop ticket is unknown, used or expired; run `cadenza desktop` again"),
+    N_("user {name} does not exist or is disabled"),
 )
 """Every message template the pages say in their reader's language."""
 

@@ -1,7 +1,8 @@
 """A crowded due time on a real node (SQLite and PostgreSQL), FakeClock: the dispatcher
-starts the first step of as many claimed runs as workers wait for (``Started.launch``), the
-workers wait for them; every run is executed once, recorded as on the ordinary path, and
-logged "ended" when its end is written. A launched step still has its timeout.
+claims the runs and launches none of them (``Started.launch``): each worker runs its run's
+thread step itself; every run is executed once, in a worker, recorded as on the ordinary
+path, and logged "ended" when its end is written. A step launched on a step thread (an
+executor outside a node) still has its timeout.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _start_workers(node: Node, count: int) -> list[threading.Thread]:
     return threads
 
 
-def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
+def test_a_burst_is_run_by_the_workers_themselves_and_recorded_as_usual(
     tmp_path: Path, store_url: str, caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -45,12 +46,12 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
     jobs = home.jobs_file.read_text().replace("cz_dispatch_tasks:", "cz_burst_tasks:")
     home.jobs_file.write_text(jobs)
     (home.path / "plugins" / "cz_burst_tasks.py").write_text(
-        "import os\n"
+        "import os, threading\n"
         "def noop():\n"
         "    path = os.environ.get('CZ_BURST_CALLS')\n"
         "    if path:\n"
         "        with open(path, 'a') as fh:\n"
-        "            fh.write('x\\n')\n"
+        "            fh.write(threading.current_thread().name + '\\n')\n"
         "    return 1\n")
     clock = FakeClock(FIRE - timedelta(hours=1))
     config = home.load_config()
@@ -79,8 +80,8 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
             node.dispatcher.dispatch_once(clock.now())
         finally:
             runner.Started.launch = real  # type: ignore[method-assign]
-        # WORKERS threads wait: WORKERS runs are launched here, the prefetched rest is not.
-        assert len(launched) == WORKERS
+        # The workers run the steps themselves: the dispatcher launches none.
+        assert launched == []
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and any(
                 r.state is not RunState.SUCCEEDED for r in store.list_runs(limit=100)):
@@ -88,7 +89,9 @@ def test_a_burst_is_launched_by_the_dispatcher_and_recorded_as_usual(
             time.sleep(0.05)
         runs = store.list_runs(limit=100)
         assert [r.state for r in runs] == [RunState.SUCCEEDED] * JOBS
-        assert len(calls.read_text().split()) == JOBS  # each function entered once
+        entered = calls.read_text().splitlines()
+        assert len(entered) == JOBS  # each function entered once, in a worker's thread
+        assert set(entered) <= {t.name for t in threads}
         for run in runs:
             steps = store.list_step_runs(run.id)
             assert [(s.state, s.rows, s.attempt) for s in steps] == [

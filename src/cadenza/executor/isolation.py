@@ -26,6 +26,13 @@
     extending it (stopped with SIGSTOP, hung, cut from the store) ends what it started and
     exits before another node may take the run.
 
+A node's worker runs a thread step itself (:meth:`ThreadStep.run_here`): handing a short
+step to another thread and waking the worker at its end cost more than the step (two
+thread switches per run, a third of a no-op run's time). Should the step run longer than
+:data:`PROMOTE_AFTER` (or its timeout, if shorter), :data:`INLINE_WATCH` hands the run to a
+new worker thread, which waits for the step as above; the first thread, once the step
+returns, is its step thread and ends there (:class:`TakenOver`).
+
 Both wait in slices of :data:`TICK` seconds and call ``on_tick`` between slices, so that the
 executor can write the log lines of a long step while it runs. Deadlines count on the step's
 clock (``ctx.clock``, the executor's): under a :class:`~cadenza.clock.FakeClock` a thread
@@ -35,7 +42,10 @@ system (a child's pipe, a killed process to be gone) are real waits.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
+import logging
 import math
 import multiprocessing
 import os
@@ -60,12 +70,24 @@ from cadenza.store.boundary import LogLine
 
 TICK = 0.5
 """Seconds between the checks of a waiting executor (deadline, pending log lines)."""
+PROMOTE_AFTER = TICK
+"""Seconds a step run by its worker itself (:meth:`ThreadStep.run_here`) may take before
+another thread takes the run over and waits for it (its deadline, its ticks)."""
 IDLE_SECONDS = 60.0
 """A step thread with nothing to do for this long exits."""
 JOIN_SECONDS = 5.0
 """How long a child that sent its result may take to exit before it is killed."""
 _REAL = SystemClock()
 """Waits for the operating system (a killed process to be gone) are in real time."""
+
+
+log = logging.getLogger("cadenza.executor")
+
+
+class TakenOver(BaseException):
+    """Raised in a worker that ran a step itself once the step returns, when another thread
+    took the run over meanwhile (:meth:`ThreadStep.run_here`): the run is not this thread's
+    any more; it must leave it untouched."""
 
 
 class ThreadStep:
@@ -85,6 +107,8 @@ class ThreadStep:
         self.outcome: list[Any] = [None, None]  # result, error
         self.call = call
         self.deadline = math.inf
+        self.promoted = False
+        """Run by its worker (:meth:`run_here`) and taken over by another thread."""
 
     def start_here(self) -> Callable[[], None]:
         """Start the step in the calling thread (a step thread already): its timeout counts
@@ -97,6 +121,39 @@ class ThreadStep:
         self.deadline = self.ctx.clock.monotonic() + self.timeout
         STEP_THREADS.submit(self._body)
         return self
+
+    def run_here(self, watch: InlineWatch, on_promote: Callable[[], None]) -> None:
+        """Run the step in the calling thread (a node's worker) now; its timeout counts from
+        now. Should it still run after :data:`PROMOTE_AFTER` seconds (or its timeout, if
+        shorter), ``watch`` calls ``on_promote`` from its own thread, which starts the
+        thread that takes the run over and waits for the step (:meth:`wait`); this thread
+        then raises :class:`TakenOver` once the step returns (its outcome is the other
+        thread's). Returns when the step is done and the run is still this thread's."""
+        self.deadline = self.ctx.clock.monotonic() + self.timeout
+        watch.add(self, min(PROMOTE_AFTER, max(0.0, self.timeout)), on_promote)
+        self._body()
+        with self.lock:
+            promoted = self.promoted
+        if promoted:
+            raise TakenOver
+
+    def promote(self) -> bool:
+        """Whether the step still runs in its worker and is now taken over (see
+        :meth:`run_here`; the step's end and the promotion are decided under its lock)."""
+        with self.lock:
+            if self.state != "running" or self.promoted:
+                return False
+            self.promoted = True
+            return True
+
+    def demote(self) -> bool:
+        """Undo :meth:`promote` (no thread could take the run over); False when the step
+        returned meanwhile (its worker left the run: the caller must take it over)."""
+        with self.lock:
+            if self.state != "running":
+                return False
+            self.promoted = False
+            return True
 
     def _body(self) -> None:
         result: Any = None
@@ -287,6 +344,94 @@ def _nothing() -> None:
 
 STEP_THREADS = StepThreads()
 """The process's step threads."""
+
+
+_QUIET_LOOKS = 4
+"""Looks of the watch finding no step running before it sleeps until the next one."""
+
+
+class InlineWatch:
+    """Watches the steps that workers run themselves (:meth:`ThreadStep.run_here`) and
+    has the runs of the ones still running after their time taken over by another thread.
+    One thread per process, started at the first step; it wakes about twice a second while
+    steps run and sleeps when none does. Its times are real (it is about threads)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, ThreadStep, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._wake_at = -math.inf
+        """When the watch looks next (real monotonic time; inf: when an add wakes it; -inf:
+        it is about to look)."""
+
+    def add(self, step: ThreadStep, after: float, on_promote: Callable[[], None]) -> None:
+        """Call ``on_promote`` after ``after`` seconds if ``step`` still runs then."""
+        entry = (_REAL.monotonic() + after, next(self._order), step, on_promote)
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="cadenza-step-watch",
+                                                daemon=True)
+                self._thread.start()
+            elif entry[0] < self._wake_at:
+                self._cond.notify()  # sooner than the watch would look: most adds do not
+
+    @property
+    def watched(self) -> int:
+        """Entries kept (steps running, and ended ones not dropped yet)."""
+        with self._cond:
+            return len(self._heap)
+
+    def _due(self) -> tuple[ThreadStep, Callable[[], None]]:
+        quiet = 0
+        with self._cond:
+            while True:
+                heap = self._heap
+                while heap and heap[0][2].state != "running":
+                    heapq.heappop(heap)  # returned (or abandoned): nothing to watch
+                now = _REAL.monotonic()
+                if not heap:
+                    # Look again in a moment rather than be woken by the next add (a wake
+                    # per step, on a node running short steps); sleep once it stays quiet.
+                    quiet += 1
+                    wait = PROMOTE_AFTER if quiet <= _QUIET_LOOKS else None
+                    self._wake_at = math.inf if wait is None else now + wait
+                    self._cond.wait(wait)
+                    continue
+                quiet = 0
+                at = heap[0][0]
+                if at <= now:
+                    _at, _n, step, on_promote = heapq.heappop(heap)
+                    return step, on_promote
+                self._wake_at = at
+                self._cond.wait(at - now)
+
+    def _loop(self) -> None:
+        while True:
+            step, on_promote = self._due()
+            if not step.promote():
+                continue
+            try:
+                on_promote()
+            except Exception:  # no thread could be started: the worker keeps its run
+                log.exception("taking over a run whose step runs long failed")
+                if step.demote():
+                    self.add(step, PROMOTE_AFTER, on_promote)  # try again later
+                else:  # it returned meanwhile and its worker left the run: take it here
+                    self._last_resort(on_promote)
+
+    @staticmethod
+    def _last_resort(on_promote: Callable[[], None]) -> None:
+        try:
+            on_promote()
+        except Exception:
+            log.exception("taking over a run whose step runs long failed again; its lease "
+                          "will run out and the run be recovered")
+
+
+INLINE_WATCH = InlineWatch()
+"""The process's watch over steps run by their workers."""
 
 
 def run_in_process(

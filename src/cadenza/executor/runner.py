@@ -51,6 +51,7 @@ from cadenza.executor.calls import ChildCalls
 from cadenza.executor.connections import Connections
 from cadenza.executor.control import RunControl, StopKind
 from cadenza.executor.group_commit import DirectRecorder, Recorder
+from cadenza.executor.isolation import TakenOver
 from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.request import RunRequest, new_run
 from cadenza.executor.steprun import Attempt, StepRunner
@@ -87,12 +88,32 @@ class Started:
 
     def go(self, entering: Callable[[], None] | None = None) -> RunOutcome:
         """Run the steps to the end (in this thread); the run's lease is renewed until then.
-        ``entering()`` is called just before the first step starts (see RunTracker.go)."""
+        ``entering()`` is called just before the first step starts (see RunTracker.go).
+        Raises :class:`~cadenza.executor.isolation.TakenOver` when another thread took the
+        run over (the run is that thread's then, its lease included: :meth:`go_on`)."""
+        return self._until_end(lambda: self.tracker.go(self.first, entering))
+
+    def go_on(self, attempt: Attempt, step_run_id: int) -> RunOutcome:
+        """Take over the run whose worker runs step run ``step_run_id`` itself
+        (``attempt``, see RunTracker.takeover): wait for that step, then go on to the end."""
+        self.tracker.launched = attempt
+        return self._until_end(lambda: self.tracker.go(
+            BoundaryResult(True, (step_run_id,), RunState.RUNNING)))
+
+    def _until_end(self, go: Callable[[], RunOutcome]) -> RunOutcome:
         try:
-            return self.tracker.go(self.first, entering)
-        finally:
-            if self.keeper is not None:
-                self.keeper.unregister(self.run_id, self.control)
+            outcome = go()
+        except TakenOver:
+            raise  # the run is another thread's now: its lease too
+        except BaseException:
+            self._let_go()
+            raise
+        self._let_go()
+        return outcome
+
+    def _let_go(self) -> None:
+        if self.keeper is not None:
+            self.keeper.unregister(self.run_id, self.control)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from cadenza.executor.errors import (
     is_expected,
     traceback_text,
 )
-from cadenza.executor.isolation import ThreadStep, run_in_process
+from cadenza.executor.isolation import INLINE_WATCH, ThreadStep, run_in_process
 from cadenza.executor.plan import ConfigCache, RunPlan, StepPlan, plan_step
 from cadenza.executor.runlog import RunLog
 from cadenza.resources.leased import LeasedResource
@@ -293,6 +293,18 @@ class Attempt:
             return None
         self.started = self.runner.clock.monotonic()
         return self.running.start_here()
+
+    def run_here(self, on_promote: Callable[[], None]) -> Attempt:
+        """Start a prepared step and, for a thread step, run it in the calling thread (a
+        node's worker) now (:meth:`ThreadStep.run_here`: should it run long, another thread
+        takes the run over with this attempt, through ``on_promote``, and this thread gets
+        :class:`~cadenza.executor.isolation.TakenOver`); returns itself, the step done or
+        (any other step) started as by :meth:`start`."""
+        if self.outcome is None and isinstance(self.running, ThreadStep):
+            self.started = self.runner.clock.monotonic()
+            self.running.run_here(INLINE_WATCH, on_promote)
+            return self
+        return self.start()
 
     def start(self) -> Attempt:
         """Start a prepared step (a thread step is handed to its thread; a process step

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -169,6 +170,11 @@ class RunTracker:
         step for its child) and goes on when the step starts again."""
         self.launched: Attempt | None = None
         """The first step, when :meth:`launch` started it before :meth:`go`."""
+        self.takeover: Callable[[Attempt, int], None] | None = None
+        """Set by a node's worker: :meth:`go` runs each thread step in the calling thread
+        (:meth:`Attempt.run_here`), and a step that runs long is handed with its step run
+        id to ``takeover``, which has another thread go on with the run (it sets
+        :attr:`launched` and calls :meth:`go` again, with that step run)."""
 
     def lease_for(self) -> timedelta:
         return self.lease
@@ -321,7 +327,15 @@ class RunTracker:
                     hook, entering = entering, None
                     hook()
                 launched, self.launched = self.launched, None
-                if launched is None:
+                if launched is None and self.takeover is not None:
+                    # Run here (a node's worker); a step that runs long is waited for by
+                    # the thread that takes the run over (TakenOver is raised here then).
+                    launched = self.steps.prepare(
+                        self.plan, step, attempt=attempt, outputs=self.outputs,
+                        records=self.records, log=self.log, run_deadline=self.deadline,
+                        control=self.control)
+                    launched.run_here(partial(self.takeover, launched, step_run_id))
+                elif launched is None:
                     launched = self.steps.launch(
                         self.plan, step, attempt=attempt, outputs=self.outputs,
                         records=self.records, log=self.log, run_deadline=self.deadline,

@@ -59,9 +59,11 @@ from cadenza.domain.admission import WaitRule, admit
 from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.group_commit import GroupCommit
-from cadenza.executor.isolation import STEP_THREADS
+from cadenza.executor.isolation import STEP_THREADS, TakenOver
 from cadenza.executor.runner import Staged, Started
 from cadenza.executor.staging import CHUNKS, LATE, Stage
+from cadenza.executor.steprun import Attempt
+from cadenza.executor.tracking import RunOutcome
 from cadenza.lifecycle import Lifecycle
 from cadenza.node.config import ConfigHolder, Current
 from cadenza.resources.pools import leaser_of
@@ -103,6 +105,11 @@ fresh, and fires recorded ahead behind it are staged in time."""
 #: How long a wait reason this node wrote is taken as still written (Dispatcher._new_reasons).
 REASON_MEMO_SECONDS = 30.0
 REASON_MEMO_SIZE = 20_000
+INLINE_STEPS = True
+"""Workers run their runs' thread steps themselves (:meth:`ThreadStep.run_here`): a step
+handed to a step thread and its worker woken at its end cost two thread switches per run,
+a third of a short run's time. A step that runs long has its run taken over by a new
+worker thread (:meth:`Dispatcher._take_over`), which waits for it as before."""
 PREFETCH = 1
 """Runs claimed ahead per worker (they wait in the node's local queue, their lease held and
 their first step recorded as started), so that a worker finds its next run at once."""
@@ -166,6 +173,8 @@ class Dispatcher:
         self._starting = 0
         self._waiting = 0  # workers blocked on the local queue
         self._held_back = False
+        self._threads: set[threading.Thread] = set()
+        """The worker threads (a thread that took a run over replaces the run's first)."""
         self._jobs: dict[str, str] = {}
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
@@ -189,8 +198,9 @@ class Dispatcher:
 
     def start(self, stack: ExitStack) -> None:
         workers = ExitStack()
+        workers.callback(self._join_workers)
         for k in range(self.workers):
-            self.life.spawn(workers, self._work_loop, f"cadenza-worker-{k}")
+            self._spawn_worker(f"cadenza-worker-{k}")
         # Stopped in reverse: the dispatcher first (a decision it is making hands its runs
         # to the workers before they are told to stop: a run whose step it launched must
         # have a worker waiting), then the workers finish and drain, then what they queued
@@ -500,7 +510,8 @@ class Dispatcher:
         if claimed:
             with self._lock:
                 self._idle -= len(claimed)
-                waiting = max(0, self._waiting - self._queue.qsize())
+                # Workers run their steps themselves (INLINE_STEPS): none is launched here.
+                waiting = 0 if INLINE_STEPS else max(0, self._waiting - self._queue.qsize())
             # As many runs as workers wait for one: start their first step from here, one
             # after the other, before any worker wakes (one thread wake per run on the way
             # to its step instead of three; each worker then waits for its run's step).
@@ -560,38 +571,99 @@ class Dispatcher:
                 self._waiting -= 1
             if item is None:
                 return
-            run = item.tracker.run
-            entered = item.tracker.launched is not None  # counted as entered at launch
+            if not self._serve(item, item.go):
+                return  # taken over: this thread is its step's, and ends with it
 
-            def entering() -> None:
-                nonlocal entered
-                if not entered:
-                    entered = True
-                    self._entered()
+    def _serve(self, item: Started, go: Callable[[Callable[[], None]], RunOutcome],
+               began: float | None = None) -> bool:
+        """Run ``item`` with ``go`` (its go, or its go_on) to its end and count it; False
+        when another thread took the run over (see :meth:`_take_over`)."""
+        run = item.tracker.run
+        entered = item.tracker.launched is not None  # counted as entered at launch
+        if INLINE_STEPS:
+            item.tracker.takeover = partial(self._take_over, item, threading.current_thread(),
+                                            _REAL.monotonic() if began is None else began)
 
-            self._jobs[run.id] = run.job_id
-            began = _REAL.monotonic()
-            try:
-                outcome = item.go(entering)
-                # A queued end is logged when it is written (_run_ended), not before.
-                if not outcome.queued_end and self._jobs.pop(run.id, None) is not None:
-                    log.info("run %s of %s ended %s", run.id, run.job_id,
-                             outcome.state.value if outcome.state else "(lost)")
-            except Exception:  # a store failure mid-run: its lease will expire
-                self._jobs.pop(run.id, None)
-                log.exception("run %s of %s failed in the worker", run.id, run.job_id)
-            finally:
-                entering()  # a run that ended before any step started
-                took = _REAL.monotonic() - began
-                with self._lock:
-                    self._idle += 1
-                    self._paced(took)
-                    refill = self._idle >= self._refill_at
-                    burst = self._starting > 0
-                    if burst:
-                        self._held_back = True
-                if not burst:
-                    self._after_run(refill)
+        def entering() -> None:
+            nonlocal entered
+            if not entered:
+                entered = True
+                self._entered()
+
+        self._jobs[run.id] = run.job_id
+        began = _REAL.monotonic() if began is None else began
+        taken = False
+        try:
+            outcome = go(entering)
+            # A queued end is logged when it is written (_run_ended), not before.
+            if not outcome.queued_end and self._jobs.pop(run.id, None) is not None:
+                log.info("run %s of %s ended %s", run.id, run.job_id,
+                         outcome.state.value if outcome.state else "(lost)")
+        except TakenOver:
+            taken = True
+        except Exception:  # a store failure mid-run: its lease will expire
+            self._jobs.pop(run.id, None)
+            log.exception("run %s of %s failed in the worker", run.id, run.job_id)
+        finally:
+            if not taken:
+                self._counted(entering, began)
+        return not taken
+
+    def _counted(self, entering: Callable[[], None], began: float) -> None:
+        entering()  # a run that ended before any step started
+        took = _REAL.monotonic() - began
+        with self._lock:
+            self._idle += 1
+            self._paced(took)
+            refill = self._idle >= self._refill_at
+            burst = self._starting > 0
+            if burst:
+                self._held_back = True
+        if not burst:
+            self._after_run(refill)
+
+    def _take_over(self, item: Started, worker: threading.Thread, began: float,
+                   attempt: Attempt, step_run_id: int) -> None:
+        """The step that ``worker`` runs itself runs long (called by the step watch): a new
+        worker thread takes the run over, waits for the step (its deadline, its ticks,
+        its log lines written as it runs) and goes on with the run, then serves the
+        local queue in ``worker``'s place; ``worker`` ends once the step returns."""
+        thread = threading.Thread(target=self._resume, args=(item, began, attempt, step_run_id),
+                                  name=f"{worker.name}+", daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+            self._threads.discard(worker)
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._threads.discard(thread)
+                self._threads.add(worker)
+            raise
+
+    def _resume(self, item: Started, began: float, attempt: Attempt, step_run_id: int) -> None:
+        if self._serve(item, lambda _entering: item.go_on(attempt, step_run_id), began):
+            self._work_loop()
+
+    def _spawn_worker(self, name: str) -> None:
+        thread = threading.Thread(target=self._work_loop, name=name, daemon=True)
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _join_workers(self) -> None:
+        """Wait for the worker threads (up to the join timeout each), those that took runs
+        over included, not those left with a step that runs long (abandoned at its
+        deadline, as a step thread)."""
+        joined: set[threading.Thread] = set()
+        while True:
+            with self._lock:
+                left = [t for t in self._threads if t not in joined]
+            if not left:
+                return
+            for thread in left:
+                self.life.join(thread)
+                joined.add(thread)
 
     def _paced(self, took: float) -> None:
         """Count a run that took ``took`` seconds (real time: how long a run claimed ahead

@@ -100,6 +100,7 @@ def retrying_conflicts(write: Callable[[], T], clock: Clock) -> T:
 
 class _Pending:
     __slots__ = ("boundary", "deferred", "done", "error", "job", "result", "wake")
+    wake: threading.Event | None
 
     def __init__(self, boundary: Boundary | None = None, *, deferred: bool = False,
                  job: Callable[[sa.Connection], Any] | None = None) -> None:
@@ -111,8 +112,8 @@ class _Pending:
         self.error: BaseException | None = None
         # Set when the item is done, or when its thread is to lead the next batch: each
         # waiting thread is woken once, not at every batch (16 workers on one condition
-        # would all wake for every commit).
-        self.wake = threading.Event()
+        # would all wake for every commit). A deferred run end has no thread waiting.
+        self.wake = None if deferred else threading.Event()
 
 
 class GroupCommit:
@@ -164,6 +165,7 @@ class GroupCommit:
             self._queue.append(item)
             follow, self._leading = self._leading, True
         if follow:
+            assert item.wake is not None
             item.wake.wait()  # done by a leader, or handed the lead
         if not item.done:
             try:  # this thread leads until its own item is written
@@ -176,6 +178,7 @@ class GroupCommit:
                 with self._lock:
                     waiting = next((p for p in self._queue if not p.deferred), None)
                     if waiting is not None:
+                        assert waiting.wake is not None
                         waiting.wake.set()  # hand the lead to one waiting thread
                     else:
                         self._leading = False  # deferred ends wait for the next write
@@ -255,7 +258,8 @@ class GroupCommit:
         if item.deferred and item.boundary is not None:
             self._ended(item.boundary, result, error)
         item.result, item.error, item.done = result, error, True
-        item.wake.set()
+        if item.wake is not None:
+            item.wake.set()
 
     def _ended(self, boundary: Boundary, result: Any, error: BaseException | None) -> None:
         """A deferred run end is settled: tell ``on_end``; keep and log what went wrong."""

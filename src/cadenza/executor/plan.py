@@ -110,6 +110,8 @@ def plan_run(job: JobConfig, run: RunRecord, default_zone: ZoneInfo) -> RunPlan:
     )
     defaults = {name: as_json(value) for name, value in job.params.items()}
     raw = merge(defaults, run.params, overrides.get("params"))
+    if not raw:
+        return plan
     scope = plan.scope(params={})
     resolved: dict[str, Any] = {}
     for name, value in raw.items():
@@ -177,11 +179,13 @@ def plan_step(
     settings, extra, unknown = split_step_args(plan.job, step,
                                                plan.step_args.get(step.name, {}))
     extra.update(unknown)  # a run created before its step args were checked: as before
-    first = plan.scope(params=merge(plan.params, own, extra), steps=outputs)
-    try:
-        args = merge(render(own, first), render(extra, first))
-    except ParamError as exc:
-        raise PlanError(f"step {step.name!r}: op_kwargs: {exc}") from None
+    args: dict[str, Any] = {}
+    if own or extra:  # (nothing to render: no scope to make for it)
+        first = plan.scope(params=merge(plan.params, own, extra), steps=outputs)
+        try:
+            args = merge(render(own, first), render(extra, first))
+        except ParamError as exc:
+            raise PlanError(f"step {step.name!r}: op_kwargs: {exc}") from None
     params = merge(plan.params, args)
     scope = plan.scope(params=params, steps=outputs)
     data, tokens = cache.dump(step, step_type.raw_fields)
@@ -218,6 +222,8 @@ def split_step_args(job: JobConfig, step: StepConfig, args: Mapping[str, Any]
                     ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """A run's step args for ``step`` as (config settings, arguments, unknown keys); see
     the module docstring. A setting's key may be dotted (``csv.delimiter``)."""
+    if not args:
+        return {}, {}, {}
     if step.type in _ARGUMENTS_ONLY:
         return {}, dict(args), {}
     fields = set(settable_fields(type(step)))

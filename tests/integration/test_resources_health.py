@@ -42,8 +42,8 @@ X = ResourceState
 INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2
 NODE_LOOPS = 10
 """Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, config
-watch, dispatcher, health, cooldown ends, notification sender, local disk check (a lower count lets the test
-read before the health loop's first round)."""
+watch, dispatcher, health, cooldown ends, notification sender, local disk check (a lower
+count lets the test read before the health loop's first round)."""
 
 
 def pool_settings(echo: EchoServer, members: list[dict[str, Any]], **health: Any

@@ -82,6 +82,7 @@ from cadenza.store.hotsql import (
     LOG_COLUMNS,
     STEP_COLUMNS,
     Dialect,
+    audit_row,
     insert_rows,
     update_rows,
     update_rows_together,
@@ -237,7 +238,7 @@ class BoundaryWriter(StoreCore):
         found[1].clear()
         if end:
             del collecting[id(conn)]
-            rows.extend(tuple(row[k] for k in AUDIT_COLUMNS) for row in (
+            rows.extend(audit_row(row) for row in (
                 event_row(e.event_type, e.message, run_id, e.level, e.payload, "system", stamp)
                 for run_id, (e, stamp) in found[3].items()))
         return rows
@@ -376,7 +377,7 @@ class BoundaryWriter(StoreCore):
                                        d, claim))
         # The hooks' events (and a claim's, in its transaction) with the batch's own.
         insert_rows(cursor, d, "event_log", AUDIT_COLUMNS, self._collected(c, end=collecting)
-                    + [tuple(row[k] for k in AUDIT_COLUMNS) for row in events])
+                    + list(map(audit_row, events)))
         return [
             BoundaryResult(False, (), refused[k]) if k in refused
             else BoundaryResult(True, tuple(new_ids[id(b)]),

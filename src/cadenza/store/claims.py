@@ -53,6 +53,8 @@ from cadenza.store.hotsql import (
     EVENT_COLUMNS,
     STEP_COLUMNS,
     Dialect,
+    audit_row,
+    event_values,
     insert_rows,
     update_rows,
 )
@@ -219,7 +221,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
             try:
                 insert_rows(cursor, d, "runs", _RUN_COLUMNS, rows)
                 insert_rows(cursor, d, "event_log", EVENT_COLUMNS,
-                            [tuple(e[k] for k in EVENT_COLUMNS) for e in events])
+                            list(map(event_values, events)))
             finally:
                 cursor.close()
         return ids
@@ -297,7 +299,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 else:
                     events = [claim_event(run.id, run.job_id, run.lease_epoch, owner, until,
                                           stamp) for run in claimed]
-                    self.emit_events(c, [tuple(e[k] for k in AUDIT_COLUMNS) for e in events])
+                    self.emit_events(c, list(map(audit_row, events)))
             finally:
                 cursor.close()
         return claimed

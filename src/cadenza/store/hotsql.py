@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from cadenza.domain.errors import StoreError
 from cadenza.store import later
+from cadenza.store.codec import utc_from_raw
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,10 @@ EVENT_COLUMNS = ("run_id", "event_type", "level", "message", "payload_json", "cr
 AUDIT_COLUMNS = ("run_id", "resource_id", "event_type", "level", "message", "payload_json",
                  "created_at", "actor")
 """The columns of :meth:`~cadenza.store.boundaries.BoundaryWriter.emit_events` rows."""
+audit_row = itemgetter(*AUDIT_COLUMNS)
+"""An event row (a dict keyed by column) as the tuple of :data:`AUDIT_COLUMNS`."""
+event_values = itemgetter(*EVENT_COLUMNS)
+"""An event row as the tuple of :data:`EVENT_COLUMNS`."""
 STEP_COLUMNS = ("run_id", "step", "step_type", "attempt", "state", "reason", "created_at",
                  "started_at", "finished_at", "updated_at")
 _PARAMS_PER_INSERT = 3000
@@ -104,14 +110,8 @@ class Dialect:
         utc = value.astimezone(UTC)
         return utc if self.postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
 
-    @staticmethod
-    def read_ts(value: Any) -> datetime | None:
-        """A timestamp column's value as an aware UTC datetime."""
-        if value is None:
-            return None
-        if isinstance(value, datetime):
-            return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-        return datetime.fromisoformat(str(value)).replace(tzinfo=UTC)
+    read_ts = staticmethod(utc_from_raw)
+    """A timestamp column's value as an aware UTC datetime."""
 
 
 def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[str, Any]],

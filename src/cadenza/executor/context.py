@@ -251,7 +251,7 @@ class ExecutionContext:
         self._outputs = dict(outputs or {})
         budget = step.timeout_seconds if timeout_seconds is None else timeout_seconds
         self._deadline = self.clock.monotonic() + budget
-        self._cancel = threading.Event()
+        self._canceled = False  # set once, read by the step's thread
         self._sql: dict[str, sa.Connection] = {}
         self._http: dict[str, httpx.Client] = {}
         self._lock = threading.Lock()
@@ -312,7 +312,7 @@ class ExecutionContext:
     def cancelled(self) -> bool:
         """True once the step's time is up, the run is being stopped, or the run's lease
         is about to end without a renewal (a worker stopped or cut from the store)."""
-        return (self._cancel.is_set() or self.clock.monotonic() >= self._deadline
+        return (self._canceled or self.clock.monotonic() >= self._deadline
                 or self.lease_passed())
 
     def lease_passed(self) -> bool:
@@ -337,7 +337,7 @@ class ExecutionContext:
 
     def cancel(self) -> None:
         """Make :meth:`cancelled` true (the executor gave up on the step)."""
-        self._cancel.set()
+        self._canceled = True
 
     # -- checkpoints and operation keys (see the module docstring) ----------------------
 

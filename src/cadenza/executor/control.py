@@ -70,7 +70,7 @@ class RunControl:
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._event: threading.Event | None = None  # made for a wait(), only
         self._request: StopRequest | None = None
         self._lease: tuple[float, float, Clock] | None = None  # until, length, clock
         self._listeners: list[Callable[[], None]] = []
@@ -81,7 +81,9 @@ class RunControl:
             if self._request is not None:
                 return False
             self._request = StopRequest(kind, by, reason)
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         return True
 
     @property
@@ -90,11 +92,17 @@ class RunControl:
 
     @property
     def stopped(self) -> bool:
-        return self._event.is_set()
+        return self._request is not None
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds for a stop (e.g. instead of sleeping for a backoff)."""
-        return self._event.wait(timeout)
+        with self._lock:
+            if self._request is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def check(self) -> None:
         """Raise :class:`RunStopped` when the run was asked to stop."""

@@ -102,7 +102,9 @@ class ThreadStep:
         self.log = log
         self.timeout = timeout
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        self.finished = False
+        """The step's call returned (its outcome is known)."""
+        self._done: threading.Event | None = None  # made for a thread that waits, only
         self.state = "running"  # running -> finishing -> done, or running -> abandoned
         self.outcome: list[Any] = [None, None]  # result, error
         self.call = call
@@ -174,7 +176,21 @@ class ThreadStep:
         with self.lock:
             if not abandoned:
                 self.state = "done"
-        self.done.set()
+            self.finished = True
+            done = self._done
+        if done is not None:
+            done.set()
+
+    @property
+    def done(self) -> threading.Event:
+        """Set once the step's call returned (made when first asked for: a step that its
+        worker runs itself and that returns in time has no thread waiting for it)."""
+        with self.lock:
+            if self._done is None:
+                self._done = threading.Event()
+                if self.finished:
+                    self._done.set()
+            return self._done
 
     def _abandon(self) -> bool:
         with self.lock:
@@ -188,6 +204,17 @@ class ThreadStep:
     def wait(self, on_tick: Callable[[], None]) -> StepResult:
         """Wait for the step, calling ``on_tick`` every :data:`TICK` seconds; at the
         deadline abandon it and raise :class:`StepTimeout`."""
+        if not self.finished:
+            self._wait(on_tick)
+        result, error = self.outcome
+        if isinstance(error, Exception):
+            raise error
+        if error is not None:  # SystemExit and the like must not stop the worker
+            raise RemoteError(type(error).__name__, str(error), "fatal")
+        return check_result(result, self.ctx.step.name,
+                            self.ctx.settings.limits.step_output_bytes)
+
+    def _wait(self, on_tick: Callable[[], None]) -> None:
         deadline, done, clock = self.deadline, self.done, self.ctx.clock
         try:
             while not clock.wait(done, max(0.0, min(TICK, deadline - clock.monotonic()))):
@@ -209,13 +236,6 @@ class ThreadStep:
             # does is not committed.
             self._abandon()
             raise
-        result, error = self.outcome
-        if isinstance(error, Exception):
-            raise error
-        if error is not None:  # SystemExit and the like must not stop the worker
-            raise RemoteError(type(error).__name__, str(error), "fatal")
-        return check_result(result, self.ctx.step.name,
-                            self.ctx.settings.limits.step_output_bytes)
 
 
 class StepThreads:

@@ -47,7 +47,7 @@ from cadenza.domain.states import RunState, StepState
 from cadenza.store import later, run_states
 from cadenza.store.boundaries import RUN_PARAMS, BoundaryWriter, event_row
 from cadenza.store.boundary import Boundary, NewRun
-from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware
+from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, utc_from_raw
 from cadenza.store.hotsql import (
     AUDIT_COLUMNS,
     EVENT_COLUMNS,
@@ -59,7 +59,7 @@ from cadenza.store.hotsql import (
     update_rows,
 )
 from cadenza.store.lease_clock import LeaseClock
-from cadenza.store.records import RunRecord
+from cadenza.store.records import RUN_FIELDS, RunRecord
 from cadenza.store.tables import runs
 
 _QUEUED = RunState.QUEUED.value
@@ -124,13 +124,14 @@ class _Row:
 
 def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, now: datetime,
           limit: int, run_ids: list[str] | None = None, job_ids: list[str] | None = None,
-          fresh: bool = False, returning: str = "*") -> tuple[list[str], list[list[Any]]]:
+          fresh: bool = False, returning: str = "*",
+          decode: bool = True) -> tuple[list[str], list[list[Any]]]:
     """Claim up to ``limit`` QUEUED runs due at ``now`` (only among ``run_ids`` / runs of
     ``job_ids`` when given; ``fresh``: only runs never claimed, epoch 0) for ``owner`` until
     ``until`` (or, a ``timedelta``: the lease's length, which PostgreSQL adds to its
     ``now()``; see :meth:`~cadenza.store.lease_clock.LeaseClock._lease_end`). Returns the
     names of the ``returning`` columns and the claimed rows (in no order), timestamps
-    decoded."""
+    decoded (``decode``) or as the driver gives them."""
     stamp = d.ts(now)
     lease_for = isinstance(until, timedelta)
     lease = until if isinstance(until, timedelta) else d.ts(until)
@@ -161,7 +162,7 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
         names = [col[0] for col in cursor.description]
         if again:
             names.pop()
-        stamps = [k for k, name in enumerate(names) if name in _TIMESTAMPS]
+        stamps = [k for k, name in enumerate(names) if name in _TIMESTAMPS] if decode else []
         read = d.read_ts
         for values in cursor.fetchall():
             row = list(values)
@@ -277,11 +278,16 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 self._collect(c)  # the events go with the first boundaries' (see above)
             try:
                 names, rows = _take(cursor, d, owner=owner, until=self._lease_end(until, now),
-                                    now=now, limit=limit, run_ids=ids, job_ids=jobs)
+                                    now=now, limit=limit, run_ids=ids, job_ids=jobs,
+                                    decode=False)
                 if not rows:
                     return []
-                claimed = [RunRecord.from_row(cast("sa.Row[Any]", _Row(dict(
-                    zip(names, row, strict=True))))) for row in rows]
+                if tuple(names) == RUN_FIELDS:  # RETURNING *: every column in table order
+                    claimed = [RunRecord.from_raw(row) for row in rows]
+                else:  # pragma: no cover - a database that reorders RETURNING *
+                    claimed = [RunRecord.from_row(cast("sa.Row[Any]", _Row({
+                        name: utc_from_raw(value) if name in _TIMESTAMPS else value
+                        for name, value in zip(names, row, strict=True)}))) for row in rows]
                 # RETURNING has no order: give them back in the order they were chosen.
                 claimed.sort(key=lambda run: (-run.priority, run.scheduled_for or run.created_at,
                                               run.id))

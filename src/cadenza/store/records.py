@@ -86,6 +86,8 @@ class RunRecord:
 
 
 _RUN_FIELDS = tuple(column.name for column in runs.c)
+RUN_FIELDS = _RUN_FIELDS
+"""The columns of ``runs`` in table order (what ``RETURNING *`` gives)."""
 RUN_COLUMNS_SQL = ", ".join(f'"{name}"' for name in _RUN_FIELDS)
 """Every column of ``runs`` in table order, quoted: the select list of
 :meth:`RunRecord.from_raw`."""

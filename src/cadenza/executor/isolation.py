@@ -42,8 +42,6 @@ system (a child's pipe, a killed process to be gone) are real waits.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import json
 import logging
 import math
@@ -134,6 +132,7 @@ class ThreadStep:
         self.deadline = self.ctx.clock.monotonic() + self.timeout
         watch.add(self, min(PROMOTE_AFTER, max(0.0, self.timeout)), on_promote)
         self._body()
+        watch.discard(self)
         with self.lock:
             promoted = self.promoted
         if promoted:
@@ -373,73 +372,78 @@ _QUIET_LOOKS = 4
 class InlineWatch:
     """Watches the steps that workers run themselves (:meth:`ThreadStep.run_here`) and
     has the runs of the ones still running after their time taken over by another thread.
-    One thread per process, started at the first step; it wakes about twice a second while
-    steps run and sleeps when none does. Its times are real (it is about threads)."""
+    One thread per process, started at the first step; it looks about twice a second while
+    steps run and sleeps when none does. A step costs it a dict entry set and removed (no
+    lock, no wake: a short step is gone before the watch looks). Its times are real (it is
+    about threads)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, ThreadStep, Callable[[], None]]] = []
-        self._order = itertools.count()
+        self._running: dict[ThreadStep, tuple[float, Callable[[], None]]] = {}
+        self._wake = threading.Event()
+        self._next_look = -math.inf
+        """When the watch looks next (real monotonic time; inf: when an add wakes it)."""
         self._thread: threading.Thread | None = None
-        self._wake_at = -math.inf
-        """When the watch looks next (real monotonic time; inf: when an add wakes it; -inf:
-        it is about to look)."""
+        self._start = threading.Lock()
 
     def add(self, step: ThreadStep, after: float, on_promote: Callable[[], None]) -> None:
-        """Call ``on_promote`` after ``after`` seconds if ``step`` still runs then."""
-        entry = (_REAL.monotonic() + after, next(self._order), step, on_promote)
-        with self._cond:
-            heapq.heappush(self._heap, entry)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="cadenza-step-watch",
-                                                daemon=True)
-                self._thread.start()
-            elif entry[0] < self._wake_at:
-                self._cond.notify()  # sooner than the watch would look: most adds do not
+        """Call ``on_promote`` after ``after`` seconds if ``step`` still runs then (unless
+        :meth:`discard` was called first)."""
+        at = _REAL.monotonic() + after
+        self._running[step] = (at, on_promote)
+        if self._thread is None:
+            with self._start:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop,
+                                                     name="cadenza-step-watch", daemon=True)
+                    self._thread.start()
+        elif at < self._next_look:
+            self._wake.set()  # sooner than the watch would look: most adds do not
+
+    def discard(self, step: ThreadStep) -> None:
+        """``step`` returned in its worker: nothing to watch."""
+        self._running.pop(step, None)
 
     @property
     def watched(self) -> int:
-        """Entries kept (steps running, and ended ones not dropped yet)."""
-        with self._cond:
-            return len(self._heap)
-
-    def _due(self) -> tuple[ThreadStep, Callable[[], None]]:
-        quiet = 0
-        with self._cond:
-            while True:
-                heap = self._heap
-                while heap and heap[0][2].state != "running":
-                    heapq.heappop(heap)  # returned (or abandoned): nothing to watch
-                now = _REAL.monotonic()
-                if not heap:
-                    # Look again in a moment rather than be woken by the next add (a wake
-                    # per step, on a node running short steps); sleep once it stays quiet.
-                    quiet += 1
-                    wait = PROMOTE_AFTER if quiet <= _QUIET_LOOKS else None
-                    self._wake_at = math.inf if wait is None else now + wait
-                    self._cond.wait(wait)
-                    continue
-                quiet = 0
-                at = heap[0][0]
-                if at <= now:
-                    _at, _n, step, on_promote = heapq.heappop(heap)
-                    return step, on_promote
-                self._wake_at = at
-                self._cond.wait(at - now)
+        """Steps watched now."""
+        return len(self._running)
 
     def _loop(self) -> None:
+        quiet = 0
         while True:
-            step, on_promote = self._due()
-            if not step.promote():
-                continue
-            try:
-                on_promote()
-            except Exception:  # no thread could be started: the worker keeps its run
-                log.exception("taking over a run whose step runs long failed")
-                if step.demote():
-                    self.add(step, PROMOTE_AFTER, on_promote)  # try again later
-                else:  # it returned meanwhile and its worker left the run: take it here
-                    self._last_resort(on_promote)
+            self._wake.clear()
+            now = _REAL.monotonic()
+            soonest = math.inf
+            due: list[tuple[ThreadStep, Callable[[], None]]] = []
+            for step, (at, on_promote) in list(self._running.items()):
+                if at > now:
+                    soonest = min(soonest, at)
+                elif self._running.pop(step, None) is not None:
+                    due.append((step, on_promote))
+            for step, on_promote in due:
+                self._promote(step, on_promote)
+            if soonest < math.inf or due:
+                quiet = 0
+                wait: float | None = max(0.0, min(soonest, now + PROMOTE_AFTER) - now)
+            else:
+                quiet += 1
+                wait = PROMOTE_AFTER if quiet <= _QUIET_LOOKS else None
+            self._next_look = math.inf if wait is None else now + wait
+            if wait is None and self._running:
+                continue  # added just now: look again before sleeping
+            self._wake.wait(wait)
+
+    def _promote(self, step: ThreadStep, on_promote: Callable[[], None]) -> None:
+        if not step.promote():
+            return
+        try:
+            on_promote()
+        except Exception:  # no thread could be started: the worker keeps its run
+            log.exception("taking over a run whose step runs long failed")
+            if step.demote():
+                self.add(step, PROMOTE_AFTER, on_promote)  # try again later
+            else:  # it returned meanwhile and its worker left the run: take it here
+                self._last_resort(on_promote)
 
     @staticmethod
     def _last_resort(on_promote: Callable[[], None]) -> None:

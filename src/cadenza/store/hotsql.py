@@ -65,6 +65,7 @@ class Dialect:
         """The positional parameter mark of the driver."""
         self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
         self._numbered: dict[tuple[str, tuple[str, ...], int, str], str] = {}
+        self._last_ts: tuple[datetime | None, Any] = (None, None)
 
     def marks(self, count: int) -> str:
         """``count`` positional parameter marks, comma-separated."""
@@ -104,11 +105,17 @@ class Dialect:
         return sql
 
     def ts(self, value: datetime | None) -> Any:
-        """A bind value for a timestamp column (see :class:`~cadenza.store.codec.UTCDateTime`)."""
+        """A bind value for a timestamp column (see :class:`~cadenza.store.codec.UTCDateTime`).
+        The last one is kept: a write encodes its one ``now`` for many rows."""
         if value is None:
             return None
+        last = self._last_ts
+        if last[0] is value:
+            return last[1]
         utc = value.astimezone(UTC)
-        return utc if self.postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+        out = utc if self.postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+        self._last_ts = (value, out)  # one tuple: threads never see a mismatched pair
+        return out
 
     read_ts = staticmethod(utc_from_raw)
     """A timestamp column's value as an aware UTC datetime."""

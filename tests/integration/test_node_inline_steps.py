@@ -156,7 +156,7 @@ def test_a_long_step_is_taken_over_and_its_lines_are_written_while_it_runs(
         run = store.get_run(run_id)
         assert run is not None and run.state is RunState.RUNNING
         assert time.monotonic() - began < 2.5
-        assert "cadenza-worker-0+" in worker_threads()
+        assert "cadenza-worker-0+1" in worker_threads()
         wait_for(lambda: ended(store, run_id))
         run = store.get_run(run_id)
         assert run is not None and run.state is RunState.SUCCEEDED
@@ -165,12 +165,16 @@ def test_a_long_step_is_taken_over_and_its_lines_are_written_while_it_runs(
             ("nap", StepState.SUCCEEDED, 1), ("after", StepState.SUCCEEDED, 1)]
         done = outputs(store, run_id)
         assert done["nap"]["thread"] == "cadenza-worker-0"  # the step ran where it began
-        assert done["after"]["thread"] == "cadenza-worker-0+"  # the run went on in the other
+        assert done["after"]["thread"] == "cadenza-worker-0+1"  # the run went on in the other
         # The first thread ended with its step; the other serves the queue in its place.
-        wait_for(lambda: worker_threads() == {"cadenza-worker-0+"})
+        wait_for(lambda: worker_threads() == {"cadenza-worker-0+1"})
         next_run = submit(node, store, "quick")
         wait_for(lambda: ended(store, next_run))
-        assert outputs(store, next_run)["here"]["thread"] == "cadenza-worker-0+"
+        assert outputs(store, next_run)["here"]["thread"] == "cadenza-worker-0+1"
+        # A second long step there: its taker is named from the worker, not from the taker.
+        again = submit(node, store, "slow")
+        wait_for(lambda: ended(store, again))
+        assert outputs(store, again)["after"]["thread"] == "cadenza-worker-0+2"
 
 
 def test_a_step_run_by_its_worker_still_times_out_at_its_deadline(tmp_path: Path) -> None:
@@ -201,7 +205,7 @@ def test_a_cancel_stops_a_step_run_by_its_worker(tmp_path: Path) -> None:
 def test_stopping_the_node_waits_for_a_run_taken_over(tmp_path: Path) -> None:
     with serving(tmp_path) as (node, store):
         run_id = submit(node, store, "slow")
-        wait_for(lambda: "cadenza-worker-0+" in worker_threads(), seconds=10)
+        wait_for(lambda: "cadenza-worker-0+1" in worker_threads(), seconds=10)
         node.stop(timeout=15)
         run = store.get_run(run_id)
         assert run is not None and run.state is RunState.SUCCEEDED

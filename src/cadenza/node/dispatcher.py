@@ -174,6 +174,7 @@ class Dispatcher:
         self._waiting = 0  # workers blocked on the local queue
         self._held_back = False
         self._threads: set[threading.Thread] = set()
+        self._takeovers = 0
         """The worker threads (a thread that took a run over replaces the run's first)."""
         self._jobs: dict[str, str] = {}
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
@@ -628,8 +629,11 @@ class Dispatcher:
         worker thread takes the run over, waits for the step (its deadline, its ticks,
         its log lines written as it runs) and goes on with the run, then serves the
         local queue in ``worker``'s place; ``worker`` ends once the step returns."""
+        with self._lock:
+            self._takeovers += 1
+            name = f"{worker.name.partition('+')[0]}+{self._takeovers}"  # cadenza-worker-0+1
         thread = threading.Thread(target=self._resume, args=(item, began, attempt, step_run_id),
-                                  name=f"{worker.name}+", daemon=True)
+                                  name=name, daemon=True)
         with self._lock:
             self._threads.add(thread)
             self._threads.discard(worker)

@@ -174,8 +174,8 @@ class Dispatcher:
         self._waiting = 0  # workers blocked on the local queue
         self._held_back = False
         self._threads: set[threading.Thread] = set()
-        self._takeovers = 0
         """The worker threads (a thread that took a run over replaces the run's first)."""
+        self._takeovers = 0  # runs taken over so far (the takers' names count them)
         self._jobs: dict[str, str] = {}
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None

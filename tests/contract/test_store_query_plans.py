@@ -11,7 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.store import Store, admission, claims, run_states
+from cadenza.store import Store, admission, hotsql, run_states
 from cadenza.store.boundary import NewRun
 from cadenza.store.hotsql import Dialect
 
@@ -183,7 +183,7 @@ def test_a_claim_from_the_queue_walks_the_claim_order_on_postgresql(pg_url: str)
         with store.write() as conn:
             stale = plan(conn)
             raw = conn.connection.cursor()
-            raw.execute(claims._ORDERED)
+            raw.execute(hotsql.ORDERED)
             ordered = plan(conn)
         # The condition is real: left alone, the planner sorts the whole queue.
         assert "Sort" in stale, stale

@@ -27,6 +27,7 @@ the number of decisions.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from contextlib import nullcontext
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -35,9 +36,10 @@ from cadenza.domain.admission import HOUR, Candidate, Load
 from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
+from cadenza.store import later
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
-from cadenza.store.hotsql import Dialect
+from cadenza.store.hotsql import ORDERED, SORTS_AGAIN, Dialect
 from cadenza.store.tables import runs
 
 RUN_WAITING = EventType.RUN_WAITING
@@ -124,22 +126,35 @@ class AdmissionRepository(StoreCore):
         utc = now.astimezone(UTC)
         stamp = utc if postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
         read = Dialect.read_ts
-        candidates: list[Candidate] = []
         with self._reading(conn) as c:
             # On the DBAPI cursor: a node decides often (every few runs ended, with few
             # workers), and the Core result processing was most of this read's time.
-            cursor = c.connection.cursor()
+            ready, held, side = (c.connection.cursor() for _ in range(3))
+            params = (stamp, limit)
             try:
-                for where in (_READY, _HELD):
-                    cursor.execute(_CANDIDATES.format(where=where.format(m=mark), m=mark),
-                                   (stamp, limit))
-                    candidates.extend(
-                        Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
-                                  attempt, bool(requeued))
-                        for run_id, job_id, priority, queued_at, not_before, attempt, requeued
-                        in cursor.fetchall())
+                # PostgreSQL: the ready runs in claim order (ORDERED: left to its
+                # statistics, the planner read and sorted the whole queue, 7 ms for 10,000
+                # queued runs, where the first 200 in the index take 0.1 ms), and both reads
+                # in one round trip. The held runs are found by their not_before.
+                with (ready.connection.pipeline() if postgres and later.PIPELINE
+                      else nullcontext()):
+                    if postgres:
+                        side.execute(ORDERED)
+                    ready.execute(_CANDIDATES.format(where=_READY.format(m=mark), m=mark),
+                                  params)
+                    if postgres:
+                        side.execute(SORTS_AGAIN)
+                    held.execute(_CANDIDATES.format(where=_HELD.format(m=mark), m=mark),
+                                 params)
+                candidates = [
+                    Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
+                              attempt, bool(requeued))
+                    for cursor in (ready, held)
+                    for run_id, job_id, priority, queued_at, not_before, attempt, requeued
+                    in cursor.fetchall()]
             finally:
-                cursor.close()
+                for cursor in (ready, held, side):
+                    cursor.close()
         candidates.sort(key=lambda cand: cand.order_key)
         return candidates
 

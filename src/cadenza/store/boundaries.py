@@ -106,11 +106,7 @@ END_STEP = batch_update(
     " updated_at = ?, finished_at = CASE WHEN v.column2 = 'PENDING' THEN NULL ELSE ? END"
     " FROM (VALUES {values}) AS v"
     " WHERE step_runs.id = v.column1 AND step_runs.state = 'RUNNING'",
-    "UPDATE step_runs SET state = :state, updated_at = :now,"
-    " finished_at = CASE WHEN CAST(:state AS VARCHAR) = 'PENDING' THEN NULL"
-    " ELSE CAST(:now AS TIMESTAMPTZ) END,"
-    " reason = :reason, rows = :rows, output_json = :output, error = :error,"
-    " error_class = :error_class WHERE id = :id AND state = 'RUNNING'")
+    ("bigint", "text", "text", "bigint", "text", "text", "text"))
 """A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded, or
 RUNNING -> PENDING for an attempt that waits (finished_at stays empty)."""
 RESUME_STEP = batch_update(
@@ -118,15 +114,13 @@ RESUME_STEP = batch_update(
     "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = ?"
     " FROM (VALUES {values}) AS v WHERE step_runs.id = v.column1"
     " AND step_runs.state = 'PENDING'",
-    "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = :now"
-    " WHERE id = :id AND state = 'PENDING'")
+    ("bigint",))
 """An attempt that waited goes on: PENDING -> RUNNING (its started_at kept)."""
 RUN_PARAMS = batch_update(
     ("id", "epoch", "params"), 1,
     "UPDATE runs SET params_json = v.column3, updated_at = ? FROM (VALUES {values}) AS v"
     " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
-    "UPDATE runs SET params_json = :params, updated_at = :now WHERE id = :id"
-    " AND state = 'RUNNING' AND lease_epoch = :epoch")
+    ("text", "bigint", "text"))
 """The run's resolved parameters (its first boundary)."""
 _FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
 
@@ -328,7 +322,7 @@ class BoundaryWriter(StoreCore):
         new_ids: dict[int, list[int]] = {}
         events: list[dict[str, Any]] = []
         redact = self.redactor
-        ends = [self._end_row(b, stamp) for b in live if b.step_end is not None]
+        ends = [self._end_row(b) for b in live if b.step_end is not None]
         # A batch of run ends only (no step starts, no parameters): the step ends and the
         # run ends are sent together (PostgreSQL: one round trip for both).
         only_ends = all(b.run_end is not None and not b.starts and b.params is None
@@ -352,11 +346,11 @@ class BoundaryWriter(StoreCore):
                 for start_hook in hooks.step_start:
                     start_hook(c, starting, now)
         update_rows(cursor, d, RUN_PARAMS, [
-            {"id": b.run_id, "epoch": b.epoch, "now": stamp,
+            {"id": b.run_id, "epoch": b.epoch,
              "params": dumps(redact.redact_value(dict(b.params)))}
             for b in live if b.params is not None], stamp, "run params")
         ending = [b for b in live if b.run_end is not None]
-        run_ends = [self._run_end_row(b, d, stamp) for b in ending]
+        run_ends = [self._run_end_row(b, d) for b in ending]
         if only_ends:
             update_rows_together(cursor, d, [(END_STEP, ends, "step end"),
                                              (END_RUN, run_ends, "run end")], stamp)
@@ -411,7 +405,7 @@ class BoundaryWriter(StoreCore):
             new_ids[id(b)] = []
             for start in b.starts:
                 if start.resumes is not None:
-                    resumed.append({"id": start.resumes, "now": stamp})
+                    resumed.append({"id": start.resumes})
                     continue
                 running = start.state is StepState.RUNNING
                 rows.append((b.run_id, start.step, start.step_type, start.attempt,
@@ -453,21 +447,21 @@ class BoundaryWriter(StoreCore):
             sql = d.insert("checkpoints", _CHECKPOINT_COLUMNS, len(chunk)) + _CHECKPOINT_UPSERT
             cursor.execute(sql, [value for row in chunk for value in row])
 
-    def _end_row(self, b: Boundary, stamp: Any) -> dict[str, Any]:
+    def _end_row(self, b: Boundary) -> dict[str, Any]:
         end = b.step_end
         assert end is not None
         output = None if end.output is None else dumps(self.redactor.redact_value(end.output))
-        return {"id": end.step_run_id, "state": end.state.value, "now": stamp,
+        return {"id": end.step_run_id, "state": end.state.value,
                 "reason": self._redact_text(end.reason), "rows": end.rows, "output": output,
                 "error": self._redact_text(end.error), "error_class": end.error_class}
 
-    def _run_end_row(self, b: Boundary, d: Dialect, stamp: Any) -> dict[str, Any]:
+    def _run_end_row(self, b: Boundary, d: Dialect) -> dict[str, Any]:
         end = b.run_end
         assert end is not None
         return end_run_row(b.run_id, b.epoch, end.state, end.rows,
                            self._redact_text(end.reason), self._redact_text(end.error),
                            d.ts(end.not_before), self._redact_text(end.wait_reason),
-                           end.attempt, stamp)
+                           end.attempt)
 
     def _events(self, b: Boundary, created: list[int], job_id: str,
                 started: datetime | None, now: datetime, d: Dialect,

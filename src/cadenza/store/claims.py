@@ -51,6 +51,9 @@ from cadenza.store.codec import UTCDateTime, dumps, new_run_id, require_aware, u
 from cadenza.store.hotsql import (
     AUDIT_COLUMNS,
     EVENT_COLUMNS,
+    ORDERED,
+    SORTS_AGAIN,
+    SORTS_AGAIN_COLUMN,
     STEP_COLUMNS,
     Dialect,
     audit_row,
@@ -66,25 +69,6 @@ _QUEUED = RunState.QUEUED.value
 _RUNNING = RunState.RUNNING.value
 
 
-_ORDERED = ("SELECT set_config('cadenza.sorts_were', current_setting('enable_sort'), true),"
-            " set_config('enable_sort', 'off', true)")
-"""PostgreSQL, before a claim from the queue (not among given run ids): for the rest of
-the claim, prefer the ordered scan of ``ix_runs_claim_order`` (it reads the first queued
-rows and stops) to reading every queued run and sorting them. Chosen by cost, the planner
-takes the sort whenever the statistics of ``runs`` say that few runs are QUEUED: a table
-never analyzed (autovacuum off) or analyzed before a burst was queued (a history of ended
-runs, then 14,000 queued: 25 ms per claim instead of 0.3; W4 at 20,000 leases spent most
-of its time there). ``enable_sort = off`` forbids no sort; it makes the planner take an
-ordered path where there is one. The earlier value is kept in ``cadenza.sorts_were`` and
-set back after the claim (:data:`_SORTS_AGAIN_COLUMN`, :data:`_SORTS_AGAIN`);
-``set_config(..., true)`` lasts until the transaction's end at most. Sent with the claim in
-one round trip (psycopg's pipeline): it answers nothing the claim waits for."""
-_SORTS_AGAIN = "SELECT set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
-_SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
-                       " AS sorts_again")
-"""The same, as the last column of the claim's RETURNING: evaluated after the statement was
-planned, so a claim that took runs sets the value back without a round trip of its own
-(the statement above only runs when it took none)."""
 _PIPELINE = later.PIPELINE
 """PostgreSQL's claim from the queue sends two statements in one round trip."""
 _IDS_PER_CLAIM = 900
@@ -140,24 +124,24 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
         parts = [run_ids[k:k + _IDS_PER_CLAIM] for k in range(0, len(run_ids), _IDS_PER_CLAIM)]
     names: list[str] = []
     out: list[list[Any]] = []
-    # PostgreSQL, a claim from the whole queue (no ids): see _ORDERED.
+    # PostgreSQL, a claim from the whole queue (no ids): see ORDERED.
     again = d.postgres and run_ids is None
     for part in parts:
         if len(out) >= limit:
             break
         sql = run_states.claim_statement(d, ids=len(part) if run_ids is not None else None,
                               jobs=len(job_ids) if job_ids is not None else None,
-                              fresh=fresh, returning=returning + _SORTS_AGAIN_COLUMN
+                              fresh=fresh, returning=returning + SORTS_AGAIN_COLUMN
                               if again else returning, lease_for=lease_for)
         params = [stamp, *part, *(job_ids or ()), limit - len(out), owner, lease, stamp,
                   stamp]
         if again and _PIPELINE:
             with cursor.connection.pipeline():
-                cursor.execute(_ORDERED)
+                cursor.execute(ORDERED)
                 cursor.execute(sql, params)
         else:
             if again:  # a libpq older than 14: one round trip more
-                cursor.execute(_ORDERED)
+                cursor.execute(ORDERED)
             cursor.execute(sql, params)
         names = [col[0] for col in cursor.description]
         if again:
@@ -172,7 +156,7 @@ def _take(cursor: Any, d: Dialect, *, owner: str, until: datetime | timedelta, n
                 row[k] = read(row[k])
             out.append(row)
     if again and not out:  # no row: the RETURNING did not set it back
-        cursor.execute(_SORTS_AGAIN)
+        cursor.execute(SORTS_AGAIN)
     return names, out
 
 
@@ -417,7 +401,7 @@ class RunClaims(BoundaryWriter, LeaseClock):
             insert_rows(cursor, d, "event_log", AUDIT_COLUMNS,
                         self._collected(conn, end=collecting) + events)
             update_rows(cursor, d, RUN_PARAMS, [
-                {"id": s.run_id, "epoch": 1, "now": stamp, "params": s.params_json}
+                {"id": s.run_id, "epoch": 1, "params": s.params_json}
                 for s in mine if s.params_json is not None], stamp, "run params")
             ok = True
         finally:

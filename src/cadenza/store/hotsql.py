@@ -23,6 +23,27 @@ from cadenza.domain.errors import StoreError
 from cadenza.store import later
 from cadenza.store.codec import utc_from_raw
 
+ORDERED = ("SELECT set_config('cadenza.sorts_were', current_setting('enable_sort'), true),"
+           " set_config('enable_sort', 'off', true)")
+"""PostgreSQL, before a claim from the queue (not among given run ids) and before
+admission's read of the queued runs that may start: for that statement, prefer the ordered
+scan of ``ix_runs_claim_order`` (it reads the first queued rows and stops) to reading every
+queued run and sorting them. Chosen by cost, the planner
+takes the sort whenever the statistics of ``runs`` say that few runs are QUEUED: a table
+never analyzed (autovacuum off) or analyzed before a burst was queued (a history of ended
+runs, then 14,000 queued: 25 ms per claim instead of 0.3; W4 at 20,000 leases spent most
+of its time there). ``enable_sort = off`` forbids no sort; it makes the planner take an
+ordered path where there is one. The earlier value is kept in ``cadenza.sorts_were`` and
+set back after the statement (:data:`SORTS_AGAIN_COLUMN`, :data:`SORTS_AGAIN`);
+``set_config(..., true)`` lasts until the transaction's end at most. Sent with the statement
+in one round trip (psycopg's pipeline): it answers nothing the statement waits for."""
+SORTS_AGAIN = "SELECT set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
+SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sorts_were'),"
+                      " true) AS sorts_again")
+"""The same, as the last column of the claim's RETURNING: evaluated after the statement was
+planned, so a claim that took runs sets the value back without a round trip of its own
+(the statement above only runs when it took none)."""
+
 
 @dataclass(frozen=True, slots=True)
 class BatchUpdate:
@@ -30,9 +51,10 @@ class BatchUpdate:
 
     ``sqlite``: ``UPDATE ... FROM (VALUES {values}) AS v`` where ``v.columnN`` is the N-th
     of ``columns`` and the ``stamps`` first parameters are the write's timestamp (SQLite
-    3.33+: every row of a batch in one statement). ``postgres``: the same change for one row
-    with named parameters (the keys of each row), sent with ``executemany`` (psycopg
-    pipelines it)."""
+    3.33+: every row of a batch in one statement). ``postgres``: the same statement over
+    ``unnest`` of one typed array per column, so that a batch is one statement there too
+    (it was one statement per row, pipelined: the server's work per statement made the run
+    ends most of a PostgreSQL decision's time)."""
 
     columns: tuple[str, ...]
     stamps: int
@@ -126,11 +148,11 @@ def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[st
     """Apply the guarded ``update`` to every row and check that each changed one.
 
     On SQLite one ``UPDATE ... FROM (VALUES ...)`` for all rows (see :func:`insert_rows` for
-    why); on PostgreSQL ``executemany``, which psycopg sends as one pipeline."""
+    why); on PostgreSQL one ``UPDATE ... FROM unnest(...)``."""
     if not rows:
         return
     if d.postgres:
-        cursor.executemany(update.postgres, rows)
+        cursor.execute(update.postgres, _arrays(update, rows, stamp))
         changed = cursor.rowcount
     else:
         columns = update.columns
@@ -145,6 +167,11 @@ def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[st
     if changed != len(rows):
         raise StoreError(f"a {what} change was refused after its run passed the fence "
                          f"({changed} of {len(rows)} rows changed)")
+
+
+def _arrays(update: BatchUpdate, rows: list[dict[str, Any]], stamp: Any) -> list[Any]:
+    """The parameters of ``update.postgres``: the stamps, then one list per column."""
+    return [stamp] * update.stamps + [[row[c] for row in rows] for c in update.columns]
 
 
 def update_rows_together(cursor: Any, d: Dialect,
@@ -163,7 +190,7 @@ def update_rows_together(cursor: Any, d: Dialect,
     try:
         with raw.pipeline():
             for each, (update, rows, _what) in zip(cursors, parts, strict=True):
-                each.executemany(update.postgres, rows)
+                each.execute(update.postgres, _arrays(update, rows, stamp))
         for each, (_update, rows, what) in zip(cursors, parts, strict=True):
             if each.rowcount != len(rows):
                 raise StoreError(f"a {what} change was refused after its run passed the "

@@ -36,7 +36,6 @@ A run's recoveries (a lost worker's run taken back by the reaper) are counted in
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,13 +50,20 @@ from cadenza.store.hotsql import BatchUpdate, Dialect
 from cadenza.store.tables import runs
 from cadenza.store.transition import Machine
 
-_NAMED = re.compile(r":(\w+)")
+_VALUES = "(VALUES {values}) AS v"
 
 
-def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str, named: str) -> BatchUpdate:
-    """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text and its one-row
-    text with ``:name`` parameters (written ``%(name)s`` for psycopg)."""
-    return BatchUpdate(columns, stamps, sqlite, _NAMED.sub(r"%(\1)s", named))
+def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
+                 types: tuple[str, ...]) -> BatchUpdate:
+    """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text; PostgreSQL's is
+    the same statement over ``unnest`` of one array per column, of the PostgreSQL
+    ``types``, named ``column1``, ``column2``... as SQLite names a VALUES list's."""
+    if len(types) != len(columns) or _VALUES not in sqlite:
+        raise ValueError(f"a batch update needs {_VALUES!r} and one type per column")
+    arrays = ", ".join(f"%s::{kind}[]" for kind in types)
+    names = ", ".join(f"column{k}" for k in range(1, len(columns) + 1))
+    postgres = sqlite.replace(_VALUES, f"unnest({arrays}) AS v({names})").replace("?", "%s")
+    return BatchUpdate(columns, stamps, sqlite, postgres)
 
 
 class RunEvent(NamedTuple):
@@ -213,7 +219,7 @@ def creation_event(
 # -- claim (QUEUED -> RUNNING) and its give-back ----------------------------------------------
 
 TAKE = (
-    "WITH chosen AS {materialized}(SELECT id FROM runs WHERE state = 'QUEUED'"
+    "WITH chosen AS {materialized}(SELECT id FROM runs WHERE {queued}"
     " AND (not_before IS NULL OR not_before <= {m}){where}"
     " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}{lock})"
     " UPDATE runs SET state = 'RUNNING', lease_epoch = lease_epoch + 1, lease_owner = {m},"
@@ -223,7 +229,13 @@ TAKE = (
     # scans every queued run in the index instead of looking the ids up.
     " WHERE id IN (SELECT id FROM chosen) AND state || '' = 'QUEUED' RETURNING {returning}"
 )
-"""The claim. ``state = 'QUEUED'`` is a literal: it must match the partial index's WHERE.
+"""The claim. From the queue, ``{queued}`` is ``state = 'QUEUED'``, a literal: it must match
+the partial index's WHERE, read in order. Among given run ids it is an expression
+(``state || '' = 'QUEUED'``), which no index answers: both planners then look the ids up by
+primary key. Given the plain column, both scanned every queued run in the claim-order index
+and kept the given ones (on PostgreSQL whenever the statistics say few runs are queued): a
+claim of 16 runs from a queue of 10,000 took 0.86 ms instead of 0.03 on SQLite, and 7 ms
+instead of 0.4 on PostgreSQL.
 ``{lease}`` is a parameter, or ``now() + `` the lease's length on PostgreSQL when the store
 judges leases by the database's time (:mod:`cadenza.store.lease_clock`).
 On PostgreSQL the CTE is materialized: as a plain subquery it may be evaluated more than
@@ -249,7 +261,8 @@ def claim_statement(d: Dialect, *, ids: int | None = None, jobs: int | None = No
     if fresh:
         where += " AND lease_epoch = 0"
     lease = f"now() + {d.mark}" if lease_for else d.mark
-    return TAKE.format(m=d.mark, where=where, returning=returning, lease=lease,
+    queued = "state || '' = 'QUEUED'" if ids is not None else "state = 'QUEUED'"
+    return TAKE.format(m=d.mark, where=where, returning=returning, lease=lease, queued=queued,
                        materialized="MATERIALIZED " if d.postgres else "",
                        lock=" FOR UPDATE SKIP LOCKED" if d.postgres else "")
 
@@ -352,14 +365,8 @@ END_RUN = batch_update(
     " wait_reason = v.column9, attempt = coalesce(v.column10, runs.attempt),"
     " lease_owner = NULL, lease_until = NULL FROM (VALUES {values}) AS v"
     " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
-    "UPDATE runs SET state = :state, rows = :rows, reason = :reason, error = :error,"
-    " updated_at = :now,"
-    " finished_at = CASE WHEN :final = 1 THEN CAST(:now AS TIMESTAMPTZ) ELSE finished_at END,"
-    " not_before = CASE WHEN :final = 1 THEN not_before"
-    " ELSE CAST(:not_before AS TIMESTAMPTZ) END,"
-    " wait_reason = :wait_reason, attempt = coalesce(CAST(:attempt AS INTEGER), attempt),"
-    " lease_owner = NULL, lease_until = NULL"
-    " WHERE id = :id AND state = 'RUNNING' AND lease_epoch = :epoch")
+    ("text", "bigint", "text", "bigint", "text", "text", "integer", "timestamptz", "text",
+     "integer"))
 """A run's end: RUNNING -> a final state (finished_at set), or QUEUED / NEEDS_REVIEW for a
 retry, a deferral or spent attempts (not_before, wait_reason and attempt set); both release
 the run's lease. Guarded on RUNNING at the boundary's epoch."""
@@ -367,9 +374,9 @@ the run's lease. Guarded on RUNNING at the boundary's epoch."""
 
 def end_run_row(run_id: str, epoch: int, state: RunState, rows: int | None,
                 reason: str | None, error: str | None, not_before: Any, wait_reason: str | None,
-                attempt: int | None, stamp: Any) -> dict[str, Any]:
+                attempt: int | None) -> dict[str, Any]:
     """One row of :data:`END_RUN` (texts already redacted, times encoded for the dialect)."""
-    row: dict[str, Any] = {"id": run_id, "epoch": epoch, "now": stamp, "state": state.value,
+    row: dict[str, Any] = {"id": run_id, "epoch": epoch, "state": state.value,
                            "rows": rows, "reason": reason, "error": error}
     if state in TERMINAL_RUN_STATES:
         row.update(final=1, not_before=None, wait_reason=None, attempt=None)

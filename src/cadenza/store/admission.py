@@ -69,15 +69,18 @@ _SET_WAIT_REASON = (
 
 
 _RUNNING_BY_JOB = "SELECT job_id, count(*) FROM runs WHERE state = 'RUNNING' GROUP BY job_id"
-# The admission order, as the partial index ix_runs_claim_order holds it (migration 0005):
-# the literal state and the ORDER BY must be the index's for it to be read in order.
-_CANDIDATES = (
-    "SELECT id, job_id, priority, coalesce(scheduled_for, created_at), not_before, attempt,"
-    " started_at IS NOT NULL FROM runs WHERE state = 'QUEUED' AND {where}"
-    " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}"
-)
-_READY = "(not_before IS NULL OR not_before <= {m})"
-_HELD = "not_before IS NOT NULL AND not_before > {m}"
+_COLUMNS = ("SELECT id, job_id, priority, coalesce(scheduled_for, created_at), not_before,"
+            " attempt, started_at IS NOT NULL FROM runs WHERE state = 'QUEUED' AND ")
+# The runs that may start, in the admission order as the partial index ix_runs_claim_order
+# holds it (migration 0005): the literal state and the ORDER BY must be the index's for it
+# to be read in order, its first rows only.
+_READY_READ = (_COLUMNS + "(not_before IS NULL OR not_before <= {m})"
+               " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}")
+# The runs still held by not_before, those released first first: an ordered range of
+# ix_runs_state_not_before_priority, which reads only them (in the admission order, with
+# statistics that said few runs were queued, PostgreSQL walked the whole queue for them).
+_HELD_READ = (_COLUMNS + "not_before IS NOT NULL AND not_before > {m}"
+              " ORDER BY not_before LIMIT {m}")
 
 
 class AdmissionRepository(StoreCore):
@@ -116,9 +119,10 @@ class AdmissionRepository(StoreCore):
 
         The scheduled time is ``scheduled_for``, or ``created_at`` for runs without one.
         Returns at most ``limit`` runs whose ``not_before`` has passed at ``now`` (or is
-        unset), plus at most ``limit`` runs still held by ``not_before`` (so that they get
-        a wait reason, but a long tail of retries in backoff never crowds out runs that could
-        start), merged in admission order. Changes nothing.
+        unset), the first in admission order, plus the ``limit`` runs still held by
+        ``not_before`` that are released first (so that they get a wait reason and the next
+        decision's time, but a long tail of retries in backoff never crowds out runs that
+        could start), merged in admission order. Changes nothing.
         """
         now = require_aware(now, "now")
         postgres = self.dialect == "postgresql"
@@ -132,20 +136,17 @@ class AdmissionRepository(StoreCore):
             ready, held, side = (c.connection.cursor() for _ in range(3))
             params = (stamp, limit)
             try:
-                # PostgreSQL: the ready runs in claim order (ORDERED: left to its
-                # statistics, the planner read and sorted the whole queue, 7 ms for 10,000
-                # queued runs, where the first 200 in the index take 0.1 ms), and both reads
-                # in one round trip. The held runs are found by their not_before.
+                # PostgreSQL: both reads in index order (ORDERED: left to its statistics,
+                # the planner read and sorted the whole queue, 7 ms for 10,000 queued runs,
+                # where the first 200 in the index take 0.1 ms), in one round trip.
                 with (ready.connection.pipeline() if postgres and later.PIPELINE
                       else nullcontext()):
                     if postgres:
                         side.execute(ORDERED)
-                    ready.execute(_CANDIDATES.format(where=_READY.format(m=mark), m=mark),
-                                  params)
+                    ready.execute(_READY_READ.format(m=mark), params)
+                    held.execute(_HELD_READ.format(m=mark), params)
                     if postgres:
                         side.execute(SORTS_AGAIN)
-                    held.execute(_CANDIDATES.format(where=_HELD.format(m=mark), m=mark),
-                                 params)
                 candidates = [
                     Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
                               attempt, bool(requeued))

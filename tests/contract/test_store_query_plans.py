@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.domain.states import RunState
 from cadenza.store import Store, admission, hotsql, run_states
 from cadenza.store.boundary import NewRun
 from cadenza.store.hotsql import Dialect
@@ -267,5 +268,40 @@ def test_a_decision_reads_what_it_needs_whatever_the_statistics_on_postgresql(
         assert sorted(run.id for run in taken) == chosen
         assert claimed < 100, claimed  # was the whole queue too
         assert after == "on"  # the planner is set back for the rest of the transaction
+    finally:
+        store.close()
+
+
+def test_a_batch_of_run_ends_looks_its_runs_up_by_key_on_postgresql(pg_url: str) -> None:
+    """A batch of run ends is one UPDATE joined to the batch's rows: with statistics that
+    said few runs were running, PostgreSQL's planner joined them to every RUNNING run read
+    through the state index (16 ends among 6,000 running runs read all 6,000)."""
+    store = Store.open(pg_url)
+    try:
+        store.create_runs([NewRun("old", "manual:t")] * 3000)
+        with store.write() as conn:
+            conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED'")
+            conn.exec_driver_sql("ANALYZE runs")
+        now = datetime.now(UTC)
+        ids = store.create_runs([NewRun("burst", "manual:t")] * 6000)
+        store.claim_runs("node:1:1", now + timedelta(hours=1), limit=6000, run_ids=ids)
+        d = Dialect("postgresql")
+        ending = ids[100:116]
+        rows = [run_states.end_run_row(run_id, 1, RunState.SUCCEEDED, None, None, None, None,
+                                       None, None) for run_id in ending]
+        with store.write() as conn:
+            before = int(conn.exec_driver_sql(
+                "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'runs'").scalar_one())
+            cursor = conn.connection.cursor()
+            hotsql.update_rows(cursor, d, run_states.END_RUN, rows, now, "run end")
+            read = int(conn.exec_driver_sql(
+                "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
+                " WHERE relname = 'runs'").scalar_one()) - before
+        assert read < 100, read
+        with store.read() as conn:
+            states = conn.exec_driver_sql(
+                "SELECT state, count(*) FROM runs WHERE job_id = 'burst' GROUP BY state").all()
+        assert dict(states) == {"SUCCEEDED": 16, "RUNNING": 5984}
     finally:
         store.close()

@@ -105,7 +105,7 @@ END_STEP = batch_update(
     " output_json = v.column5, error = v.column6, error_class = v.column7,"
     " updated_at = ?, finished_at = CASE WHEN v.column2 = 'PENDING' THEN NULL ELSE ? END"
     " FROM (VALUES {values}) AS v"
-    " WHERE step_runs.id = v.column1 AND step_runs.state = 'RUNNING'",
+    " WHERE step_runs.id = v.column1 AND step_runs.state || '' = 'RUNNING'",
     ("bigint", "text", "text", "bigint", "text", "text", "text"))
 """A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded, or
 RUNNING -> PENDING for an attempt that waits (finished_at stays empty)."""
@@ -113,13 +113,13 @@ RESUME_STEP = batch_update(
     ("id",), 1,
     "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = ?"
     " FROM (VALUES {values}) AS v WHERE step_runs.id = v.column1"
-    " AND step_runs.state = 'PENDING'",
+    " AND step_runs.state || '' = 'PENDING'",
     ("bigint",))
 """An attempt that waited goes on: PENDING -> RUNNING (its started_at kept)."""
 RUN_PARAMS = batch_update(
     ("id", "epoch", "params"), 1,
     "UPDATE runs SET params_json = v.column3, updated_at = ? FROM (VALUES {values}) AS v"
-    " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
+    " WHERE runs.id = v.column1 AND runs.state || '' = 'RUNNING' AND runs.lease_epoch = v.column2",
     ("text", "bigint", "text"))
 """The run's resolved parameters (its first boundary)."""
 _FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"

@@ -57,7 +57,13 @@ def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
                  types: tuple[str, ...]) -> BatchUpdate:
     """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text; PostgreSQL's is
     the same statement over ``unnest`` of one array per column, of the PostgreSQL
-    ``types``, named ``column1``, ``column2``... as SQLite names a VALUES list's."""
+    ``types``, named ``column1``, ``column2``... as SQLite names a VALUES list's.
+
+    The state guard of such a statement is an expression (``state || '' = 'RUNNING'``),
+    which no index answers: PostgreSQL then looks each row up by key. Given the plain
+    column, it joined the batch to every RUNNING run found through the state index whenever
+    its statistics said few were running (16 run ends among 12,000 running runs: 5 ms
+    instead of 0.09)."""
     if len(types) != len(columns) or _VALUES not in sqlite:
         raise ValueError(f"a batch update needs {_VALUES!r} and one type per column")
     arrays = ", ".join(f"%s::{kind}[]" for kind in types)
@@ -364,7 +370,7 @@ END_RUN = batch_update(
     " not_before = CASE WHEN v.column7 = 1 THEN runs.not_before ELSE v.column8 END,"
     " wait_reason = v.column9, attempt = coalesce(v.column10, runs.attempt),"
     " lease_owner = NULL, lease_until = NULL FROM (VALUES {values}) AS v"
-    " WHERE runs.id = v.column1 AND runs.state = 'RUNNING' AND runs.lease_epoch = v.column2",
+    " WHERE runs.id = v.column1 AND runs.state || '' = 'RUNNING' AND runs.lease_epoch = v.column2",
     ("text", "bigint", "text", "bigint", "text", "text", "integer", "timestamptz", "text",
      "integer"))
 """A run's end: RUNNING -> a final state (finished_at set), or QUEUED / NEEDS_REVIEW for a

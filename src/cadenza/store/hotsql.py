@@ -14,6 +14,7 @@ SQLite.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from operator import itemgetter
@@ -51,15 +52,17 @@ class BatchUpdate:
 
     ``sqlite``: ``UPDATE ... FROM (VALUES {values}) AS v`` where ``v.columnN`` is the N-th
     of ``columns`` and the ``stamps`` first parameters are the write's timestamp (SQLite
-    3.33+: every row of a batch in one statement). ``postgres``: the same statement over
-    ``unnest`` of one typed array per column, so that a batch is one statement there too
-    (it was one statement per row, pipelined: the server's work per statement made the run
-    ends most of a PostgreSQL decision's time)."""
+    3.33+: every row of a batch in one statement). On PostgreSQL the same statement with
+    numbered parameters, the VALUES list's columns named as SQLite names them and typed by
+    ``types`` (:meth:`Dialect.batch_update`): a batch is one statement there too. It was
+    one statement per row, pipelined; arrays through ``unnest`` cost more Python for the
+    batches of one row that most writes are."""
 
     columns: tuple[str, ...]
     stamps: int
     sqlite: str
-    postgres: str
+    types: tuple[str, ...]
+    """The PostgreSQL type of each of ``columns``."""
 
 
 LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
@@ -86,7 +89,7 @@ class Dialect:
         self.mark = "%s" if self.postgres else "?"
         """The positional parameter mark of the driver."""
         self._inserts: dict[tuple[str, tuple[str, ...], int, str], str] = {}
-        self._numbered: dict[tuple[str, tuple[str, ...], int, str], str] = {}
+        self._numbered: dict[tuple[Any, ...], str] = {}
         self._last_ts: tuple[datetime | None, Any] = (None, None)
 
     def marks(self, count: int) -> str:
@@ -105,6 +108,31 @@ class Dialect:
                    + ", ".join([row] * count) + (f" RETURNING {returning}" if returning else ""))
             if len(self._inserts) < 4096:
                 self._inserts[key] = sql
+        return sql
+
+    def batch_update(self, update: BatchUpdate, count: int) -> str:
+        """PostgreSQL: ``update`` for ``count`` rows with numbered parameters (the stamps
+        first, then the rows), the first row's typed (cached)."""
+        key = (update, count)
+        sql = self._numbered.get(key)
+        if sql is None:
+            parts = update.sqlite.split("?")
+            if len(parts) != update.stamps + 1:
+                raise ValueError("a batch update's stamps are its only '?' marks")
+            text = "".join(f"{part}${k + 1}" for k, part in enumerate(parts[:-1])) + parts[-1]
+            width = len(update.columns)
+            rows = []
+            for k in range(count):
+                marks = [f"${update.stamps + k * width + c + 1}" for c in range(width)]
+                if k == 0:
+                    marks = [f"{mark}::{kind}" for mark, kind in zip(marks, update.types,
+                                                                     strict=True)]
+                rows.append("(" + ", ".join(marks) + ")")
+            names = ", ".join(f"column{c + 1}" for c in range(width))
+            sql = text.replace("(VALUES {values}) AS v",
+                               f"(VALUES {', '.join(rows)}) AS v({names})")
+            if len(self._numbered) < 4096:
+                self._numbered[key] = sql
         return sql
 
     def numbered_insert(self, table: str, columns: tuple[str, ...], count: int,
@@ -145,33 +173,19 @@ class Dialect:
 
 def update_rows(cursor: Any, d: Dialect, update: BatchUpdate, rows: list[dict[str, Any]],
                 stamp: Any, what: str) -> None:
-    """Apply the guarded ``update`` to every row and check that each changed one.
-
-    On SQLite one ``UPDATE ... FROM (VALUES ...)`` for all rows (see :func:`insert_rows` for
-    why); on PostgreSQL one ``UPDATE ... FROM unnest(...)``."""
-    if not rows:
-        return
-    if d.postgres:
-        cursor.execute(update.postgres, _arrays(update, rows, stamp))
-        changed = cursor.rowcount
-    else:
-        columns = update.columns
-        changed = 0
-        per = max(1, _PARAMS_PER_INSERT // len(columns))
-        for first in range(0, len(rows), per):
-            chunk = rows[first:first + per]
-            values = ", ".join(["(" + d.marks(len(columns)) + ")"] * len(chunk))
-            params = [stamp] * update.stamps + [row[c] for row in chunk for c in columns]
-            cursor.execute(update.sqlite.format(values=values), params)
-            changed += cursor.rowcount
-    if changed != len(rows):
-        raise StoreError(f"a {what} change was refused after its run passed the fence "
-                         f"({changed} of {len(rows)} rows changed)")
+    """Apply the guarded ``update`` to every row and check that each changed one: one
+    ``UPDATE ... FROM (VALUES ...)`` for as many rows as the parameter limit allows (see
+    :func:`insert_rows` for why)."""
+    update_rows_together(cursor, d, [(update, rows, what)], stamp)
 
 
-def _arrays(update: BatchUpdate, rows: list[dict[str, Any]], stamp: Any) -> list[Any]:
-    """The parameters of ``update.postgres``: the stamps, then one list per column."""
-    return [stamp] * update.stamps + [[row[c] for row in rows] for c in update.columns]
+def _chunks(update: BatchUpdate, rows: list[dict[str, Any]],
+            stamp: Any) -> list[tuple[int, list[Any]]]:
+    """(row count, parameters) of each statement of ``update`` for ``rows``."""
+    columns = update.columns
+    per = max(1, _PARAMS_PER_INSERT // len(columns))
+    return [(len(chunk), [stamp] * update.stamps + [row[c] for row in chunk for c in columns])
+            for chunk in (rows[first:first + per] for first in range(0, len(rows), per))]
 
 
 def update_rows_together(cursor: Any, d: Dialect,
@@ -181,23 +195,38 @@ def update_rows_together(cursor: Any, d: Dialect,
     PostgreSQL all in one pipeline (one round trip; each one's rows changed are checked
     once it is synced)."""
     parts = [part for part in parts if part[1]]
-    if not d.postgres or len(parts) < 2:
+    if not d.postgres:
         for update, rows, what in parts:
-            update_rows(cursor, d, update, rows, stamp, what)
+            changed = 0
+            for count, params in _chunks(update, rows, stamp):
+                values = ", ".join(["(" + d.marks(len(update.columns)) + ")"] * count)
+                cursor.execute(update.sqlite.format(values=values), params)
+                changed += cursor.rowcount
+            _check(changed, len(rows), what)
         return
     raw = cursor.connection
-    cursors = [raw.cursor() for _ in parts]
+    sent: list[tuple[list[Any], int, str]] = []
     try:
-        with raw.pipeline():
-            for each, (update, rows, _what) in zip(cursors, parts, strict=True):
-                each.execute(update.postgres, _arrays(update, rows, stamp))
-        for each, (_update, rows, what) in zip(cursors, parts, strict=True):
-            if each.rowcount != len(rows):
-                raise StoreError(f"a {what} change was refused after its run passed the "
-                                 f"fence ({each.rowcount} of {len(rows)} rows changed)")
+        with raw.pipeline() if len(parts) > 1 and later.PIPELINE else nullcontext():
+            for update, rows, what in parts:
+                cursors = []
+                for count, params in _chunks(update, rows, stamp):
+                    numbered = later.numbered_cursor(raw)
+                    cursors.append(numbered)
+                    numbered.execute(d.batch_update(update, count), params)
+                sent.append((cursors, len(rows), what))
+        for cursors, count, what in sent:
+            _check(sum(each.rowcount for each in cursors), count, what)
     finally:
-        for each in cursors:
-            each.close()
+        for cursors, _count, _what in sent:
+            for each in cursors:
+                each.close()
+
+
+def _check(changed: int, rows: int, what: str) -> None:
+    if changed != rows:
+        raise StoreError(f"a {what} change was refused after its run passed the fence "
+                         f"({changed} of {rows} rows changed)")
 
 
 def insert_rows(cursor: Any, d: Dialect, table: str, columns: tuple[str, ...],

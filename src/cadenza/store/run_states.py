@@ -55,9 +55,8 @@ _VALUES = "(VALUES {values}) AS v"
 
 def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
                  types: tuple[str, ...]) -> BatchUpdate:
-    """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text; PostgreSQL's is
-    the same statement over ``unnest`` of one array per column, of the PostgreSQL
-    ``types``, named ``column1``, ``column2``... as SQLite names a VALUES list's.
+    """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text and the PostgreSQL
+    ``types`` of its columns (PostgreSQL's text is made from the same).
 
     The state guard of such a statement is an expression (``state || '' = 'RUNNING'``),
     which no index answers: PostgreSQL then looks each row up by key. Given the plain
@@ -66,10 +65,7 @@ def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
     instead of 0.09)."""
     if len(types) != len(columns) or _VALUES not in sqlite:
         raise ValueError(f"a batch update needs {_VALUES!r} and one type per column")
-    arrays = ", ".join(f"%s::{kind}[]" for kind in types)
-    names = ", ".join(f"column{k}" for k in range(1, len(columns) + 1))
-    postgres = sqlite.replace(_VALUES, f"unnest({arrays}) AS v({names})").replace("?", "%s")
-    return BatchUpdate(columns, stamps, sqlite, postgres)
+    return BatchUpdate(columns, stamps, sqlite, types)
 
 
 class RunEvent(NamedTuple):

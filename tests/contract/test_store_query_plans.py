@@ -230,6 +230,22 @@ def test_a_claim_among_given_runs_looks_them_up_by_key_on_sqlite(sqlite_url: str
         store.close()
 
 
+def _stale_statistics(store: Store) -> None:
+    """Statistics of ``runs`` that say no run is queued or running: a history of ended runs,
+    analyzed (the runs queued next are not in them)."""
+    store.create_runs([NewRun("old", "manual:t")] * 3000)
+    with store.write() as conn:
+        conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED'")
+        conn.exec_driver_sql("ANALYZE runs")
+
+
+def _rows_read(conn: sa.Connection) -> int:
+    """The rows of ``runs`` that ``conn``'s transaction has read so far (PostgreSQL)."""
+    return int(conn.exec_driver_sql(
+        "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
+        " WHERE relname = 'runs'").scalar_one())
+
+
 def test_a_decision_reads_what_it_needs_whatever_the_statistics_on_postgresql(
         pg_url: str) -> None:
     """Statistics that say few runs are queued (analyzed over a history of ended runs, then
@@ -238,29 +254,21 @@ def test_a_decision_reads_what_it_needs_whatever_the_statistics_on_postgresql(
     scanning the queue. Counted in the rows the transaction fetched from ``runs``."""
     store = Store.open(pg_url)
     try:
-        store.create_runs([NewRun("old", "manual:t")] * 3000)
-        with store.write() as conn:
-            conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED'")
-            conn.exec_driver_sql("ANALYZE runs")
+        _stale_statistics(store)
         now = datetime.now(UTC)
         ids = store.create_runs([NewRun("burst", "manual:t")] * 6000)
         store.create_runs([NewRun("burst", "manual:t", not_before=now + timedelta(hours=k))
                            for k in range(1, 4)])
 
-        def fetched(conn: sa.Connection) -> int:
-            return int(conn.exec_driver_sql(
-                "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
-                " WHERE relname = 'runs'").scalar_one())
-
         with store.write() as conn:
-            before = fetched(conn)
+            before = _rows_read(conn)
             candidates = store.queued_candidates(now, 50, conn=conn)
-            read = fetched(conn) - before
+            read = _rows_read(conn) - before
             chosen = sorted(ids)[10:26]
-            before = fetched(conn)
+            before = _rows_read(conn)
             taken = store.claim_runs("node:1:1", now + timedelta(minutes=1), limit=16,
                                      run_ids=chosen, conn=conn)
-            claimed = fetched(conn) - before
+            claimed = _rows_read(conn) - before
             after = conn.exec_driver_sql("SELECT current_setting('enable_sort')").scalar()
         assert len(candidates) == 53  # 50 ready and the 3 held, in admission order
         assert candidates == sorted(candidates, key=lambda c: c.order_key)
@@ -278,10 +286,7 @@ def test_a_batch_of_run_ends_looks_its_runs_up_by_key_on_postgresql(pg_url: str)
     through the state index (16 ends among 6,000 running runs read all 6,000)."""
     store = Store.open(pg_url)
     try:
-        store.create_runs([NewRun("old", "manual:t")] * 3000)
-        with store.write() as conn:
-            conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED'")
-            conn.exec_driver_sql("ANALYZE runs")
+        _stale_statistics(store)
         now = datetime.now(UTC)
         ids = store.create_runs([NewRun("burst", "manual:t")] * 6000)
         store.claim_runs("node:1:1", now + timedelta(hours=1), limit=6000, run_ids=ids)
@@ -290,14 +295,10 @@ def test_a_batch_of_run_ends_looks_its_runs_up_by_key_on_postgresql(pg_url: str)
         rows = [run_states.end_run_row(run_id, 1, RunState.SUCCEEDED, None, None, None, None,
                                        None, None) for run_id in ending]
         with store.write() as conn:
-            before = int(conn.exec_driver_sql(
-                "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
-                " WHERE relname = 'runs'").scalar_one())
+            before = _rows_read(conn)
             cursor = conn.connection.cursor()
             hotsql.update_rows(cursor, d, run_states.END_RUN, rows, now, "run end")
-            read = int(conn.exec_driver_sql(
-                "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
-                " WHERE relname = 'runs'").scalar_one()) - before
+            read = _rows_read(conn) - before
         assert read < 100, read
         with store.read() as conn:
             states = conn.exec_driver_sql(

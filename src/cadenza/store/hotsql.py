@@ -29,15 +29,15 @@ ORDERED = ("SELECT set_config('cadenza.sorts_were', current_setting('enable_sort
 """PostgreSQL, before a claim from the queue (not among given run ids) and before
 admission's read of the queued runs that may start: for that statement, prefer the ordered
 scan of ``ix_runs_claim_order`` (it reads the first queued rows and stops) to reading every
-queued run and sorting them. Chosen by cost, the planner
-takes the sort whenever the statistics of ``runs`` say that few runs are QUEUED: a table
-never analyzed (autovacuum off) or analyzed before a burst was queued (a history of ended
-runs, then 14,000 queued: 25 ms per claim instead of 0.3; W4 at 20,000 leases spent most
-of its time there). ``enable_sort = off`` forbids no sort; it makes the planner take an
-ordered path where there is one. The earlier value is kept in ``cadenza.sorts_were`` and
-set back after the statement (:data:`SORTS_AGAIN_COLUMN`, :data:`SORTS_AGAIN`);
-``set_config(..., true)`` lasts until the transaction's end at most. Sent with the statement
-in one round trip (psycopg's pipeline): it answers nothing the statement waits for."""
+queued run and sorting them. Chosen by cost, the planner takes the sort whenever the
+statistics of ``runs`` say that few runs are QUEUED: a table never analyzed (autovacuum
+off) or analyzed before a burst was queued (a history of ended runs, then 14,000 queued:
+25 ms per claim instead of 0.3; W4 at 20,000 leases spent most of its time there).
+``enable_sort = off`` forbids no sort; it makes the planner take an ordered path where there
+is one. The earlier value is kept in ``cadenza.sorts_were`` and set back after the
+statement (:data:`SORTS_AGAIN_COLUMN`, :data:`SORTS_AGAIN`); ``set_config(..., true)``
+lasts until the transaction's end at most. Sent with the statement in one round trip
+(psycopg's pipeline): it answers nothing the statement waits for."""
 SORTS_AGAIN = "SELECT set_config('enable_sort', current_setting('cadenza.sorts_were'), true)"
 SORTS_AGAIN_COLUMN = (", set_config('enable_sort', current_setting('cadenza.sorts_were'),"
                       " true) AS sorts_again")
@@ -209,12 +209,11 @@ def update_rows_together(cursor: Any, d: Dialect,
     try:
         with raw.pipeline() if len(parts) > 1 and later.PIPELINE else nullcontext():
             for update, rows, what in parts:
-                cursors = []
-                for count, params in _chunks(update, rows, stamp):
-                    numbered = later.numbered_cursor(raw)
-                    cursors.append(numbered)
-                    numbered.execute(d.batch_update(update, count), params)
+                cursors: list[Any] = []
                 sent.append((cursors, len(rows), what))
+                for count, params in _chunks(update, rows, stamp):
+                    cursors.append(later.numbered_cursor(raw))
+                    cursors[-1].execute(d.batch_update(update, count), params)
         for cursors, count, what in sent:
             _check(sum(each.rowcount for each in cursors), count, what)
     finally:

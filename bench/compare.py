@@ -2,7 +2,11 @@
 
 W1: N one-step no-op jobs enqueued, then drained by 4 workers, history kept by every
 system, measured back to back and interleaved (each round runs every system once, in a
-rotated order), so that the machine's mood of the moment weighs on all of them alike:
+rotated order), so that the machine's mood of the moment weighs on all of them alike.
+Every system's figure is measured the same way: jobs / (last job end − first job start),
+from what the system recorded (the peers' harness records each task's start and end in a
+file; Cadenza's figure comes from its own step starts and run ends, ``bench/runs.py``'s
+``recorded_runs_per_s``), and every harness polls for the end at most every 0.25 s.
 
 ============================  ==============================================================
 ``cadenza-sqlite``            ``bench/runs.py --driver node --store sqlite``: a real node
@@ -99,7 +103,7 @@ def cadenza(store: str, n: int, port: int | None) -> float:
            "-n", str(n), "-w", str(WORKERS), "--reps", "1"]
     if store == "postgresql":
         cmd += ["--pg-url", f"postgresql+psycopg://postgres@127.0.0.1:{port}/postgres"]
-    return float(json.loads(_run(cmd))["drain_runs_per_s"]["median"])
+    return float(json.loads(_run(cmd))["recorded_runs_per_s"]["median"])
 
 
 def peer(python: Path, script: str, n: int, port: int | None) -> float:

@@ -16,6 +16,7 @@ from cadenza.clock import Clock, FakeClock, SystemClock
 from cadenza.domain.states import RunState
 from cadenza.home import Home
 from cadenza.node import Node
+from cadenza.node.dispatcher import PREFETCH_SHORT, quick_window
 from cadenza.store import Store
 
 LOOPS = 4
@@ -127,6 +128,14 @@ def two_jobs_home(tmp_path: Path) -> Home:
     return home
 
 
+def test_a_quick_decision_reads_its_free_slots_and_a_few_more() -> None:
+    """The free slots' worth and 16 more, not 4 per free slot: a decision that claims 16
+    runs judged 64 (a full decision's 200 at most)."""
+    assert quick_window(16, 200) == 32
+    assert quick_window(1, 200) == 17
+    assert quick_window(300, 200) == 200
+
+
 def test_a_quick_decision_reads_a_few_runs_per_free_worker(tmp_path: Path) -> None:
     """With a backlog, a decision reads a page sized by the free workers, not the whole
     window of 200 (reading and judging 200 runs to start one was most of a run's cost)."""
@@ -152,7 +161,7 @@ def test_a_quick_decision_reads_a_few_runs_per_free_worker(tmp_path: Path) -> No
         node.stop(timeout=30)
         store.close()
     quick = [n for n in reads if n < 200]
-    assert quick and max(quick) <= 16
+    assert quick and max(quick) <= 2 * (1 + PREFETCH_SHORT) + 16  # the slots of 2 workers
     assert len(quick) > len(reads) / 2  # full reads only once a second
 
 

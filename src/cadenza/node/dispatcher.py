@@ -93,12 +93,13 @@ STAGE_CANDIDATES = 5000
 """At most this many runs due at one time are staged (more: the ordinary path)."""
 CANDIDATES_PER_DECISION = 200
 """Queued runs a full decision reads (and gives a wait reason), at least the free slots."""
-QUICK_CANDIDATES_PER_SLOT = 4
-"""A quick decision reads this many queued runs per free slot (at least
-:data:`QUICK_CANDIDATES_MIN`): with a backlog, reading and judging 200 runs to start one was
-most of a run's cost (docs/benchmarks.md). When they do not fill the free slots, the same
-decision reads the full window."""
-QUICK_CANDIDATES_MIN = 16
+QUICK_CANDIDATES_EXTRA = 16
+"""A quick decision reads the free slots' worth of queued runs and this many more: enough
+for runs held by their own rules (a capped job's backlog) not to leave a slot empty, and
+when they do, the same decision reads the full window. With a backlog, reading and judging
+200 runs to start one was most of a run's cost; reading 4 per free slot, a quick decision
+judged 4 runs for each one it claimed (docs/benchmarks.md). The others' wait reasons are
+the full decisions' business, once a second."""
 FULL_DECISION_SECONDS = 1.0
 """A full decision at least this often: the wait reasons of runs deep in a backlog stay
 fresh, and fires recorded ahead behind it are staged in time."""
@@ -127,6 +128,12 @@ PACE_WEIGHT = 0.05
 _REAL = SystemClock()
 """Runs' durations are measured in real time whatever the node's clock: how long a run
 claimed ahead waits in the local queue is real."""
+
+
+def quick_window(free: int, window: int) -> int:
+    """How many queued runs a quick decision with ``free`` free slots reads (at most
+    ``window``, a full decision's): :data:`QUICK_CANDIDATES_EXTRA` beyond the free slots."""
+    return min(window, free + QUICK_CANDIDATES_EXTRA)
 
 
 class Dispatcher:
@@ -257,8 +264,7 @@ class Dispatcher:
         # At a crowded due time every free worker gets a run from this one decision.
         window = max(CANDIDATES_PER_DECISION, free)
         full = self.clock.monotonic() >= self._full_at
-        quick = window if full else min(window, max(QUICK_CANDIDATES_MIN,
-                                                    free * QUICK_CANDIDATES_PER_SLOT))
+        quick = window if full else quick_window(free, window)
 
         def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
             nonlocal full

@@ -197,6 +197,37 @@ class Cluster:
         """The store, straight to the database (not through a node's proxy)."""
         return Store.open(self.pg.url(), migrate=False)
 
+    def sessions(self) -> str:
+        """The database's sessions and who blocks whom, one line each: what a failed
+        wait of a test prints (a partitioned node's session holding a lock is otherwise
+        invisible once the test has torn the cluster down)."""
+        engine = sa.create_engine(self.pg.url(), poolclass=sa.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(sa.text(
+                    "SELECT pid, client_addr, client_port, state, wait_event_type,"
+                    " wait_event, pg_blocking_pids(pid) AS blocked_by,"
+                    " round(extract(epoch FROM clock_timestamp() - xact_start)::numeric, 1)"
+                    " AS xact_s, left(query, 120) AS query FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    " ORDER BY xact_start NULLS LAST")).all()
+                locks = conn.execute(sa.text(
+                    "SELECT pid, locktype, mode, granted, relation::regclass::text AS rel,"
+                    " objid FROM pg_locks WHERE locktype IN ('advisory', 'transactionid')"
+                    " OR NOT granted")).all()
+        except Exception as exc:  # the database itself may be the fault under test
+            return f"(sessions not readable: {exc})"
+        finally:
+            engine.dispose()
+        proxies = {port: i for i, p in enumerate(self.proxies) for port in p.upstream_ports()}
+        lines = [f"session {r.pid} node {proxies.get(r.client_port, '?')} from"
+                 f" {r.client_addr}:{r.client_port} {r.state} wait={r.wait_event_type}/"
+                 f"{r.wait_event} blocked_by={r.blocked_by} xact={r.xact_s}s {r.query!r}"
+                 for r in rows]
+        lines += [f"lock {r.pid} {r.locktype} {r.mode} granted={r.granted} {r.rel or ''}"
+                  f" {r.objid or ''}" for r in locks]
+        return "\n".join(lines)
+
     def leader(self) -> int | None:
         """The index of the node whose lease runs, or None."""
         with self.store() as store, store.read() as conn:

@@ -74,7 +74,11 @@ def test_a_leader_partitioned_by_dropped_packets_is_replaced_and_steps_aside(
         eventually(lambda: cluster.leader() not in (None, 0), 2 * LEASE + 5,
                    "another node leading")
         assert time.monotonic() - cut <= LEASE * 1.25 + 3
-        eventually(lambda: _tick_done(cluster, boundary), 60, "the boundary's fire run")
+        try:
+            eventually(lambda: _tick_done(cluster, boundary), 60, "the boundary's fire run")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the database's sessions:\n{cluster.sessions()}") \
+                from None
         with cluster.store() as store:
             eventually(lambda: all((r := store.get_run(i)) is not None
                                    and r.state is RunState.SUCCEEDED for i in run_ids),

@@ -73,6 +73,17 @@ class TcpProxy:
         self._listener.close()
         self._thread.join(5)
 
+    def upstream_ports(self) -> set[int]:
+        """The local ports of the open connections to the target (how the target sees
+        this proxy's clients)."""
+        with self._lock:
+            pairs = list(self._pairs)
+        ports = set()
+        for _, upstream in pairs:
+            with contextlib.suppress(OSError):
+                ports.add(int(upstream.getsockname()[1]))
+        return ports
+
     # -- forwarding ---------------------------------------------------------------------
 
     def _accept(self) -> None:

@@ -152,7 +152,7 @@ def test_the_run_end_hook_sees_the_ends_in_their_transaction(store: Store,
 
     store.use_hooks(StoreHooks(run_end=(hook,)))
     store.record_boundaries([Boundary(a, 1, run_end=RunEnd(RunState.SUCCEEDED, rows=3))])
-    assert seen == [[EndedRun(a, "a", RunState.SUCCEEDED, 1)]]
+    assert seen == [[EndedRun(a, "a", RunState.SUCCEEDED, 1, child=False)]]
     with pytest.raises(RuntimeError):
         store.record_boundaries([Boundary(b, 1, run_end=RunEnd(RunState.FAILED))])
     run = store.get_run(b)

@@ -4,15 +4,16 @@ quick read leaves its pooled connection as it found it (PostgreSQL: autocommit o
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 
+from cadenza.assembly import assemble
 from cadenza.clock import FakeClock
-from cadenza.domain.states import StepState
+from cadenza.domain.states import RunState, StepState
 from cadenza.store import Store
-from cadenza.store.boundary import NewRun
+from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
 from cadenza.store.children import ChildRuns
 from cadenza.store.tables import runs
 
@@ -77,3 +78,40 @@ def test_a_quick_read_gives_its_connection_back_transactional(store: Store) -> N
             raise RuntimeError("undo")
         got = store.get_run(run_id)
         assert got is not None and got.trigger == "manual"
+
+
+def test_a_batch_of_run_ends_asks_for_the_parents_of_its_child_runs_only(
+        store: Store, clock: FakeClock) -> None:
+    """The fencing read says which runs are children: the run end hook that wakes waiting
+    parents reads nothing for runs that have no parent (every ordinary run end paid that
+    read, a round trip per batch on PostgreSQL)."""
+    assemble(store)
+    family = ChildRuns(store)
+    parent_id, parent_epoch = _running(store, clock, "parent")
+    store._create_step_run(parent_id, "call", "call_job")
+    made = family.create(parent_id, parent_epoch, "call", NewRun("child", "call_job:parent"))
+    assert made is not None
+    child_id = made[0].id
+    (child,) = store.claim_runs("node:1", clock.now() + timedelta(minutes=5),
+                                run_ids=[child_id])
+    plain_id, plain_epoch = _running(store, clock, "plain")
+    started = store.record_boundaries([
+        Boundary(run_id, epoch, starts=[StepStart("s", "python", 1)])
+        for run_id, epoch in ((child_id, child.lease_epoch), (plain_id, plain_epoch))])
+    asked: list[list[str]] = []
+    wake = store.children.wake_parents
+
+    def spy(conn: sa.Connection, ended_ids: list[str], now: datetime) -> int:
+        asked.append(sorted(ended_ids))
+        return wake(conn, ended_ids, now)
+
+    store.children.wake_parents = spy  # type: ignore[method-assign]
+    ends = store.record_boundaries([
+        Boundary(run_id, epoch,
+                 step_end=StepEnd(result.step_run_ids[0], "s", "python", 1,
+                                  StepState.SUCCEEDED),
+                 run_end=RunEnd(RunState.SUCCEEDED))
+        for (run_id, epoch), result in zip(((child_id, child.lease_epoch),
+                                            (plain_id, plain_epoch)), started, strict=True)])
+    assert all(end.applied for end in ends)
+    assert asked == [[child_id]]

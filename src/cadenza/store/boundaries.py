@@ -122,7 +122,10 @@ RUN_PARAMS = batch_update(
     " WHERE runs.id = v.column1 AND runs.state || '' = 'RUNNING' AND runs.lease_epoch = v.column2",
     ("text", "bigint", "text"))
 """The run's resolved parameters (its first boundary)."""
-_FENCE = "SELECT id, state, lease_epoch, job_id, started_at FROM runs WHERE id IN ({marks})"
+_FENCE = ("SELECT id, state, lease_epoch, job_id, started_at, parent_run_id IS NOT NULL"
+          " FROM runs WHERE id IN ({marks})")
+"""The fencing read: whether each run is RUNNING at its boundary's epoch, and what its
+events and run end hooks need (its job, its start, whether it is a child run)."""
 
 
 _CHECKPOINT_COLUMNS = ("run_id", "next_step", "outputs_json", "step_state_json", "updated_at")
@@ -178,10 +181,11 @@ class BoundaryWriter(StoreCore):
         return True
 
     def _claimed_here(self, conn: sa.Connection, rows: Sequence[tuple[Any, ...]]) -> None:
-        """Fence rows (:data:`_FENCE`'s columns) of runs this transaction has just claimed,
-        while it collects: its first boundaries need not read them again. They are the
-        rows as written: on PostgreSQL the claim's UPDATE holds their locks, on SQLite the
-        transaction holds the write lock; each is used once (:meth:`_fences_of`)."""
+        """Fence rows (:data:`_FENCE`'s columns; None for whether the run is a child, not
+        read by a claim) of runs this transaction has just claimed, while it collects: its
+        first boundaries need not read them again. They are the rows as written: on
+        PostgreSQL the claim's UPDATE holds their locks, on SQLite the transaction holds the
+        write lock; each is used once (:meth:`_fences_of`)."""
         collecting = self.__dict__.get("_collecting")
         found = None if collecting is None else collecting.get(id(conn))
         if found is not None and found[0] is conn.get_transaction():
@@ -357,7 +361,8 @@ class BoundaryWriter(StoreCore):
         else:
             update_rows(cursor, d, END_RUN, run_ends, stamp, "run end")
         if hooks.run_end and ending:
-            self._run_ended(c, [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch)
+            self._run_ended(c, [EndedRun(b.run_id, seen[b.run_id][3], b.run_end.state, b.epoch,
+                                         _child(seen[b.run_id][5]))
                                 for b in ending if b.run_end is not None], now)
         self._checkpoint(cursor, d, [b for b in live if b.checkpoint is not None], stamp)
         logs = [(b.run_id, d.ts(line.ts), line.level, line.step,
@@ -535,6 +540,12 @@ def _wait(b: Boundary, why: str, now: datetime) -> Boundary:
     return replace(b, starts=[s for s in b.starts if s.state is not StepState.RUNNING],
                    run_end=RunEnd(RunState.QUEUED, b.rows, None, why, wait_reason=why),
                    logs=[*b.logs, line])
+
+
+def _child(value: Any) -> bool | None:
+    """A fence row's ``parent_run_id IS NOT NULL`` (0 / 1 on SQLite), or None when the
+    row did not read it (a run claimed in the same transaction)."""
+    return None if value is None else bool(value)
 
 
 def _took(rows: int | None, seconds: float | None) -> str:

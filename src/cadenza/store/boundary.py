@@ -168,9 +168,12 @@ class StepChange:
 @dataclass(frozen=True, slots=True)
 class EndedRun:
     """A run whose execution a boundary ended: its new state (terminal, QUEUED or
-    NEEDS_REVIEW) and the lease epoch it held."""
+    NEEDS_REVIEW) and the lease epoch it held. ``child``: whether it is a child run
+    (``parent_run_id`` set), when the writer knows it (``None``: unknown); a hook that acts
+    on children only reads nothing for a batch of runs known to have no parent."""
 
     run_id: str
     job_id: str
     state: RunState
     epoch: int
+    child: bool | None = None

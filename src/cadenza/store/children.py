@@ -316,7 +316,9 @@ class ChildRunHook:
         self.children = store.children
 
     def __call__(self, conn: sa.Connection, ended: Sequence[EndedRun], now: datetime) -> None:
-        finished = [e.run_id for e in ended if e.state in ENDED_STATES]
+        # A run known to have no parent has no parent to wake (the boundaries' fencing read
+        # says which runs are children): a batch of ordinary run ends reads nothing here.
+        finished = [e.run_id for e in ended if e.state in ENDED_STATES and e.child is not False]
         queued = [e.run_id for e in ended if e.state is RunState.QUEUED]
         canceled = [e.run_id for e in ended if e.state is RunState.CANCELED]
         self.children.wake_parents(conn, finished, now)

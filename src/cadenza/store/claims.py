@@ -282,7 +282,8 @@ class RunClaims(BoundaryWriter, LeaseClock):
                 stamp = d.ts(now)
                 if starting:  # the first boundaries, next in this transaction, need no fence
                     self._claimed_here(c, [(run.id, _RUNNING, run.lease_epoch, run.job_id,
-                                            d.ts(run.started_at)) for run in claimed])
+                                            d.ts(run.started_at), None)  # child: not read
+                                           for run in claimed])
                 if starting:  # said by each run's first step start (see _claims_here)
                     self._claims_here(c, {run.id: run_states.claim_event(
                         run.job_id, run.lease_epoch, owner, until) for run in claimed}, stamp)

@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -128,6 +129,31 @@ PACE_WEIGHT = 0.05
 _REAL = SystemClock()
 """Runs' durations are measured in real time whatever the node's clock: how long a run
 claimed ahead waits in the local queue is real."""
+TAKE_WAIT = 0.002
+"""Seconds a decision waits at most, before it counts its free slots, for idle workers to
+take the runs the previous decision left in the local queue (:func:`let_workers_take`)."""
+TAKE_POLL = 0.0002
+"""Seconds between two looks at the local queue during that wait."""
+
+
+def let_workers_take(local: queue.SimpleQueue[Any], waiting: Callable[[], int],
+                     seconds: float, clock: SystemClock = _REAL) -> None:
+    """Return once the local queue is empty or no worker waits for it (at most ``seconds``).
+
+    A decision hands its runs to the local queue, and a run ending while a decision is
+    being written wakes the dispatcher for the next one, which then starts at once. Its
+    free slots are counted before the idle workers have even taken the runs just handed
+    out: it claims the few that ended in between, and the decisions settle at half the
+    runs each (a run's cost a third higher on PostgreSQL, where a decision is a dozen round
+    trips, docs/benchmarks.md). Waiting for the workers to take them (microseconds for
+    short runs) lets the decision count the slots they free. A worker busy with a run takes
+    nothing: then there is nothing to wait for. Real time, whatever the node's clock: the
+    workers' threads are."""
+    if local.empty() or not waiting():
+        return
+    deadline = clock.monotonic() + seconds
+    while not local.empty() and waiting() and clock.monotonic() < deadline:
+        clock.sleep(TAKE_POLL)
 
 
 def quick_window(free: int, window: int) -> int:
@@ -247,6 +273,7 @@ class Dispatcher:
             self._stage = None
             self._claim_stage(stage, now)
         current = self._current
+        let_workers_take(self._queue, lambda: self._waiting, TAKE_WAIT)
         with self._lock:
             # Never more than the cluster's cap allows beside what this node holds: a slot
             # beyond it (a run claimed ahead) is this node's business, and asking for it

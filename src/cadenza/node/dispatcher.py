@@ -268,12 +268,14 @@ class Dispatcher:
         Returns when a waiting run's time rule clears (None: it depends on runs ending).
         Runs staged for a due time that has come are claimed first (:meth:`_claim_stage`);
         fires recorded ahead are staged after the decision (:meth:`_stage_ahead`)."""
+        # The runs the previous decision handed out first (not those this one's stage
+        # claim hands out: they are this decision's).
+        let_workers_take(self._queue, lambda: self._waiting, TAKE_WAIT)
         stage = self._stage
         if stage is not None and now >= stage.due:
             self._stage = None
             self._claim_stage(stage, now)
         current = self._current
-        let_workers_take(self._queue, lambda: self._waiting, TAKE_WAIT)
         with self._lock:
             # Never more than the cluster's cap allows beside what this node holds: a slot
             # beyond it (a run claimed ahead) is this node's business, and asking for it

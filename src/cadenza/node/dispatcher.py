@@ -54,7 +54,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cadenza.clock import SystemClock
+from cadenza.clock import Clock, SystemClock
 from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import WaitRule, admit
 from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
@@ -137,15 +137,15 @@ TAKE_POLL = 0.0002
 
 
 def let_workers_take(local: queue.SimpleQueue[Any], waiting: Callable[[], int],
-                     seconds: float, clock: SystemClock = _REAL) -> None:
+                     seconds: float, clock: Clock = _REAL) -> None:
     """Return once the local queue is empty or no worker waits for it (at most ``seconds``).
 
     A decision hands its runs to the local queue, and a run ending while a decision is
     being written wakes the dispatcher for the next one, which then starts at once. Its
     free slots are counted before the idle workers have even taken the runs just handed
     out: it claims the few that ended in between, and the decisions settle at half the
-    runs each (a run's cost a third higher on PostgreSQL, where a decision is a dozen round
-    trips, docs/benchmarks.md). Waiting for the workers to take them (microseconds for
+    runs each (a run's cost a third higher on PostgreSQL, where a decision is about ten
+    round trips, docs/benchmarks.md). Waiting for the workers to take them (microseconds for
     short runs) lets the decision count the slots they free. A worker busy with a run takes
     nothing: then there is nothing to wait for. Real time, whatever the node's clock: the
     workers' threads are."""

@@ -335,6 +335,11 @@ class ExecutionContext:
         """An earlier step's record: ``{"state", "rows", "output"}``, or None."""
         return self._outputs.get(step)
 
+    def restart(self, deadline: float) -> None:
+        """The step starts now (it may have been prepared seconds before its run's due
+        time): its time is up at ``deadline`` (the clock's monotonic time)."""
+        self._deadline = deadline
+
     def cancel(self) -> None:
         """Make :meth:`cancelled` true (the executor gave up on the step)."""
         self._canceled = True

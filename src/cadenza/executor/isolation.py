@@ -110,15 +110,21 @@ class ThreadStep:
         self.promoted = False
         """Run by its worker (:meth:`run_here`) and taken over by another thread."""
 
+    def _arm(self) -> None:
+        """The step starts now: its timeout, and its context's (``ctx.remaining()``,
+        ``ctx.cancelled()``), count from here, not from when it was prepared."""
+        self.deadline = self.ctx.clock.monotonic() + self.timeout
+        self.ctx.restart(self.deadline)
+
     def start_here(self) -> Callable[[], None]:
         """Start the step in the calling thread (a step thread already): its timeout counts
         from now; returns the call that runs it, to be made at once."""
-        self.deadline = self.ctx.clock.monotonic() + self.timeout
+        self._arm()
         return self._body
 
     def start(self) -> ThreadStep:
         """Hand the step to a step thread now; returns itself."""
-        self.deadline = self.ctx.clock.monotonic() + self.timeout
+        self._arm()
         STEP_THREADS.submit(self._body)
         return self
 
@@ -129,7 +135,7 @@ class ThreadStep:
         thread that takes the run over and waits for the step (:meth:`wait`); this thread
         then raises :class:`TakenOver` once the step returns (its outcome is the other
         thread's). Returns when the step is done and the run is still this thread's."""
-        self.deadline = self.ctx.clock.monotonic() + self.timeout
+        self._arm()
         watch.add(self, min(PROMOTE_AFTER, max(0.0, self.timeout)), on_promote)
         self._body()
         watch.discard(self)
@@ -163,10 +169,17 @@ class ThreadStep:
             result = self.call()
         except BaseException as exc:  # everything the step raises is recorded, not lost
             error = exc
+        late = self.ctx.clock.monotonic() >= self.deadline
         with self.lock:
             abandoned = self.state == "abandoned"
             if not abandoned:
                 self.state = "finishing"
+        if late and not abandoned:
+            # It returned at or after its deadline, before its waiter looked (a step that
+            # polls ctx.cancelled() stops right at it): timed out all the same, whichever
+            # thread noticed first, and its ctx.connection work is rolled back.
+            self.ctx.cancel()
+            error, result = self._timed_out("it returned after its deadline"), None
         try:
             self.ctx.finish(success=error is None and not abandoned)
         except BaseException as exc:
@@ -190,6 +203,11 @@ class ThreadStep:
                 if self.finished:
                     self._done.set()
             return self._done
+
+    def _timed_out(self, how: str) -> StepTimeout:
+        return StepTimeout(f"step {self.ctx.step.name!r} timed out after "
+                           f"{_seconds(self.timeout)}; {how}, and its ctx.connection work "
+                           "is rolled back")
 
     def _abandon(self) -> bool:
         with self.lock:
@@ -221,13 +239,10 @@ class ThreadStep:
                     on_tick()
                     continue
                 if self._abandon():
-                    raise StepTimeout(
-                        f"step {self.ctx.step.name!r} timed out after "
-                        f"{_seconds(self.timeout)}; it runs in a thread (isolation = "
-                        "\"thread\"), which cannot be stopped: it was told to stop (a SQL "
-                        "statement is canceled on the server, an HTTP request aborted), "
-                        "abandoned, and its ctx.connection work is rolled back"
-                    )
+                    raise self._timed_out(
+                        "it runs in a thread (isolation = \"thread\"), which cannot be "
+                        "stopped: it was told to stop (a SQL statement is canceled on the "
+                        "server, an HTTP request aborted), abandoned")
                 done.wait()  # it was committing when the deadline came: let it finish
                 break
         except BaseException:

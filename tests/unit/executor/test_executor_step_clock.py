@@ -114,6 +114,41 @@ def test_a_thread_step_that_ends_in_time_is_not_timed_out(step: Step) -> None:
     assert result.rows == 3 and ctx.remaining() == 1
 
 
+def test_a_thread_step_that_returns_at_its_deadline_is_timed_out(step: Step) -> None:
+    """A step that polls ``ctx.cancelled()`` returns right at its deadline, often before the
+    thread waiting for it looks: it timed out all the same (before, the outcome depended on
+    which of the two threads noticed first, and such a run could end SUCCEEDED)."""
+    ctx, clock = step.ctx, step.clock
+
+    def body() -> StepResult:
+        clock.advance(60)  # its whole time went by
+        assert ctx.cancelled()
+        return StepResult(rows=3)
+
+    running = ThreadStep(body, ctx, step.log, 60)
+    running.start_here()()  # run by its worker itself: nobody else looks at the clock
+    with pytest.raises(StepTimeout, match="timed out after 1min; it returned after its "
+                                          "deadline"):
+        running.wait(lambda: None)
+
+
+def test_a_thread_steps_time_counts_from_its_start_not_its_preparation(step: Step) -> None:
+    """A node prepares the first step of a run before its due time: the step's timeout,
+    ``ctx.remaining()`` and ``ctx.cancelled()`` count from when it starts."""
+    ctx, clock = step.ctx, step.clock
+    clock.advance(75)  # prepared 75 s ahead of its start, longer than its timeout
+    seen: list[tuple[float, bool]] = []
+
+    def body() -> StepResult:
+        seen.append((ctx.remaining(), ctx.cancelled()))
+        return StepResult(rows=1)
+
+    running = ThreadStep(body, ctx, step.log, 60)
+    running.start_here()()
+    assert running.wait(lambda: None).rows == 1
+    assert seen == [(60, False)]
+
+
 def test_an_abandoned_steps_connections_are_closed_not_pooled(tmp_path: Path) -> None:
     """A step abandoned at its deadline returns after its worker ended the run and disposed
     of the engines: ``finish`` closes its ``ctx.connection`` connections rather than hand

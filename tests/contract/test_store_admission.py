@@ -222,6 +222,36 @@ def test_admission_lock_is_held_until_the_transaction_ends(store: Store) -> None
         store.lock_admission(conn)
 
 
+@pytest.mark.reliability_case(51)
+def test_a_decision_opens_with_the_lock_the_queue_and_the_running_runs(
+    store: Store, clock: FakeClock
+) -> None:
+    """``open_decision``: the admission lock, the queued candidates and (PostgreSQL) the
+    running runs per job, read in one round trip, as the three calls would read them."""
+    ids = [queue(store, job) for job in ("a", "b", "b", "c")]
+    start(store, ids[0])
+    start(store, ids[1])
+    now = clock.now()
+    with store.write() as conn:
+        read, running = store.open_decision(conn, now, 200)
+        assert read == store.queued_candidates(now, conn=conn)
+        assert [c.run_id for c in read] == ids[2:]
+        if store.dialect == "postgresql":
+            assert running == {"a": 1, "b": 1}
+            with store.engine.connect() as other:
+                taken = other.execute(
+                    sa.select(sa.func.pg_try_advisory_xact_lock(ADMISSION_LOCK_KEY))
+                ).scalar()
+                other.rollback()
+            assert taken is False  # the lock is held until the decision's commit
+        else:
+            assert running is None  # read with the load, when a decision needs it
+        load = store.admission_load(now, conn=conn, running=running)
+        assert dict(load.running_by_job) == {"a": 1, "b": 1} and load.running_total == 2
+    with store.write() as conn:  # released: taken again at once
+        store.lock_admission(conn)
+
+
 def test_a_decision_left_idle_is_ended_and_frees_the_admission_lock(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -254,9 +284,9 @@ def decide(store: Store, limits: Limits, clock: FakeClock, free_slots: int) -> D
     """One decision of a worker pool: read, decide and claim in one locked transaction."""
     now = clock.now()
     with store.write() as conn:
-        store.lock_admission(conn)
-        candidates = store.queued_candidates(now, conn=conn)
-        load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn)
+        candidates, running = store.open_decision(conn, now, 200)
+        load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn,
+                                    running=running)
         decision = admit(candidates, limits, load, now, free_slots)
         for run in decision.admitted:
             assert start_run(store, run.run_id, conn=conn)

@@ -152,6 +152,13 @@ def test_a_quick_decision_reads_a_few_runs_per_free_worker(tmp_path: Path) -> No
         return original(now, limit, **kw)  # type: ignore[arg-type]
 
     store.queued_candidates = counting  # type: ignore[method-assign]
+    opening = store.open_decision
+
+    def opening_counted(conn: object, now: datetime, limit: int) -> object:
+        reads.append(limit)  # a decision's first read
+        return opening(conn, now, limit)  # type: ignore[arg-type]
+
+    store.open_decision = opening_counted  # type: ignore[method-assign]
     node = Node(home, config, store, clock=SystemClock(), workers=2, scheduler=False)
     node.start()
     try:

@@ -297,14 +297,15 @@ class Dispatcher:
 
         def decide(conn: sa.Connection) -> tuple[list[Started], datetime | None]:
             nonlocal full
-            self.store.lock_admission(conn)
+            # The admission lock and the first read (PostgreSQL: with the running runs)
+            # in one round trip.
+            read, running = self.store.open_decision(conn, now, quick)
             pools = leaser_of(self.store)
             if pools is not None:
                 pools.watch(conn, now)  # members freed by other processes, at most 1/s
             load = None
             size = quick
             while True:
-                read = self.store.queued_candidates(now, size, conn=conn)
                 # Runs the pools refused are left alone until a member comes back (here,
                 # or elsewhere: the watch) or their cooldown ends: no claim and give-back
                 # per blocked run per decision.
@@ -314,13 +315,15 @@ class Dispatcher:
                     return [], None if pools is None else pools.next_recheck()
                 if load is None:
                     load = self.store.admission_load(
-                        now, budget_jobs=current.limits.budgeted_jobs(), conn=conn)
+                        now, budget_jobs=current.limits.budgeted_jobs(), conn=conn,
+                        running=running)
                 decision = admit(candidates, current.limits, load, now, free)
                 # A quick read that did not fill the free slots, with more runs queued
                 # behind it: judge the full window.
                 if size >= window or len(read) < size or len(decision.admitted) >= free:
                     break
                 size, full = window, True
+                read = self.store.queued_candidates(now, size, conn=conn)
             if not candidates:
                 return [], None if pools is None else pools.next_recheck()
             claimed: list[Started] = []

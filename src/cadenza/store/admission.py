@@ -3,9 +3,11 @@
 One decision of the worker pool, exact across nodes::
 
     with store.write() as conn:
-        store.lock_admission(conn)                  # PostgreSQL: one deciding node at a time
-        candidates = store.queued_candidates(now, limit=200, conn=conn)
-        load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn)
+        # The admission lock (PostgreSQL: one deciding node at a time), the queued runs
+        # and (PostgreSQL) the running ones, in one round trip:
+        candidates, running = store.open_decision(conn, now, limit=200)
+        load = store.admission_load(now, budget_jobs=limits.budgeted_jobs(), conn=conn,
+                                    running=running)
         decision = admit(candidates, limits, load, now, free_slots)
         store.claim_runs(owner, lease_until, limit=len(decision.admitted),   # the claim,
                          run_ids=[c.run_id for c in decision.admitted], conn=conn)  # same tx
@@ -124,40 +126,65 @@ class AdmissionRepository(StoreCore):
         decision's time, but a long tail of retries in backoff never crowds out runs that
         could start), merged in admission order. Changes nothing.
         """
+        with self._reading(conn) as c:
+            return self._read_queue(c, now, limit)[0]
+
+    def open_decision(
+        self, conn: sa.Connection, now: datetime, limit: int
+    ) -> tuple[list[Candidate], dict[str, int] | None]:
+        """The start of a decision in ``conn``'s write transaction: :meth:`lock_admission`,
+        then :meth:`queued_candidates`; on PostgreSQL also the RUNNING runs per job (the
+        load's first part, for :meth:`admission_load`'s ``running``), all three in one
+        round trip (psycopg's pipeline: the lock is taken before the reads run, as if
+        they were sent one by one). SQLite: the running runs are None (read when needed:
+        the read costs CPU there, not a round trip)."""
+        with self._reading(conn) as c:
+            return self._read_queue(c, now, limit, decision=self.dialect == "postgresql")
+
+    def _read_queue(
+        self, c: sa.Connection, now: datetime, limit: int, *, decision: bool = False
+    ) -> tuple[list[Candidate], dict[str, int] | None]:
         now = require_aware(now, "now")
         postgres = self.dialect == "postgresql"
         mark = "%s" if postgres else "?"
         utc = now.astimezone(UTC)
         stamp = utc if postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
         read = Dialect.read_ts
-        with self._reading(conn) as c:
-            # On the DBAPI cursor: a node decides often (every few runs ended, with few
-            # workers), and the Core result processing was most of this read's time.
-            ready, held, side = (c.connection.cursor() for _ in range(3))
-            params = (stamp, limit)
-            try:
-                # PostgreSQL: both reads in index order (ORDERED: left to its statistics,
-                # the planner read and sorted the whole queue, 7 ms for 10,000 queued runs,
-                # where the first 200 in the index take 0.1 ms), in one round trip.
-                with (ready.connection.pipeline() if postgres and later.PIPELINE
-                      else nullcontext()):
-                    if postgres:
-                        side.execute(ORDERED)
-                    ready.execute(_READY_READ.format(m=mark), params)
-                    held.execute(_HELD_READ.format(m=mark), params)
-                    if postgres:
-                        side.execute(SORTS_AGAIN)
-                candidates = [
-                    Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
-                              attempt, bool(requeued))
-                    for cursor in (ready, held)
-                    for run_id, job_id, priority, queued_at, not_before, attempt, requeued
-                    in cursor.fetchall()]
-            finally:
-                for cursor in (ready, held, side):
-                    cursor.close()
+        running: dict[str, int] | None = None
+        # On the DBAPI cursor: a node decides often (every few runs ended, with few
+        # workers), and the Core result processing was most of this read's time.
+        ready, held, side, load = (c.connection.cursor() for _ in range(4))
+        params = (stamp, limit)
+        try:
+            # PostgreSQL: both reads in index order (ORDERED: left to its statistics, the
+            # planner read and sorted the whole queue, 7 ms for 10,000 queued runs, where
+            # the first 200 in the index take 0.1 ms), in one round trip.
+            with (ready.connection.pipeline() if postgres and later.PIPELINE
+                  else nullcontext()):
+                if decision:
+                    side.execute(_LOCK_ADMISSION,
+                                 (ADMISSION_LOCK_KEY, str(ADMISSION_IDLE_MS)))
+                if postgres:
+                    side.execute(ORDERED)
+                ready.execute(_READY_READ.format(m=mark), params)
+                held.execute(_HELD_READ.format(m=mark), params)
+                if postgres:
+                    side.execute(SORTS_AGAIN)
+                if decision:
+                    load.execute(_RUNNING_BY_JOB)
+            candidates = [
+                Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
+                          attempt, bool(requeued))
+                for cursor in (ready, held)
+                for run_id, job_id, priority, queued_at, not_before, attempt, requeued
+                in cursor.fetchall()]
+            if decision:
+                running = {job_id: int(n) for job_id, n in load.fetchall()}
+        finally:
+            for cursor in (ready, held, side, load):
+                cursor.close()
         candidates.sort(key=lambda cand: cand.order_key)
-        return candidates
+        return candidates, running
 
     def admission_load(
         self,
@@ -165,6 +192,7 @@ class AdmissionRepository(StoreCore):
         *,
         budget_jobs: Collection[str] | None = None,
         conn: sa.Connection | None = None,
+        running: Mapping[str, int] | None = None,
     ) -> Load:
         """RUNNING runs on every node (in total and per job) and recent starts per job.
 
@@ -174,19 +202,22 @@ class AdmissionRepository(StoreCore):
         so its later attempts spend no budget again. ``budget_jobs`` limits the starts read to
         those jobs (``Limits.budgeted_jobs()``); an empty collection skips that query; ``None``
         reads every job's. Per-tag figures are the caller's sum over the config's job → tags
-        map (the store does not know tags). Changes nothing.
+        map (the store does not know tags). ``running``: the RUNNING runs per job as
+        :meth:`open_decision` read them in the same transaction (not read again). Changes
+        nothing.
         """
         now = require_aware(now, "now")
         starts: dict[str, list[datetime]] = {}
         with self._reading(conn) as c:
-            # On the DBAPI cursor: a node decides at every chunk of a crowded minute, with
-            # up to one row per job here.
-            cursor = c.connection.cursor()
-            try:
-                cursor.execute(_RUNNING_BY_JOB)
-                running = {job_id: int(n) for job_id, n in cursor.fetchall()}
-            finally:
-                cursor.close()
+            if running is None:
+                # On the DBAPI cursor: a node decides at every chunk of a crowded minute,
+                # with up to one row per job here.
+                cursor = c.connection.cursor()
+                try:
+                    cursor.execute(_RUNNING_BY_JOB)
+                    running = {job_id: int(n) for job_id, n in cursor.fetchall()}
+                finally:
+                    cursor.close()
             if budget_jobs is None or budget_jobs:
                 query = sa.select(runs.c.job_id, runs.c.started_at).where(
                     runs.c.started_at > now - HOUR

@@ -427,8 +427,16 @@ class Admission(Protocol):
         *,
         budget_jobs: Collection[str] | None = ...,
         conn: sa.Connection | None = ...,
+        running: Mapping[str, int] | None = ...,
     ) -> Load:
         """RUNNING runs on every node (in total and per job) and recent starts per job."""
+        ...
+
+    def open_decision(
+        self, conn: sa.Connection, now: datetime, limit: int
+    ) -> tuple[list[Candidate], dict[str, int] | None]:
+        """:meth:`lock_admission`, :meth:`queued_candidates` and (PostgreSQL) the RUNNING
+        runs per job, in one round trip."""
         ...
 
     def lock_admission(self, conn: sa.Connection) -> None:

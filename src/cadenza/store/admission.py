@@ -41,7 +41,7 @@ from cadenza.domain.states import RunState
 from cadenza.store import later
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
-from cadenza.store.hotsql import ORDERED, SORTS_AGAIN, Dialect
+from cadenza.store.hotsql import BITMAPS_AGAIN, INDEX_SCAN, ORDERED, SORTS_AGAIN, Dialect
 from cadenza.store.tables import runs
 
 RUN_WAITING = EventType.RUN_WAITING
@@ -171,7 +171,9 @@ class AdmissionRepository(StoreCore):
                 if postgres:
                     side.execute(SORTS_AGAIN)
                 if decision:
+                    side.execute(INDEX_SCAN)
                     load.execute(_RUNNING_BY_JOB)
+                    side.execute(BITMAPS_AGAIN)
             candidates = [
                 Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
                           attempt, bool(requeued))
@@ -210,14 +212,7 @@ class AdmissionRepository(StoreCore):
         starts: dict[str, list[datetime]] = {}
         with self._reading(conn) as c:
             if running is None:
-                # On the DBAPI cursor: a node decides at every chunk of a crowded minute,
-                # with up to one row per job here.
-                cursor = c.connection.cursor()
-                try:
-                    cursor.execute(_RUNNING_BY_JOB)
-                    running = {job_id: int(n) for job_id, n in cursor.fetchall()}
-                finally:
-                    cursor.close()
+                running = self._running_by_job(c)
             if budget_jobs is None or budget_jobs:
                 query = sa.select(runs.c.job_id, runs.c.started_at).where(
                     runs.c.started_at > now - HOUR
@@ -228,6 +223,24 @@ class AdmissionRepository(StoreCore):
                     for row in c.execute(chunk):
                         starts.setdefault(row.job_id, []).append(row.started_at)
         return Load(sum(running.values()), running, starts)
+
+    def _running_by_job(self, c: sa.Connection) -> dict[str, int]:
+        # On the DBAPI cursor: a node decides at every chunk of a crowded minute, with up
+        # to one row per job here.
+        postgres = self.dialect == "postgresql"
+        cursor, side = c.connection.cursor(), c.connection.cursor()
+        try:
+            with (cursor.connection.pipeline() if postgres and later.PIPELINE
+                  else nullcontext()):
+                if postgres:
+                    side.execute(INDEX_SCAN)
+                cursor.execute(_RUNNING_BY_JOB)
+                if postgres:
+                    side.execute(BITMAPS_AGAIN)
+            return {job_id: int(n) for job_id, n in cursor.fetchall()}
+        finally:
+            cursor.close()
+            side.close()
 
     def set_wait_reasons(
         self,

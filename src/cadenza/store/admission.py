@@ -153,7 +153,8 @@ class AdmissionRepository(StoreCore):
         running: dict[str, int] | None = None
         # On the DBAPI cursor: a node decides often (every few runs ended, with few
         # workers), and the Core result processing was most of this read's time.
-        ready, held, side, load = (c.connection.cursor() for _ in range(4))
+        ready, held, side = (c.connection.cursor() for _ in range(3))
+        load = c.connection.cursor() if decision else None
         params = (stamp, limit)
         try:
             # PostgreSQL: both reads in index order (ORDERED: left to its statistics, the
@@ -170,7 +171,7 @@ class AdmissionRepository(StoreCore):
                 held.execute(_HELD_READ.format(m=mark), params)
                 if postgres:
                     side.execute(SORTS_AGAIN)
-                if decision:
+                if load is not None:
                     side.execute(INDEX_SCAN)
                     load.execute(_RUNNING_BY_JOB)
                     side.execute(BITMAPS_AGAIN)
@@ -180,11 +181,12 @@ class AdmissionRepository(StoreCore):
                 for cursor in (ready, held)
                 for run_id, job_id, priority, queued_at, not_before, attempt, requeued
                 in cursor.fetchall()]
-            if decision:
+            if load is not None:
                 running = {job_id: int(n) for job_id, n in load.fetchall()}
         finally:
             for cursor in (ready, held, side, load):
-                cursor.close()
+                if cursor is not None:
+                    cursor.close()
         candidates.sort(key=lambda cand: cand.order_key)
         return candidates, running
 
@@ -227,20 +229,21 @@ class AdmissionRepository(StoreCore):
     def _running_by_job(self, c: sa.Connection) -> dict[str, int]:
         # On the DBAPI cursor: a node decides at every chunk of a crowded minute, with up
         # to one row per job here.
-        postgres = self.dialect == "postgresql"
-        cursor, side = c.connection.cursor(), c.connection.cursor()
+        cursor = c.connection.cursor()
+        side = c.connection.cursor() if self.dialect == "postgresql" else None
         try:
-            with (cursor.connection.pipeline() if postgres and later.PIPELINE
+            with (cursor.connection.pipeline() if side is not None and later.PIPELINE
                   else nullcontext()):
-                if postgres:
+                if side is not None:
                     side.execute(INDEX_SCAN)
                 cursor.execute(_RUNNING_BY_JOB)
-                if postgres:
+                if side is not None:
                     side.execute(BITMAPS_AGAIN)
             return {job_id: int(n) for job_id, n in cursor.fetchall()}
         finally:
             cursor.close()
-            side.close()
+            if side is not None:
+                side.close()
 
     def set_wait_reasons(
         self,

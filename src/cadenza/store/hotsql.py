@@ -59,6 +59,7 @@ same round trip."""
 BITMAPS_AGAIN = ("SELECT set_config('enable_bitmapscan', current_setting('cadenza.bitmaps_were'),"
                  " true)")
 
+
 @dataclass(frozen=True, slots=True)
 class BatchUpdate:
     """One guarded UPDATE applied to many rows, encoded once per dialect.

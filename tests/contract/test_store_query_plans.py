@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.domain.states import RunState
-from cadenza.store import Store, admission, hotsql, run_states
+from cadenza.store import Store, admission, hotsql, outbox, run_states
 from cadenza.store.boundary import NewRun
 from cadenza.store.hotsql import Dialect
 
@@ -81,7 +81,7 @@ def test_the_candidates_of_a_decision_are_read_in_index_order(sqlite_url: str) -
         assert "ix_runs_claim_order" in ready and "TEMP B-TREE" not in ready, ready
         # Those still held by not_before: found by their not_before range (only they are
         # sorted).
-        assert "not_before>?" in held, held
+        assert "ix_runs_held" in held and "not_before>?" in held, held
         seen = store.queued_candidates(now, 20)
         assert len(seen) == 40
         assert seen == sorted(seen, key=lambda c: c.order_key)
@@ -107,6 +107,47 @@ def test_the_budget_starts_are_read_by_job_and_start_time(sqlite_url: str) -> No
                        words="started_at >")
         assert len(plans) == 1
         assert "ix_runs_job_started" in plans[0], plans[0]
+    finally:
+        store.close()
+
+
+def test_the_running_runs_are_read_from_their_own_index_whatever_the_statistics(
+        sqlite_url: str) -> None:
+    """The count of running runs by job (every decision), the reaper's read of their leases
+    and the running runs of some jobs (the notification rules) read ``ix_runs_running``,
+    which holds the running runs only (migration 0023): their cost follows the running
+    runs, not the history. With the statistics an ``ANALYZE`` leaves (three states, each a
+    third of the runs, as far as SQLite knows), the count walked the whole
+    ``(job_id, created_at)`` index instead, 11 ms among 40,000 runs at every decision."""
+    store = Store.open(sqlite_url)
+    try:
+        now = datetime.now(UTC)
+        ids = store.create_runs([NewRun(f"j{k % 3}", "manual:t") for k in range(3000)])
+        store.claim_runs("node:1:1", now + timedelta(minutes=5), limit=10, run_ids=ids[:10])
+        with store.write() as conn:
+            conn.exec_driver_sql("UPDATE runs SET state = 'SUCCEEDED' WHERE state = 'QUEUED'"
+                                 " AND id > ?", (ids[2000],))
+
+        def plans() -> list[str]:
+            with store.read() as conn:
+                raw = conn.connection.driver_connection.cursor()
+                raw.execute("EXPLAIN QUERY PLAN " + admission._RUNNING_BY_JOB)
+                count = " | ".join(str(row[3]) for row in raw.fetchall())
+            reaper = _plans(store, lambda: store.reap_expired_run_leases(now=now),
+                            words="lease_until <")
+            with store.read() as conn:
+                of_jobs = _plans(store, lambda: outbox.running_of(conn, ["j1", "j2"]),
+                                 words="job_id IN")
+            return [count, *reaper, *of_jobs]
+
+        for stage in ("no statistics", "analyzed"):
+            found = plans()
+            assert len(found) == 3, (stage, found)
+            assert all("ix_runs_running" in plan for plan in found), (stage, found)
+            with store.write() as conn:
+                conn.exec_driver_sql("ANALYZE")
+        assert sorted(store.admission_load(now).running_by_job.items()) == [
+            ("j0", 4), ("j1", 3), ("j2", 3)]
     finally:
         store.close()
 

@@ -172,6 +172,34 @@ def test_the_event_logs_person_and_resource_indexes_are_partial(store: Store) ->
         "u-1 disabled", "u-1 enabled"]
 
 
+def test_a_run_enters_the_state_indexes_of_runs_only_while_in_their_state(store: Store) -> None:
+    """The running runs' index, the held runs' index and the call_job children's index of
+    ``runs`` are partial (migration 0023): a top-level run that ran and ended is in none of
+    them, so its claim and its end enter fewer indexes. No index of ``runs`` holds
+    ``lease_until``: a lease renewal changes no indexed column. The children's key stays
+    unique."""
+    with store.read() as conn:
+        if store.dialect == "sqlite":
+            made = dict(conn.exec_driver_sql(
+                "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'runs'"
+                " AND type = 'index' AND sql IS NOT NULL").all())
+        else:
+            made = dict(conn.exec_driver_sql(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'runs'").all())
+        with warnings.catch_warnings():  # SQLite: the claim order's expression index
+            warnings.simplefilter("ignore", sa.exc.SAWarning)
+            indexed = {c for index in sa.inspect(conn).get_indexes("runs")
+                       for c in index["column_names"] if c}
+    assert "ix_runs_state_lease_until" not in made
+    assert "ix_runs_state_not_before_priority" not in made
+    assert "'RUNNING'" in made["ix_runs_running"].split("WHERE")[1]
+    assert "'QUEUED'" in made["ix_runs_held"].split("WHERE")[1]
+    assert "not_before IS NOT NULL" in made["ix_runs_held"].split("WHERE")[1]
+    assert "IS NOT NULL" in made["ix_runs_parent"].split("WHERE")[1]
+    assert "UNIQUE" in made["ix_runs_parent"]
+    assert "lease_until" not in indexed, made
+
+
 _MIGRATE_AND_HOLD = """
 import sys, time
 from sqlalchemy import event

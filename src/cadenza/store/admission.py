@@ -42,7 +42,7 @@ from cadenza.store import later
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.hotsql import BITMAPS_AGAIN, INDEX_SCAN, ORDERED, SORTS_AGAIN, Dialect
-from cadenza.store.tables import runs
+from cadenza.store.tables import RUNNING_ONLY, runs
 
 RUN_WAITING = EventType.RUN_WAITING
 """Event type written when a queued run starts waiting (one per waiting episode)."""
@@ -70,7 +70,8 @@ _SET_WAIT_REASON = (
 )
 
 
-_RUNNING_BY_JOB = "SELECT job_id, count(*) FROM runs WHERE state = 'RUNNING' GROUP BY job_id"
+# The running runs by job: ix_runs_running (migration 0023) holds just them, by job.
+_RUNNING_BY_JOB = f"SELECT job_id, count(*) FROM runs WHERE {RUNNING_ONLY} GROUP BY job_id"
 _COLUMNS = ("SELECT id, job_id, priority, coalesce(scheduled_for, created_at), not_before,"
             " attempt, started_at IS NOT NULL FROM runs WHERE state = 'QUEUED' AND ")
 # The runs that may start, in the admission order as the partial index ix_runs_claim_order
@@ -79,8 +80,9 @@ _COLUMNS = ("SELECT id, job_id, priority, coalesce(scheduled_for, created_at), n
 _READY_READ = (_COLUMNS + "(not_before IS NULL OR not_before <= {m})"
                " ORDER BY priority DESC, coalesce(scheduled_for, created_at), id LIMIT {m}")
 # The runs still held by not_before, those released first first: an ordered range of
-# ix_runs_state_not_before_priority, which reads only them (in the admission order, with
-# statistics that said few runs were queued, PostgreSQL walked the whole queue for them).
+# ix_runs_held (migration 0023), which holds only them; its condition is in the WHERE (in
+# the admission order, with statistics that said few runs were queued, PostgreSQL walked
+# the whole queue for them).
 _HELD_READ = (_COLUMNS + "not_before IS NOT NULL AND not_before > {m}"
               " ORDER BY not_before LIMIT {m}")
 

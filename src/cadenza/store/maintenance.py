@@ -72,7 +72,7 @@ from cadenza.domain.states import RunState
 from cadenza.store.codec import require_aware
 from cadenza.store.engine import SQLITE_BUSY_TIMEOUT_MS, sqlite_path
 from cadenza.store.lease_clock import OS_CLOCK, LeaseClock
-from cadenza.store.tables import checkpoints, event_log, run_logs, runs, step_runs
+from cadenza.store.tables import IS_RUNNING, checkpoints, event_log, run_logs, runs, step_runs
 
 FINISHED_STATES = (RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELED, RunState.MISSED)
 """The states retention may delete; QUEUED, RUNNING and NEEDS_REVIEW are never touched."""
@@ -482,11 +482,11 @@ class MaintenanceRepository(LeaseClock):
                    OS_CLOCK.now()) - timedelta(seconds=1)
         with self.write() as conn:
             ids = [row[0] for row in conn.execute(
-                sa.select(runs.c.id).where(runs.c.state == RunState.RUNNING.value)
+                sa.select(runs.c.id).where(IS_RUNNING)
                 .order_by(runs.c.id))]
             if ids:
                 conn.execute(
-                    sa.update(runs).where(runs.c.state == RunState.RUNNING.value)
+                    sa.update(runs).where(IS_RUNNING)
                     .values(lease_until=past, updated_at=now))
             self._insert_event(
                 conn, EventType.STORE_RESTORED,

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from cadenza.domain.events import EventType, Level
 from cadenza.domain.states import RunState
 from cadenza.store.codec import utc_from_raw
-from cadenza.store.tables import event_log, notification_log, notification_outbox, runs
+from cadenza.store.tables import IS_RUNNING, event_log, notification_log, notification_outbox, runs
 
 if TYPE_CHECKING:
     from cadenza.store import Store
@@ -291,7 +291,7 @@ def previous_end_failed(conn: sa.Connection, job_id: str, run_id: str) -> bool:
 def running_of(conn: sa.Connection, job_ids: Sequence[str]) -> list[tuple[str, str, Any]]:
     """The RUNNING runs of ``job_ids``: (run id, job id, started_at) each."""
     rows = conn.execute(sa.select(runs.c.id, runs.c.job_id, runs.c.started_at).where(
-        runs.c.state == RunState.RUNNING.value, runs.c.job_id.in_(list(job_ids)))).all()
+        IS_RUNNING, runs.c.job_id.in_(list(job_ids)))).all()
     return [(row[0], row[1], row[2]) for row in rows]
 
 

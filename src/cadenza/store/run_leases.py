@@ -49,7 +49,7 @@ from cadenza.store.boundary import EndedRun
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.lease_clock import LeaseClock
 from cadenza.store.run_states import RunRecovery, reap_decision, reap_statement, state_events
-from cadenza.store.tables import resources, runs, step_runs
+from cadenza.store.tables import IS_RUNNING, resources, runs, step_runs
 
 if TYPE_CHECKING:
     from cadenza.store.runs import RunsRepository
@@ -323,7 +323,7 @@ class RunLeasesRepository(LeaseClock):
                                runs.c.lease_epoch, runs.c.lease_until, runs.c.resumes,
                                runs.c.recoveries, runs.c.started_at,
                                runs.c.cancel_requested_by)
-                     .where(runs.c.state == _RUNNING, expired)
+                     .where(IS_RUNNING, expired)
                      .order_by(runs.c.lease_until).limit(limit))
             if self.dialect == "postgresql":
                 query = query.with_for_update(skip_locked=True)

@@ -106,7 +106,7 @@ END_STEP = batch_update(
     " updated_at = ?, finished_at = CASE WHEN v.column2 = 'PENDING' THEN NULL ELSE ? END"
     " FROM (VALUES {values}) AS v"
     " WHERE step_runs.id = v.column1 AND step_runs.state || '' = 'RUNNING'",
-    ("bigint", "text", "text", "bigint", "text", "text", "text"))
+    ("bigint", "text", "text", "bigint", "text", "text", "text"), replan=True)
 """A step run's end: RUNNING -> SUCCEEDED / FAILED / CANCELED with what it recorded, or
 RUNNING -> PENDING for an attempt that waits (finished_at stays empty)."""
 RESUME_STEP = batch_update(
@@ -114,7 +114,7 @@ RESUME_STEP = batch_update(
     "UPDATE step_runs SET state = 'RUNNING', reason = NULL, updated_at = ?"
     " FROM (VALUES {values}) AS v WHERE step_runs.id = v.column1"
     " AND step_runs.state || '' = 'PENDING'",
-    ("bigint",))
+    ("bigint",), replan=True)
 """An attempt that waited goes on: PENDING -> RUNNING (its started_at kept)."""
 RUN_PARAMS = batch_update(
     ("id", "epoch", "params"), 1,

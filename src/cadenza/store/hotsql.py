@@ -77,6 +77,12 @@ class BatchUpdate:
     sqlite: str
     types: tuple[str, ...]
     """The PostgreSQL type of each of ``columns``."""
+    replan: bool = False
+    """PostgreSQL: plan the statement at each execution, never a prepared plan. For a table
+    that a new store starts empty and that grows fast (``step_runs``): the plan made once
+    psycopg prepared the statement, a hash join over a scan of the whole table (right for
+    a few rows), stayed in use as the table grew, until autovacuum next analyzed it. A
+    plan costs about 0.15 ms of the server's time per batch."""
 
 
 LOG_COLUMNS = ("run_id", "ts", "level", "step", "message")
@@ -227,7 +233,8 @@ def update_rows_together(cursor: Any, d: Dialect,
                 sent.append((cursors, len(rows), what))
                 for count, params in _chunks(update, rows, stamp):
                     cursors.append(later.numbered_cursor(raw))
-                    cursors[-1].execute(d.batch_update(update, count), params)
+                    cursors[-1].execute(d.batch_update(update, count), params,
+                                        prepare=False if update.replan else None)
         for cursors, count, what in sent:
             _check(sum(each.rowcount for each in cursors), count, what)
     finally:

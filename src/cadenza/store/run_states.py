@@ -54,7 +54,7 @@ _VALUES = "(VALUES {values}) AS v"
 
 
 def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
-                 types: tuple[str, ...]) -> BatchUpdate:
+                 types: tuple[str, ...], *, replan: bool = False) -> BatchUpdate:
     """A :class:`~cadenza.store.hotsql.BatchUpdate` from its SQLite text and the PostgreSQL
     ``types`` of its columns (PostgreSQL's text is made from the same).
 
@@ -62,10 +62,10 @@ def batch_update(columns: tuple[str, ...], stamps: int, sqlite: str,
     which no index answers: PostgreSQL then looks each row up by key. Given the plain
     column, it joined the batch to every RUNNING run found through the state index whenever
     its statistics said few were running (16 run ends among 12,000 running runs: 5 ms
-    instead of 0.09)."""
+    instead of 0.09). ``replan``: see :attr:`~cadenza.store.hotsql.BatchUpdate.replan`."""
     if len(types) != len(columns) or _VALUES not in sqlite:
         raise ValueError(f"a batch update needs {_VALUES!r} and one type per column")
-    return BatchUpdate(columns, stamps, sqlite, types)
+    return BatchUpdate(columns, stamps, sqlite, types, replan)
 
 
 class RunEvent(NamedTuple):

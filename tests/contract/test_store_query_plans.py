@@ -280,11 +280,11 @@ def _stale_statistics(store: Store) -> None:
         conn.exec_driver_sql("ANALYZE runs")
 
 
-def _rows_read(conn: sa.Connection) -> int:
-    """The rows of ``runs`` that ``conn``'s transaction has read so far (PostgreSQL)."""
+def _rows_read(conn: sa.Connection, table: str = "runs") -> int:
+    """The rows of ``table`` that ``conn``'s transaction has read so far (PostgreSQL)."""
     return int(conn.exec_driver_sql(
-        "SELECT idx_tup_fetch + seq_tup_read FROM pg_stat_xact_user_tables"
-        " WHERE relname = 'runs'").scalar_one())
+        "SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read FROM pg_stat_xact_user_tables"
+        " WHERE relname = %s", (table,)).scalar_one())
 
 
 def test_a_decision_reads_what_it_needs_whatever_the_statistics_on_postgresql(
@@ -349,12 +349,6 @@ def test_a_batch_of_run_ends_looks_its_runs_up_by_key_on_postgresql(pg_url: str)
         store.close()
 
 
-def _step_rows_read(conn: sa.Connection) -> int:
-    """The rows of ``step_runs`` that ``conn``'s transaction has read so far (PostgreSQL)."""
-    return int(conn.exec_driver_sql(
-        "SELECT coalesce(idx_tup_fetch, 0) + seq_tup_read FROM pg_stat_xact_user_tables"
-        " WHERE relname = 'step_runs'").scalar_one())
-
 
 def test_a_batch_of_step_ends_looks_its_steps_up_by_key_as_the_table_grows(
         pg_url: str) -> None:
@@ -382,11 +376,11 @@ def test_a_batch_of_step_ends_looks_its_steps_up_by_key_as_the_table_grows(
             rows = [{"id": step_id, "state": "SUCCEEDED", "reason": None, "rows": None,
                      "output": None, "error": None, "error_class": None} for step_id in ids]
             with store.write() as conn:
-                before = _step_rows_read(conn)
+                before = _rows_read(conn, "step_runs")
                 cursor = conn.connection.cursor()
                 hotsql.update_rows(cursor, Dialect("postgresql"), boundaries.END_STEP, rows,
                                    now, "step end")
-                return _step_rows_read(conn) - before
+                return _rows_read(conn, "step_runs") - before
 
         for _ in range(12):  # a new store's first batches: prepared, planned on a few rows
             end(steps(16))

@@ -135,6 +135,17 @@ def test_timestamps_are_utc_and_aware(store: Store, clock: FakeClock) -> None:
         store.create_run("tz", "manual", not_before=datetime(2027, 1, 1))
 
 
+def _index_definitions(conn: sa.Connection, table: str) -> dict[str, str]:
+    """{name: CREATE INDEX text} of ``table``'s indexes (SQLite's own, unnamed in SQL,
+    left out)."""
+    if conn.dialect.name == "sqlite":
+        return dict(conn.exec_driver_sql(
+            "SELECT name, sql FROM sqlite_master WHERE tbl_name = ? AND type = 'index'"
+            " AND sql IS NOT NULL", (table,)).all())
+    return dict(conn.exec_driver_sql(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", (table,)).all())
+
+
 def test_the_event_logs_person_and_resource_indexes_are_partial(store: Store) -> None:
     """A run's events, written by the system and naming no resource, enter neither the
     actor index nor the resource index (migration 0016); the audit log by actor and a
@@ -145,14 +156,7 @@ def test_the_event_logs_person_and_resource_indexes_are_partial(store: Store) ->
                        actor="user:ana")
     store.append_event("RESOURCE_STATE_CHANGED", "u-1 enabled", resource_id="u-1")
     with store.read() as conn:
-        if store.dialect == "sqlite":
-            made = dict(conn.exec_driver_sql(
-                "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'event_log'"
-                " AND type = 'index'").all())
-        else:
-            made = dict(conn.exec_driver_sql(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'event_log'"
-            ).all())
+        made = _index_definitions(conn, "event_log")
         assert "WHERE" in made["ix_event_log_actor_event"]
         assert "'system'" in made["ix_event_log_actor_event"]
         assert "WHERE" in made["ix_event_log_resource_id_event_id"]
@@ -179,13 +183,7 @@ def test_a_run_enters_the_state_indexes_of_runs_only_while_in_their_state(store:
     ``lease_until``: a lease renewal changes no indexed column. The children's key stays
     unique."""
     with store.read() as conn:
-        if store.dialect == "sqlite":
-            made = dict(conn.exec_driver_sql(
-                "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'runs'"
-                " AND type = 'index' AND sql IS NOT NULL").all())
-        else:
-            made = dict(conn.exec_driver_sql(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'runs'").all())
+        made = _index_definitions(conn, "runs")
         with warnings.catch_warnings():  # SQLite: the claim order's expression index
             warnings.simplefilter("ignore", sa.exc.SAWarning)
             indexed = {c for index in sa.inspect(conn).get_indexes("runs")

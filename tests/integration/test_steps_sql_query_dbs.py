@@ -157,8 +157,9 @@ def test_postgres_cancel_stops_the_statement(tmp_path: Path, pg_url: str) -> Non
 
 
 def _wait_for_backend(url: str, where: str, timeout: float = 20.0, **binds: str) -> None:
-    """Return once another backend matches ``where`` in ``pg_stat_activity`` (polls the
-    server: the statement is there, not a guess of how long the step takes to get there)."""
+    """Return once another backend of ``url``'s database matches ``where`` in
+    ``pg_stat_activity`` (polls the server: the statement is there, not a guess of how long
+    the step takes to get there)."""
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
@@ -167,7 +168,8 @@ def _wait_for_backend(url: str, where: str, timeout: float = 20.0, **binds: str)
         with engine.connect() as conn:
             while time.monotonic() < deadline:
                 if conn.execute(sa.text(f"SELECT count(*) FROM pg_stat_activity WHERE {where} "
-                                        "AND pid <> pg_backend_pid()"), binds).scalar():
+                                        "AND pid <> pg_backend_pid()"
+                                        " AND datname = current_database()"), binds).scalar():
                     return
                 conn.rollback()
                 time.sleep(0.01)  # polling the server's state (I/O), not letting time pass
@@ -177,8 +179,10 @@ def _wait_for_backend(url: str, where: str, timeout: float = 20.0, **binds: str)
 
 
 def _pg_sleepers(url: str) -> int:
+    # This test's database only: another test's pg_sleep(10) may run meanwhile (xdist).
     return int(scalar(url, "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
-                           "AND query LIKE '%pg_sleep(10)%' AND pid <> pg_backend_pid()"))
+                           "AND query LIKE '%pg_sleep(10)%' AND pid <> pg_backend_pid()"
+                           " AND datname = current_database()"))
 
 
 @pytest.mark.postgres

@@ -108,6 +108,41 @@ def test_cancel_and_lost_leases_stop_the_controls(store: Store, clock: FakeClock
         keeper.stop()
 
 
+def test_the_keeper_sleeps_while_it_holds_no_run(store: Store, clock: FakeClock,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no run held there is nothing to renew and no cancel to look for: the thread
+    waits for a registration, not for the next second (an idle node's CPU is its
+    wake-ups). Registered, it polls cancels every second and renews a third of the lease
+    after the registration; once the last run is gone it sleeps again."""
+    keeper = LeaseKeeper(store, LEASE)
+    rounds: list[str] = []
+    polls = keeper.poll_cancels_once
+    monkeypatch.setattr(keeper, "poll_cancels_once", lambda: rounds.append("poll") or polls())
+    keeper.start()
+    try:
+        assert clock.wait_for_waiters(1)
+        for _ in range(5):
+            clock.advance_idle(1, 1)
+        assert rounds == [] and keeper.rounds == 0
+        ((run_id, epoch),) = _claimed(store, 1, "me:1:1")
+        control = RunControl(run_id)
+        keeper.register(run_id, epoch, "me:1:1", control)
+        assert clock.wait_until_idle(1)
+        for _ in range(3):
+            clock.advance_idle(1, 1)
+        assert rounds == ["poll"] * 3 and keeper.rounds == 0
+        clock.advance_idle(LEASE / 3, 1)
+        assert keeper.rounds == 1  # a third of the lease after the registration
+        keeper.unregister(run_id)
+        clock.advance_idle(1, 1)  # the round that finds nothing held any more
+        before = len(rounds)
+        for _ in range(5):
+            clock.advance_idle(1, 1)
+        assert len(rounds) == before and keeper.rounds == 1
+    finally:
+        keeper.stop()
+
+
 @pytest.mark.postgres
 def test_an_unreachable_store_stops_runs_once_their_lease_ran_out(
         pg_url: str, clock: FakeClock) -> None:

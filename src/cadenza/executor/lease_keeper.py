@@ -25,6 +25,9 @@ The rules:
   stops a run within about a second, not a third of the lease. A cancel asked in this
   process (:meth:`LeaseKeeper.cancel_local`) stops the run at once.
 
+* While it holds no run, its thread sleeps until a run is registered: an idle node does not
+  wake it once a second for nothing.
+
 Deadlines and the thread's pacing use the keeper's clock (``clock.wait``): under a
 ``FakeClock`` the rounds come when the test moves the clock.
 """
@@ -84,9 +87,12 @@ class LeaseKeeper:
         now = self.clock.monotonic()
         seconds = self.lease.total_seconds()
         with self._lock:
+            first = not self._held
             self._held[run_id] = _Held(run_id, epoch, owner, control, now, now + seconds)
         control.hold_lease(now + seconds, seconds, self.clock)
         self.start()
+        if first:
+            self._wake.set()  # the thread sleeps while nothing is held
 
     def unregister(self, run_id: str, control: RunControl | None = None) -> None:
         """Stop renewing ``run_id`` (only that registration when ``control`` is given)."""
@@ -212,11 +218,19 @@ class LeaseKeeper:
         clock = self.clock
         next_renewal = clock.monotonic() + self.lease.total_seconds() / 3
         while not self._stop.is_set():
-            wait = max(0.0, min(self.cancel_poll, next_renewal - clock.monotonic()))
+            with self._lock:
+                idle = not self._held
+            # Nothing held: nothing to renew and no cancel to look for, so no wake-up until
+            # a run is registered (an idle node's CPU is its wake-ups: docs/benchmarks.md).
+            wait = None if idle else max(0.0, min(self.cancel_poll,
+                                                  next_renewal - clock.monotonic()))
             clock.wait(self._wake, wait)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if idle:  # woken by a registration: that lease is new
+                next_renewal = clock.monotonic() + self.lease.total_seconds() / 3
+                continue
             try:
                 if clock.monotonic() >= next_renewal:
                     self.renew_once()

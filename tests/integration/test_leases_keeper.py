@@ -133,7 +133,15 @@ def test_the_keeper_sleeps_while_it_holds_no_run(store: Store, clock: FakeClock,
         assert rounds == ["poll"] * 3 and keeper.rounds == 0
         clock.advance_idle(LEASE / 3, 1)
         assert keeper.rounds == 1  # a third of the lease after the registration
+        # The last run leaves and the next comes (one worker, a run at a time): the wake-up
+        # of that registration reads nothing before a poll is due.
+        ((other, other_epoch),) = _claimed(store, 1, "me:1:1")
+        polled = len(rounds)
         keeper.unregister(run_id)
+        keeper.register(other, other_epoch, "me:1:1", RunControl(other))
+        assert clock.wait_until_idle(1)
+        assert len(rounds) == polled and keeper.rounds == 1
+        keeper.unregister(other)
         clock.advance_idle(1, 1)  # the round that finds nothing held any more
         before = len(rounds)
         for _ in range(5):

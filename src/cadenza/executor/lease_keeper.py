@@ -217,27 +217,33 @@ class LeaseKeeper:
     def _loop(self) -> None:
         clock = self.clock
         next_renewal = clock.monotonic() + self.lease.total_seconds() / 3
+        next_poll = clock.monotonic() + self.cancel_poll
         while not self._stop.is_set():
             with self._lock:
                 idle = not self._held
             # Nothing held: nothing to renew and no cancel to look for, so no wake-up until
             # a run is registered (an idle node's CPU is its wake-ups: docs/benchmarks.md).
-            wait = None if idle else max(0.0, min(self.cancel_poll,
-                                                  next_renewal - clock.monotonic()))
+            wait = None if idle else max(0.0, min(next_poll, next_renewal) - clock.monotonic())
             clock.wait(self._wake, wait)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            now = clock.monotonic()
             if idle:  # woken by a registration: that lease is new
-                next_renewal = clock.monotonic() + self.lease.total_seconds() / 3
+                next_renewal = now + self.lease.total_seconds() / 3
+                next_poll = now + self.cancel_poll
                 continue
             try:
-                if clock.monotonic() >= next_renewal:
+                if now >= next_renewal:
                     self.renew_once()
                     # After a failure, try again soon: the local deadline is running out.
                     pause = self.cancel_poll if self._failing else self.lease.total_seconds() / 3
                     next_renewal = clock.monotonic() + pause
-                else:
+                    next_poll = clock.monotonic() + self.cancel_poll
+                elif now >= next_poll:
                     self.poll_cancels_once()
+                    next_poll = clock.monotonic() + self.cancel_poll
+                # else: woken early by a registration after the last run left: nothing is
+                # due (no read per run for a node that runs one run at a time)
             except Exception:  # never let the heartbeat die
                 log.exception("the lease keeper's round failed")

@@ -132,7 +132,7 @@ IS_RUNNING = runs.c.state == sa.literal_column("'RUNNING'")
 # The queued runs held by ``not_before`` (a retry's delay, a deferral), released first
 # first (migration 0023): most queued runs have none and never enter it.
 HELD_ONLY = "state = 'QUEUED' AND not_before IS NOT NULL"
-"""The condition of ``ix_runs_held``: the admission's held read repeats it."""
+"""The condition of ``ix_runs_held``; the admission's held read (``_HELD_READ``) spells it out."""
 sa.Index("ix_runs_held", runs.c.state, runs.c.not_before, sqlite_where=sa.text(HELD_ONLY),
          postgresql_where=sa.text(HELD_ONLY))
 # The history by state, newest first (migration 0012): a page of one state is one range.

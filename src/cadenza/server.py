@@ -33,7 +33,11 @@ if TYPE_CHECKING:
     from cadenza.node import Node
     from cadenza.services.context import Services
 
-WEB_CHECK_SECONDS = 0.5
+WAKE_SECONDS = 0.5 if os.name == "nt" else None
+"""How often the main thread wakes while it waits for the stop: on Windows a Ctrl+C is only
+handled when it does (a thread blocked in a wait cannot be interrupted there); elsewhere a
+signal interrupts the wait, and the HTTP server's thread says itself when it dies, so the
+main thread sleeps until then (an idle node's CPU is its wake-ups: docs/benchmarks.md)."""
 EVERY_INTERFACE = ("0.0.0.0", "::")
 
 
@@ -105,6 +109,9 @@ class Server:
         self.web = web
         self.socket = sock
         self._web_thread: threading.Thread | None = None
+        self.web_died = False
+        """Whether the HTTP server's thread ended without being told to."""
+        self._web_told_to_exit = False
 
     @property
     def stop_event(self) -> threading.Event:
@@ -143,24 +150,35 @@ class Server:
         self.node.start()
         if self.web is not None:
             sockets = [self.socket] if self.socket is not None else None
-            self._web_thread = threading.Thread(target=self.web.run, args=(sockets,),
+            self._web_thread = threading.Thread(target=self._serve_web, args=(sockets,),
                                                 name="cadenza-web", daemon=True)
             self._web_thread.start()
 
-    def run_until_stopped(self, on_web_stopped: Callable[[], None]) -> bool:
-        """Block until :attr:`stop_event` is set; if the HTTP server thread dies, call
-        ``on_web_stopped`` and stop. True when it stopped because the HTTP server died."""
-        clock = self.services.clock
-        while not clock.wait(self.stop_event, WEB_CHECK_SECONDS):
-            if self._web_thread is not None and not self._web_thread.is_alive():
-                on_web_stopped()
+    def _serve_web(self, sockets: list[socket.socket] | None) -> None:
+        """The HTTP server's thread: serve until told to exit; an end it was not asked for
+        (a crash, a failed start) sets :attr:`web_died` and the stop event."""
+        assert self.web is not None
+        try:
+            self.web.run(sockets)
+        finally:
+            if not self._web_told_to_exit:
+                self.web_died = True
                 self.stop_event.set()
-                return True
-        return False
+
+    def run_until_stopped(self, on_web_stopped: Callable[[], None]) -> bool:
+        """Block until :attr:`stop_event` is set; if the HTTP server thread died, call
+        ``on_web_stopped``. True when it stopped because the HTTP server died."""
+        clock = self.services.clock
+        while not clock.wait(self.stop_event, WAKE_SECONDS):
+            pass
+        if self.web_died:
+            on_web_stopped()
+        return self.web_died
 
     def stop(self) -> None:
         """No new runs; wait for the running ones; stop the HTTP server; close."""
         if self.web is not None:
+            self._web_told_to_exit = True
             self.web.should_exit = True
         self.node.stop()
         if self._web_thread is not None:

@@ -140,11 +140,12 @@ class Node:
                                        lookahead=LOOKAHEAD,
                                        may_lead=lambda: not self.reaper.clock_off)
             self.holder.on_reload(self.scheduler.reload)
-        self.disk = LocalDisk(home.data_dir, self.life)
+        self.disk = LocalDisk(home.data_dir, self.life,
+                              busy=lambda: self.dispatcher.holds_runs())
         """Whether the home's ``data/`` takes writes (the node claims nothing while not)."""
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
                                      workers=self.workers, claimer=self.claimer,
-                                     held_back=lambda: self.disk.failing is not None)
+                                     held_back=lambda: self.disk.current() is not None)
         # Whoever waits on the local queue (workers a test started by hand, too) is released
         # when the node closes; a started node's dispatcher service did it already.
         self._stack.callback(self.dispatcher.close)
@@ -237,7 +238,7 @@ class Node:
         reasons = []
         if self.reaper.clock_off:
             reasons.append(f"clock skew: {self.reaper.refused}")
-        disk = self.disk.failing
+        disk = self.disk.current()
         if disk is not None:
             reasons.append(disk.reason)
         return NodeStatus(

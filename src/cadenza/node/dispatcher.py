@@ -228,6 +228,11 @@ class Dispatcher:
         """Make a decision now (runs were created, re-queued, or a reload was applied)."""
         self._wake.set()
 
+    def holds_runs(self) -> bool:
+        """Whether this node holds runs: claimed, running, or in its local queue."""
+        with self._lock:
+            return self._idle < self._slots
+
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self, stack: ExitStack) -> None:
@@ -577,9 +582,16 @@ class Dispatcher:
         queued (by this process or another), no run end waiting to be written, no stage.
         A read, where a decision is a write transaction: an idle node makes no write."""
         return (self._stage is None and not self.recorder.pending()
-                and not self.store.has_queued_runs())
+                and not self._queue_watch.any_queued())
 
     def _dispatch_loop(self) -> None:
+        self._queue_watch = self.store.queue_watch()
+        try:
+            self._dispatch_until_stopped()
+        finally:
+            self._queue_watch.close()
+
+    def _dispatch_until_stopped(self) -> None:
         backoff = 1.0
         polled = False  # the first pass decides
         while not self.stop_event.is_set():

@@ -8,8 +8,13 @@ full or read-only disk there shows in no store write: the store answers, the nod
 healthy, and every run it takes that needs its disk fails.
 
 :class:`LocalDisk` (a node service) writes a small file there every
-:data:`PROBE_SECONDS` of the node's clock (``.cadenza-disk-probe-<pid>``: 4 KiB, fsynced,
-removed at once). When a probe fails for a write failure (a full disk, a read-only file
+:data:`PROBE_SECONDS` of the node's clock while the node holds runs, every
+:data:`IDLE_PROBE_SECONDS` while it holds none (``.cadenza-disk-probe-<pid>``: 4 KiB,
+fsynced, removed at once). Whoever needs the answer now asks :meth:`LocalDisk.current`,
+which probes first when the last probe is older than :data:`PROBE_SECONDS`: the dispatcher
+before it claims, ``/api/health``. So an idle node wakes for its disk every 10 s, not every
+2 s (an idle node's CPU is its wake-ups), and what it says of its disk is never older than
+2 s. When a probe fails for a write failure (a full disk, a read-only file
 system, a refused permission, an I/O error: :func:`cadenza.domain.errors.write_failure_kind`)
 the node
 
@@ -42,7 +47,11 @@ from cadenza.lifecycle import Lifecycle
 log = logging.getLogger("cadenza.node")
 
 PROBE_SECONDS = 2.0
-"""How often (the node's clock) the data directory is probed."""
+"""How often (the node's clock) the data directory is probed while the node holds runs; the
+oldest probe :meth:`LocalDisk.current` answers from."""
+IDLE_PROBE_SECONDS = 10.0
+"""How often it is probed while the node holds no run (then :meth:`LocalDisk.current` probes
+when asked)."""
 SETTLE_SECONDS = 10.0
 """How long (monotonic) after the last failed probe a working one clears the failure."""
 PROBE_BYTES = 4096
@@ -83,16 +92,23 @@ class LocalDisk:
     name = "local-disk"
 
     def __init__(self, data_dir: Path, life: Lifecycle,
-                 probe: Callable[[Path], None] | None = None) -> None:
+                 probe: Callable[[Path], None] | None = None, *,
+                 busy: Callable[[], bool] = lambda: True) -> None:
         """``probe``: writes in the directory, raising what the write raised (default:
-        :func:`write_probe`; a test gives its own)."""
+        :func:`write_probe`; a test gives its own). ``busy``: whether the node holds runs
+        (probed every :data:`PROBE_SECONDS` then, else every :data:`IDLE_PROBE_SECONDS`)."""
         self.data_dir = data_dir
         self.life = life
         self.probe = probe or write_probe
+        self.busy = busy
         self.failure: DiskFailure | None = None
         """The last failed probe while the disk refuses writes (see :attr:`failing`)."""
         self._failing = False
         self._lock = threading.Lock()
+        self._probing = threading.Lock()
+        self._probed_at: float | None = None
+        """When (the node's monotonic clock) the last probe began, None before the first."""
+        self._wake = life.wake_on_stop(threading.Event())
 
     def start(self, stack: ExitStack) -> None:
         remove_stale_probes(self.data_dir, self.life.clock.now().timestamp())
@@ -100,8 +116,26 @@ class LocalDisk:
         self.life.spawn(stack, self._loop, "cadenza-local-disk")
 
     def _loop(self) -> None:
-        while not self.life.pause(PROBE_SECONDS):
+        clock = self.life.clock
+        while not self.life.stopping.is_set():
+            every = PROBE_SECONDS if self.busy() else IDLE_PROBE_SECONDS
+            left = every if self._probed_at is None else \
+                self._probed_at + every - clock.monotonic()
+            if left <= 0:
+                self.check()
+                continue
+            clock.wait(self._wake, left)
+            self._wake.clear()
+
+    def current(self) -> DiskFailure | None:
+        """:attr:`failing` from a probe at most :data:`PROBE_SECONDS` old: probes now when
+        the last one is older (the node was idle); wakes the loop, so that it paces itself
+        by the node's new business."""
+        probed = self._probed_at
+        if probed is None or self.life.clock.monotonic() - probed >= PROBE_SECONDS:
             self.check()
+            self._wake.set()
+        return self.failing
 
     @property
     def failing(self) -> DiskFailure | None:
@@ -112,11 +146,13 @@ class LocalDisk:
     def check(self) -> DiskFailure | None:
         """Probe once; returns the current failure (None: the disk takes writes). Never
         raises: an error that is no write failure (the directory vanished) is logged."""
+        clock = self.life.clock
+        self._probed_at = clock.monotonic()
         if not self.data_dir.is_dir():
             return self.failing
-        clock = self.life.clock
         try:
-            self.probe(self.data_dir)
+            with self._probing:  # one probe file per process: one probe at a time
+                self.probe(self.data_dir)
         except OSError as exc:
             kind = write_failure_kind(exc)
             if kind is None:

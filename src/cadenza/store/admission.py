@@ -28,9 +28,11 @@ the number of decisions.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import sqlite3
+from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -41,6 +43,7 @@ from cadenza.domain.states import RunState
 from cadenza.store import later
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
+from cadenza.store.engine import sqlite_path
 from cadenza.store.hotsql import BITMAPS_AGAIN, INDEX_SCAN, ORDERED, SORTS_AGAIN, Dialect
 from cadenza.store.tables import RUNNING_ONLY, runs
 
@@ -115,6 +118,11 @@ class AdmissionRepository(StoreCore):
         with self._quick_read() as read:
             return bool(read("SELECT 1 FROM runs WHERE state = ? LIMIT 1",
                              (RunState.QUEUED.value,)))
+
+    def queue_watch(self) -> QueueWatch:
+        """The idle poll of one dispatcher (:class:`QueueWatch`); close it when done."""
+        path = sqlite_path(self.engine.url) if self.dialect == "sqlite" else None
+        return QueueWatch(self.has_queued_runs, path)
 
     def queued_candidates(
         self, now: datetime, limit: int = 200, *, conn: sa.Connection | None = None
@@ -318,3 +326,47 @@ def _queued_at(value: object) -> datetime:
     if at is None:
         raise StoreError("a queued run without a creation time")
     return at
+
+
+class QueueWatch:
+    """An idle node's poll: whether any run is QUEUED, looked at once a second.
+
+    On a SQLite file it first reads the database's ``data_version`` on a connection of its
+    own, which never writes: SQLite changes that number at every commit of any other
+    connection, of this process or another. While it stays the same, nothing was committed
+    since the last look found no queued run, so none can be queued and the look is skipped.
+    After a second's sleep the pragma costs about a fifth of the look (a pooled connection's
+    checkout, an indexed read, its return): the idle node's CPU is its wake-ups and what
+    each does cold (docs/benchmarks.md). On PostgreSQL, and for an in-memory SQLite
+    database, every poll is the look."""
+
+    def __init__(self, look: Callable[[], bool], path: Path | None) -> None:
+        self._look = look
+        self._conn: sqlite3.Connection | None = None
+        if path is not None:
+            try:
+                self._conn = sqlite3.connect(path, isolation_level=None,
+                                             check_same_thread=False)
+            except sqlite3.Error:  # then every poll is the look, as on PostgreSQL
+                self._conn = None
+        self._unchanged_at: int | None = None
+        """The ``data_version`` at which the last look found no queued run."""
+
+    def any_queued(self) -> bool:
+        """Whether a run may be QUEUED (True: look at the queue)."""
+        version = None
+        if self._conn is not None:
+            try:
+                version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error:  # the look says what is wrong, if anything
+                version = None
+            if version is not None and version == self._unchanged_at:
+                return False
+        queued = self._look()
+        self._unchanged_at = None if queued else version
+        return queued
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

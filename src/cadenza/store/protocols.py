@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from cadenza.clock import Clock
     from cadenza.domain.admission import Candidate, Load
+    from cadenza.store.admission import QueueWatch
     from cadenza.store.boundary import Boundary, BoundaryResult
     from cadenza.store.checkpoints import KeyRecord
     from cadenza.store.children import ChildRuns
@@ -446,6 +447,10 @@ class Admission(Protocol):
     def has_queued_runs(self) -> bool:
         """Whether any run is QUEUED (one indexed read, no transaction): an idle node's
         poll."""
+        ...
+
+    def queue_watch(self) -> QueueWatch:
+        """An idle node's poll, which skips the read while nothing was committed (SQLite)."""
         ...
 
     def queued_candidates(

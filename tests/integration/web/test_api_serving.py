@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -135,3 +137,22 @@ def test_loopback_metrics_allow_without_trusted_proxies_warns(tmp_path: Path) ->
         and "trusted_proxies" in found[0], found
     assert warnings('metrics_allow = ["10.0.0.0/8"]\n') == []
     assert warnings('metrics_allow = ["127.0.0.1"]\ntrusted_proxies = ["127.0.0.1"]\n') == []
+
+
+def test_a_dead_http_server_stops_the_serve_at_once(tmp_path: Path) -> None:
+    """The HTTP server's thread says itself that it ended without being told to: the main
+    thread, asleep until the stop (no periodic look), wakes at once and reports it; a stop
+    asked for is no death."""
+    told: list[str] = []
+    with served(make_home(tmp_path)) as server:
+        assert server.web is not None
+        server.web.should_exit = True  # uvicorn ends as after a crash of its loop
+        started = time.monotonic()
+        assert server.run_until_stopped(lambda: told.append("died")) is True
+        assert time.monotonic() - started < 5
+        assert told == ["died"] and server.stop_event.is_set()
+    with served(make_home(tmp_path / "again")) as server:
+        stopper = threading.Timer(0.2, server.stop_event.set)  # what SIGTERM's handler does
+        stopper.start()
+        assert server.run_until_stopped(lambda: told.append("died")) is False
+        assert told == ["died"] and server.web_died is False

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,59 @@ def test_the_probe_leaves_no_file(tmp_path: Path) -> None:
     write_probe(tmp_path)
     assert [p for p in tmp_path.iterdir() if p.name.startswith(PROBE_PREFIX)] == []
     assert not (tmp_path / f"{PROBE_PREFIX}{os.getpid()}").exists()
+
+
+class Counting(Disk):
+    """A probe that counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def __call__(self, directory: Path) -> None:
+        self.calls += 1
+        super().__call__(directory)
+
+
+def test_an_idle_node_probes_seldom_and_a_question_gets_a_fresh_answer(tmp_path: Path) -> None:
+    """While the node holds no run its disk is probed every IDLE_PROBE_SECONDS (an idle
+    node's CPU is its wake-ups); whoever asks (the dispatcher before a claim, the health
+    page) gets an answer from a probe at most PROBE_SECONDS old, probed then if need be;
+    once the node holds runs the loop probes every PROBE_SECONDS."""
+    clock = FakeClock("2027-01-01T00:00:00+00:00")
+    life = Lifecycle(clock)
+    disk = Counting()
+    busy = False
+    watch = LocalDisk(tmp_path, life, probe=disk, busy=lambda: busy)
+    stack = ExitStack()
+    watch.start(stack)
+    try:
+        assert disk.calls == 1 and clock.wait_until_idle(1)
+        for _ in range(9):
+            clock.advance_idle(1, 1)
+        assert disk.calls == 1  # idle: no probe for 9 s
+        clock.advance_idle(1, 1)
+        assert disk.calls == 2  # the tenth second's
+
+        clock.advance_idle(3, 1)
+        disk.error = OSError(errno.ENOSPC, "No space left on device")
+        failure = watch.current()  # 3 s old: probed now, the disk found full
+        assert disk.calls == 3 and failure is not None and failure.kind == "disk full"
+        assert watch.current() is failure and disk.calls == 3  # fresh: no second probe
+        disk.error = None
+
+        busy = True  # the question woke the loop, which now paces by the node's runs
+        assert clock.wait_until_idle(1)
+        for _ in range(3):
+            clock.advance_idle(2, 1)
+        assert disk.calls == 6  # every 2 s while the node holds runs
+        assert watch.current() is failure and disk.calls == 6  # the loop's probes are fresh
+        busy = False  # the last probe was when the node still held runs
+        for _ in range(4):
+            clock.advance_idle(2, 1)
+        assert disk.calls == 6  # idle: no probe 8 s after the last
+        clock.advance_idle(2, 1)
+        assert disk.calls == 7  # but 10 s after it
+    finally:
+        life.stop()
+        stack.close()

@@ -41,11 +41,16 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadenza.clock import Clock, SystemClock
 from cadenza.store.claims import StagedStart
+from cadenza.store.engine import sqlite_path
 from cadenza.store.lease_clock import LeaseTime
+
+if TYPE_CHECKING:
+    from cadenza.config.loader import LoadedConfig
+    from cadenza.store.protocols import DispatchStore
 
 log = logging.getLogger("cadenza.claimer")
 
@@ -308,3 +313,27 @@ def _claim(conn: Connection, seq: int, store: Any, order: list[StagedStart], own
                                        "before their claim"))
             return
     conn.send(("done", seq))
+
+
+def claimer_for(store: DispatchStore, config: LoadedConfig, workers: int,
+                 wanted: bool | None) -> Claimer | None:
+    """The claimer process of a node (not started), when it is wanted (default: a SQLite
+    file store and at least :data:`~cadenza.executor.claimer.MIN_WORKERS` workers)."""
+    url = store.engine.url
+    if wanted is False or store.dialect != "sqlite" or sqlite_path(url) is None:
+        return None
+    if wanted is None and workers < MIN_WORKERS:
+        return None
+    claimer = Claimer(url.render_as_string(hide_password=False),
+                      config.settings.store.sqlite_synchronous, store.lease_time)
+    # The claimer's claims take resource leases like the node's (the same claim hook).
+    claimer.pools = lambda: pool_plan(store)
+    return claimer
+
+
+def pool_plan(store: DispatchStore) -> object:
+    """The resource plan of ``store``'s pools (None without pools), for the claimer's claims."""
+    from cadenza.resources.pools import leaser_of
+
+    leaser = leaser_of(store)
+    return None if leaser is None else leaser.plan

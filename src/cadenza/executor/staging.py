@@ -30,10 +30,14 @@ crowded minute enter their step a few milliseconds after the due time instead of
 whole minute's claim. Every claim is still a conditional UPDATE (a run is never claimed
 twice), every chunk an admission decision of its own (caps hold across nodes), and each
 run's claim and first start commit together with their events, as on the ordinary path.
+The step threads start a chunk's runs with :func:`begin_staged`; the dispatcher waits for
+them through :class:`Begun`.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -41,8 +45,10 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 
 from cadenza.domain.admission import Candidate, Limits, Load, admit
-from cadenza.executor.runner import Executor, Staged
+from cadenza.executor.runner import Executor, Staged, Started
 from cadenza.store.protocols import WorkerStore
+
+log = logging.getLogger("cadenza.node")
 
 CHUNKS = (16, 32, 64, 128)
 """Runs per chunk transaction at a due time: small first (the first runs start at once),
@@ -167,3 +173,42 @@ class Stage:
 
     def chunk_size(self) -> int:
         return CHUNKS[min(self.chunks, len(CHUNKS) - 1)]
+
+
+class Begun(list[Started]):
+    """The runs of a stage that the step threads started (appended from any thread); the
+    dispatcher waits for as many as it claimed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+        self._want = -1
+
+    def append(self, started: Started) -> None:
+        with self._changed:
+            super().append(started)
+            if len(self) == self._want:  # the waiter wakes once, not at every start
+                self._changed.notify_all()
+
+    def wait(self, count: int, seconds: float) -> bool:
+        """Wait up to ``seconds`` (real time: other threads' progress) until ``count`` runs
+        are started; returns whether they are."""
+        with self._changed:
+            self._want = count
+            return self._changed.wait_for(lambda: len(self) >= count, max(seconds, 0.0))
+
+
+def begin_staged(staged: Staged, step_run_id: int, at: datetime,
+                  begun: list[Started]) -> None:
+    """On a step thread: start a staged run that was just claimed, hand it to the node's
+    workers (``begun``) and run its first step here. Whatever fails, the run reaches a
+    worker (whose ``go()`` starts the step the ordinary way if it was not)."""
+    body = None
+    try:
+        started, body = staged.begin_here(step_run_id, at)
+    except Exception:
+        log.exception("starting staged run %s failed", staged.run_id)
+        started = staged.fallback(step_run_id)
+    begun.append(started)
+    if body is not None:
+        body()

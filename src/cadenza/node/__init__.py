@@ -74,14 +74,14 @@ from contextlib import ExitStack
 
 from cadenza.clock import Clock
 from cadenza.config.loader import LoadedConfig
-from cadenza.executor.claimer import Claimer
+from cadenza.executor.claimer import Claimer, claimer_for
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.lease_keeper import LeaseKeeper
 from cadenza.executor.runner import Executor, default_owner
 from cadenza.home import Home
 from cadenza.lifecycle import Begin, Lifecycle, Loop, Service
 from cadenza.node.config import ConfigHolder
-from cadenza.node.dispatcher import Dispatcher, _claimer_for
+from cadenza.node.dispatcher import Dispatcher
 from cadenza.node.local_disk import LocalDisk
 from cadenza.node.reaper import Reaper
 from cadenza.node.scheduling import SchedulerService
@@ -127,7 +127,7 @@ class Node:
         """One group commit for the node's workers (its end hook is the dispatcher's)."""
         self.holder = ConfigHolder(home, store, config, self.life, self._executor)
         self._stack.callback(self.holder.close)
-        self.claimer: Claimer | None = _claimer_for(store, config, self.workers, claimer)
+        self.claimer: Claimer | None = claimer_for(store, config, self.workers, claimer)
         if self.claimer is not None:
             self._stack.callback(self.claimer.close)
         self._stack.callback(self.keeper.stop)

@@ -55,21 +55,18 @@ from typing import Any
 import sqlalchemy as sa
 
 from cadenza.clock import Clock, SystemClock
-from cadenza.config.loader import LoadedConfig
 from cadenza.domain.admission import WaitRule, admit
-from cadenza.executor.claimer import MIN_WORKERS as CLAIMER_MIN_WORKERS
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.group_commit import GroupCommit
 from cadenza.executor.isolation import STEP_THREADS, TakenOver
 from cadenza.executor.runner import Staged, Started
-from cadenza.executor.staging import CHUNKS, LATE, Stage
+from cadenza.executor.staging import CHUNKS, LATE, Begun, Stage, begin_staged
 from cadenza.executor.steprun import Attempt
 from cadenza.executor.tracking import RunOutcome
 from cadenza.lifecycle import Lifecycle
 from cadenza.node.config import ConfigHolder, Current
 from cadenza.resources.pools import leaser_of
 from cadenza.store.boundary import Boundary
-from cadenza.store.engine import sqlite_path
 from cadenza.store.protocols import DispatchStore
 
 log = logging.getLogger("cadenza.node")
@@ -458,7 +455,7 @@ class Dispatcher:
                 or self.held_back():
             gc.unfreeze()
             return
-        begun = _Begun()  # appended by the step threads
+        begun = Begun()  # appended by the step threads
         claimed = 0
         remote = stage.token != 0
 
@@ -473,7 +470,7 @@ class Dispatcher:
             # The step threads start the runs (lease, log, first step) and run their
             # first steps, while this thread (or the claimer) writes the next chunk.
             for staged, step_run_id in took:
-                STEP_THREADS.chain(partial(_begin_staged, staged, step_run_id, at, begun))
+                STEP_THREADS.chain(partial(begin_staged, staged, step_run_id, at, begun))
             STEP_THREADS.wake(CHAIN_THREADS)
 
         collecting = gc.isenabled()
@@ -769,63 +766,3 @@ class Dispatcher:
         else:
             log.warning("run %s of %s ended (lost): its end was refused, the run's lease "
                         "was lost (another holder owns the run now)", boundary.run_id, job)
-
-
-class _Begun(list[Started]):
-    """The runs of a stage that the step threads started (appended from any thread); the
-    dispatcher waits for as many as it claimed."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._changed = threading.Condition()
-        self._want = -1
-
-    def append(self, started: Started) -> None:
-        with self._changed:
-            super().append(started)
-            if len(self) == self._want:  # the waiter wakes once, not at every start
-                self._changed.notify_all()
-
-    def wait(self, count: int, seconds: float) -> bool:
-        """Wait up to ``seconds`` (real time: other threads' progress) until ``count`` runs
-        are started; returns whether they are."""
-        with self._changed:
-            self._want = count
-            return self._changed.wait_for(lambda: len(self) >= count, max(seconds, 0.0))
-
-
-def _begin_staged(staged: Staged, step_run_id: int, at: datetime,
-                  begun: list[Started]) -> None:
-    """On a step thread: start a staged run that was just claimed, hand it to the node's
-    workers (``begun``) and run its first step here. Whatever fails, the run reaches a
-    worker (whose ``go()`` starts the step the ordinary way if it was not)."""
-    body = None
-    try:
-        started, body = staged.begin_here(step_run_id, at)
-    except Exception:
-        log.exception("starting staged run %s failed", staged.run_id)
-        started = staged.fallback(step_run_id)
-    begun.append(started)
-    if body is not None:
-        body()
-
-
-def _claimer_for(store: DispatchStore, config: LoadedConfig, workers: int,
-                 wanted: bool | None) -> Claimer | None:
-    """The claimer process of a node (not started), when it is wanted (default: a SQLite
-    file store and at least :data:`~cadenza.executor.claimer.MIN_WORKERS` workers)."""
-    url = store.engine.url
-    if wanted is False or store.dialect != "sqlite" or sqlite_path(url) is None:
-        return None
-    if wanted is None and workers < CLAIMER_MIN_WORKERS:
-        return None
-    claimer = Claimer(url.render_as_string(hide_password=False),
-                      config.settings.store.sqlite_synchronous, store.lease_time)
-    # The claimer's claims take resource leases like the node's (the same claim hook).
-    claimer.pools = lambda: _pool_plan(store)
-    return claimer
-
-
-def _pool_plan(store: DispatchStore) -> object:
-    leaser = leaser_of(store)
-    return None if leaser is None else leaser.plan

@@ -349,7 +349,6 @@ def test_a_batch_of_run_ends_looks_its_runs_up_by_key_on_postgresql(pg_url: str)
         store.close()
 
 
-
 def test_a_batch_of_step_ends_looks_its_steps_up_by_key_as_the_table_grows(
         pg_url: str) -> None:
     """A new store's ``step_runs`` is empty. psycopg prepares a statement after a few runs

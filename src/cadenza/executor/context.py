@@ -536,6 +536,8 @@ def check_result(value: object, step: str,
         raise Fatal(f"step {step!r}: rows must be an integer or None, got {rows!r}")
     if not isinstance(value.output, Mapping):
         raise Fatal(f"step {step!r}: output must be a dict, got {type(value.output).__name__}")
+    if not value.output and limit >= 2:  # "{}": most steps' output, nothing to check
+        return value
     try:
         encoded = json.dumps(dict(value.output), allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -351,7 +351,7 @@ class BoundaryWriter(StoreCore):
                     start_hook(c, starting, now)
         update_rows(cursor, d, RUN_PARAMS, [
             {"id": b.run_id, "epoch": b.epoch,
-             "params": dumps(redact.redact_value(dict(b.params)))}
+             "params": dumps(redact.redact_value(dict(b.params))) if b.params else "{}"}
             for b in live if b.params is not None], stamp, "run params")
         ending = [b for b in live if b.run_end is not None]
         run_ends = [self._run_end_row(b, d) for b in ending]

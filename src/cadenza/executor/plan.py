@@ -47,6 +47,9 @@ from cadenza.steps.registry import StepType
 from cadenza.store.records import RunRecord
 
 _FIXED = ("name", "type", "op_kwargs")
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+"""Values of a step's ``op_kwargs`` that a run may share with the next one: rendering
+copies the others (a list a step appends to must not grow in the job's config)."""
 _COMMON = frozenset(StepConfig.model_fields)
 _ARGUMENTS_ONLY = frozenset({"python"})
 """Step types whose step args are all arguments of the step's code (never its settings)."""
@@ -180,7 +183,11 @@ def plan_step(
                                                plan.step_args.get(step.name, {}))
     extra.update(unknown)  # a run created before its step args were checked: as before
     args: dict[str, Any] = {}
-    if own or extra:  # (nothing to render: no scope to make for it)
+    data, tokens = cache.dump(step, step_type.raw_fields)
+    if (own and not extra and not tokens and "op_kwargs" not in step_type.raw_fields
+            and all(type(v) in _SCALARS for v in own.values())):
+        args = own  # no token anywhere in the step, and nothing a step could change in place
+    elif own or extra:  # (nothing to render: no scope to make for it)
         first = plan.scope(params=merge(plan.params, own, extra), steps=outputs)
         try:
             args = merge(render(own, first), render(extra, first))
@@ -188,7 +195,6 @@ def plan_step(
             raise PlanError(f"step {step.name!r}: op_kwargs: {exc}") from None
     params = merge(plan.params, args)
     scope = plan.scope(params=params, steps=outputs)
-    data, tokens = cache.dump(step, step_type.raw_fields)
     if not tokens and not settings and args == step.op_kwargs:
         return StepPlan(params=params, args=args, config=step, scope=scope)  # as validated
     rendered: dict[str, Any] = {}

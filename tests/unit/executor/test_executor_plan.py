@@ -80,6 +80,27 @@ def test_step_params_merge_shared_op_kwargs_and_step_args() -> None:
     assert step.config.op_kwargs == step.args
 
 
+def test_op_kwargs_without_tokens_are_the_steps_own_and_never_shared_when_mutable() -> None:
+    job = _job(params={"a": "job"}, steps=[
+        {"name": "flat", "type": "python", "callable": "m:f",
+         "op_kwargs": {"job": "j1", "n": 3, "x": 1.5, "on": True, "none": None}},
+        {"name": "nested", "type": "python", "callable": "m:f",
+         "op_kwargs": {"rows": [1, 2], "opts": {"k": "v"}}},
+        {"name": "escaped", "type": "python", "callable": "m:f",
+         "op_kwargs": {"text": "$${literal}"}}])
+    plan = plan_run(job, _run(), UTC_ZONE)
+    cache = ConfigCache()
+    for _ in range(2):  # the second time from the cache
+        flat = plan_step(plan, job.steps[0], registry()["python"], {}, cache)
+        assert flat.args == {"job": "j1", "n": 3, "x": 1.5, "on": True, "none": None}
+        assert flat.params == {"a": "job", **flat.args} and flat.config is job.steps[0]
+        nested = plan_step(plan, job.steps[1], registry()["python"], {}, cache)
+        nested.args["rows"].append(3)  # a step that changes its argument in place
+        assert job.steps[1].op_kwargs == {"rows": [1, 2], "opts": {"k": "v"}}
+        escaped = plan_step(plan, job.steps[2], registry()["python"], {}, cache)
+        assert escaped.args == {"text": "${literal}"}
+
+
 def test_exact_tokens_keep_their_type_and_raw_fields_stay_raw() -> None:
     job = _job(steps=[{"name": "q", "type": "sql_query", "connection": "wh",
                        "query": "SELECT * FROM t WHERE n = ${steps.a.rows}",

@@ -300,19 +300,28 @@ def test_the_running_count_is_an_index_scan_that_skips_ended_runs_after_one_pass
     assert scan["Actual Rows"] == 1 and scan["Shared Hit Blocks"] < 20  # not 300 dead rows
 
 
+@pytest.mark.parametrize("opening", ["lock_admission", "open_decision"])
 def test_a_decision_left_idle_is_ended_and_frees_the_admission_lock(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Store, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, opening: str
 ) -> None:
     """PostgreSQL: a node stopped in the middle of a decision (its transaction idle, holding
     the admission lock) does not hold the other nodes' decisions until it resumes: the
-    database ends that transaction after ADMISSION_IDLE_MS, and its writes are lost."""
+    database ends that transaction after ADMISSION_IDLE_MS, and its writes are lost. Also
+    right after a decision's opening, which reads the queue with the lock in one round trip
+    (a pipeline's closing Flush stopped the database's idle timer: a node cut off just then
+    held the lock until its connection died)."""
     if store.dialect != "postgresql":
         pytest.skip("SQLite's one writer is one process: no other node waits for it")
     monkeypatch.setattr(admission, "ADMISSION_IDLE_MS", 500)
+    queue(store, "a")
     other = Store.open(store.engine.url.render_as_string(hide_password=False))
     try:
         with pytest.raises(Exception), store.write() as conn:  # noqa: B017 (the driver's)
-            store.lock_admission(conn)
+            if opening == "lock_admission":
+                store.lock_admission(conn)
+            else:
+                read, _running = store.open_decision(conn, clock.now(), 200)
+                assert len(read) == 1
             time.sleep(1.2)  # "stopped": idle in transaction past the limit
             conn.execute(sa.text("CREATE TABLE never_written (x int)"))
         started = time.monotonic()

@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -88,6 +89,40 @@ _READY_READ = (_COLUMNS + "(not_before IS NULL OR not_before <= {m})"
 # the whole queue for them).
 _HELD_READ = (_COLUMNS + "not_before IS NOT NULL AND not_before > {m}"
               " ORDER BY not_before LIMIT {m}")
+
+
+_OPENING = ";".join((
+    _LOCK_ADMISSION, ORDERED, _READY_READ.format(m="%s"), _HELD_READ.format(m="%s"),
+    SORTS_AGAIN, INDEX_SCAN, _RUNNING_BY_JOB, BITMAPS_AGAIN))
+"""PostgreSQL: a decision's opening (the admission lock, the two reads of the queue, the
+running runs per job, with their planner settings) as one simple query of eight statements:
+one round trip, as a pipeline would be, and the idle timeout the lock statement sets is
+started when the transaction goes idle after it. After a pipeline it is not: psycopg ends a
+pipeline with a Sync then a Flush, and the Flush stops the timer that the Sync started
+(PostgreSQL starts it only when it answers a Sync), so a node cut off or stopped right
+after that round trip held the admission lock, and every other node waited, until its
+connection died (tests/contract/test_store_admission.py shows it)."""
+
+
+def _open_on_postgresql(raw: Any, stamp: datetime, limit: int
+                        ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """Run :data:`_OPENING` on psycopg's connection ``raw`` (values bound by the client:
+    ours, never a user's): the queued runs (the ready ones, then the held ones) and the
+    running runs per job."""
+    import psycopg
+
+    with psycopg.ClientCursor(raw) as cursor:
+        cursor.execute(_OPENING, (ADMISSION_LOCK_KEY, str(ADMISSION_IDLE_MS), stamp, limit,
+                                  stamp, limit))
+        sets: list[list[tuple[Any, ...]]] = []
+        while True:
+            sets.append(cursor.fetchall())
+            if not cursor.nextset():
+                break
+    if len(sets) != 8:
+        raise StoreError(f"the decision's opening returned {len(sets)} results, not 8")
+    running = {job_id: int(n) for job_id, n in sets[6]}
+    return sets[2] + sets[3], running
 
 
 class AdmissionRepository(StoreCore):
@@ -163,6 +198,14 @@ class AdmissionRepository(StoreCore):
         running: dict[str, int] | None = None
         # On the DBAPI cursor: a node decides often (every few runs ended, with few
         # workers), and the Core result processing was most of this read's time.
+        if decision and postgres:
+            rows, running = _open_on_postgresql(c.connection.driver_connection, utc, limit)
+            candidates = [Candidate(run_id, job_id, _queued_at(queued_at), priority,
+                                    read(not_before), attempt, bool(requeued))
+                          for run_id, job_id, priority, queued_at, not_before, attempt, requeued
+                          in rows]
+            candidates.sort(key=lambda cand: cand.order_key)
+            return candidates, running
         ready, held, side = (c.connection.cursor() for _ in range(3))
         load = c.connection.cursor() if decision else None
         params = (stamp, limit)

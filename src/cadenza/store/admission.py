@@ -191,7 +191,6 @@ class AdmissionRepository(StoreCore):
     ) -> tuple[list[Candidate], dict[str, int] | None]:
         now = require_aware(now, "now")
         postgres = self.dialect == "postgresql"
-        mark = "%s" if postgres else "?"
         utc = now.astimezone(UTC)
         stamp = utc if postgres else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
         read = Dialect.read_ts
@@ -200,48 +199,36 @@ class AdmissionRepository(StoreCore):
         # workers), and the Core result processing was most of this read's time.
         if decision and postgres:
             rows, running = _open_on_postgresql(c.connection.driver_connection, utc, limit)
-            candidates = [Candidate(run_id, job_id, _queued_at(queued_at), priority,
-                                    read(not_before), attempt, bool(requeued))
-                          for run_id, job_id, priority, queued_at, not_before, attempt, requeued
-                          in rows]
-            candidates.sort(key=lambda cand: cand.order_key)
-            return candidates, running
+        else:
+            rows = self._read_both(c, postgres, (stamp, limit))
+        candidates = [Candidate(run_id, job_id, _queued_at(queued_at), priority,
+                                read(not_before), attempt, bool(requeued))
+                      for run_id, job_id, priority, queued_at, not_before, attempt, requeued
+                      in rows]
+        candidates.sort(key=lambda cand: cand.order_key)
+        return candidates, running
+
+    @staticmethod
+    def _read_both(c: sa.Connection, postgres: bool, params: tuple[Any, ...]
+                   ) -> list[tuple[Any, ...]]:
+        """The ready runs, then the held ones: on PostgreSQL both in index order (ORDERED:
+        left to its statistics, the planner read and sorted the whole queue, 7 ms for 10,000
+        queued runs, where the first 200 in the index take 0.1 ms), in one round trip."""
+        mark = "%s" if postgres else "?"
         ready, held, side = (c.connection.cursor() for _ in range(3))
-        load = c.connection.cursor() if decision else None
-        params = (stamp, limit)
         try:
-            # PostgreSQL: both reads in index order (ORDERED: left to its statistics, the
-            # planner read and sorted the whole queue, 7 ms for 10,000 queued runs, where
-            # the first 200 in the index take 0.1 ms), in one round trip.
             with (ready.connection.pipeline() if postgres and later.PIPELINE
                   else nullcontext()):
-                if decision:
-                    side.execute(_LOCK_ADMISSION,
-                                 (ADMISSION_LOCK_KEY, str(ADMISSION_IDLE_MS)))
                 if postgres:
                     side.execute(ORDERED)
                 ready.execute(_READY_READ.format(m=mark), params)
                 held.execute(_HELD_READ.format(m=mark), params)
                 if postgres:
                     side.execute(SORTS_AGAIN)
-                if load is not None:
-                    side.execute(INDEX_SCAN)
-                    load.execute(_RUNNING_BY_JOB)
-                    side.execute(BITMAPS_AGAIN)
-            candidates = [
-                Candidate(run_id, job_id, _queued_at(queued_at), priority, read(not_before),
-                          attempt, bool(requeued))
-                for cursor in (ready, held)
-                for run_id, job_id, priority, queued_at, not_before, attempt, requeued
-                in cursor.fetchall()]
-            if load is not None:
-                running = {job_id: int(n) for job_id, n in load.fetchall()}
+            return [row for cursor in (ready, held) for row in cursor.fetchall()]
         finally:
-            for cursor in (ready, held, side, load):
-                if cursor is not None:
-                    cursor.close()
-        candidates.sort(key=lambda cand: cand.order_key)
-        return candidates, running
+            for cursor in (ready, held, side):
+                cursor.close()
 
     def admission_load(
         self,

@@ -10,8 +10,8 @@
   ``orjson`` writes it (a run's events are several JSON payloads each, and the standard
   library's encoder cost about a tenth of a short run's CPU); what ``orjson`` refuses and
   the standard library takes (a key that is not a string, an integer past 64 bits, a lone
-  surrogate) is written by the standard library. A float is written in its shortest form
-  that reads back the same (``0.00003`` may read ``3e-05`` in older rows): compare values,
+  surrogate) is written by the standard library. A float reads back the same but may be
+  written in another form (``0.00003`` where older rows say ``3e-05``): compare values,
   not text. NaN and infinities are written as ``null`` (JSON has no such numbers).
 * Run ids are ULID-like: 48 bits of milliseconds from the store's clock, then 80 random bits,
   in Crockford base32 (26 characters). They sort by creation time; within one process they are

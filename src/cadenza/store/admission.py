@@ -180,9 +180,10 @@ class AdmissionRepository(StoreCore):
         """The start of a decision in ``conn``'s write transaction: :meth:`lock_admission`,
         then :meth:`queued_candidates`; on PostgreSQL also the RUNNING runs per job (the
         load's first part, for :meth:`admission_load`'s ``running``), all three in one
-        round trip (psycopg's pipeline: the lock is taken before the reads run, as if
-        they were sent one by one). SQLite: the running runs are None (read when needed:
-        the read costs CPU there, not a round trip)."""
+        round trip (one query of several statements, :data:`_OPENING`, run in order: the
+        lock is taken before the reads run; not a psycopg pipeline, whose closing Flush
+        stops the server's idle-in-transaction timer). SQLite: the running runs are None
+        (read when needed: the read costs CPU there, not a round trip)."""
         with self._reading(conn) as c:
             return self._read_queue(c, now, limit, decision=self.dialect == "postgresql")
 

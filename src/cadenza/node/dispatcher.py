@@ -582,7 +582,7 @@ class Dispatcher:
                 and not self._queue_watch.any_queued())
 
     def _dispatch_loop(self) -> None:
-        self._queue_watch = self.store.queue_watch()
+        self._queue_watch = self.store.queue_watch(on_queued=self.wake)
         try:
             self._dispatch_until_stopped()
         finally:

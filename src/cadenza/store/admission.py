@@ -37,6 +37,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.clock import Clock, SystemClock
 from cadenza.domain.admission import HOUR, Candidate, Load
 from cadenza.domain.errors import StoreError
 from cadenza.domain.events import EventType, Level
@@ -46,6 +47,7 @@ from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.engine import sqlite_path
 from cadenza.store.hotsql import BITMAPS_AGAIN, INDEX_SCAN, ORDERED, SORTS_AGAIN, Dialect
+from cadenza.store.queue_signal import LOOK_AT_LEAST, QueueListener
 from cadenza.store.tables import RUNNING_ONLY, runs
 
 RUN_WAITING = EventType.RUN_WAITING
@@ -154,10 +156,14 @@ class AdmissionRepository(StoreCore):
             return bool(read("SELECT 1 FROM runs WHERE state = ? LIMIT 1",
                              (RunState.QUEUED.value,)))
 
-    def queue_watch(self) -> QueueWatch:
-        """The idle poll of one dispatcher (:class:`QueueWatch`); close it when done."""
-        path = sqlite_path(self.engine.url) if self.dialect == "sqlite" else None
-        return QueueWatch(self.has_queued_runs, path)
+    def queue_watch(self, on_queued: Callable[[], None] | None = None) -> QueueWatch:
+        """The idle poll of one dispatcher (:class:`QueueWatch`); close it when done.
+        On PostgreSQL, ``on_queued()`` is called as soon as a run was queued by anyone
+        (:mod:`cadenza.store.queue_signal`)."""
+        if self.dialect == "sqlite":
+            return QueueWatch(self.has_queued_runs, sqlite_path(self.engine.url))
+        listener = None if on_queued is None else QueueListener(self.engine, on_queued)
+        return QueueWatch(self.has_queued_runs, None, listener, self.clock)
 
     def queued_candidates(
         self, now: datetime, limit: int = 200, *, conn: sa.Connection | None = None
@@ -368,11 +374,18 @@ class QueueWatch:
     since the last look found no queued run, so none can be queued and the look is skipped.
     After a second's sleep the pragma costs about a fifth of the look (a pooled connection's
     checkout, an indexed read, its return): the idle node's CPU is its wake-ups and what
-    each does cold (docs/benchmarks.md). On PostgreSQL, and for an in-memory SQLite
-    database, every poll is the look."""
+    each does cold (docs/benchmarks.md). On PostgreSQL the same is done with the
+    :class:`~cadenza.store.queue_signal.QueueListener` when ``listener`` is given: while it
+    listens, a poll skips the look if no run was signalled QUEUED since the last look found
+    none, and no look was made for :data:`~cadenza.store.queue_signal.LOOK_AT_LEAST`
+    seconds. For an in-memory SQLite database, every poll is the look."""
 
-    def __init__(self, look: Callable[[], bool], path: Path | None) -> None:
+    def __init__(self, look: Callable[[], bool], path: Path | None,
+                 listener: QueueListener | None = None, clock: Clock | None = None) -> None:
         self._look = look
+        self._listener = listener
+        self._clock: Clock = clock or SystemClock()
+        self._looked_at = 0.0
         self._conn: sqlite3.Connection | None = None
         if path is not None:
             try:
@@ -385,6 +398,15 @@ class QueueWatch:
 
     def any_queued(self) -> bool:
         """Whether a run may be QUEUED (True: look at the queue)."""
+        if self._listener is not None:
+            token = self._listener.token  # read before the look: a later signal is seen
+            if (token is not None and token == self._unchanged_at
+                    and self._clock.monotonic() - self._looked_at < LOOK_AT_LEAST):
+                return False
+            self._looked_at = self._clock.monotonic()
+            queued = self._look()
+            self._unchanged_at = None if queued else token
+            return queued
         version = None
         if self._conn is not None:
             try:
@@ -398,6 +420,9 @@ class QueueWatch:
         return queued
 
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None

@@ -449,8 +449,9 @@ class Admission(Protocol):
         poll."""
         ...
 
-    def queue_watch(self) -> QueueWatch:
-        """An idle node's poll, which skips the read while nothing was committed (SQLite)."""
+    def queue_watch(self, on_queued: Callable[[], None] | None = None) -> QueueWatch:
+        """An idle node's poll, which skips the read while nothing was committed (SQLite)
+        or signalled (PostgreSQL, which also calls ``on_queued()`` when a run is queued)."""
         ...
 
     def queued_candidates(

@@ -29,6 +29,7 @@ from cadenza.node import Node
 from cadenza.store import Store
 from cadenza.store.admission import QueueWatch
 from cadenza.store.boundary import NewRun
+from cadenza.store import queue_signal
 from cadenza.store.queue_signal import LOOK_AT_LEAST, QueueListener
 
 START = "2027-01-01T00:00:00+00:00"
@@ -174,6 +175,37 @@ def test_a_dropped_listening_connection_is_replaced(pg_url: str, pg_store: Store
         create_in_another_process(pg_url, "while-deaf")  # may not be heard: it is read
         until(lambda: listener.token is not None, "the listener listens again", 20.0)
         until(heard.is_set, "the signal given on listening again")
+        assert watch.any_queued() is True
+    finally:
+        watch.close()
+
+
+def test_silence_is_not_trusted_while_the_listeners_probe_is_not_heard(
+        pg_url: str, pg_store: Store, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Behind a proxy that pools transactions no notification reaches an idle client, so
+    the listener's probe is never heard: a warning says so and every poll reads the queue
+    (the probe is not sent here, which looks the same from the listener)."""
+    monkeypatch.setattr(QueueListener, "_send_probe", lambda self, probe: None)
+    monkeypatch.setattr(queue_signal, "PROBE_WAIT", 0.5)
+    looks = [0]
+
+    def look() -> bool:
+        looks[0] += 1
+        return pg_store.has_queued_runs()
+
+    heard = threading.Event()
+    listener = QueueListener(pg_store.engine, heard.set)
+    watch = QueueWatch(look, None, listener, pg_store.clock)
+    try:
+        until(lambda: "notifications of queued runs do not arrive" in caplog.text,
+              "the warning that notifications do not arrive")
+        assert listener.token is None
+        assert watch.any_queued() is False and watch.any_queued() is False
+        assert looks == [2]  # silence means nothing: every poll reads
+        heard.clear()
+        create_in_another_process(pg_url, "j")  # a notification that does arrive still wakes
+        until(heard.is_set, "the wake")
         assert watch.any_queued() is True
     finally:
         watch.close()

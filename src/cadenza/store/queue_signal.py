@@ -14,13 +14,18 @@ counterpart of SQLite's ``data_version``, :class:`~cadenza.store.admission.Queue
 Nothing depends on a notification arriving: while the listening connection is down (the
 server restarted, the network dropped it) every poll reads the queue as before, and the
 listener connects again after 1, 2, 5, then every 10 seconds, then signals once (what was
-queued meanwhile was not heard). Even while connected, an idle poll reads the queue at
-least every :data:`LOOK_AT_LEAST` seconds.
+queued meanwhile was not heard). Silence is trusted only once the listener has heard a
+probe of its own, sent through another connection of the store after each LISTEN: behind
+a proxy that pools transactions (PgBouncer's ``transaction`` mode), which delivers no
+notification to an idle client, the probe is never heard, a warning says so, and every
+poll reads the queue as it did before. Even when trusted, an idle poll reads the queue
+at least every :data:`LOOK_AT_LEAST` seconds.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import select
 import socket
 import threading
@@ -45,6 +50,10 @@ PING_AFTER = 30.0
 connection the network dropped without a word is found within about this time, not at the
 next signal that never comes."""
 
+PROBE_WAIT = 10.0
+"""Seconds after a LISTEN within which the listener's probe must be heard, else a warning
+says that notifications do not arrive (and silence stays untrusted)."""
+
 RECONNECT_DELAYS = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts to listen again after the connection failed (the last
 repeats)."""
@@ -55,9 +64,11 @@ class QueueListener:
     notification, and once after each (re)connection.
 
     :attr:`token` says what was heard: a number that changes with every signal, or
-    ``None`` while not listening (then nothing may be concluded from silence)."""
+    ``None`` while not listening or before its probe was heard (then nothing may be
+    concluded from silence)."""
 
     def __init__(self, engine: sa.Engine, on_signal: Callable[[], None]) -> None:
+        self._engine = engine
         args, params = engine.dialect.create_connect_args(engine.url)
         params = {k: v for k, v in params.items() if k != "context"}
         params.setdefault("connect_timeout", 10)
@@ -66,6 +77,8 @@ class QueueListener:
         self._on_signal = on_signal
         self._signals = 0
         self._listening = False
+        self._probe = ""
+        """The payload of this connection's probe; "" once it was heard."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         # A socket pair wakes the thread out of select() to stop it (sockets: select() on
@@ -78,7 +91,7 @@ class QueueListener:
     @property
     def token(self) -> int | None:
         with self._lock:
-            return self._signals if self._listening else None
+            return self._signals if self._listening and not self._probe else None
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop listening and close the connection (waits for the thread)."""
@@ -109,11 +122,14 @@ class QueueListener:
                 args, params = self._connect_args
                 conn = psycopg.connect(*args, autocommit=True, **params)
                 conn.execute(f"LISTEN {CHANNEL}")
+                probe = secrets.token_hex(8)
                 with self._lock:
                     self._listening = True
+                    self._probe = probe
                 if failures:
                     log.info("listening for queued runs again")
                 failures = 0
+                self._send_probe(probe)
                 self._signal()  # whatever was queued while not listening
                 self._listen(conn)
             except psycopg.Error as exc:
@@ -129,6 +145,21 @@ class QueueListener:
             finally:
                 self._deaf(conn)
 
+    def _send_probe(self, probe: str) -> None:
+        """NOTIFY the channel with ``probe`` through a connection of the store's pool: heard
+        back, it shows that notifications from other sessions reach this one."""
+        try:
+            with self._engine.connect() as conn:
+                conn.execute(sa.select(sa.func.pg_notify(CHANNEL, probe)))
+                conn.commit()
+        except sa.exc.SQLAlchemyError as exc:  # then silence stays untrusted
+            log.warning("could not check that notifications of queued runs arrive: %s", exc)
+
+    def _heard(self, payloads: list[str]) -> None:
+        with self._lock:
+            if self._probe and self._probe in payloads:
+                self._probe = ""
+
     def _deaf(self, conn: psycopg.Connection[Any] | None) -> None:
         with self._lock:
             self._listening = False
@@ -136,14 +167,32 @@ class QueueListener:
             conn.close()
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        waited = 0.0
         while not self._stopping.is_set():
+            wait = PING_AFTER if not self.probing else min(PING_AFTER, PROBE_WAIT - waited)
             ready, _, _ = select.select([conn.fileno(), self._wake_r.fileno()], [], [],
-                                        PING_AFTER)
+                                        max(wait, 0.0))
             if self._stopping.is_set():
                 return
             if not ready:
+                if self.probing:
+                    waited += wait
+                    if waited >= PROBE_WAIT:
+                        log.warning(
+                            "notifications of queued runs do not arrive (a proxy that pools "
+                            "transactions, such as PgBouncer in transaction mode?): runs "
+                            "queued by other processes or nodes are found by the "
+                            "once-a-second poll")
+                        waited = -float("inf")  # said once per connection
                 conn.execute("SELECT 1")  # raises if the connection is gone
                 continue
-            heard = sum(1 for _ in conn.notifies(timeout=0))
-            if heard:
-                self._signal(heard)
+            payloads = [n.payload for n in conn.notifies(timeout=0)]
+            if payloads:
+                self._heard(payloads)
+                self._signal(len(payloads))
+
+    @property
+    def probing(self) -> bool:
+        """Whether this connection's probe is still to be heard."""
+        with self._lock:
+            return bool(self._probe)

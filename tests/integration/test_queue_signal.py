@@ -26,10 +26,9 @@ from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.home import Home
 from cadenza.node import Node
-from cadenza.store import Store
+from cadenza.store import Store, queue_signal
 from cadenza.store.admission import QueueWatch
 from cadenza.store.boundary import NewRun
-from cadenza.store import queue_signal
 from cadenza.store.queue_signal import LOOK_AT_LEAST, QueueListener
 
 START = "2027-01-01T00:00:00+00:00"

@@ -65,7 +65,9 @@ def display() -> Iterator[str]:
         yield name
 
 
-def desktop_home(root: Path, naps: Path, seconds: int) -> Path:
+def desktop_home(root: Path, naps: Path, seconds: int, lease: str = "3s") -> Path:
+    """A home whose ``nap`` job sleeps ``seconds``; the run lease is short (3 s) so that a
+    run left by a node that is gone is taken back quickly."""
     home = make_home(root, f"""
     [jobs.nap]
     [[jobs.nap.steps]]
@@ -81,7 +83,7 @@ def desktop_home(root: Path, naps: Path, seconds: int) -> Path:
     name = "load"
     type = "python"
     callable = "cz_nap:boom"
-    """, lease="3s", extra=f"\n[server]\nport = {free_port()}\n")
+    """, lease=lease, extra=f"\n[server]\nport = {free_port()}\n")
     (home / "plugins" / "cz_nap.py").write_text(NAP, encoding="utf-8")
     return home
 
@@ -191,7 +193,11 @@ def test_the_window_opens_logged_in_with_its_tray_and_a_second_start_brings_it_f
 def test_closing_the_window_leaves_a_20_second_run_to_succeed(
         tmp_path: Path, display: str) -> None:
     naps = tmp_path / "naps.txt"
-    home = desktop_home(tmp_path / "home", naps, 20)
+    # The default lease (not the minimum, 3 s, that a test of take-back needs): once, on a
+    # loaded 2-core machine, the lease was not renewed within 3 s while the window closed,
+    # and the step's process stopped itself at the lease's end, as it must (the run's
+    # retry then succeeded). Leases are other tests' story, not this one's.
+    home = desktop_home(tmp_path / "home", naps, 20, lease="60s")
     app = Desktop(home, display)
     try:
         app.wait_ready()

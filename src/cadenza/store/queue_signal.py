@@ -132,13 +132,16 @@ class QueueListener:
                 self._send_probe(probe)
                 self._signal()  # whatever was queued while not listening
                 self._listen(conn)
-            except psycopg.Error as exc:
+            except Exception as exc:  # the server, the network, or a bug: never die
                 self._deaf(conn)
                 if self._stopping.is_set():
                     break
-                if failures == 0:
+                if failures == 0 and isinstance(exc, psycopg.Error):
                     log.warning("not listening for queued runs (the once-a-second poll "
                                 "reads the queue meanwhile): %s", exc)
+                elif failures == 0:
+                    log.exception("not listening for queued runs (the once-a-second poll "
+                                  "reads the queue meanwhile)")
                 delay = RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS) - 1)]
                 failures += 1
                 self._stopping.wait(delay)

@@ -394,30 +394,31 @@ class QueueWatch:
             except sqlite3.Error:  # then every poll is the look, as on PostgreSQL
                 self._conn = None
         self._unchanged_at: int | None = None
-        """The ``data_version`` at which the last look found no queued run."""
+        """The version (:meth:`_version`) at which the last look found no queued run."""
 
     def any_queued(self) -> bool:
         """Whether a run may be QUEUED (True: look at the queue)."""
-        if self._listener is not None:
-            token = self._listener.token  # read before the look: a later signal is seen
-            if (token is not None and token == self._unchanged_at
-                    and self._clock.monotonic() - self._looked_at < LOOK_AT_LEAST):
-                return False
-            self._looked_at = self._clock.monotonic()
-            queued = self._look()
-            self._unchanged_at = None if queued else token
-            return queued
-        version = None
-        if self._conn is not None:
-            try:
-                version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-            except sqlite3.Error:  # the look says what is wrong, if anything
-                version = None
-            if version is not None and version == self._unchanged_at:
-                return False
+        version = self._version()  # read before the look: a later change is seen
+        due = (self._listener is not None
+               and self._clock.monotonic() - self._looked_at >= LOOK_AT_LEAST)
+        if version is not None and version == self._unchanged_at and not due:
+            return False
+        self._looked_at = self._clock.monotonic()
         queued = self._look()
         self._unchanged_at = None if queued else version
         return queued
+
+    def _version(self) -> int | None:
+        """What changes whenever a run may have been queued: the listener's count of
+        signals, or SQLite's ``data_version``; ``None`` when unknown (then look)."""
+        if self._listener is not None:
+            return self._listener.token
+        if self._conn is None:
+            return None
+        try:
+            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:  # the look says what is wrong, if anything
+            return None
 
     def close(self) -> None:
         if self._listener is not None:

@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
+from common import serve_logging
 from schedule_lag import dump_entries, write_home
 
 from cadenza.clock import SystemClock
@@ -33,25 +34,26 @@ from cadenza.store.boundary import NewRun
 from cadenza.store.tables import runs, step_runs
 
 
-def one(n: int, workers: int) -> dict[str, object]:
+def one(n: int, workers: int, log: bool = True) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         home, entries = write_home(Path(tmp), n, "0 3 1 1 *", None, workers, n)
         config = home.load_config()
         store = home.open_store(config)
         node = Node(home, config, store, clock=SystemClock(), workers=workers, scheduler=False)
-        node.start()
-        due = (datetime.now(UTC) + timedelta(seconds=2.5)).replace(microsecond=0)
-        store.create_runs([NewRun(f"j{k:05d}", "scheduled", scheduled_for=due, not_before=due)
-                           for k in range(n)])
-        node.dispatcher.wake()  # as the scheduler does after recording fires ahead
-        done = 0
-        while done < n and time.time() < due.timestamp() + 120:
-            time.sleep(0.1)
-            with store.read() as c:
-                done = int(c.execute(sa.select(sa.func.count()).where(
-                    runs.c.state == "SUCCEEDED")).scalar_one())
-        all_done = time.time() - due.timestamp()
-        node.stop(timeout=30)
+        with serve_logging(home.redactor, Path(tmp) / "serve.log", enabled=log):
+            node.start()
+            due = (datetime.now(UTC) + timedelta(seconds=2.5)).replace(microsecond=0)
+            store.create_runs([NewRun(f"j{k:05d}", "scheduled", scheduled_for=due, not_before=due)
+                               for k in range(n)])
+            node.dispatcher.wake()  # as the scheduler does after recording fires ahead
+            done = 0
+            while done < n and time.time() < due.timestamp() + 120:
+                time.sleep(0.1)
+                with store.read() as c:
+                    done = int(c.execute(sa.select(sa.func.count()).where(
+                        runs.c.state == "SUCCEEDED")).scalar_one())
+            all_done = time.time() - due.timestamp()
+            node.stop(timeout=30)
         dump_entries()
         with store.read() as c:
             first, last = c.execute(sa.select(sa.func.min(step_runs.c.started_at),
@@ -77,8 +79,10 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=1000)
     parser.add_argument("-w", "--workers", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--no-serve-log", action="store_true",
+                        help="the node logs nothing (by default as `cadenza serve` does)")
     args = parser.parse_args()
-    reps = [one(args.n, args.workers) for _ in range(args.reps)]
+    reps = [one(args.n, args.workers, not args.no_serve_log) for _ in range(args.reps)]
     summary = {key: statistics.median(r["entry_ms"][key] for r in reps)  # type: ignore[index]
                for key in ("p0", "p50", "p90", "p99", "max")}
     json.dump({"bench": "burst", "n": args.n, "workers": args.workers, "reps": reps,

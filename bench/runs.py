@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from common import scratch_pg_database
+from common import scratch_pg_database, serve_logging
 from pool import DrainStats, WorkerPool
 
 from cadenza.audit import Redactor
@@ -128,13 +128,23 @@ def enqueue(store: Store, n: int, batch: int) -> None:
 
 
 def node_drain(home: Path, config: Any, store: Store, workers: int,
-               total: int, poll: float = 0.25) -> tuple[DrainStats, GroupCommit]:
+               total: int, poll: float = 0.25, *, log: bool = True
+               ) -> tuple[DrainStats, GroupCommit]:
     """Drain the QUEUED runs with a real node (``cadenza serve``'s dispatcher and workers,
-    no scheduler); return when ``total`` runs have ended (polled every ``poll`` seconds)."""
-    node = Node(Home(home), config, store, clock=SystemClock(), workers=workers,
+    no scheduler, its log lines unless not ``log``); return when ``total`` runs have ended
+    (polled every ``poll`` seconds)."""
+    where = Home(home)
+    node = Node(where, config, store, clock=SystemClock(), workers=workers,
                 scheduler=False)
     stats = DrainStats()
     started = time.monotonic()
+    with serve_logging(where.redactor, home / "serve.log", enabled=log):
+        _drain(node, store, total, poll)
+    stats.seconds = time.monotonic() - started
+    return stats, node.recorder
+
+
+def _drain(node: Node, store: Store, total: int, poll: float) -> None:
     node.start()
     try:
         node.dispatcher.wake()
@@ -147,8 +157,6 @@ def node_drain(home: Path, config: Any, store: Store, workers: int,
             time.sleep(poll)
     finally:
         node.stop(timeout=30)
-    stats.seconds = time.monotonic() - started
-    return stats, node.recorder
 
 
 def recorded_span(store: Store, since: datetime) -> float:
@@ -233,7 +241,8 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 c1 = time.process_time()
                 if args.driver == "node":
                     stats, recorder = node_drain(home, config, store, args.workers,
-                                                 args.n + args.warmup, args.poll)
+                                                 args.n + args.warmup, args.poll,
+                                                 log=not args.no_serve_log)
                 else:
                     pool = WorkerPool(store, config, workers=args.workers,
                                       batch=args.claim_batch)
@@ -332,6 +341,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--poll", type=float, default=0.25,
                         help="--driver node: seconds between two counts of the ended runs")
+    parser.add_argument("--no-serve-log", action="store_true",
+                        help="the node logs nothing (node driver; by default it logs as "
+                             "`cadenza serve` does, into serve.log in the home)")
     parser.add_argument("--pg-url", default=os.environ.get("CADENZA_BENCH_PG", DEFAULT_PG))
     parser.add_argument("--dir", default=None, help="where the temporary homes go")
     parser.add_argument("--requires", action="store_true",
@@ -363,6 +375,7 @@ def main(argv: list[str] | None = None) -> None:
         "n": args.n,
         "workers": args.workers,
         "driver": args.driver,
+        "serve_log": args.driver == "node" and not args.no_serve_log,
         "claim_batch": args.claim_batch,
         "requires": "units = 1" if args.requires else None,
         "reps": args.reps,

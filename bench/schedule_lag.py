@@ -30,7 +30,7 @@ from pathlib import Path
 
 import psutil
 import sqlalchemy as sa
-from common import scratch_pg_database
+from common import scratch_pg_database, serve_logging
 
 from cadenza.clock import SystemClock
 from cadenza.domain.states import RunState
@@ -93,6 +93,8 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
         config = home.load_config()
         store = home.open_store(config)
         node = Node(home, config, store, clock=SystemClock(), workers=args.workers)
+        stack.enter_context(serve_logging(home.redactor, Path(tmp) / "serve.log",
+                                          enabled=not args.no_serve_log))
         node.start()
         now = datetime.now(UTC)
         boundary = now.replace(second=0, microsecond=0).timestamp() + 60
@@ -202,6 +204,8 @@ def main() -> None:
     p_lag.add_argument("--timeout", type=float, default=120)
     p_lag.add_argument("--max-runs", type=int, default=0,
                        help="[workers].max_concurrent_runs (default: max(16, workers))")
+    p_lag.add_argument("--no-serve-log", action="store_true",
+                       help="the node logs nothing (by default as `cadenza serve` does)")
     p_idle = sub.add_parser("idle")
     p_idle.add_argument("--jobs", type=int, default=1000)
     p_idle.add_argument("--seconds", type=float, default=30)

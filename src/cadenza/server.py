@@ -23,12 +23,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     import uvicorn
 
     from cadenza.audit import Redactor
+    from cadenza.clock import Clock
     from cadenza.config.schema_settings import ServerSettings
     from cadenza.node import Node
     from cadenza.services.context import Services
@@ -235,6 +236,20 @@ def _why(exc: OSError) -> str:
     return reason or (text[:1].lower() + text[1:])
 
 
+def log_handler(redactor: Redactor, clock: Clock, stream: TextIO) -> logging.Handler:
+    """The handler of ``cadenza serve``'s log lines (at INFO, on the ``cadenza`` logger):
+    each line through the home's redactor, without control characters; store write
+    failures (a full disk) at most once a minute (:mod:`cadenza.node.throttle`). The
+    benchmarks log through it too, so that they measure what ``cadenza serve`` does."""
+    from cadenza.node.throttle import WriteFailureThrottle
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(RedactingFormatter(redactor,
+                                            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(WriteFailureThrottle(clock))
+    return handler
+
+
 def open_server(services: Services, options: ServeOptions) -> Server:
     """Build the node and HTTP server for ``services`` (the whole configuration must be
     valid: ConfigError with located problems otherwise). Log lines of ``cadenza`` go to
@@ -243,17 +258,12 @@ def open_server(services: Services, options: ServeOptions) -> Server:
     import uvicorn
 
     from cadenza.node import Node
-    from cadenza.node.throttle import WriteFailureThrottle
     from cadenza.web.app import create_app
     from cadenza.web.slow_clients import BodyDeadline
 
     config = services.config()
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(RedactingFormatter(services.home.redactor,
-                                            "%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(WriteFailureThrottle(services.clock))  # a full disk: a line a minute
     root = logging.getLogger("cadenza")
-    root.addHandler(handler)
+    root.addHandler(log_handler(services.home.redactor, services.clock, sys.stderr))
     root.setLevel(logging.INFO)
 
     server = config.settings.server

@@ -100,9 +100,9 @@ def test_a_burst_is_run_by_the_workers_themselves_and_recorded_as_usual(
             assert kinds == ["RUN_CREATED", "STEP_STARTED", "STEP_SUCCEEDED", "RUN_FINISHED"]
             assert store.list_logs(run.id) == []  # nothing restates the events
             assert [line.event for line in store.run_log(run.id)] == kinds
-        ended = [r.getMessage() for r in caplog.records if " ended " in r.getMessage()]
-        assert sorted(ended) == sorted(f"run {r.id} of {r.job_id} ended SUCCEEDED"
-                                       for r in runs)
+        named = [name for r in caplog.records if " ended " in r.getMessage()
+                 for name in _ended_runs(r.getMessage(), "SUCCEEDED")]
+        assert sorted(named) == sorted(f"{r.id} of {r.job_id}" for r in runs)
         assert node.dispatcher._starting == 0 and not node.dispatcher._jobs
     finally:
         node.stop(timeout=10)
@@ -155,32 +155,53 @@ def test_a_run_that_cannot_start_is_not_launched(tmp_path: Path) -> None:
         assert started.go().state is RunState.SUCCEEDED
 
 
-def test_the_node_logs_a_queued_end_when_it_is_written(
+def _ended_runs(message: str, state: str) -> list[str]:
+    """The runs ("R of J") a node's "ended" line names in ``state``: ``run R of J ended S``
+    or ``N runs ended S: R1 of J1, R2 of J2``."""
+    if message.startswith("run ") and message.endswith(f" ended {state}"):
+        return [message.removeprefix("run ").removesuffix(f" ended {state}")]
+    count, _, rest = message.partition(f" runs ended {state}: ")
+    if not rest:
+        return []
+    names = rest.split(", ")
+    assert len(names) == int(count), message
+    return names
+
+
+def test_the_node_logs_queued_ends_when_they_are_written(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    home = make_home(tmp_path, "default", jobs=2)
+    home = make_home(tmp_path, "default", jobs=4)
     clock = FakeClock(FIRE)
     config = home.load_config()
     store = home.open_store(config, clock=clock)
     node = Node(home, config, store, clock=clock, scheduler=False)
     try:
-        store.create_runs([NewRun("j00", "manual:test"), NewRun("j01", "manual:test")])
-        claimed = store.claim_runs("me", FIRE + timedelta(minutes=1), limit=2)
+        store.create_runs([NewRun(f"j0{k}", "manual:test") for k in range(4)])
+        claimed = store.claim_runs("me", FIRE + timedelta(minutes=1), limit=4)
         caplog.set_level(logging.INFO, logger="cadenza.node")
         for run in claimed:
             node.dispatcher._jobs[run.id] = run.job_id
-        good, lost = claimed
-        node.recorder.finish(Boundary(good.id, good.lease_epoch,
-                                      run_end=RunEnd(RunState.SUCCEEDED, 0)))
+        good, other, failed, lost = claimed
+        for run in (good, other):
+            node.recorder.finish(Boundary(run.id, run.lease_epoch,
+                                          run_end=RunEnd(RunState.SUCCEEDED, 0)))
+        node.recorder.finish(Boundary(failed.id, failed.lease_epoch,
+                                      run_end=RunEnd(RunState.FAILED, None, "boom")))
         node.recorder.finish(Boundary(lost.id, lost.lease_epoch + 1,
                                       run_end=RunEnd(RunState.SUCCEEDED, 0)))
         assert not [r for r in caplog.records if "ended" in r.getMessage()]
         node.recorder.flush()
-        messages = [(r.levelname, r.getMessage()) for r in caplog.records]
-        assert ("INFO", f"run {good.id} of {good.job_id} ended SUCCEEDED") in messages
-        assert any(level == "WARNING" and text.startswith(
+        messages = [(r.levelname, r.getMessage()) for r in caplog.records
+                    if "ended" in r.getMessage()]
+        # One line per state for the ends one commit wrote (a record per run cost a
+        # twentieth of a short run in `cadenza serve`); a line of its own for one run.
+        assert messages[1:] == [
+            ("INFO", f"2 runs ended SUCCEEDED: {good.id} of {good.job_id}, "
+                     f"{other.id} of {other.job_id}"),
+            ("INFO", f"run {failed.id} of {failed.job_id} ended FAILED")]
+        assert messages[0][0] == "WARNING" and messages[0][1].startswith(
             f"run {lost.id} of {lost.job_id} ended (lost): its end was refused")
-            for level, text in messages)
         assert not node.dispatcher._jobs
     finally:
         node.stop(timeout=5)

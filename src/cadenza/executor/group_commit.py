@@ -44,8 +44,11 @@ the error is given up on; they wait 50, 100, then 200 ms between tries."""
 PROBLEMS_KEPT = 1000
 """How many problems of deferred run ends :attr:`GroupCommit.problems` keeps (the oldest go)."""
 
-EndHook = Callable[[Boundary, bool, "BaseException | None"], None]
-"""``on_end(boundary, applied, error)``: a deferred run end was written (or not)."""
+Ended = tuple[Boundary, bool, "BaseException | None"]
+"""A deferred run end settled: the boundary, whether it was applied, the error if any."""
+EndHook = Callable[[Sequence[Ended]], None]
+"""``on_end(ends)``: the deferred run ends one batch settled (written or not), in order,
+called once per batch: a node logs one line per batch and state, not one per run."""
 
 
 class Recorder(Protocol):
@@ -128,6 +131,7 @@ class GroupCommit:
         self._queue: list[_Pending] = []
         self._conn: sa.Connection | None = None  # used by the leader only
         self._leading = False
+        self._settled: list[Ended] = []  # the deferred ends of the batch being written
         self.batches = 0
         self.boundaries = 0
         self.problems: list[str] = []
@@ -207,6 +211,18 @@ class GroupCommit:
                 if not pending.done:
                     self._settle(pending, None, exc)
             raise
+        finally:
+            self._report()
+
+    def _report(self) -> None:
+        """Tell ``on_end`` the deferred run ends the batch settled (the leader's thread)."""
+        ends, self._settled = self._settled, []
+        if ends and self.on_end is not None:
+            try:
+                self.on_end(ends)
+            except Exception:  # a hook must not fail the batch's other items
+                log.exception("reporting the end of runs %s failed",
+                              ", ".join(b.run_id for b, _, _ in ends))
 
     def _together(self, batch: Sequence[_Pending]) -> None:
         marks = [p for p in batch if p.boundary is not None]
@@ -262,17 +278,15 @@ class GroupCommit:
             item.wake.set()
 
     def _ended(self, boundary: Boundary, result: Any, error: BaseException | None) -> None:
-        """A deferred run end is settled: tell ``on_end``; keep and log what went wrong."""
+        """A deferred run end is settled: keep it for ``on_end`` (told once the batch is
+        written, :meth:`_report`); keep and log what went wrong."""
         applied = error is None and result is not None and bool(result.applied)
         if not applied:
             why = f"error: {error}" if error is not None else "refused (lease lost)"
             self.problems.append(f"the end of run {boundary.run_id} was not recorded: {why}")
             del self.problems[:-PROBLEMS_KEPT]
         if self.on_end is not None:
-            try:
-                self.on_end(boundary, applied, error)
-            except Exception:  # a hook must not fail the batch of other runs
-                log.exception("reporting the end of run %s failed", boundary.run_id)
+            self._settled.append((boundary, applied, error))
         elif not applied:
             log.warning("the end of run %s was not recorded: %s", boundary.run_id,
                         f"error: {error}" if error is not None

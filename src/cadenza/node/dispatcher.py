@@ -46,7 +46,7 @@ import gc
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from datetime import datetime
 from functools import partial
@@ -57,7 +57,7 @@ import sqlalchemy as sa
 from cadenza.clock import Clock, SystemClock
 from cadenza.domain.admission import WaitRule, admit
 from cadenza.executor.claimer import Chunk, Claimer, Stopped
-from cadenza.executor.group_commit import GroupCommit
+from cadenza.executor.group_commit import Ended, GroupCommit
 from cadenza.executor.isolation import STEP_THREADS, TakenOver
 from cadenza.executor.runner import Staged, Started
 from cadenza.executor.staging import CHUNKS, LATE, Begun, Stage, begin_staged
@@ -66,7 +66,6 @@ from cadenza.executor.tracking import RunOutcome
 from cadenza.lifecycle import Lifecycle
 from cadenza.node.config import ConfigHolder, Current
 from cadenza.resources.pools import leaser_of
-from cadenza.store.boundary import Boundary
 from cadenza.store.protocols import DispatchStore
 
 log = logging.getLogger("cadenza.node")
@@ -194,7 +193,7 @@ class Dispatcher:
         self._queue: queue.SimpleQueue[Started | None] = queue.SimpleQueue()
         # The group commit of the node: concurrent workers' step boundaries share commits,
         # and a run's end is written with the next write (a claim, a step start) or at idle.
-        recorder.on_end = self._run_ended
+        recorder.on_end = self._runs_ended
         # Claimed runs (in the local queue or taken) whose first step is not entered yet.
         # While there are some (a burst: a crowded minute claimed at once), a worker whose
         # run ended neither writes the queued run ends nor wakes the dispatcher: the Python
@@ -643,7 +642,7 @@ class Dispatcher:
         taken = False
         try:
             outcome = go(entering)
-            # A queued end is logged when it is written (_run_ended), not before.
+            # A queued end is logged when it is written (_runs_ended), not before.
             if not outcome.queued_end and self._jobs.pop(run.id, None) is not None:
                 log.info("run %s of %s ended %s", run.id, run.job_id,
                          outcome.state.value if outcome.state else "(lost)")
@@ -754,15 +753,30 @@ class Dispatcher:
         if catch_up:  # the burst has started: its decision writes what was held back
             self._wake.set()
 
-    def _run_ended(self, boundary: Boundary, applied: bool, error: BaseException | None) -> None:
-        """The group commit wrote (or could not write) the end a worker queued."""
-        job = self._jobs.pop(boundary.run_id, "?")
-        if applied:
-            state = boundary.run_end.state.value if boundary.run_end else "?"
-            log.info("run %s of %s ended %s", boundary.run_id, job, state)
-        elif error is not None:
-            log.warning("run %s of %s: its end was not recorded (%s); its lease will expire "
-                        "and the run be recovered", boundary.run_id, job, error)
-        else:
-            log.warning("run %s of %s ended (lost): its end was refused, the run's lease "
-                        "was lost (another holder owns the run now)", boundary.run_id, job)
+    def _runs_ended(self, ends: Sequence[Ended]) -> None:
+        """The group commit wrote (or could not write) run ends the workers queued: one
+        INFO line per state for those it wrote (``run R of J ended S``, or ``N runs ended
+        S: R1 of J1, R2 of J2, ...``: a line per run was a logging record per run, a
+        twentieth of a short run's cost in ``cadenza serve``), a WARNING per run for the
+        others."""
+        written: dict[str, list[str]] = {}
+        info = log.isEnabledFor(logging.INFO)
+        for boundary, applied, error in ends:
+            run_id = boundary.run_id
+            job = self._jobs.pop(run_id, "?")
+            if applied:
+                if not info:
+                    continue
+                state = boundary.run_end.state.value if boundary.run_end else "?"
+                written.setdefault(state, []).append(f"{run_id} of {job}")
+            elif error is not None:
+                log.warning("run %s of %s: its end was not recorded (%s); its lease will "
+                            "expire and the run be recovered", run_id, job, error)
+            else:
+                log.warning("run %s of %s ended (lost): its end was refused, the run's lease "
+                            "was lost (another holder owns the run now)", run_id, job)
+        for state, runs in written.items():
+            if len(runs) == 1:
+                log.info("run %s ended %s", runs[0], state)
+            else:
+                log.info("%d runs ended %s: %s", len(runs), state, ", ".join(runs))

@@ -373,12 +373,29 @@ def jobs_of(config: Any) -> Mapping[str, Any]:
     return jobs
 
 
+QUEUED_PER_LINE = 50
+"""Fires of one due time named per INFO line (a crowded minute: a line per 50 runs, not a
+logging record per run on the way to their due time)."""
+
+
 def log_result(result: TickResult) -> None:
-    """Log what a tick did: a warning per missed fire, info per queued one."""
+    """Log what a tick did: a warning per missed fire; per due time, the queued ones
+    (``J S queued for T`` for one, ``N runs queued for T: J1 (S1), J2 (S2), ...``)."""
+    queued: dict[datetime, list[CreatedRun]] = {}
     for run in result.created:
         if run.state is RunState.MISSED:
             log.warning("%s %s missed %s: %s", run.job_id, run.schedule,
                         run.scheduled_for.isoformat(), run.reason)
         else:
-            log.info("%s %s queued for %s", run.job_id, run.schedule,
-                     run.scheduled_for.isoformat())
+            queued.setdefault(run.scheduled_for, []).append(run)
+    if not log.isEnabledFor(logging.INFO):
+        return
+    for due, runs in queued.items():
+        for k in range(0, len(runs), QUEUED_PER_LINE):
+            part = runs[k:k + QUEUED_PER_LINE]
+            if len(part) == 1:
+                log.info("%s %s queued for %s", part[0].job_id, part[0].schedule,
+                         due.isoformat())
+            else:
+                log.info("%d runs queued for %s: %s", len(part), due.isoformat(),
+                         ", ".join(f"{r.job_id} ({r.schedule})" for r in part))

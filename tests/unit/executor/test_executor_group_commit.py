@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from cadenza.clock import FakeClock
 from cadenza.domain.errors import StoreError
 from cadenza.domain.states import RunState, StepState
 from cadenza.executor import group_commit as group_commit_module
-from cadenza.executor.group_commit import DirectRecorder, GroupCommit
+from cadenza.executor.group_commit import DirectRecorder, Ended, GroupCommit
 from cadenza.store import Store
 from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
 
@@ -100,13 +100,15 @@ def test_a_refused_boundary_is_reported_not_raised(store: Store) -> None:
 
 def test_on_end_is_told_when_the_end_is_written_not_when_queued(store: Store) -> None:
     (good, e1), (lost, e2) = _claimed(store, 2)
-    told: list[tuple[str, bool, BaseException | None]] = []
-    group = GroupCommit(store, on_end=lambda b, ok, err: told.append((b.run_id, ok, err)))
+    told: list[list[tuple[str, bool, BaseException | None]]] = []
+    group = GroupCommit(store, on_end=lambda ends: told.append(
+        [(b.run_id, ok, err) for b, ok, err in ends]))
     assert group.finish(Boundary(good, e1, run_end=RunEnd(RunState.SUCCEEDED, 0))) is None
     assert group.finish(Boundary(lost, e2 + 1, run_end=RunEnd(RunState.SUCCEEDED, 0))) is None
     assert told == []  # only queued
     group.flush()
-    assert told == [(good, True, None), (lost, False, None)]
+    # Once for the batch (a node logs a line per batch and state), each end in order.
+    assert told == [[(good, True, None), (lost, False, None)]]
     assert store.get_run(good).state is RunState.SUCCEEDED  # type: ignore[union-attr]
     assert "refused" in group.problems[0] and lost in group.problems[0]
 
@@ -127,7 +129,7 @@ def test_a_refused_deferred_end_is_a_warning_naming_the_run(
 def test_a_failing_hook_does_not_fail_the_batch(store: Store) -> None:
     (first, e1), (second, e2) = _claimed(store, 2)
 
-    def broken(boundary: Boundary, applied: bool, error: BaseException | None) -> None:
+    def broken(ends: Sequence[Ended]) -> None:
         raise RuntimeError("hook")
 
     group = GroupCommit(store, on_end=broken)

@@ -3,6 +3,7 @@ the schedules of a job and the merged preview."""
 
 from __future__ import annotations
 
+import logging
 import random
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -11,7 +12,16 @@ import pytest
 from scheduler_helpers import at, job
 
 from cadenza.domain.states import RunState
-from cadenza.scheduler.fires import DueFires, fires_between, plan_job, upcoming
+from cadenza.scheduler import fires as fires_module
+from cadenza.scheduler.fires import (
+    CreatedRun,
+    DueFires,
+    TickResult,
+    fires_between,
+    log_result,
+    plan_job,
+    upcoming,
+)
 from cadenza.scheduler.schedules import policy_of, schedules_of
 
 UTC_ZONE = ZoneInfo("UTC")
@@ -194,3 +204,30 @@ def test_fires_between_spans_the_fold_with_distinct_instants(tz: str) -> None:
     start = datetime(2027, 10, 30, tzinfo=UTC)
     got = fires_between(spec, start, start + timedelta(days=9))
     assert len(got) == len(set(got)) == 9 * 24
+
+
+def test_a_tick_logs_its_queued_fires_per_due_time_and_each_missed_one(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One INFO line per due time (per 50 fires): a crowded minute is not a logging record
+    per run; a lone fire keeps its line, and every missed fire its WARNING."""
+    monkeypatch.setattr(fires_module, "QUEUED_PER_LINE", 2)
+    due, later = at("2027-03-01T02:00Z"), at("2027-03-01T02:05Z")
+
+    def run(job_id: str, when: datetime, state: RunState = RunState.QUEUED,
+            schedule: str = "job") -> CreatedRun:
+        return CreatedRun(f"r-{job_id}", job_id, schedule, when, state,
+                          "missed by 3 min" if state is RunState.MISSED else None, None)
+
+    created = (run("a", due), run("b", due, schedule="preset:eu"),
+               run("gone", due, RunState.MISSED),
+               run("c", due), run("d", later))
+    caplog.set_level(logging.INFO, logger="cadenza.scheduler")
+    log_result(TickResult(due, created, 0, None))
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [
+        ("WARNING", "gone job missed 2027-03-01T02:00:00+00:00: missed by 3 min"),
+        ("INFO", "2 runs queued for 2027-03-01T02:00:00+00:00: a (job), b (preset:eu)"),
+        ("INFO", "c job queued for 2027-03-01T02:00:00+00:00"),
+        ("INFO", "d job queued for 2027-03-01T02:05:00+00:00"),
+    ]

@@ -275,6 +275,9 @@ class GroupCommit:
             self._ended(item.boundary, result, error)
         item.result, item.error, item.done = result, error, True
         if item.wake is not None:
+            # The ends settled so far are told before a waiting thread goes on (the
+            # dispatcher, whose decision may claim such a run again at once).
+            self._report()
             item.wake.set()
 
     def _ended(self, boundary: Boundary, result: Any, error: BaseException | None) -> None:

@@ -231,10 +231,11 @@ class GroupCommit:
             results = self.store.record_boundaries(
                 [p.boundary for p in marks if p.boundary is not None], conn=conn)
             answers = [p.job(conn) for p in jobs if p.job is not None]
-        for pending, result in zip(marks, results, strict=True):
+        settled = [*zip(marks, results, strict=True), *zip(jobs, answers, strict=True)]
+        # The run ends first (nobody waits for them): the first waiting thread's wake tells
+        # them all at once, a line per state for the whole commit.
+        for pending, result in sorted(settled, key=lambda done: not done[0].deferred):
             self._settle(pending, result, None)
-        for pending, answer in zip(jobs, answers, strict=True):
-            self._settle(pending, answer, None)
 
     def _connection(self) -> sa.Connection | None:
         """The leader's own connection (one leader at a time), opened on first use; None on

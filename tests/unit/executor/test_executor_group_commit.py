@@ -20,7 +20,7 @@ from cadenza.domain.states import RunState, StepState
 from cadenza.executor import group_commit as group_commit_module
 from cadenza.executor.group_commit import DirectRecorder, Ended, GroupCommit
 from cadenza.store import Store
-from cadenza.store.boundary import Boundary, NewRun, RunEnd, StepEnd, StepStart
+from cadenza.store.boundary import Boundary, Checkpoint, NewRun, RunEnd, StepEnd, StepStart
 
 
 @pytest.fixture
@@ -148,3 +148,25 @@ def test_kept_problems_are_bounded(store: Store, monkeypatch: pytest.MonkeyPatch
         group.finish(Boundary(run_id, epoch + 1, run_end=RunEnd(RunState.SUCCEEDED, 0)))
     group.flush()
     assert len(group.problems) == 2 and runs[-1][0] in group.problems[-1]
+
+
+def test_the_ends_of_one_commit_are_told_together_before_a_waiting_writer_goes_on(
+    store: Store
+) -> None:
+    """One commit of a waiting worker's boundary between two run ends: ``on_end`` is told
+    once, with both ends (a line per state for the commit), before that worker goes on."""
+    (first, e1), (middle, e2), (last, e3) = _claimed(store, 3)
+    told: list[tuple[list[str], bool]] = []
+    waiting = group_commit_module._Pending(
+        Boundary(middle, e2, checkpoint=Checkpoint("next", {})))
+    assert waiting.wake is not None
+    group = GroupCommit(store, on_end=lambda ends: told.append(
+        ([b.run_id for b, _, _ in ends], waiting.wake.is_set())))  # type: ignore[union-attr]
+    group._write([
+        group_commit_module._Pending(
+            Boundary(first, e1, run_end=RunEnd(RunState.SUCCEEDED, 0)), deferred=True),
+        waiting,
+        group_commit_module._Pending(
+            Boundary(last, e3, run_end=RunEnd(RunState.SUCCEEDED, 0)), deferred=True)])
+    assert told == [([first, last], False)]
+    assert waiting.done and waiting.wake.is_set() and waiting.result.applied

@@ -11,10 +11,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState
 from cadenza.store import Store, admission, boundaries, hotsql, outbox, run_states
 from cadenza.store.boundary import NewRun
 from cadenza.store.hotsql import Dialect
+from cadenza.store.pool_stats import pool_stats
 
 
 def _plans(store: Store, call: Any, *, words: str) -> list[str]:
@@ -386,5 +388,76 @@ def test_a_batch_of_step_ends_looks_its_steps_up_by_key_as_the_table_grows(
         steps(5000)
         read = end(steps(16))
         assert read < 100, read
+    finally:
+        store.close()
+
+
+def test_events_by_type_and_time_walk_from_the_windows_first_event(sqlite_url: str) -> None:
+    """The audit log by type (or actor, or none) and a time (migration 0025): no index of
+    every event by type and time, which each of a run's events entered; a walk along
+    event_id from the window's first event, found on the ``created_at`` index. And what
+    it finds is the window exactly, though ids follow the commits and times the clocks."""
+    clock = FakeClock("2027-03-01T12:00:00+00:00")
+    store = Store.open(sqlite_url, clock=clock)
+    try:
+        store.append_event("CONFIG_CHANGED", "old", actor="user:ana")
+        clock.set("2027-03-01T13:00:00+00:00")
+        store.append_event("CONFIG_CHANGED", "in the window", actor="user:ana")
+        clock.set("2027-03-01T12:59:00+00:00")  # a clock set back: a later id, an earlier time
+        store.append_event("CONFIG_CHANGED", "before the window", actor="user:ana")
+        clock.set("2027-03-01T13:05:00+00:00")
+        store.append_event("CONFIG_CHANGED", "in it too", actor="user:ana")
+        store.append_event("RUN_QUEUED", "another type")
+        since = datetime(2027, 3, 1, 13, 0, tzinfo=UTC)
+        by_type = "ix_event_log_type_event(event_type=?ANDevent_id>?)"
+        by_actor = "ix_event_log_actor_event(actor=?ANDevent_id>?)"
+        for filters, walk in (({"event_type": "CONFIG_CHANGED"}, by_type),
+                              ({"actor": "user:ana"}, by_actor), ({}, "PRIMARYKEY(rowid>?)")):
+            plans = _plans(store, lambda f=filters: store.list_events(  # type: ignore[misc]
+                since=since, limit=20, **f), words="ORDER BY")
+            assert len(plans) == 1, plans
+            assert walk in plans[0].replace(" ", ""), plans
+            assert "ix_event_log_created_at" in plans[0], plans  # the window's first event
+            assert "TEMP B-TREE" not in plans[0], plans
+        assert [e.message for e in store.list_events(event_type="CONFIG_CHANGED",
+                                                     since=since)] == [
+            "in the window", "in it too"]
+        assert [e.message for e in store.list_events(since=since, newest_first=True)] == [
+            "another type", "in it too", "in the window"]
+        assert [e.message for e in store.list_events(
+            event_type="CONFIG_CHANGED", since=datetime(2027, 3, 1, 12, 59, tzinfo=UTC))] == [
+            "in the window", "before the window", "in it too"]
+        assert store.list_events(since=datetime(2027, 3, 2, tzinfo=UTC)) == []
+    finally:
+        store.close()
+
+
+def test_a_pools_history_by_type_and_time_reads_the_resource_events_only(
+        sqlite_url: str) -> None:
+    """The pool figures, a pool's utilization and the recent health checks read the events
+    of a type in a window along ``ix_event_log_resource_type_created``, which holds the
+    events that name a resource only (migration 0025)."""
+    clock = FakeClock("2027-03-01T12:00:00+00:00")
+    store = Store.open(sqlite_url, clock=clock)
+    try:
+        store.append_event("RESOURCE_LEASED", "u-1 leased", resource_id="u-1")
+        store.create_runs([NewRun("j", "manual:t") for _ in range(3)])
+        since = datetime(2027, 3, 1, 11, 0, tzinfo=UTC)
+        plans = _plans(store, lambda: store.list_events(
+            event_type="RESOURCE_LEASED", since=since, limit=100, resources_only=True),
+            words="ORDER BY")
+        assert len(plans) == 1 and "ix_event_log_resource_type_created" in plans[0], plans
+        figures = _plans(store, lambda: pool_stats(store, since, clock.now()),
+                         words="event_log")
+        assert figures and all("ix_event_log_resource_type_created" in p for p in figures), \
+            figures
+        assert [e.message for e in store.list_events(
+            event_type="RESOURCE_LEASED", since=since, resources_only=True)] == ["u-1 leased"]
+        with store.read() as conn:
+            made = dict(conn.exec_driver_sql(
+                "SELECT name, sql FROM sqlite_master WHERE tbl_name = 'event_log'"
+                " AND type = 'index' AND sql IS NOT NULL").all())
+        assert "ix_event_log_event_type_created_at" not in made
+        assert "resource_id IS NOT NULL" in made["ix_event_log_resource_type_created"]
     finally:
         store.close()

@@ -297,7 +297,7 @@ class HealthChecker:
         since = self.clock.now() - RECENT
         seen: dict[str, list[datetime]] = {rid: [] for rid in new}
         for event in self.store.list_events(event_type=EventType.HEALTH_CHECKED, since=since,
-                                            limit=1_000_000):
+                                            limit=1_000_000, resources_only=True):
             if event.resource_id in seen and isinstance(event.payload, dict) \
                     and event.payload.get("error_type") == TIMEOUT:
                 seen[event.resource_id].append(event.created_at)

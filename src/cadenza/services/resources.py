@@ -254,7 +254,8 @@ class ResourceService:
         changes: list[tuple[datetime, str, bool]] = []
         for kind, taken in ((EventType.RESOURCE_LEASED, True),
                             (EventType.RESOURCE_RELEASED, False)):
-            for event in store.list_events(event_type=kind, since=since, limit=scan):
+            for event in store.list_events(event_type=kind, since=since, limit=scan,
+                                           resources_only=True):
                 if event.resource_id is not None:
                     changes.append((event.created_at, event.resource_id, taken))
         changes.sort(key=lambda c: c[0])

@@ -47,9 +47,10 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
-from cadenza.store.engine import READ_ONLY
+from cadenza.store.engine import READ_ONLY, sqlite_path
 from cadenza.store.hooks import StoreHooks
 from cadenza.store.tables import event_log
+from cadenza.store.wal import WalCheckpointer
 
 if TYPE_CHECKING:
     from cadenza.store.boundary import EndedRun
@@ -193,6 +194,10 @@ class StoreCore:
         self._writer_busy = False
         self.writes_ok = 0
         """Write transactions committed (counted to tell when writes work again)."""
+        self.wal: WalCheckpointer | None = (
+            WalCheckpointer(engine)
+            if self.dialect == "sqlite" and sqlite_path(engine.url) is not None else None)
+        """A SQLite file store's background checkpoints (:mod:`cadenza.store.wal`)."""
         self.write_failure: WriteFailure | None = None
         """The last write that failed for lack of space, permission or a working disk."""
         self.hooks = StoreHooks()
@@ -214,6 +219,8 @@ class StoreCore:
 
     def close(self) -> None:
         """Close every pooled connection (on SQLite the last close checkpoints the WAL)."""
+        if self.wal is not None:
+            self.wal.close()
         lock = self._write_lock
         if lock is not None:
             with lock:
@@ -291,6 +298,8 @@ class StoreCore:
                 raise
             raise failed from exc
         self.writes_ok += 1
+        if self.wal is not None:
+            self.wal.committed()
 
     @contextmanager
     def _kept(self, conn: sa.Connection) -> Iterator[None]:

@@ -17,7 +17,7 @@ from cadenza.domain.states import TERMINAL_RUN_STATES
 from cadenza.store.codec import require_aware
 from cadenza.store.core import StoreCore
 from cadenza.store.records import EventRecord, LogCursor, LogRecord, RunLogEntry
-from cadenza.store.tables import EVENT_ACTOR_INDEXED, run_logs, runs
+from cadenza.store.tables import EVENT_ACTOR_INDEXED, RESOURCE_EVENTS, run_logs, runs
 
 _EVENT_COLUMNS_SQL = ", ".join(f'"{column}"' for column in (
     "event_id", "run_id", "resource_id", "event_type", "level", "message", "payload_json",
@@ -71,13 +71,16 @@ class EventsRepository(StoreCore):
         newest_first: bool = False,
         before_id: int | None = None,
         actor: str | None = None,
+        resources_only: bool = False,
     ) -> list[EventRecord]:
         """Events matching every given filter, oldest first (``newest_first`` reverses).
 
         ``since`` keeps events created at or after that time; ``after_id`` is a keyset cursor
         (events with a larger ``event_id``), e.g. for following the log; ``before_id`` the
         cursor of newest-first pages (events with a smaller ``event_id``); ``actor`` keeps the
-        events of one actor (``user:ana``).
+        events of one actor (``user:ana``); ``resources_only`` the events that name a
+        resource (with ``event_type`` and ``since``: a pool's history by type and time, read
+        along its own index).
         """
         # Hand-written SQL on the DBAPI cursor (StoreCore._quick_read): the read behind
         # every events page and a run's audit trail.
@@ -91,9 +94,23 @@ class EventsRepository(StoreCore):
                 params.append(value)
         if actor is not None and actor != "system":
             where.append(EVENT_ACTOR_INDEXED)  # the partial index's condition: it is used
+        if resources_only:
+            where.append(RESOURCE_EVENTS)  # the same, for ix_event_log_resource_type_created
         if since is not None:
+            at = self._raw_time(require_aware(since, "since"))
             where.append('"created_at" >= ?')
-            params.append(self._raw_time(require_aware(since, "since")))
+            params.append(at)
+            if run_id is None and resource_id is None and not resources_only:
+                # No index leads with the time but ``created_at``'s own: start the walk along
+                # event_id (by type, by actor, or the whole log) at the window's first event.
+                # Its smallest id, not the id of its earliest time: ids follow the commits,
+                # times the writers' clocks, and the two orders may differ a little.
+                # ``+ 0``: the smallest id of the window's range of the created_at index;
+                # ``min("event_id")`` alone walks the ids from the first event ever until
+                # one is in the window.
+                where.append('"event_id" >= (SELECT min("event_id" + 0) FROM event_log'
+                             ' WHERE "created_at" >= ?)')
+                params.append(at)
         if after_id is not None:
             where.append('"event_id" > ?')
             params.append(after_id)

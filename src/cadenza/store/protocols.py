@@ -332,6 +332,7 @@ class EventQueries(Protocol):
         newest_first: bool = ...,
         before_id: int | None = ...,
         actor: str | None = ...,
+        resources_only: bool = ...,
     ) -> list[EventRecord]:
         """Events matching every given filter."""
         ...

@@ -306,8 +306,8 @@ event_log = sa.Table(
     sa.Column("actor", sa.String(128), nullable=False),
     sa.Index(None, "run_id", "event_id"),
     sa.Index(None, "created_at"),
-    sa.Index(None, "event_type", "created_at"),
-    # The audit log filtered by type or by actor, newest first (a keyset on event_id).
+    # The audit log filtered by type or by actor, newest first (a keyset on event_id); by
+    # type and time, from the window's first event_id (``list_events``, migration 0025).
     sa.Index("ix_event_log_type_event", "event_type", "event_id"),
     sqlite_autoincrement=True,
 )
@@ -324,6 +324,13 @@ sa.Index("ix_event_log_resource_id_event_id", event_log.c.resource_id, event_log
          sqlite_where=_HAS_RESOURCE, postgresql_where=_HAS_RESOURCE)
 sa.Index("ix_event_log_actor_event", event_log.c.actor, event_log.c.event_id,
          sqlite_where=_NOT_SYSTEM, postgresql_where=_NOT_SYSTEM)
+# A pool's history by type and time (its figures, its utilization, the recent health
+# checks), events that name a resource only (migration 0025): the queries say
+# ``resource_id IS NOT NULL`` (``RESOURCE_EVENTS``), and a run's events stay out of it.
+RESOURCE_EVENTS = "resource_id IS NOT NULL"
+"""The condition of ``ix_event_log_resource_type_created``: the queries that use it repeat it."""
+sa.Index("ix_event_log_resource_type_created", event_log.c.event_type, event_log.c.created_at,
+         sqlite_where=_HAS_RESOURCE, postgresql_where=_HAS_RESOURCE)
 
 users = sa.Table(
     "users",

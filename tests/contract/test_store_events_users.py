@@ -43,6 +43,37 @@ def test_events_filter_and_page(store: Store, clock: FakeClock) -> None:
         store.append_event("CONFIG_CHANGED", "x", level="LOUD")
 
 
+def test_a_window_of_events_is_exact_when_ids_and_times_disagree(
+        store: Store, clock: FakeClock) -> None:
+    """A read with a time starts at the window's smallest event id (migration 0025), not
+    at the id of its earliest time: an event written after a clock was set back has a
+    larger id and an earlier time, and a window holds exactly the events of its times."""
+    start = clock.advance(60)
+    store.append_event("CONFIG_CHANGED", "in", actor="user:ana")
+    clock.set(start - timedelta(seconds=1))
+    store.append_event("CONFIG_CHANGED", "set back", actor="user:ana")
+    store.append_event("RESOURCE_LEASED", "u-1 leased", resource_id="u-1")
+    clock.set(start + timedelta(seconds=5))
+    store.append_event("CONFIG_CHANGED", "after")
+    store.append_event("RESOURCE_LEASED", "u-1 leased again", resource_id="u-1")
+
+    def messages(**filters: object) -> list[str]:
+        return [e.message for e in store.list_events(**filters)]  # type: ignore[arg-type]
+
+    assert messages(since=start) == ["in", "after", "u-1 leased again"]
+    assert messages(since=start, event_type="CONFIG_CHANGED") == ["in", "after"]
+    assert messages(since=start, actor="user:ana") == ["in"]
+    assert messages(since=start - timedelta(seconds=1), event_type="CONFIG_CHANGED") == [
+        "in", "set back", "after"]
+    assert messages(since=start, event_type="RESOURCE_LEASED", resources_only=True) == [
+        "u-1 leased again"]
+    assert messages(since=start - timedelta(seconds=1), event_type="RESOURCE_LEASED",
+                    resources_only=True) == ["u-1 leased", "u-1 leased again"]
+    assert messages(since=start, event_type="CONFIG_CHANGED", newest_first=True,
+                    limit=1) == ["after"]
+    assert messages(since=start + timedelta(seconds=6)) == []
+
+
 def test_an_event_joins_the_callers_transaction(store: Store) -> None:
     with pytest.raises(RuntimeError), store.write() as conn:
         store.append_event("CONFIG_CHANGED", "never committed", conn=conn)

@@ -104,7 +104,7 @@ class EventsRepository(StoreCore):
                 # No index leads with the time but ``created_at``'s own: start the walk along
                 # event_id (by type, by actor, or the whole log) at the window's first event.
                 # Its smallest id, not the id of its earliest time: ids follow the commits,
-                # times the writers' clocks, and the two orders may differ a little.
+                # times the writers' clocks, and the two orders may differ (a clock set back).
                 # ``+ 0``: the smallest id of the window's range of the created_at index;
                 # ``min("event_id")`` alone walks the ids from the first event ever until
                 # one is in the window.

@@ -42,10 +42,11 @@ import sqlalchemy as sa
 
 log = logging.getLogger("cadenza.store")
 
-CHECKPOINT_COMMITS = 8
+CHECKPOINT_COMMITS = 16
 """Commits between two background checkpoints: often enough that the commit which passes
-``wal_autocheckpoint`` finds little left to copy, seldom enough that each checkpoint
-(two file syncs when it copies anything) has pages to copy."""
+``wal_autocheckpoint`` finds little left to copy (a busy node's commit writes about 60
+pages of log), seldom enough that each checkpoint (two file syncs when it copies anything)
+has pages to copy. Measured against 4, 8 and 32 (docs/benchmarks.md)."""
 STOP_SECONDS = 5.0
 """How long :meth:`WalCheckpointer.close` waits for a checkpoint in progress."""
 

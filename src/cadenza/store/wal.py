@@ -60,6 +60,8 @@ class WalCheckpointer:
 
     def __init__(self, engine: sa.Engine, every: int = CHECKPOINT_COMMITS) -> None:
         self.engine = engine
+        self.database = engine.url.database
+        """The database file, named in the log."""
         self.every = every
         self.checkpoints = 0
         self.failures = 0
@@ -73,8 +75,9 @@ class WalCheckpointer:
         self._failing = False
 
     def committed(self) -> None:
-        """One commit more (the writer's thread, under the store's write lock): wakes the
-        thread every :attr:`every` commits, starting it the first time."""
+        """One commit more (the writing thread, once its commit is done): wakes the thread
+        every :attr:`every` commits, starting it the first time. Two writers counting at
+        once may lose a count: a checkpoint comes a commit later."""
         self._commits += 1
         if self._commits < self.every:
             return
@@ -130,9 +133,9 @@ class WalCheckpointer:
                 self._failing = True
                 self._ran.notify_all()
             if first:
-                log.warning("the store's log could not be copied into its database file in "
-                            "the background (%s: %s); commits copy it themselves meanwhile",
-                            type(exc).__name__, exc)
+                log.warning("the store's log could not be copied into its database file %s "
+                            "in the background (%s: %s); commits copy it themselves meanwhile",
+                            self.database, type(exc).__name__, exc)
             return
         with self._ran:
             self.attempts += 1

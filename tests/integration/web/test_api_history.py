@@ -97,6 +97,12 @@ def test_events_cursor_log_and_actions(env: ApiEnv) -> None:
         assert [e["id"] for e in mine["events"]] == [
             e["id"] for e in every if e["actor"] == actor]
     assert operator.get("/api/events", params={"actor": "x" * 201}).status_code == 422
+    # a filter misspelt is refused, not ignored (ignored, it answered every event)
+    for wrong in ("run_id", "event_type"):
+        refused = operator.get("/api/events", params={wrong: run_id})
+        assert refused.status_code == 422, refused.text
+        assert f"unknown filter {wrong}" in refused.json()["error"]
+        assert "run, resource, type, since, limit, cursor, actor" in refused.json()["error"]
     # the log of an ended run streams its lines and its events (created, finished), then
     # the end
     stream = operator.get(f"/api/runs/{run_id}/log", params={"follow": "1"})

@@ -165,6 +165,11 @@ def replay_run(run_id: str, principal: AsOperator, request: Request) -> dict[str
     return _action(request, principal, run_id, "replay")
 
 
+EVENT_FILTERS = ("run", "resource", "type", "since", "limit", "cursor", "actor")
+"""The query parameters of ``GET /api/events``: any other (``run_id``, ``event_type``) is
+refused, not ignored, since ignoring a filter answers with every event."""
+
+
 @router.get("/events")
 async def list_events(
     caller: ViewerAtRead, request: Request,
@@ -177,6 +182,10 @@ async def list_events(
     last event id: a keyset); ``actor`` keeps one actor's (``user:ana``, ``token:ci``,
     ``system``), as the audit page's filter does."""
     def read(_: Principal) -> Any:
+        unknown = sorted(set(request.query_params) - set(EVENT_FILTERS))
+        if unknown:
+            raise InvalidRequest(f"unknown filter {', '.join(unknown)}; the filters of "
+                                 f"/api/events are {', '.join(EVENT_FILTERS)}")
         event_type = check_type(type) if type is not None else None
         rows = context(request).store.list_events(
             run_id=run, resource_id=resource, event_type=event_type,

@@ -318,7 +318,11 @@ event_log = sa.Table(
 # system's are most events: newest first, a page of them is found without an index).
 EVENT_ACTOR_INDEXED = "actor <> 'system'"
 """The condition of ``ix_event_log_actor_event``: the queries by actor repeat it."""
-_HAS_RESOURCE = sa.text("resource_id IS NOT NULL")
+RESOURCE_EVENTS = "resource_id IS NOT NULL"
+"""The condition of the two indexes of events that name a resource
+(``ix_event_log_resource_id_event_id``, ``ix_event_log_resource_type_created``): the
+queries by type and time repeat it (``resource_id = ?`` implies it)."""
+_HAS_RESOURCE = sa.text(RESOURCE_EVENTS)
 _NOT_SYSTEM = sa.text(EVENT_ACTOR_INDEXED)
 sa.Index("ix_event_log_resource_id_event_id", event_log.c.resource_id, event_log.c.event_id,
          sqlite_where=_HAS_RESOURCE, postgresql_where=_HAS_RESOURCE)
@@ -326,9 +330,7 @@ sa.Index("ix_event_log_actor_event", event_log.c.actor, event_log.c.event_id,
          sqlite_where=_NOT_SYSTEM, postgresql_where=_NOT_SYSTEM)
 # A pool's history by type and time (its figures, its utilization, the recent health
 # checks), events that name a resource only (migration 0025): the queries say
-# ``resource_id IS NOT NULL`` (``RESOURCE_EVENTS``), and a run's events stay out of it.
-RESOURCE_EVENTS = "resource_id IS NOT NULL"
-"""The condition of ``ix_event_log_resource_type_created``: the queries that use it repeat it."""
+# ``RESOURCE_EVENTS``, and a run's events stay out of it.
 sa.Index("ix_event_log_resource_type_created", event_log.c.event_type, event_log.c.created_at,
          sqlite_where=_HAS_RESOURCE, postgresql_where=_HAS_RESOURCE)
 

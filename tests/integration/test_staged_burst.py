@@ -368,6 +368,104 @@ def test_a_node_stages_a_due_time_and_claims_it_in_chunks(
         assert_claimed_at_fire_and_ran(node, store, clock, calls, jobs)
 
 
+def spy_calls(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> list[int]:
+    """Each call of ``target.name`` appends one to the list returned."""
+    counted: list[int] = []
+    real = getattr(target, name)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        counted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, name, spy)
+    return counted
+
+
+def test_runs_beyond_the_free_workers_are_claimed_with_what_was_staged(
+    tmp_path: Path, store_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 runs due, 4 free workers: every run is staged ahead, 4 are claimed in the stage's
+    chunk, and the decisions after it claim the other 36 as workers free up, with the
+    rows and first steps prepared ahead: no ordinary claim, no step planned again."""
+    jobs, workers = 40, 4
+    home = node_home(tmp_path, store_url, jobs=jobs)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=workers) as (node, store):
+        record_ahead(node, clock, jobs)
+        stage = stage_now(node)
+        assert set(stage.staged) == {r.id for r in all_runs(store)}
+        assert len(stage) == workers  # the chunks claim for the free workers only
+        sizes = spy_claims(monkeypatch, store)
+        executor = node.holder.current.executor
+        ordinary = spy_calls(monkeypatch, executor, "claim_and_start")
+        planned = spy_calls(monkeypatch, executor.steps, "prepare")
+
+        clock.set(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
+        assert stage.claimed == workers and sum(sizes) > workers
+        runs = drain([node], store, clock)
+        assert len(runs) == jobs
+        assert_ran_once(store, runs, calls)
+        assert sum(sizes) == jobs and ordinary == [] and planned == []
+        assert len(node.dispatcher._prepared) == 0
+        for run in runs:
+            (step,) = store.list_step_runs(run.id)
+            assert step.started_at == FIRE == run.started_at
+            assert [(line.level, line.step, line.event) for line in store.run_log(run.id)
+                    ] == [("INFO", None, "RUN_CREATED"), ("INFO", "noop", "STEP_STARTED"),
+                          ("INFO", "noop", "STEP_SUCCEEDED"), ("INFO", None, "RUN_FINISHED")]
+
+
+def test_a_run_staged_beyond_the_chunks_and_canceled_never_runs(
+    tmp_path: Path, store_url: str, calls: Path
+) -> None:
+    jobs, workers = 20, 2
+    home = node_home(tmp_path, store_url, jobs=jobs)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=workers) as (node, store):
+        record_ahead(node, clock, jobs)
+        stage = stage_now(node)
+        chunked = {s.run_id for s in stage.order}
+        victim = next(r for r in stage.staged if r not in chunked)
+        assert store.request_cancel(victim, "tester").canceled
+
+        clock.set(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
+        assert_canceled_and_rest_ran(node, store, clock, calls, victim, jobs - 1)
+        assert get(store, victim).lease_epoch == 0
+
+
+@pytest.mark.parametrize("why", ["reload", "late"])
+def test_staged_runs_left_after_a_reload_or_their_time_are_claimed_the_ordinary_way(
+    tmp_path: Path, store_url: str, calls: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    """What was prepared with a configuration that a reload replaced, or for a due time
+    more than PREPARED_FOR ago, is not used: those runs are claimed the ordinary way (the
+    new configuration's plan), and each runs once."""
+    jobs, workers = 12, 2
+    home = node_home(tmp_path, store_url, jobs=jobs)
+    clock = FakeClock(FIRE - timedelta(hours=1))
+    with running_node(home, clock, workers=workers) as (node, store):
+        record_ahead(node, clock, jobs)
+        stage_now(node)
+        clock.set(FIRE)
+        node.dispatcher.dispatch_once(FIRE)
+        left = len(node.dispatcher._prepared)
+        assert 0 < left < jobs
+        if why == "reload":
+            home.jobs_file.write_text(home.jobs_file.read_text() + "\n# edited\n")
+            assert node.holder.reload() is True
+        else:
+            clock.set(FIRE + staging.PREPARED_FOR)
+        sizes = spy_claims(monkeypatch, store)
+        ordinary = spy_calls(monkeypatch, node.holder.current.executor, "claim_and_start")
+        runs = drain([node], store, clock)
+        assert len(runs) == jobs
+        assert_ran_once(store, runs, calls)
+        assert sizes == [] and len(ordinary) > 0
+        assert len(node.dispatcher._prepared) == 0
+
+
 def assert_claimed_at_fire_and_ran(node: Node, store: Store, clock: FakeClock, calls: Path,
                                    jobs: int) -> list[Any]:
     """Every run was claimed at FIRE by ``node``; then each ran once, with the usual log

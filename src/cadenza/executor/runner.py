@@ -160,6 +160,17 @@ class Staged:
             log.exception("starting the first step of staged run %s failed", self.run_id)
         return self._started(step_run_id), body
 
+    def claimed_in(self, conn: sa.Connection, step_run_id: int, now: datetime) -> Started:
+        """The run was claimed at ``now`` in ``conn``'s transaction by a decision (not a
+        stage's chunk: it waits in the node's local queue for a worker, whose
+        :meth:`Started.go` starts the first step planned ahead). Its lease is held from
+        now on, and let go should the transaction not commit (as
+        :meth:`Executor.claim_and_start` does)."""
+        self.tracker.claimed_staged(self.attempt, now)
+        self._hold(now)
+        if_not_committed(conn, partial(let_go, self.keeper, self.run_id, self.control))
+        return self._started(step_run_id)
+
     def fallback(self, step_run_id: int) -> Started:
         """The :class:`Started` of a claimed staged run whose start failed: its lease held,
         its first step started by :meth:`Started.go` the ordinary way."""
@@ -177,6 +188,12 @@ class Staged:
     def _started(self, step_run_id: int) -> Started:
         first = BoundaryResult(True, (step_run_id,), RunState.RUNNING)
         return Started(self.tracker, first, self.keeper, self.control)
+
+
+def let_go(keeper: LeaseKeeper, run_id: str, control: RunControl) -> None:
+    """A claim that did not commit (or whose COMMIT's answer was lost): stop holding it."""
+    keeper.unregister(run_id, control)
+    control.stop(StopKind.LEASE_LOST, reason="the run's claim was not committed")
 
 
 def default_owner() -> str:
@@ -313,8 +330,8 @@ class Executor:
         attempt = tracker.stage_first()
         if attempt is None:
             return None
-        start = self.store.stage_start(replace(first, logs=()), run.job_id, self.owner,
-                                       lease_until)
+        start = self.store.stage_start(replace(first, logs=()) if first.logs else first,
+                                       run.job_id, self.owner, lease_until)
         if start is None:
             return None
         return Staged(tracker, control, start, attempt, self.keeper, tuple(first.logs))
@@ -335,9 +352,7 @@ class Executor:
         self.keeper.register(run.id, run.lease_epoch, run.lease_owner or self.owner, control)
 
     def _let_go(self, run_id: str, control: RunControl) -> None:
-        """A claim that did not commit (or whose COMMIT's answer was lost): stop holding it."""
-        self.keeper.unregister(run_id, control)
-        control.stop(StopKind.LEASE_LOST, reason="the run's claim was not committed")
+        let_go(self.keeper, run_id, control)
 
     def _tracker(self, run: RunRecord,
                  observer: Observer | None) -> tuple[RunTracker, RunControl]:

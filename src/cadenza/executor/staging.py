@@ -32,6 +32,18 @@ twice), every chunk an admission decision of its own (caps hold across nodes), a
 run's claim and first start commit together with their events, as on the ordinary path.
 The step threads start a chunk's runs with :func:`begin_staged`; the dispatcher waits for
 them through :class:`Begun`.
+
+A crowded minute holds more runs than the node has free workers: the chunks claim as many
+as workers wait, and the rest would go through ordinary decisions as workers free up,
+each claim planning its run and encoding its rows at that moment, in the burst. So every
+run due then is staged, not only those the chunks will claim (the admitted first, until
+the deadline: a stage of 10,000 runs may end part way), and what the chunks leave is kept
+(:class:`Prepared`) for the decisions after them: each decision makes its own admission
+as always, then claims the admitted runs that were staged with their encoded rows
+(:meth:`~cadenza.store.claims.RunClaims.claim_staged`, the same conditional claim) and
+the others the ordinary way, in the same transaction. A worker that takes such a run
+starts its first step as planned ahead (:meth:`RunTracker.claimed_staged
+<cadenza.executor.tracking.RunTracker.claimed_staged>`).
 """
 
 from __future__ import annotations
@@ -53,8 +65,13 @@ log = logging.getLogger("cadenza.node")
 CHUNKS = (16, 32, 64, 128)
 """Runs per chunk transaction at a due time: small first (the first runs start at once),
 then growing (fewer commits); the last size repeats."""
+STAGE_READ = 500
+"""Runs read per query while staging (the deadline is checked between them too)."""
 LATE = timedelta(seconds=1)
 """A stage claimed later than this after its due time is dropped (the ordinary path)."""
+PREPARED_FOR = timedelta(seconds=10)
+"""How long after their due time the staged runs that its chunks did not claim keep what
+was prepared for them (:class:`Prepared`); later, a run is claimed the ordinary way."""
 
 
 @dataclass
@@ -82,26 +99,46 @@ class Stage:
     """The runs' version after the last chunk (SQLite, see ``Store.runs_version``)."""
     token: int = 0
     """The claimer process's token for this stage (0: not handed to one)."""
+    taken: set[str] = field(default_factory=set)
+    """The ids of the runs this stage claimed."""
 
     @classmethod
     def prepare(cls, executor: Executor, limits: Limits, due: datetime, lease: timedelta,
                 candidates: Sequence[Candidate], load: Load, free: int,
-                deadline: float) -> Stage:
-        """Stage the runs admission would start at ``due`` (at most ``free``), until the
-        store clock's monotonic time reaches ``deadline``."""
+                deadline: float, earlier: Stage | None = None) -> Stage:
+        """Stage the runs admission would start at ``due`` (at most ``free``: the
+        :attr:`order` claimed in chunks at ``due``), then the other runs due then (kept
+        :attr:`staged` for the decisions after the chunks, :meth:`Prepared.take`), until
+        the store clock's monotonic time reaches ``deadline``. The runs of ``earlier``, a
+        stage of the same due time and executor made before more runs were recorded for
+        it, are taken over, not staged again."""
         stage = cls(executor, limits, due, due + lease, list(candidates), load, free)
         decision = admit(stage.candidates, limits, load, due, free)
-        ids = [c.run_id for c in decision.admitted]
+        first = [c.run_id for c in decision.admitted]
+        chosen = set(first)
+        ids = first + [c.run_id for c in stage.candidates if c.run_id not in chosen]
+        if (earlier is not None and earlier.due == due and earlier.executor is executor
+                and earlier.lease_until == stage.lease_until):
+            stage.staged.update((run_id, earlier.staged[run_id]) for run_id in ids
+                                if run_id in earlier.staged)
+            ids = [run_id for run_id in ids if run_id not in stage.staged]
         clock = executor.store.clock
-        for run in executor.store.fresh_queued_runs(ids):
+        for part in range(0, len(ids), STAGE_READ):
             if clock.monotonic() > deadline:
-                break  # the due time is near: the rest is claimed the ordinary way
-            staged = executor.stage(run, due, stage.lease_until)
-            if staged is not None:
-                stage.staged[run.id] = staged
+                break
+            for run in executor.store.fresh_queued_runs(ids[part:part + STAGE_READ]):
+                if clock.monotonic() > deadline:
+                    break  # the due time is near: the rest is claimed the ordinary way
+                staged = executor.stage(run, due, stage.lease_until)
+                if staged is not None:
+                    stage.staged[run.id] = staged
         stage.order = [stage.staged[c.run_id] for c in decision.admitted
                        if c.run_id in stage.staged]
         return stage
+
+    def unclaimed(self) -> dict[str, Staged]:
+        """The staged runs this stage did not claim (see :class:`Prepared`)."""
+        return {run_id: s for run_id, s in self.staged.items() if run_id not in self.taken}
 
     def __len__(self) -> int:
         return len(self.order)
@@ -149,6 +186,7 @@ class Stage:
         chunk, self.order = self.order[:size], self.order[size:]
         self.claimed_at = now
         took = [(s, ids[s.run_id]) for s in chunk if s.run_id in ids]
+        self.taken.update(s.run_id for s in chunk)
         self.chunks += 1
         self.claimed += len(took)
         if len(took) != len(chunk):  # changed since staged: the count check missed it
@@ -173,6 +211,46 @@ class Stage:
 
     def chunk_size(self) -> int:
         return CHUNKS[min(self.chunks, len(CHUNKS) - 1)]
+
+
+class Prepared:
+    """The runs of a due time staged ahead that its chunks did not claim (a crowded minute
+    holds more runs than a node has free workers): the decisions after the chunks claim
+    them with their rows encoded and their first steps planned ahead (:meth:`claim`), in
+    the decision's transaction, after the decision's own admission; runs not prepared
+    are claimed the ordinary way beside them. What is left :data:`PREPARED_FOR` after the
+    due time, or once the configuration was reloaded, is dropped."""
+
+    def __init__(self, stage: Stage | None = None) -> None:
+        self.executor = stage.executor if stage is not None else None
+        self.runs: dict[str, Staged] = stage.unclaimed() if stage is not None else {}
+        self.lease_until = stage.lease_until if stage is not None else None
+        self.until = stage.due + PREPARED_FOR if stage is not None else None
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def take(self, run_ids: Sequence[str], executor: Executor,
+             now: datetime) -> list[Staged]:
+        """The prepared runs among ``run_ids`` (admitted by a decision at ``now`` with
+        ``executor``), each given once."""
+        if not self.runs:
+            return []
+        if executor is not self.executor or self.until is None or now >= self.until:
+            self.runs.clear()
+            return []
+        return [s for run_id in run_ids if (s := self.runs.pop(run_id, None)) is not None]
+
+    def claim(self, conn: sa.Connection, staged: Sequence[Staged],
+              now: datetime) -> list[Started]:
+        """In ``conn``'s transaction: claim ``staged`` (from :meth:`take`) at ``now``, with
+        their first step starts as encoded ahead; the runs claimed, for the workers (a run
+        that changed since it was staged is left alone)."""
+        assert self.executor is not None and self.lease_until is not None
+        ids = self.executor.store.claim_staged(conn, [s.start for s in staged],
+                                               self.executor.owner, self.lease_until,
+                                               now=now)
+        return [s.claimed_in(conn, ids[s.run_id], now) for s in staged if s.run_id in ids]
 
 
 class Begun(list[Started]):

@@ -170,6 +170,9 @@ class RunTracker:
         step for its child) and goes on when the step starts again."""
         self.launched: Attempt | None = None
         """The first step, when :meth:`launch` started it before :meth:`go`."""
+        self.prepared: Attempt | None = None
+        """The first step planned ahead, not started (a staged run claimed by a decision:
+        :meth:`claimed_staged`); :meth:`go` starts it instead of planning it again."""
         self.takeover: Callable[[Attempt, int], None] | None = None
         """Set by a node's worker: :meth:`go` runs each thread step in the calling thread
         (:meth:`Attempt.run_here`), and a step that runs long is handed with its step run
@@ -260,7 +263,8 @@ class RunTracker:
         except RunStopped:
             return False
         self.observer.step_started(step.name)
-        self.launched = self.steps.launch(
+        prepared, self.prepared = self.prepared, None
+        self.launched = prepared.start() if prepared is not None else self.steps.launch(
             self.plan, step, attempt=self._attempt(step.name), outputs=self.outputs,
             records=self.records, log=self.log, run_deadline=self.deadline,
             control=self.control)
@@ -279,12 +283,22 @@ class RunTracker:
             control=self.control)
         return attempt if attempt.staged else None
 
-    def begin_staged(self, attempt: Attempt, now: datetime) -> None:
-        """The staged run was claimed at ``now``: its timeout counts from now, and its
-        first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
+    def claimed_staged(self, attempt: Attempt, now: datetime) -> None:
+        """The staged run was claimed at ``now`` by a decision, to wait for a worker: its
+        timeout counts from now, and :meth:`go` starts ``attempt`` (from
+        :meth:`stage_first`) when the worker takes the run."""
+        self._started_now(now)
+        self.prepared = attempt
+
+    def _started_now(self, now: datetime) -> None:
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
             self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
+
+    def begin_staged(self, attempt: Attempt, now: datetime) -> None:
+        """The staged run was claimed at ``now``: its timeout counts from now, and its
+        first step (``attempt``, from :meth:`stage_first`) starts now on a step thread."""
+        self._started_now(now)
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt.start()
@@ -292,9 +306,7 @@ class RunTracker:
     def begin_staged_here(self, attempt: Attempt, now: datetime) -> Callable[[], None] | None:
         """:meth:`begin_staged` for a step thread that runs the first step itself: returns
         the call that runs it (None: nothing to run; :meth:`go` reports how it ended)."""
-        if self.job is not None:
-            self.deadline_at = now + self.job.timeout
-            self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()
+        self._started_now(now)
         assert self.job is not None and self.next_index is not None
         self.observer.step_started(self.job.steps[self.next_index].name)
         self.launched = attempt
@@ -327,16 +339,17 @@ class RunTracker:
                     hook, entering = entering, None
                     hook()
                 launched, self.launched = self.launched, None
+                prepared, self.prepared = self.prepared, None
                 if launched is None and self.takeover is not None:
                     # Run here (a node's worker); a step that runs long is waited for by
                     # the thread that takes the run over (TakenOver is raised here then).
-                    launched = self.steps.prepare(
+                    launched = prepared or self.steps.prepare(
                         self.plan, step, attempt=attempt, outputs=self.outputs,
                         records=self.records, log=self.log, run_deadline=self.deadline,
                         control=self.control)
                     launched.run_here(partial(self.takeover, launched, step_run_id))
                 elif launched is None:
-                    launched = self.steps.launch(
+                    launched = prepared.start() if prepared is not None else self.steps.launch(
                         self.plan, step, attempt=attempt, outputs=self.outputs,
                         records=self.records, log=self.log, run_deadline=self.deadline,
                         control=self.control)

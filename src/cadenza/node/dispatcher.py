@@ -22,10 +22,12 @@
   steps, the claim's rows) and claimed in chunks at it; the step threads start each
   chunk's runs (lease, log, first step: jobs chained on a few threads, see
   :class:`~cadenza.executor.isolation.StepThreads`) while this thread writes the next
-  chunk; the workers are handed those runs once the whole stage is started. Cyclic GC is
-  frozen out of what was staged. A node with many workers on a SQLite file has the chunks
-  after the first written by its **claimer process** (:mod:`cadenza.executor.claimer`),
-  which has an interpreter lock of its own.
+  chunk; the workers are handed those runs once the whole stage is started. The chunks
+  claim for the free workers; the other runs due then are staged too, and the decisions
+  after the chunks claim them with what was prepared (:class:`Prepared`). Cyclic GC is
+  frozen out of what was staged until it is claimed or dropped. A node with many workers
+  on a SQLite file has the chunks after the first written by its **claimer process**
+  (:mod:`cadenza.executor.claimer`), which has an interpreter lock of its own.
 * **Workers** run claimed runs with the :class:`~cadenza.executor.runner.Executor` of the
   configuration that was current when the run was claimed. For as many claimed runs as
   workers wait, the dispatcher starts the first step itself (``Started.launch``), one run
@@ -60,7 +62,7 @@ from cadenza.executor.claimer import Chunk, Claimer, Stopped
 from cadenza.executor.group_commit import Ended, GroupCommit
 from cadenza.executor.isolation import STEP_THREADS, TakenOver
 from cadenza.executor.runner import Staged, Started
-from cadenza.executor.staging import CHUNKS, LATE, Begun, Stage, begin_staged
+from cadenza.executor.staging import CHUNKS, LATE, Begun, Prepared, Stage, begin_staged
 from cadenza.executor.steprun import Attempt
 from cadenza.executor.tracking import RunOutcome
 from cadenza.lifecycle import Lifecycle
@@ -86,8 +88,10 @@ STAGE_START_POLL = 0.001
 """Seconds between two sweeps of the chained starts while the dispatcher waits for them."""
 CHAIN_WAIT = 0.005
 """A chained run start not taken after this many seconds gets a thread of its own."""
-STAGE_CANDIDATES = 5000
-"""At most this many runs due at one time are staged (more: the ordinary path)."""
+STAGE_CANDIDATES = 20_000
+"""At most this many runs due at one time are staged (more: the ordinary path). Staging
+stops at its deadline anyway (about 0.1 ms per run: 10,000 runs fill most of the
+look-ahead); those not staged by then are claimed the ordinary way."""
 CANDIDATES_PER_DECISION = 200
 """Queued runs a full decision reads (and gives a wait reason), at least the free slots."""
 QUICK_CANDIDATES_EXTRA = 16
@@ -209,6 +213,8 @@ class Dispatcher:
         """run id -> job id of runs whose end a worker queued, for the "ended" log line."""
         self._stage: Stage | None = None
         """The runs of the next crowded due time, staged (executor/staging.py)."""
+        self._prepared = Prepared()
+        """The runs of the last staged due time that its chunks did not claim."""
         self._full_at = 0.0
         """Monotonic time of the next full decision (FULL_DECISION_SECONDS)."""
         self._reasons: dict[str, tuple[str | None, float]] = {}
@@ -248,6 +254,7 @@ class Dispatcher:
 
     def _drop_stage(self) -> None:
         self._stage = None
+        self._prepared = Prepared()
         gc.unfreeze()
 
     def close(self) -> None:
@@ -334,9 +341,16 @@ class Dispatcher:
                     self._reasons.pop(run_id, None)
                 until = now + max(current.executor.lease_for(c.job_id)
                                   for c in decision.admitted)
-                # Claim and record each run's first step start in this same transaction.
-                claimed = current.executor.claim_and_start(conn, limit=len(ids),
-                                                           lease_until=until, run_ids=ids)
+                # Claim and record each run's first step start in this same transaction:
+                # those of a crowded due time staged ahead with what was prepared for them.
+                staged = self._prepared.take(ids, current.executor, now)
+                if staged:
+                    claimed = self._prepared.claim(conn, staged, now)
+                    done = {s.run_id for s in staged}
+                    ids = [run_id for run_id in ids if run_id not in done]
+                if ids:
+                    claimed += current.executor.claim_and_start(
+                        conn, limit=len(ids), lease_until=until, run_ids=ids)
             # "No free worker on this node" is this node's business of the moment, not the
             # run's: writing it for every queued run at every decision would cost a write
             # per run per decision. Such runs show no wait_reason.
@@ -379,6 +393,10 @@ class Dispatcher:
                 gc.enable()
         if early_due:
             self._stage_ahead(min(early_due), now)
+        elif self._stage is None and self._prepared.until is not None and (
+                not self._prepared or now >= self._prepared.until):
+            self._prepared = Prepared()  # used up or expired: what it kept may be collected
+            gc.unfreeze()
         return next_check
 
     def _new_reasons(self, reasons: dict[str, str | None]) -> dict[str, str | None]:
@@ -428,7 +446,7 @@ class Dispatcher:
         gc.disable()
         try:
             self._stage = Stage.prepare(current.executor, current.limits, due, lease, ready,
-                                        load, free, deadline)
+                                        load, free, deadline, earlier=stage)
             # What was just built lives until the due time: frozen, the collections that
             # its allocations are owed do not walk it (a full collection of this heap takes
             # tens of milliseconds, which would come just before the due time). Unfrozen
@@ -441,7 +459,7 @@ class Dispatcher:
         STEP_THREADS.warm(len(self._stage))
         if self.claimer is not None and len(self._stage) > CHUNKS[0]:
             self._stage.token = self.claimer.submit(
-                [s.start for s in self._stage.staged.values()], current.executor.owner,
+                [s.start for s in self._stage.order], current.executor.owner,
                 self._stage.lease_until)
         self.store.checkpoint_wal()  # the burst's commits start with an empty log
         log.debug("staged %d of %d runs due at %s", len(self._stage), len(ready),
@@ -449,11 +467,18 @@ class Dispatcher:
 
     def _claim_stage(self, stage: Stage, now: datetime) -> None:
         """Claim the staged runs, chunk by chunk, and start each chunk's first steps as soon
-        as it is committed (see executor/staging.py); what is left goes the ordinary way."""
-        if now - stage.due > LATE or stage.executor is not self._current.executor \
-                or self.held_back():
-            gc.unfreeze()
-            return
+        as it is committed (see executor/staging.py); the staged runs left are claimed by
+        the decisions after (:class:`Prepared`), the others the ordinary way."""
+        current = stage.executor is self._current.executor
+        try:
+            if now - stage.due <= LATE and current and not self.held_back():
+                self._claim_chunks(stage, now)
+        finally:
+            self._prepared = Prepared(stage if current else None)
+            if not self._prepared:
+                gc.unfreeze()  # else once they are claimed or dropped (dispatch_once)
+
+    def _claim_chunks(self, stage: Stage, now: datetime) -> None:
         begun = Begun()  # appended by the step threads
         claimed = 0
         remote = stage.token != 0
@@ -513,7 +538,6 @@ class Dispatcher:
                 self._queue.put(started)
             if collecting:
                 gc.enable()
-            gc.unfreeze()
         if stage.dropped:
             log.info("staged runs due at %s: %s; %d claimed staged, the rest the ordinary way",
                      stage.due.isoformat(), stage.dropped, stage.claimed)
@@ -575,10 +599,11 @@ class Dispatcher:
 
     def _idle_poll(self) -> bool:
         """Whether a poll (no wake since the last decision) finds nothing to decide: no run
-        queued (by this process or another), no run end waiting to be written, no stage.
+        queued (by this process or another), no run end waiting to be written, no stage
+        (nor staged runs left by one, dropped by the first decision after their time).
         A read, where a decision is a write transaction: an idle node makes no write."""
-        return (self._stage is None and not self.recorder.pending()
-                and not self._queue_watch.any_queued())
+        return (self._stage is None and self._prepared.until is None
+                and not self.recorder.pending() and not self._queue_watch.any_queued())
 
     def _dispatch_loop(self) -> None:
         self._queue_watch = self.store.queue_watch(on_queued=self.wake)

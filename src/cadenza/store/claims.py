@@ -62,7 +62,7 @@ from cadenza.store.hotsql import (
     update_rows,
 )
 from cadenza.store.lease_clock import LeaseClock
-from cadenza.store.records import RUN_FIELDS, RunRecord
+from cadenza.store.records import RUN_COLUMNS_SQL, RUN_FIELDS, RunRecord
 from cadenza.store.tables import runs
 
 _QUEUED = RunState.QUEUED.value
@@ -435,12 +435,15 @@ class RunClaims(BoundaryWriter, LeaseClock):
         the order given. Changes nothing."""
         found: dict[str, RunRecord] = {}
         ids = list(run_ids)
-        with self._reading(None) as c:
+        # On the DBAPI cursor: a stage reads thousands of runs in the seconds before their
+        # due time, and SQLAlchemy's result layer was a sixth of staging a run.
+        with self._quick_read() as read:
             for first in range(0, len(ids), _IDS_PER_CLAIM):
-                query = sa.select(runs).where(
-                    runs.c.id.in_(ids[first:first + _IDS_PER_CLAIM]),
-                    runs.c.state == RunState.QUEUED.value, runs.c.lease_epoch == 0)
-                found.update((row.id, RunRecord.from_row(row)) for row in c.execute(query))
+                part = ids[first:first + _IDS_PER_CLAIM]
+                rows = read(f"SELECT {RUN_COLUMNS_SQL} FROM runs WHERE id IN "
+                            f"({', '.join('?' * len(part))}) AND state = ? "
+                            "AND lease_epoch = 0", (*part, _QUEUED))
+                found.update((row[0], RunRecord.from_raw(row)) for row in rows)
         return [found[run_id] for run_id in ids if run_id in found]
 
     def due_queued_ids(self, at: datetime, *, conn: sa.Connection | None = None) -> set[str]:

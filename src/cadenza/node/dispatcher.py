@@ -77,7 +77,7 @@ STAGE_MIN_AHEAD = 0.1
 """Seconds before a due time under which its runs are not staged any more."""
 STAGE_MAX_AHEAD = 10.0
 """Seconds before a due time beyond which its runs are not staged yet: staging is for the
-fires the scheduler records ahead (2 s); a run held by ``not_before`` for an hour is staged
+fires the scheduler records ahead (3 s); a run held by ``not_before`` for an hour is staged
 in its last seconds, not at every decision of the hour (each decision re-staged such runs
 when they outnumbered the free workers, and checkpointed the WAL: W6, docs/benchmarks.md)."""
 CHAIN_THREADS = 2

@@ -343,9 +343,10 @@ class Dispatcher:
                                   for c in decision.admitted)
                 # Claim and record each run's first step start in this same transaction:
                 # those of a crowded due time staged ahead with what was prepared for them.
-                staged = self._prepared.take(ids, current.executor, now)
+                prepared = self._prepared  # (a stop may drop it meanwhile: close())
+                staged = prepared.take(ids, current.executor, now)
                 if staged:
-                    claimed = self._prepared.claim(conn, staged, now)
+                    claimed = prepared.claim(conn, staged, now)
                     done = {s.run_id for s in staged}
                     ids = [run_id for run_id in ids if run_id not in done]
                 if ids:

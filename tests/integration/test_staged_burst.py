@@ -30,10 +30,11 @@ from typer.testing import CliRunner
 from cadenza.cli.main import app
 from cadenza.clock import FakeClock
 from cadenza.domain.states import RunState, StepState
-from cadenza.executor import staging
+from cadenza.executor import context, staging
 from cadenza.executor.staging import Stage
 from cadenza.home import Home
 from cadenza.node import Node
+from cadenza.steps.runtime import RunInfo
 from cadenza.store import RunRecord, Store
 from cadenza.store.boundary import NewRun
 
@@ -339,6 +340,35 @@ def test_a_staged_claim_takes_only_runs_still_queued_fresh_and_due(
         assert started.go().state is RunState.SUCCEEDED
         # The stages never begun hold nothing: their trackers were never registered.
         assert executor.keeper.held() == []
+
+
+def test_a_run_claimed_long_after_thousands_were_staged_is_bound_to_this_process(
+    tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process remembers the latest runs it holds (a call_job step looks its run up
+    as it runs); a crowd of staged runs pushes the first ones out before they are claimed,
+    so the claim binds each run again. Here the memory holds one run."""
+    monkeypatch.setattr(context, "_MAX_BOUND", 1)
+    with loaded(tmp_path / "home", PARITY_JOBS, store_url=store_url) as bench:
+        store, executor = bench.store, bench.executor
+        first_id, second_id = store.create_runs([NewRun("par", "manual:test"),
+                                                 NewRun("par", "manual:test")])
+        now = store.clock.now()
+        until = now + timedelta(minutes=5)
+        first, second = (executor.stage(get(store, r), now, until)
+                         for r in (first_id, second_id))
+        assert first is not None and second is not None
+
+        def bound(run_id: str) -> bool:
+            return context.bound_progress(RunInfo(run_id, "par", "manual:test", None,
+                                                  "INFO")) is not None
+
+        assert not bound(first_id) and bound(second_id)  # pushed out by the second
+        with store.write() as conn:
+            ids = store.claim_staged(conn, [first.start], executor.owner, until, now=now)
+            started = first.claimed_in(conn, ids[first_id], now)
+        assert bound(first_id)
+        assert started.go().state is RunState.SUCCEEDED
 
 
 # -- 2. a node stages a crowded due time and claims it in chunks ----------------------------

@@ -291,6 +291,9 @@ class RunTracker:
         self.prepared = attempt
 
     def _started_now(self, now: datetime) -> None:
+        # Bound again: the binding made when it was staged may have been pushed out by the
+        # thousands of runs staged after it (a call_job step looks it up as it runs).
+        bind_run(self.run.id, self.store, self.epoch)
         if self.job is not None:
             self.deadline_at = now + self.job.timeout
             self.deadline = self.steps.clock.monotonic() + self.job.timeout.total_seconds()

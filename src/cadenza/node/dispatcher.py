@@ -90,8 +90,8 @@ CHAIN_WAIT = 0.005
 """A chained run start not taken after this many seconds gets a thread of its own."""
 STAGE_CANDIDATES = 20_000
 """At most this many runs due at one time are staged (more: the ordinary path). Staging
-stops at its deadline anyway (about 0.1 ms per run: 10,000 runs fill most of the
-look-ahead); those not staged by then are claimed the ordinary way."""
+stops at its deadline anyway (about 0.1 ms per run: 10,000 runs take about a second of
+the look-ahead); those not staged by then are claimed the ordinary way."""
 CANDIDATES_PER_DECISION = 200
 """Queued runs a full decision reads (and gives a wait reason), at least the free slots."""
 QUICK_CANDIDATES_EXTRA = 16

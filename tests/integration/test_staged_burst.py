@@ -542,6 +542,8 @@ def test_a_run_held_far_ahead_is_not_staged_until_its_last_seconds(
 def test_a_stage_claimed_too_late_is_left_to_the_ordinary_decision(
     tmp_path: Path, store_url: str, calls: Path
 ) -> None:
+    """More than LATE after the due time no chunk is claimed: the ordinary decisions take
+    the runs (with what was staged for them, within PREPARED_FOR)."""
     jobs = 20
     home = node_home(tmp_path, store_url, jobs=jobs)
     clock = FakeClock(FIRE - timedelta(hours=1))

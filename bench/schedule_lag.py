@@ -102,7 +102,13 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
             boundary += 60
         fire = datetime.fromtimestamp(boundary, UTC)
         deadline = boundary + args.timeout
+        me = psutil.Process()
+        rss_before = rss_peak = me.memory_info().rss
         while time.time() < deadline:
+            rss = me.memory_info().rss
+            rss_peak = max(rss_peak, rss)
+            if time.time() < boundary - 4:  # before the fires are recorded (3 s ahead)
+                rss_before = rss
             with store.read() as c:  # the runs of this fire (the node may fire one earlier)
                 done = c.execute(sa.select(sa.func.count()).where(
                     runs.c.state == "SUCCEEDED", runs.c.scheduled_for == fire)).scalar()
@@ -160,6 +166,8 @@ def lag(args: argparse.Namespace) -> dict[str, object]:
         "entered": len(calls), "entered_twice": sum(1 for n in calls.values() if n > 1),
         "max_concurrent_runs": args.max_runs or max(16, args.workers),
         "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
+        "rss_before_fire_mib": round(rss_before / 2**20, 1),
+        "rss_peak_mib": round(rss_peak / 2**20, 1),
     }
 
 

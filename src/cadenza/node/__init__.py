@@ -28,6 +28,9 @@ health        :class:`~cadenza.resources.health.HealthChecker`: route health che
               node on SQLite, the leader on PostgreSQL)
 cooldowns     :class:`~cadenza.resources.cooldowns.CooldownEnds`: a cooldown ends at its
               time (a unit back AVAILABLE, a route probed once more), where health runs
+roster        :class:`~cadenza.node.roster.RosterService` (PostgreSQL): this node's row in
+              the ``nodes`` table every 5 s, and the workers of every live node, which
+              bound this node's share of the cluster cap's room for runs claimed ahead
 config        :class:`~cadenza.node.config.ConfigHolder`: the current configuration, its
               reload, the watch of ``cadenza.toml`` and ``jobs.toml``
 dispatcher    :class:`~cadenza.node.dispatcher.Dispatcher`: admission, claims, staged due
@@ -84,6 +87,7 @@ from cadenza.node.config import ConfigHolder
 from cadenza.node.dispatcher import Dispatcher
 from cadenza.node.local_disk import LocalDisk
 from cadenza.node.reaper import Reaper
+from cadenza.node.roster import RosterService
 from cadenza.node.scheduling import SchedulerService
 from cadenza.resources.cooldowns import CooldownEnds
 from cadenza.resources.health import HealthChecker
@@ -140,12 +144,19 @@ class Node:
                                        lookahead=LOOKAHEAD,
                                        may_lead=lambda: not self.reaper.clock_off)
             self.holder.on_reload(self.scheduler.reload)
+        # Several nodes share the cluster cap on PostgreSQL: each says how many workers it
+        # has, so that none fills the cap with runs claimed ahead while another's workers
+        # are idle (SQLite: one node per store).
+        self.roster: RosterService | None = (
+            RosterService(store, self.owner, self.workers, self.life)
+            if store.dialect == "postgresql" else None)
         self.disk = LocalDisk(home.data_dir, self.life,
                               busy=lambda: self.dispatcher.holds_runs())
         """Whether the home's ``data/`` takes writes (the node claims nothing while not)."""
         self.dispatcher = Dispatcher(store, self.holder, self.recorder, self.life,
                                      workers=self.workers, claimer=self.claimer,
-                                     held_back=lambda: self.disk.current() is not None)
+                                     held_back=lambda: self.disk.current() is not None,
+                                     cluster_workers=self._cluster_workers)
         # Whoever waits on the local queue (workers a test started by hand, too) is released
         # when the node closes; a started node's dispatcher service did it already.
         self._stack.callback(self.dispatcher.close)
@@ -189,8 +200,14 @@ class Node:
         self.cooldowns = CooldownEnds(self.store, self.life, lambda: self.config.settings,
                                       self.health)
         services.append(self.cooldowns)
+        if self.roster is not None:
+            services.append(self.roster)
         services += [self.holder, self.dispatcher]
         return services
+
+    def _cluster_workers(self) -> int:
+        """The workers of every live node serving the store, this one's included."""
+        return self.roster.cluster_workers if self.roster is not None else self.workers
 
     def _executor(self, config: LoadedConfig) -> Executor:
         """The executor of ``config`` (at the start and at each valid reload), the store's

@@ -136,6 +136,16 @@ TAKE_POLL = 0.0002
 """Seconds between two looks at the local queue during that wait."""
 
 
+def hold_limit(workers: int, cap: int, everyone: int) -> int:
+    """The most runs a node of ``workers`` workers holds (running, and claimed ahead in its
+    local queue) under a cluster cap of ``cap`` when the live nodes have ``everyone``
+    workers together (this node's included): its workers, and its share, in proportion to
+    its workers, of the cap's room beyond every node's workers. A node alone may fill the
+    cap; the cap itself is admission's to keep (``cap - held`` beside this)."""
+    everyone = max(everyone, workers, 1)
+    return workers + max(0, cap - everyone) * workers // everyone
+
+
 def let_workers_take(local: queue.SimpleQueue[Any], waiting: Callable[[], int],
                      seconds: float, clock: Clock = _REAL) -> None:
     """Return once the local queue is empty or no worker waits for it (at most ``seconds``).
@@ -170,12 +180,16 @@ class Dispatcher:
 
     def __init__(self, store: DispatchStore, holder: ConfigHolder, recorder: GroupCommit,
                  life: Lifecycle, *, workers: int, claimer: Claimer | None,
-                 held_back: Callable[[], bool] = lambda: False) -> None:
+                 held_back: Callable[[], bool] = lambda: False,
+                 cluster_workers: Callable[[], int] | None = None) -> None:
         """``held_back``: whether the node may take no new run now (its data directory
         cannot be written, :mod:`cadenza.node.local_disk`): its workers then count as busy
-        (the runs it holds go on, nothing is staged or claimed)."""
+        (the runs it holds go on, nothing is staged or claimed). ``cluster_workers``: the
+        workers of every node serving the store, this one's included (default: this
+        node's alone), which bound its share of the cap (:func:`hold_limit`)."""
         self.store = store
         self.held_back = held_back
+        self.cluster_workers: Callable[[], int] = cluster_workers or (lambda: workers)
         self.holder = holder
         self.recorder = recorder
         self.life = life
@@ -291,7 +305,11 @@ class Dispatcher:
             # on its way (16 workers and the default cap of 16).
             held = self._slots - self._idle
             cap = current.limits.max_concurrent_runs
-            free = max(0, min(self._idle, cap - held))
+            # With other nodes, runs claimed ahead take this node's share of the cap's
+            # room beyond every node's workers, no more: one node's local queue filling
+            # the cap left another's workers idle, its decisions refused by the cap.
+            limit = hold_limit(self.workers, cap, self.cluster_workers())
+            free = max(0, min(self._idle, cap - held, limit - held))
         if free and self.held_back():
             free = 0  # as if every worker were busy: no claim, no wait reason written
 
@@ -363,11 +381,13 @@ class Dispatcher:
             coming = len(early)
             early_due.extend(c.not_before for c in candidates
                              if c.not_before is not None and c.not_before > now)
-            # Likewise the cluster's cap while this node's own runs fill it: that is its
-            # workers being busy, said in other words.
+            # Likewise the cluster's cap while every worker of this node has a run (or
+            # this node's own runs fill the cap): what the cap refused were runs to claim
+            # ahead, which would wait for this node's workers anyway. A run refused by the
+            # cap while a worker of this node has nothing to do gets the reason.
             mine = {WaitRule.NODE_WORKERS} | (
-                {WaitRule.MAX_CONCURRENT_RUNS} if held + len(decision.admitted) >= cap
-                else set())
+                {WaitRule.MAX_CONCURRENT_RUNS}
+                if held + len(decision.admitted) >= min(cap, self.workers) else set())
             self.store.set_wait_reasons(self._new_reasons(
                 {run_id: why.text for run_id, why in decision.waiting.items()
                  if why.rule not in mine

@@ -516,4 +516,17 @@ scheduling_pause = sa.Table(
     sa.Column("paused_by", sa.String(200), nullable=False),
 )
 
+# The nodes serving the store and their workers (migration 0026; PostgreSQL only, where
+# several nodes share one cluster cap): each node writes its row every few seconds on the
+# database's clock and deletes it when it stops; a row not written for a while is a node
+# gone (store/roster.py). A node's runs claimed ahead of its workers take its share of the
+# cap's room beyond every node's workers, no more (docs/admission.md).
+nodes = sa.Table(
+    "nodes",
+    metadata,
+    sa.Column("owner", sa.String(200), primary_key=True),
+    sa.Column("workers", sa.Integer(), nullable=False),
+    _ts("seen_at", nullable=False),
+)
+
 ALL_TABLES = tuple(metadata.sorted_tables)

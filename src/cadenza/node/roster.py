@@ -1,0 +1,95 @@
+"""A node's row in the store's ``nodes`` table, on PostgreSQL (:mod:`cadenza.store.roster`).
+
+Every :data:`ROSTER_SECONDS` the node writes its owner and its workers, and every
+:data:`READ_SECONDS` it reads the workers of every node written within :data:`LIVE_WINDOW`:
+:attr:`RosterService.cluster_workers`,
+which the dispatcher reads to take no more than its share of the cluster cap's room for runs
+claimed ahead (docs/admission.md, "Several nodes"). The first write is at the node's start,
+before its first decision; the row is deleted when the node stops. A node that is killed
+leaves its row, counted by the others for :data:`LIVE_WINDOW` at most: meanwhile they claim
+a little less ahead, nothing worse.
+
+While the store cannot be written the last figure stays (a warning in the log, once until
+a write succeeds again).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import ExitStack
+from typing import Any
+
+from cadenza.lifecycle import Lifecycle
+from cadenza.store.roster import Roster
+
+log = logging.getLogger("cadenza.node")
+
+ROSTER_SECONDS = 5.0
+"""Seconds between two writes of a node's row."""
+READ_SECONDS = 1.0
+"""Seconds between two reads of the cluster's workers: how soon a node learns that another
+started (its share of the cap's room shrinks then; a drain of a backlog is seconds long)."""
+LIVE_WINDOW = 3 * ROSTER_SECONDS
+"""A node whose row was not written for this long is not counted."""
+
+
+class RosterService:
+    """Writes this node's row and keeps the cluster's count of workers (see the module doc).
+    A service."""
+
+    name = "roster"
+
+    def __init__(self, store: Any, owner: str, workers: int, life: Lifecycle) -> None:
+        self.roster = Roster(store)
+        self.owner = owner
+        self.workers = workers
+        self.life = life
+        self.cluster_workers = workers
+        """The workers of every live node, this one's included (its own until it knows)."""
+        self._failing = False
+
+    def start(self, stack: ExitStack) -> None:
+        self.write()
+        stack.callback(self.leave)  # after the loop's thread is joined (the stack is LIFO)
+        self.life.spawn(stack, self._loop, "cadenza-roster")
+
+    def write(self) -> None:
+        """Write this node's row and read the cluster's workers (the store's errors are
+        logged: the last figure stays)."""
+        try:
+            seen = self.roster.seen(self.owner, self.workers, LIVE_WINDOW)
+        except Exception as exc:
+            if not self._failing:
+                log.warning("could not write this node's row in the nodes table (the other "
+                            "nodes' workers are taken as last read): %s", exc)
+            self._failing = True
+            return
+        if self._failing:
+            log.info("this node's row in the nodes table is written again")
+        self._failing = False
+        self.cluster_workers = max(seen, self.workers)
+
+    def leave(self) -> None:
+        """Delete this node's row (the node stops)."""
+        try:
+            self.roster.gone(self.owner)
+        except Exception as exc:  # the row ages out of the window anyway
+            log.warning("could not delete this node's row in the nodes table: %s", exc)
+
+    def read(self) -> None:
+        """Read the cluster's workers (the store's errors: the last figure stays)."""
+        try:
+            seen = self.roster.live(LIVE_WINDOW)
+        except Exception:  # write() says so when the store is down
+            return
+        self.cluster_workers = max(seen, self.workers)
+
+    def _loop(self) -> None:
+        reads = 0
+        while not self.life.pause(READ_SECONDS):
+            reads += 1
+            if reads * READ_SECONDS >= ROSTER_SECONDS:
+                reads = 0
+                self.write()
+            else:
+                self.read()

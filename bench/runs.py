@@ -36,6 +36,11 @@ callback, a Python call per statement in the writer's thread, under the write lo
 the drain (docs/benchmarks.md), so the timed figures of a counting run are not comparable
 with the others, and the counts come only when asked for.
 
+``--nodes K`` (``--driver node``, PostgreSQL) drains with K nodes, each a process of its own
+on the same home and store, as ``cadenza serve --no-web --no-scheduler`` on one machine
+would: ``-w`` workers in all, ``-w / K`` each. The figures are the store's (recorded) and
+this process's clock; ``drain_cpu_ms_per_run`` then counts this process's node only.
+
 ``--compare-requires K`` runs K such pairs (without and with ``--requires``, each side the
 median of ``--reps``) in alternating order and prints each pair's change and the median.
 
@@ -44,6 +49,7 @@ Usage::
     python bench/runs.py --store sqlite --sync NORMAL -n 10000 -w 4 [--driver node]
     python bench/runs.py --store sqlite --sync NORMAL -n 3000 -w 16 --reps 2 --compare-requires 8
     python bench/runs.py --store postgresql -n 5000 -w 4 [--pg-url postgresql+psycopg://...]
+    python bench/runs.py --driver node --store postgresql -n 10000 -w 4 --nodes 2
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ import os
 import platform
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -128,8 +135,8 @@ def enqueue(store: Store, n: int, batch: int) -> None:
 
 
 def node_drain(home: Path, config: Any, store: Store, workers: int,
-               total: int, poll: float = 0.25, *, log: bool = True
-               ) -> tuple[DrainStats, GroupCommit]:
+               total: int, poll: float = 0.25, *, log: bool = True,
+               log_name: str = "serve.log") -> tuple[DrainStats, GroupCommit]:
     """Drain the QUEUED runs with a real node (``cadenza serve``'s dispatcher and workers,
     no scheduler, its log lines unless not ``log``); return when ``total`` runs have ended
     (polled every ``poll`` seconds)."""
@@ -138,10 +145,34 @@ def node_drain(home: Path, config: Any, store: Store, workers: int,
                 scheduler=False)
     stats = DrainStats()
     started = time.monotonic()
-    with serve_logging(where.redactor, home / "serve.log", enabled=log):
+    with serve_logging(where.redactor, home / log_name, enabled=log):
         _drain(node, store, total, poll)
     stats.seconds = time.monotonic() - started
     return stats, node.recorder
+
+
+def other_nodes(args: argparse.Namespace, home: Path) -> list[subprocess.Popen[bytes]]:
+    """``--nodes K``: the K - 1 nodes beside this process's, each a process of its own on
+    the same home and store (as ``cadenza serve --no-web --no-scheduler`` would be), each
+    with its share of ``-w``; each returns once every run has ended."""
+    each = args.workers // args.nodes
+    return [subprocess.Popen([sys.executable, __file__, "--node-of", str(home),
+                              "-w", str(each), "-n", str(args.n + args.warmup),
+                              "--poll", str(args.poll)]
+                             + (["--no-serve-log"] if args.no_serve_log else []))
+            for _ in range(args.nodes - 1)]
+
+
+def node_of(args: argparse.Namespace) -> None:
+    """A node process of ``--nodes``: drain the home's store beside the others."""
+    home = Path(args.node_of)
+    config = load_home(home)
+    store = Home(home).open_store(config)
+    try:
+        node_drain(home, config, store, args.workers, args.n, args.poll,
+                   log=not args.no_serve_log, log_name=f"serve-{os.getpid()}.log")
+    finally:
+        store.close()
 
 
 def _drain(node: Node, store: Store, total: int, poll: float) -> None:
@@ -240,9 +271,16 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
                 tracing = True
                 c1 = time.process_time()
                 if args.driver == "node":
-                    stats, recorder = node_drain(home, config, store, args.workers,
-                                                 args.n + args.warmup, args.poll,
-                                                 log=not args.no_serve_log)
+                    others = other_nodes(args, home)
+                    try:
+                        stats, recorder = node_drain(home, config, store,
+                                                     args.workers // args.nodes,
+                                                     args.n + args.warmup, args.poll,
+                                                     log=not args.no_serve_log)
+                    finally:
+                        for other in others:
+                            if other.wait(60) != 0:
+                                raise RuntimeError("a node process failed")
                 else:
                     pool = WorkerPool(store, config, workers=args.workers,
                                       batch=args.claim_batch)
@@ -355,7 +393,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare-requires", type=int, default=0, metavar="PAIRS",
                         help="PAIRS pairs of drains without and with --requires, in"
                              " alternating order; prints each pair's change and the median")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="--driver node, PostgreSQL: K nodes, each a process of its own"
+                             " with -w / K workers (-w in all)")
+    parser.add_argument("--node-of", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.node_of:
+        node_of(args)
+        return
+    if args.nodes < 1 or args.workers % args.nodes:
+        parser.error("--nodes: at least 1, and a divisor of -w")
+    if args.nodes > 1 and (args.driver != "node" or args.store != "postgresql"):
+        parser.error("--nodes: with --driver node --store postgresql only")
     if args.compare_requires < 0:
         parser.error("--compare-requires: a number of pairs, at least 1")
     if args.compare_requires:
@@ -375,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
         "n": args.n,
         "workers": args.workers,
         "driver": args.driver,
+        "nodes": args.nodes,
         "serve_log": args.driver == "node" and not args.no_serve_log,
         "claim_batch": args.claim_batch,
         "requires": "units = 1" if args.requires else None,

@@ -16,6 +16,7 @@ from cadenza.clock import SystemClock
 from cadenza.domain.states import RunState
 from cadenza.node import Node
 from cadenza.node.dispatcher import hold_limit
+from cadenza.node.roster import ROSTER_SECONDS
 from cadenza.store.roster import Roster
 
 
@@ -117,9 +118,9 @@ def test_two_nodes_share_the_cap_and_write_no_cap_reason(pg_url: str,
     try:
         for node in nodes:
             node.start()
-        # Both nodes know of each other (each reads the roster every second).
+        # Both nodes know of each other (an idle node reads the roster with its write).
         wait_for(lambda: all(node.roster is not None and node.roster.cluster_workers == 4
-                             for node in nodes), 10)
+                             for node in nodes), ROSTER_SECONDS + 10)
         with stores[0].read() as c:
             rows = c.execute(sa.text("SELECT owner, workers FROM nodes ORDER BY owner"))
             assert [tuple(r) for r in rows] == [("node-0", 2), ("node-1", 2)]

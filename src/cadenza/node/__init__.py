@@ -29,8 +29,9 @@ health        :class:`~cadenza.resources.health.HealthChecker`: route health che
 cooldowns     :class:`~cadenza.resources.cooldowns.CooldownEnds`: a cooldown ends at its
               time (a unit back AVAILABLE, a route probed once more), where health runs
 roster        :class:`~cadenza.node.roster.RosterService` (PostgreSQL): this node's row in
-              the ``nodes`` table every 5 s, and the workers of every live node, which
-              bound this node's share of the cluster cap's room for runs claimed ahead
+              the ``nodes`` table every 10 s, and the workers of every live node (read
+              at most every second while the dispatcher decides), which bound this
+              node's share of the cluster cap's room for runs claimed ahead
 config        :class:`~cadenza.node.config.ConfigHolder`: the current configuration, its
               reload, the watch of ``cadenza.toml`` and ``jobs.toml``
 dispatcher    :class:`~cadenza.node.dispatcher.Dispatcher`: admission, claims, staged due
@@ -207,7 +208,7 @@ class Node:
 
     def _cluster_workers(self) -> int:
         """The workers of every live node serving the store, this one's included."""
-        return self.roster.cluster_workers if self.roster is not None else self.workers
+        return self.roster.workers_now() if self.roster is not None else self.workers
 
     def _executor(self, config: LoadedConfig) -> Executor:
         """The executor of ``config`` (at the start and at each valid reload), the store's

@@ -1,13 +1,14 @@
 """A node's row in the store's ``nodes`` table, on PostgreSQL (:mod:`cadenza.store.roster`).
 
-Every :data:`ROSTER_SECONDS` the node writes its owner and its workers, and every
-:data:`READ_SECONDS` it reads the workers of every node written within :data:`LIVE_WINDOW`:
-:attr:`RosterService.cluster_workers`,
-which the dispatcher reads to take no more than its share of the cluster cap's room for runs
-claimed ahead (docs/admission.md, "Several nodes"). The first write is at the node's start,
-before its first decision; the row is deleted when the node stops. A node that is killed
-leaves its row, counted by the others for :data:`LIVE_WINDOW` at most: meanwhile they claim
-a little less ahead, nothing worse.
+Every :data:`ROSTER_SECONDS` the node writes its owner and its workers and reads back the
+workers of every node written within :data:`LIVE_WINDOW`; in between, a decision of its
+dispatcher that finds that figure older than :data:`READ_SECONDS` has the thread read it
+again (an idle node decides nothing, and its thread sleeps from one write to the next).
+The dispatcher reads that figure (:meth:`RosterService.workers_now`) to take no more than
+its share of the cluster cap's room for runs claimed ahead (docs/admission.md). The first
+write is at the node's start, before its first decision; the row is deleted when the node
+stops. A node that is killed leaves its row, counted by the others for :data:`LIVE_WINDOW`
+at most: meanwhile they claim a little less ahead, nothing worse.
 
 While the store cannot be written the last figure stays (a warning in the log, once until
 a write succeeds again).
@@ -16,6 +17,7 @@ a write succeeds again).
 from __future__ import annotations
 
 import logging
+import threading
 from contextlib import ExitStack
 from typing import Any
 
@@ -24,8 +26,9 @@ from cadenza.store.roster import Roster
 
 log = logging.getLogger("cadenza.node")
 
-ROSTER_SECONDS = 5.0
-"""Seconds between two writes of a node's row."""
+ROSTER_SECONDS = 10.0
+"""Seconds between two writes of a node's row (a node's first is at its start: the others
+count it from their next read)."""
 READ_SECONDS = 1.0
 """Seconds between two reads of the cluster's workers: how soon a node learns that another
 started (its share of the cap's room shrinks then; a drain of a backlog is seconds long)."""
@@ -44,14 +47,25 @@ class RosterService:
         self.owner = owner
         self.workers = workers
         self.life = life
+        self.clock = life.clock
         self.cluster_workers = workers
         """The workers of every live node, this one's included (its own until it knows)."""
+        self._read_at = self.clock.monotonic()
+        self._wake = life.wake_on_stop(threading.Event())
         self._failing = False
 
     def start(self, stack: ExitStack) -> None:
         self.write()
         stack.callback(self.leave)  # after the loop's thread is joined (the stack is LIFO)
         self.life.spawn(stack, self._loop, "cadenza-roster")
+
+    def workers_now(self) -> int:
+        """The cluster's workers as last read; asks for a read when that is older than
+        :data:`READ_SECONDS` (the dispatcher calls this at each decision, and decides only
+        when there is something to decide: an idle node reads nothing)."""
+        if self.clock.monotonic() - self._read_at >= READ_SECONDS:
+            self._wake.set()
+        return self.cluster_workers
 
     def write(self) -> None:
         """Write this node's row and read the cluster's workers (the store's errors are
@@ -67,7 +81,19 @@ class RosterService:
         if self._failing:
             log.info("this node's row in the nodes table is written again")
         self._failing = False
+        self._counted(seen)
+
+    def read(self) -> None:
+        """Read the cluster's workers (the store's errors: the last figure stays)."""
+        try:
+            seen = self.roster.live(LIVE_WINDOW)
+        except Exception:  # write() says so when the store is down
+            return
+        self._counted(seen)
+
+    def _counted(self, seen: int) -> None:
         self.cluster_workers = max(seen, self.workers)
+        self._read_at = self.clock.monotonic()
 
     def leave(self) -> None:
         """Delete this node's row (the node stops)."""
@@ -76,20 +102,17 @@ class RosterService:
         except Exception as exc:  # the row ages out of the window anyway
             log.warning("could not delete this node's row in the nodes table: %s", exc)
 
-    def read(self) -> None:
-        """Read the cluster's workers (the store's errors: the last figure stays)."""
-        try:
-            seen = self.roster.live(LIVE_WINDOW)
-        except Exception:  # write() says so when the store is down
-            return
-        self.cluster_workers = max(seen, self.workers)
-
     def _loop(self) -> None:
-        reads = 0
-        while not self.life.pause(READ_SECONDS):
-            reads += 1
-            if reads * READ_SECONDS >= ROSTER_SECONDS:
-                reads = 0
+        # Between two writes the thread sleeps unless a decision asks for a read: an idle
+        # node's wake-ups are its idle cost.
+        write_at = self.clock.monotonic() + ROSTER_SECONDS
+        while not self.life.stopping.is_set():
+            self.clock.wait(self._wake, max(0.0, write_at - self.clock.monotonic()))
+            self._wake.clear()
+            if self.life.stopping.is_set():
+                return
+            if self.clock.monotonic() >= write_at:
                 self.write()
-            else:
+                write_at = self.clock.monotonic() + ROSTER_SECONDS
+            elif self.clock.monotonic() - self._read_at >= READ_SECONDS:
                 self.read()

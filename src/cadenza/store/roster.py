@@ -23,9 +23,17 @@ FORGET_AFTER = 86_400.0
 """Seconds after which a row nobody wrote any more is deleted (a node killed long ago)."""
 
 _SEEN = sa.text(
-    "INSERT INTO nodes (owner, workers, seen_at) VALUES (:owner, :workers, now())"
-    " ON CONFLICT (owner) DO UPDATE SET workers = EXCLUDED.workers, seen_at = now()")
-_FORGET = sa.text("DELETE FROM nodes WHERE seen_at < now() - make_interval(secs => :secs)")
+    # One statement (an idle node's write is its idle cost): the sub-statements share one
+    # snapshot, so the sum is read over the other nodes, and this node's own row is added
+    # from what the INSERT returns; the rows of nodes gone long ago are deleted (never this
+    # node's own: one statement must not change a row twice).
+    "WITH forgotten AS (DELETE FROM nodes WHERE owner <> :owner"
+    " AND seen_at < now() - make_interval(secs => :forget)),"
+    " mine AS (INSERT INTO nodes (owner, workers, seen_at) VALUES (:owner, :workers, now())"
+    " ON CONFLICT (owner) DO UPDATE SET workers = EXCLUDED.workers, seen_at = now()"
+    " RETURNING workers)"
+    " SELECT (SELECT workers FROM mine) + coalesce((SELECT sum(workers) FROM nodes"
+    " WHERE owner <> :owner AND seen_at >= now() - make_interval(secs => :secs)), 0)")
 _LIVE = sa.text("SELECT coalesce(sum(workers), 0) FROM nodes"
                 " WHERE seen_at >= now() - make_interval(secs => :secs)")
 _GONE = sa.text("DELETE FROM nodes WHERE owner = :owner")
@@ -40,11 +48,10 @@ class Roster:
     def seen(self, owner: str, workers: int, within: float) -> int:
         """Write that ``owner`` serves with ``workers`` now; return the workers of every
         node written within the last ``within`` seconds, this one included. One
-        transaction, which also deletes rows older than :data:`FORGET_AFTER`."""
+        statement, which also deletes other rows older than :data:`FORGET_AFTER`."""
         with self.store.write() as c:
-            c.execute(_SEEN, {"owner": owner, "workers": workers})
-            c.execute(_FORGET, {"secs": FORGET_AFTER})
-            return int(c.execute(_LIVE, {"secs": within}).scalar_one())
+            return int(c.execute(_SEEN, {"owner": owner, "workers": workers, "secs": within,
+                                         "forget": FORGET_AFTER}).scalar_one())
 
     def live(self, within: float) -> int:
         """The workers of every node written within the last ``within`` seconds."""

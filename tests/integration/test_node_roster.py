@@ -156,3 +156,41 @@ def test_a_node_alone_learns_no_other_node(tmp_path: Path) -> None:
     finally:
         node.stop(timeout=5)
         store.close()
+
+
+class _Down:
+    """A roster whose store cannot be reached."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def live(self, within: float) -> int:
+        self.tries += 1
+        raise OSError("connection refused")
+
+    seen = live
+
+
+def test_a_store_that_is_down_is_asked_once_a_second_at_most() -> None:
+    """A failed read counts as a read: the dispatcher's decisions do not have the roster
+    thread ask the store again at each decision while it is down; the last figure stays."""
+    from cadenza.clock import FakeClock
+    from cadenza.lifecycle import Lifecycle
+    from cadenza.node.roster import READ_SECONDS, RosterService
+
+    clock = FakeClock()
+    roster = RosterService(object(), "node-0", 2, Lifecycle(clock))
+    roster.cluster_workers = 4  # as read before the store went down
+    down = _Down()
+    roster.roster = down  # type: ignore[assignment]
+    clock.advance(READ_SECONDS)
+    assert roster.workers_now() == 4
+    assert roster._wake.is_set()  # stale: a read is asked for
+    roster._wake.clear()
+    roster.read()
+    assert down.tries == 1 and roster.cluster_workers == 4
+    assert roster.workers_now() == 4
+    assert not roster._wake.is_set()  # the failed read was a second ago at most
+    clock.advance(READ_SECONDS)
+    roster.workers_now()
+    assert roster._wake.is_set()

@@ -70,6 +70,7 @@ class RosterService:
     def write(self) -> None:
         """Write this node's row and read the cluster's workers (the store's errors are
         logged: the last figure stays)."""
+        self._read_at = self.clock.monotonic()  # as in read(): once a second at most
         try:
             seen = self.roster.seen(self.owner, self.workers, LIVE_WINDOW)
         except Exception as exc:
@@ -85,6 +86,9 @@ class RosterService:
 
     def read(self) -> None:
         """Read the cluster's workers (the store's errors: the last figure stays)."""
+        # Counted as a read even when it fails: a store that is down is not asked again at
+        # every decision, but once a second at most.
+        self._read_at = self.clock.monotonic()
         try:
             seen = self.roster.live(LIVE_WINDOW)
         except Exception:  # write() says so when the store is down

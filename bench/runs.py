@@ -41,6 +41,11 @@ on the same home and store, as ``cadenza serve --no-web --no-scheduler`` on one 
 would: ``-w`` workers in all, ``-w / K`` each. The figures are the store's (recorded) and
 this process's clock; ``drain_cpu_ms_per_run`` then counts this process's node only.
 
+``--cap N`` sets the home's ``[workers] max_concurrent_runs`` (the product's default, 16,
+otherwise): the runs a node claims ahead of its workers count against it, so it bounds the
+size of a decision. ``--step-work N`` makes the step compute ``sum(range(N))``: the Python
+a step adds to the node's one interpreter (3,000 is about 75 µs here).
+
 ``--compare-requires K`` runs K such pairs (without and with ``--requires``, each side the
 median of ``--reps``) in alternating order and prints each pair's change and the median.
 
@@ -50,6 +55,7 @@ Usage::
     python bench/runs.py --store sqlite --sync NORMAL -n 3000 -w 16 --reps 2 --compare-requires 8
     python bench/runs.py --store postgresql -n 5000 -w 4 [--pg-url postgresql+psycopg://...]
     python bench/runs.py --driver node --store postgresql -n 10000 -w 4 --nodes 2
+    python bench/runs.py --driver node --store postgresql -n 10000 -w 4 --cap 32 --step-work 3000
 """
 
 from __future__ import annotations
@@ -108,7 +114,8 @@ def database(args: argparse.Namespace, home: Path) -> Iterator[str]:
         yield url
 
 
-def write_home(home: Path, url: str, sync: str, units: int = 0) -> None:
+def write_home(home: Path, url: str, sync: str, units: int = 0, cap: int = 0,
+               work: int = 0) -> None:
     (home / "plugins").mkdir(parents=True, exist_ok=True)
     (home / "data").mkdir(exist_ok=True)
     pools = ""
@@ -121,11 +128,14 @@ def write_home(home: Path, url: str, sync: str, units: int = 0) -> None:
         pools = '[pools.units]\nkind = "unit"\ncooldown = "0s"\n' + "".join(
             f'[[pools.units.members]]\nid = "unit-{k:03d}"\n' for k in range(units))
         jobs = jobs.replace("[jobs.noop]\n", "[jobs.noop]\nrequires = { units = 1 }\n")
+    workers = f"[workers]\nmax_concurrent_runs = {cap}\n" if cap else ""
     (home / "cadenza.toml").write_text(
-        f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n{pools}', encoding="utf-8")
+        f'[store]\nurl = "{url}"\nsqlite_synchronous = "{sync}"\n{workers}{pools}',
+        encoding="utf-8")
     (home / "jobs.toml").write_text(jobs, encoding="utf-8")
     (home / "plugins" / f"{module}.py").write_text(
-        "def noop():\n    return None\n", encoding="utf-8")
+        "def noop():\n" + (f"    sum(range({work}))\n" if work else "") + "    return None\n",
+        encoding="utf-8")
 
 
 def enqueue(store: Store, n: int, batch: int) -> None:
@@ -223,7 +233,7 @@ def one_rep(args: argparse.Namespace) -> dict[str, Any]:
         home = Path(tmp)
         with database(args, home) as url:
             units = (args.pool_size or 2 * args.workers) if args.requires else 0
-            write_home(home, url, args.sync, units)
+            write_home(home, url, args.sync, units, args.cap, args.step_work)
             config = load_home(home)
             # The product always writes through a redactor; so does the benchmark.
             redactor = Redactor(["bench-secret-value-1", "bench-secret-value-2"])
@@ -396,6 +406,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1,
                         help="--driver node, PostgreSQL: K nodes, each a process of its own"
                              " with -w / K workers (-w in all)")
+    parser.add_argument("--cap", type=int, default=0,
+                        help="[workers] max_concurrent_runs of the home (default: the"
+                             " product's default, 16)")
+    parser.add_argument("--step-work", type=int, default=0,
+                        help="the step computes sum(range(N)) instead of nothing (the Python a"
+                             " step adds to the node's one interpreter)")
     parser.add_argument("--node-of", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.node_of:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from cadenza.clock import SystemClock
 from cadenza.domain.states import TERMINAL_RUN_STATES, RunState, StepState
 from cadenza.home import Home
@@ -200,6 +202,29 @@ def test_a_cancel_stops_a_step_run_by_its_worker(tmp_path: Path) -> None:
         assert time.monotonic() - began < 5
         run = store.get_run(run_id)
         assert run is not None and run.state is RunState.CANCELED
+
+
+def test_a_stop_as_a_takeover_starts_waits_for_the_run(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The takeover's thread is slow to start (a loaded machine): the node is stopped
+    # meanwhile. The stop used to join that thread before it had started, and failed with
+    # "cannot join thread before it is started".
+    starting = threading.Event()
+    start = threading.Thread.start
+
+    def slow_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("cadenza-worker-") and "+" in thread.name:
+            starting.set()
+            time.sleep(0.5)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", slow_start)
+    with serving(tmp_path) as (node, store):
+        run_id = submit(node, store, "slow")
+        assert starting.wait(10)
+        node.stop(timeout=15)
+        run = store.get_run(run_id)
+        assert run is not None and run.state is RunState.SUCCEEDED
 
 
 def test_stopping_the_node_waits_for_a_run_taken_over(tmp_path: Path) -> None:

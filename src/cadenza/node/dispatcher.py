@@ -726,16 +726,19 @@ class Dispatcher:
             name = f"{worker.name.partition('+')[0]}+{self._takeovers}"  # cadenza-worker-0+1
         thread = threading.Thread(target=self._resume, args=(item, began, attempt, step_run_id),
                                   name=name, daemon=True)
+        # Added and started under the lock: a stop joins what it reads from ``_threads``
+        # under it, and joining a thread whose start() has not returned raises (a node
+        # stopped while a takeover began failed its stop). start() returns once the
+        # thread runs, before its target asks for the lock.
         with self._lock:
             self._threads.add(thread)
             self._threads.discard(worker)
-        try:
-            thread.start()
-        except BaseException:
-            with self._lock:
+            try:
+                thread.start()
+            except BaseException:
                 self._threads.discard(thread)
                 self._threads.add(worker)
-            raise
+                raise
 
     def _resume(self, item: Started, began: float, attempt: Attempt, step_run_id: int) -> None:
         if self._serve(item, lambda _entering: item.go_on(attempt, step_run_id), began):
@@ -743,9 +746,13 @@ class Dispatcher:
 
     def _spawn_worker(self, name: str) -> None:
         thread = threading.Thread(target=self._work_loop, name=name, daemon=True)
-        with self._lock:
+        with self._lock:  # as in _take_over: a stop never joins a thread not started
             self._threads.add(thread)
-        thread.start()
+            try:
+                thread.start()
+            except BaseException:
+                self._threads.discard(thread)
+                raise
 
     def _join_workers(self) -> None:
         """Wait for the worker threads (up to the join timeout each), those that took runs

@@ -109,6 +109,9 @@ class ThreadStep:
         self.deadline = math.inf
         self.promoted = False
         """Run by its worker (:meth:`run_here`) and taken over by another thread."""
+        self._settling: threading.Event | None = None
+        """Set while the watch starts the thread that takes the run over (:meth:`promote`
+        to :meth:`settle`): a worker whose step returns then waits for the answer."""
 
     def _arm(self) -> None:
         """The step starts now: its timeout, and its context's (``ctx.remaining()``,
@@ -140,27 +143,39 @@ class ThreadStep:
         self._body()
         watch.discard(self)
         with self.lock:
-            promoted = self.promoted
+            promoted, settling = self.promoted, self._settling
+        if settling is not None:
+            # It returned while the watch starts the thread that takes the run over: that
+            # thread owns the run only once it started; if none could, the run stays here.
+            settling.wait()
+            with self.lock:
+                promoted = self.promoted
         if promoted:
             raise TakenOver
 
     def promote(self) -> bool:
-        """Whether the step still runs in its worker and is now taken over (see
-        :meth:`run_here`; the step's end and the promotion are decided under its lock)."""
+        """Whether the step still runs in its worker and is now being taken over (see
+        :meth:`run_here`; the step's end and the promotion are decided under its lock).
+        The caller must then call :meth:`settle`, whatever happens."""
         with self.lock:
             if self.state != "running" or self.promoted:
                 return False
             self.promoted = True
+            self._settling = threading.Event()
             return True
 
-    def demote(self) -> bool:
-        """Undo :meth:`promote` (no thread could take the run over); False when the step
-        returned meanwhile (its worker left the run: the caller must take it over)."""
+    def settle(self, taken: bool) -> bool:
+        """End what :meth:`promote` began: ``taken``, a thread took the run over; not, none
+        could and the run stays with its worker (which may be waiting for this answer).
+        Returns whether the step still runs."""
         with self.lock:
-            if self.state != "running":
-                return False
-            self.promoted = False
-            return True
+            if not taken:
+                self.promoted = False
+            settling, self._settling = self._settling, None
+            running = self.state == "running"
+        if settling is not None:
+            settling.set()
+        return running
 
     def _body(self) -> None:
         result: Any = None
@@ -451,22 +466,17 @@ class InlineWatch:
     def _promote(self, step: ThreadStep, on_promote: Callable[[], None]) -> None:
         if not step.promote():
             return
+        taken = False
         try:
             on_promote()
+            taken = True
         except Exception:  # no thread could be started: the worker keeps its run
-            log.exception("taking over a run whose step runs long failed")
-            if step.demote():
-                self.add(step, PROMOTE_AFTER, on_promote)  # try again later
-            else:  # it returned meanwhile and its worker left the run: take it here
-                self._last_resort(on_promote)
-
-    @staticmethod
-    def _last_resort(on_promote: Callable[[], None]) -> None:
-        try:
-            on_promote()
-        except Exception:
-            log.exception("taking over a run whose step runs long failed again; its lease "
-                          "will run out and the run be recovered")
+            log.exception("taking over a run whose step runs long failed; its worker keeps "
+                          "the run and the take-over is tried again")
+        finally:
+            running = step.settle(taken)
+        if not taken and running:
+            self.add(step, PROMOTE_AFTER, on_promote)  # try again later
 
 
 INLINE_WATCH = InlineWatch()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -114,3 +114,56 @@ def test_without_a_thread_to_take_over_the_worker_keeps_its_run(
     step.run_here(watch, take)  # no TakenOver: the worker goes on with its run
     assert len(tries) >= 2 and not step.promoted
     assert step.wait(lambda: None).rows == 2
+
+
+def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + REAL_WAIT
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+def test_a_step_returning_while_no_thread_can_take_it_over_stays_with_its_worker(
+        ctx: ExecutionContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step returns while the watch is still trying to start the thread that would take
+    the run over, and that try fails: the run stays with its worker, which waited for the
+    answer, and nothing is left for the lease to recover."""
+    monkeypatch.setattr(isolation, "PROMOTE_AFTER", 0.05)
+    watch = InlineWatch()
+    release = threading.Event()
+    tries: list[int] = []
+    steps: list[ThreadStep] = []
+
+    def take() -> None:
+        tries.append(1)
+        release.set()  # the step returns while this try is still under way
+        _until(lambda: steps[0].finished)
+        raise RuntimeError("can't start new thread")
+
+    step = ThreadStep(lambda: release.wait(REAL_WAIT) and StepResult(rows=4), ctx, _log(), 60)
+    steps.append(step)
+    step.run_here(watch, take)  # no TakenOver
+    assert tries == [1] and not step.promoted
+    assert step.wait(lambda: None).rows == 4
+    time.sleep(0.2)
+    assert tries == [1] and watch.watched == 0  # not tried again: the step is done
+
+
+def test_a_step_returning_while_its_take_over_starts_belongs_to_the_new_thread(
+        ctx: ExecutionContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same moment, but the thread that takes the run over does start: the worker waited
+    for it and leaves the run to it."""
+    monkeypatch.setattr(isolation, "PROMOTE_AFTER", 0.05)
+    watch = InlineWatch()
+    release = threading.Event()
+    steps: list[ThreadStep] = []
+
+    def take() -> None:
+        release.set()
+        _until(lambda: steps[0].finished)
+
+    step = ThreadStep(lambda: release.wait(REAL_WAIT) and StepResult(rows=5), ctx, _log(), 60)
+    steps.append(step)
+    with pytest.raises(TakenOver):
+        step.run_here(watch, take)
+    assert step.promoted and step.wait(lambda: None).rows == 5

@@ -466,17 +466,26 @@ class InlineWatch:
     def _promote(self, step: ThreadStep, on_promote: Callable[[], None]) -> None:
         if not step.promote():
             return
+        failure: Exception | None = None
         taken = False
         try:
             on_promote()
             taken = True
-        except Exception:  # no thread could be started: the worker keeps its run
-            log.exception("taking over a run whose step runs long failed; its worker keeps "
-                          "the run and the take-over is tried again")
+        except Exception as exc:  # no thread could be started: the worker keeps its run
+            failure = exc
         finally:
             running = step.settle(taken)
-        if not taken and running:
-            self.add(step, PROMOTE_AFTER, on_promote)  # try again later
+        if failure is None:
+            return
+        if running:
+            log.error("taking over a run whose step runs long failed (%s); its worker keeps "
+                      "the run, and the take-over is tried again in %.1f s", failure,
+                      PROMOTE_AFTER, exc_info=failure)
+            self.add(step, PROMOTE_AFTER, on_promote)
+        else:
+            log.error("taking over a run whose step runs long failed (%s); the step has "
+                      "returned meanwhile and its worker finishes the run", failure,
+                      exc_info=failure)
 
 
 INLINE_WATCH = InlineWatch()

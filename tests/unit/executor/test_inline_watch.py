@@ -124,7 +124,8 @@ def _until(check: Callable[[], bool]) -> None:
 
 
 def test_a_step_returning_while_no_thread_can_take_it_over_stays_with_its_worker(
-        ctx: ExecutionContext, monkeypatch: pytest.MonkeyPatch) -> None:
+        ctx: ExecutionContext, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
     """The step returns while the watch is still trying to start the thread that would take
     the run over, and that try fails: the run stays with its worker, which waited for the
     answer, and nothing is left for the lease to recover."""
@@ -147,6 +148,9 @@ def test_a_step_returning_while_no_thread_can_take_it_over_stays_with_its_worker
     assert step.wait(lambda: None).rows == 4
     time.sleep(0.2)
     assert tries == [1] and watch.watched == 0  # not tried again: the step is done
+    said = [r.getMessage() for r in caplog.records if r.name == "cadenza.executor"]
+    assert said == ["taking over a run whose step runs long failed (can't start new thread);"
+                    " the step has returned meanwhile and its worker finishes the run"]
 
 
 def test_a_step_returning_while_its_take_over_starts_belongs_to_the_new_thread(

@@ -191,6 +191,7 @@ class Node:
 
         self.sender = Sender(self.store, lambda: self.config, self.life, owner=self.owner)
         self.sender.install()
+        self.dispatcher.on_store_change.append(self.sender.nudge)
         services.append(self.sender)
         # Route health checks (docs/health-checks.md): the leader only on PostgreSQL, see its
         # leads().

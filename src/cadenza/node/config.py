@@ -5,19 +5,23 @@
 it on a valid reload. Runs claimed before a reload finish with the executor of their claim:
 the executors replaced are kept (:attr:`Current.retired`) and closed with the node.
 
-As a service it watches ``cadenza.toml`` and ``jobs.toml`` (modification times, every
-:data:`WATCH_SECONDS` of the node's clock) and asks for a reload when either changed.
+It watches ``cadenza.toml`` and ``jobs.toml`` (modification times, at most every
+:data:`WATCH_SECONDS` of the node's clock) and asks for a reload when either changed. The
+look is made by the thread that applies reloads, the node's dispatcher, which wakes at least
+once a second anyway (:meth:`ConfigHolder.look_at_files`): a thread of its own would wake an
+idle node once more every two seconds, and on some machines a thread's wake-up costs more
+than the look itself (docs/benchmarks.md, "Idle").
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from cadenza.config.admission_limits import limits_from_loaded
 from cadenza.config.loader import LoadedConfig
@@ -67,7 +71,10 @@ class ConfigHolder:
         self._listeners: list[Reloaded] = []
         self._requested = threading.Event()
         self._on_request: list[Callable[[], object]] = []
+        self._files = (os.fspath(home.config_file), os.fspath(home.jobs_file))
         self._mtimes = self._stat()
+        self._looked_at: float | None = None
+        """When (the node's monotonic clock) :meth:`look_at_files` last looked."""
 
     @property
     def config(self) -> LoadedConfig:
@@ -142,23 +149,35 @@ class ConfigHolder:
         for executor in [current.executor, *current.retired]:
             executor.close()
 
-    # -- the watch (the service) ------------------------------------------------------------
+    # -- the watch ----------------------------------------------------------------------
 
     def start(self, stack: ExitStack) -> None:
-        self.life.spawn(stack, self._watch_loop, "cadenza-config-watch")
+        """Nothing to start: the files are looked at by :meth:`look_at_files`, called by the
+        dispatcher's loop (the thread that applies reloads)."""
+        self._looked_at = self.life.clock.monotonic()
 
     def _stat(self) -> tuple[float, float]:
-        def mtime(path: Path) -> float:
+        def mtime(path: str) -> float:
             try:
-                return path.stat().st_mtime
+                return os.stat(path).st_mtime
             except OSError:
                 return 0.0
 
-        return mtime(self.home.config_file), mtime(self.home.jobs_file)
+        return mtime(self._files[0]), mtime(self._files[1])
 
-    def _watch_loop(self) -> None:
-        while not self.life.pause(WATCH_SECONDS):
-            stamp = self._stat()
-            if stamp != self._mtimes:
-                self._mtimes = stamp
-                self.request_reload()
+    def look_at_files(self) -> bool:
+        """When :data:`WATCH_SECONDS` passed since the last look: compare the files'
+        modification times with the last ones seen, and request a reload when either
+        changed. Returns whether it requested one. Called at each pass of the dispatcher's
+        loop (at least once a second); never raises (a file that cannot be read counts as
+        changed only once it can)."""
+        now = self.life.clock.monotonic()
+        if self._looked_at is not None and now - self._looked_at < WATCH_SECONDS:
+            return False
+        self._looked_at = now
+        stamp = self._stat()
+        if stamp == self._mtimes:
+            return False
+        self._mtimes = stamp
+        self.request_reload()
+        return True

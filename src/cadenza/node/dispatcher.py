@@ -199,6 +199,9 @@ class Dispatcher:
         self.claimer = claimer
         """The process that writes a stage's chunks (executor/claimer.py), or None."""
         self._wake = life.wake_on_stop(threading.Event())
+        self.on_store_change: list[Callable[[], object]] = []
+        """Called when an idle poll finds something committed to a SQLite store since the
+        previous poll (by this process or another): the node's sender wakes."""
         self._lock = threading.Lock()
         # Runs claimed ahead of a free worker (PREFETCH per worker, PREFETCH_SHORT while
         # runs are short) keep every worker busy between two decisions; they hold their
@@ -627,17 +630,24 @@ class Dispatcher:
                 and not self.recorder.pending() and not self._queue_watch.any_queued())
 
     def _dispatch_loop(self) -> None:
-        self._queue_watch = self.store.queue_watch(on_queued=self.wake)
+        self._queue_watch = self.store.queue_watch(on_queued=self.wake,
+                                                   on_change=self._store_changed)
         try:
             self._dispatch_until_stopped()
         finally:
             self._queue_watch.close()
+
+    def _store_changed(self) -> None:
+        """An idle poll found something committed to the store since the previous one."""
+        for listener in self.on_store_change:
+            listener()
 
     def _dispatch_until_stopped(self) -> None:
         backoff = 1.0
         polled = False  # the first pass decides
         while not self.stop_event.is_set():
             self._wake.clear()
+            self.holder.look_at_files()  # the config files' watch (at most every 2 s)
             if self.holder.take_request():
                 self.holder.reload()
             now = self.clock.now()

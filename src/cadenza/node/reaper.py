@@ -82,6 +82,9 @@ class Reaper:
         time: a node's clock differs from it only when set so on purpose
         (``CADENZA_FAKE_NOW``, for demos), and only its reaper pauses."""
         self._agreed = False
+        self._changes = store.data_version()
+        self._quiet_at: int | None = None
+        """The store's data version when a round last found no run RUNNING (None: look)."""
         self._wal_checked: float | None = None
         self._wal_warned: float | None = None
 
@@ -146,6 +149,15 @@ class Reaper:
         batches of :data:`~cadenza.store.run_leases.REAP_BATCH` runs."""
         if not self.clock_agrees():
             return 0
+        # No run RUNNING at the last look and nothing committed since (SQLite): none can
+        # be RUNNING now, nor expire; skip the read (an idle node's rounds).
+        version = self._changes.token()
+        if version is not None and version == self._quiet_at:
+            return 0
+        if not self.store.has_running_runs():
+            self._quiet_at = version
+            return 0
+        self._quiet_at = None
         total = 0
         while True:
             batch = self.store.reap_expired_run_leases()
@@ -190,15 +202,18 @@ class Reaper:
         return total
 
     def _loop(self) -> None:
-        while not self.life.pause(self.lease().total_seconds() / 3):
-            try:
-                self.reap_once()
-            except Exception:  # the store may be down: try again next time
-                log.exception("reaping expired leases failed")
-            try:
-                self.watch_wal()
-            except Exception:  # never let the reaper die of a look at a file
-                log.exception("looking at the write-ahead log failed")
+        try:
+            while not self.life.pause(self.lease().total_seconds() / 3):
+                try:
+                    self.reap_once()
+                except Exception:  # the store may be down: try again next time
+                    log.exception("reaping expired leases failed")
+                try:
+                    self.watch_wal()
+                except Exception:  # never let the reaper die of a look at a file
+                    log.exception("looking at the write-ahead log failed")
+        finally:
+            self._changes.close()
 
     def watch_wal(self, *, threshold: int = WAL_WARN_BYTES) -> WalCheck | None:
         """At most every :data:`WAL_CHECK_SECONDS`: look at the SQLite write-ahead log

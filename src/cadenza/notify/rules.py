@@ -100,6 +100,7 @@ class Notifier:
         self.wake: Callable[[], None] = lambda: None
         """Called after intents were written (the sender sets it to wake its loop)."""
         self._long_runs: tuple[LoadedConfig, dict[str, timedelta]] | None = None
+        self._watches_time: tuple[LoadedConfig, bool] | None = None
         """The configuration last read and its jobs' ``alerts.long_run`` (read once per
         configuration, not at every look of the sender)."""
         self._deadlines: tuple[LoadedConfig, dict[tuple[str, str], tuple[
@@ -155,6 +156,21 @@ class Notifier:
         targets = targets_for(event, job_id, config)
         return [Intent(f"{event}:{run_id}", event, run_id, job_id, tuple(targets), {})] \
             if targets else []
+
+    def watches_time(self) -> bool:
+        """Whether a rule of the configuration looks at the clock, not only at the store: a
+        job's ``alerts.long_run``, a deadline (``start_by``, ``finish_by``) or a rule ``on``
+        ``stalled``. The sender then makes every round's looks, even while nothing was
+        committed since the last one. Computed once per configuration."""
+        if self.config is None:
+            return False
+        config = self.config()
+        if self._watches_time is None or self._watches_time[0] is not config:
+            timed = (any(job.alerts.long_run is not None for job in config.jobs.values())
+                     or bool(_deadlines(config))
+                     or any("stalled" in rule.on for rule in config.settings.rules))
+            self._watches_time = (config, timed)
+        return self._watches_time[1]
 
     def check_long_runs(self, now: datetime) -> int:
         """An intent per RUNNING run past its job's ``alerts.long_run`` (once per run: the

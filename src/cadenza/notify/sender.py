@@ -16,6 +16,16 @@ intent in this process) the sender
    after a backoff (:func:`backoff`: 10 s, 20 s, 40 s ... at most 10 min, :data:`MAX_ATTEMPTS`
    tries), the others are done.
 
+A round whose looks would find what the last one found is skipped: on a SQLite store, while
+nothing was committed since a round that left nothing to do (no intent PENDING, no alert
+group open) and no rule watches the clock (:meth:`~cadenza.notify.rules.Notifier.
+watches_time`), a round reads only the store's ``data_version`` (:mod:`cadenza.store.
+data_version`), and the sender sleeps up to :data:`QUIET_SECONDS` instead of
+:data:`POLL_SECONDS`: the node's dispatcher, whose idle poll reads ``data_version`` once a
+second anyway, wakes it when anything was committed (:meth:`Sender.nudge`), and a hook of
+this process wakes it when it writes an intent. An idle node's sender then neither queries
+the store nor wakes every two seconds.
+
 A delivery that cannot succeed (unknown channel, a role with no users, an invalid address,
 a refused webhook target, a permanent SMTP refusal) is FAILED at once with its reason and
 not retried. Nothing here raises out of the loop: a failed round is logged and the next one
@@ -52,6 +62,10 @@ from cadenza.store.outbox import FAILED, SENT, Claimed, Intent, Outbox, Target
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 2.0
+QUIET_SECONDS = 30.0
+"""How long the sender sleeps after a round that left nothing to do on a SQLite store (see
+the module doc), unless woken: by a hook of this process, or by the node's dispatcher when
+its idle poll finds something committed (:meth:`Sender.nudge`)."""
 STALL_CHECK_SECONDS = 60.0
 """How often the sender looks for schedules that did not fire."""
 MAX_ATTEMPTS = 10
@@ -104,6 +118,12 @@ class Sender:
         self.deliver = deliver_with if deliver_with is not deliver else functools.partial(
             deliver, home=config().home)
         self._wake = life.wake_on_stop(threading.Event())
+        self._changes = store.data_version()
+        self._quiet_at: int | None = None
+        """The store's data version at the start of the last round that left nothing to do
+        (None: the next round makes its looks)."""
+        self._hinted = False
+        """A hook wrote an intent since the last round began (:meth:`_hint`)."""
         self.install()
         self.started_at: datetime = store.clock.now()
         self._stall_checked: float | None = None
@@ -112,7 +132,7 @@ class Sender:
         """The store's notifier (its assembly's: the run end and missed hooks) follows this
         sender's configuration, which follows reloads, and wakes this sender's loop."""
         self.notifier.config = self.config
-        self.notifier.wake = self._wake.set
+        self.notifier.wake = self._hint
 
     def start(self, stack: ExitStack) -> None:
         """Take back what a killed sender of this host held, then start the delivery loop
@@ -129,16 +149,50 @@ class Sender:
         self.life.spawn(stack, self._loop, "cadenza-notify")
 
     def _loop(self) -> None:
-        while not self.life.stopping.is_set():
-            try:
-                self.round()
-            except Exception:  # a round's failure (store down) must not end the service
-                log.exception("notification round failed; trying again")
-            self.life.clock.wait(self._wake, POLL_SECONDS)
-            self._wake.clear()
+        try:
+            while not self.life.stopping.is_set():
+                try:
+                    self.round()
+                except Exception:  # a round's failure (store down) must not end the service
+                    self._quiet_at = None
+                    log.exception("notification round failed; trying again")
+                quiet = self._quiet_at is not None
+                self.life.clock.wait(self._wake, QUIET_SECONDS if quiet else POLL_SECONDS)
+                self._wake.clear()
+        finally:
+            self._changes.close()
+
+    def nudge(self) -> None:
+        """Something was committed to the store (the dispatcher's idle poll saw it): make a
+        round now (one that only reads ``data_version`` when the commit was seen already)."""
+        self._wake.set()
+
+    def _hint(self) -> None:
+        """A hook of this process wrote an intent, in a transaction that may not have
+        committed yet: make a round now, and do not trust the store's silence until a
+        round made after it found nothing (the commit may follow the round's look)."""
+        self._hinted = True
+        self._wake.set()
 
     def round(self) -> int:
         """One round (see the module docstring); returns the deliveries attempted."""
+        hinted, self._hinted = self._hinted, False
+        version = self._changes.token()  # before the looks: a later commit is seen next time
+        if not hinted and version is not None and version == self._quiet_at:
+            return 0  # nothing committed since a round that left nothing to do
+        attempted = self._looks()
+        quiet = version is not None and not hinted and self._quiet(attempted)
+        self._quiet_at = version if quiet else None
+        return attempted
+
+    def _quiet(self, attempted: int) -> bool:
+        """Whether the round just made left nothing to do that time alone could bring: no
+        delivery attempted, no rule watching the clock, no alert group open (its reminder),
+        no intent PENDING (a retry's time, a claim to expire)."""
+        return (not attempted and not self.notifier.watches_time()
+                and not self.grouper.groups.any_open() and not self.outbox.any_pending())
+
+    def _looks(self) -> int:
         now = self.store.clock.now()
         self.notifier.check_long_runs(now)
         self.notifier.check_late(now)

@@ -28,7 +28,6 @@ the number of decisions.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Collection, Mapping
 from contextlib import nullcontext
 from datetime import UTC, datetime
@@ -45,6 +44,7 @@ from cadenza.domain.states import RunState
 from cadenza.store import later
 from cadenza.store.codec import UTCDateTime, require_aware
 from cadenza.store.core import StoreCore
+from cadenza.store.data_version import DataVersion
 from cadenza.store.engine import sqlite_path
 from cadenza.store.hotsql import BITMAPS_AGAIN, INDEX_SCAN, ORDERED, SORTS_AGAIN, Dialect
 from cadenza.store.queue_signal import LOOK_AT_LEAST, QueueListener
@@ -156,12 +156,15 @@ class AdmissionRepository(StoreCore):
             return bool(read("SELECT 1 FROM runs WHERE state = ? LIMIT 1",
                              (RunState.QUEUED.value,)))
 
-    def queue_watch(self, on_queued: Callable[[], None] | None = None) -> QueueWatch:
+    def queue_watch(self, on_queued: Callable[[], None] | None = None,
+                    on_change: Callable[[], None] | None = None) -> QueueWatch:
         """The idle poll of one dispatcher (:class:`QueueWatch`); close it when done.
         On PostgreSQL, ``on_queued()`` is called as soon as a run was queued by anyone
-        (:mod:`cadenza.store.queue_signal`)."""
+        (:mod:`cadenza.store.queue_signal`). On a SQLite file, ``on_change()`` is called by
+        a poll that finds the database's ``data_version`` changed since the last poll."""
         if self.dialect == "sqlite":
-            return QueueWatch(self.has_queued_runs, sqlite_path(self.engine.url))
+            return QueueWatch(self.has_queued_runs, sqlite_path(self.engine.url),
+                              on_change=on_change)
         listener = None if on_queued is None else QueueListener(self.engine, on_queued)
         return QueueWatch(self.has_queued_runs, None, listener, self.clock)
 
@@ -378,27 +381,34 @@ class QueueWatch:
     :class:`~cadenza.store.queue_signal.QueueListener` when ``listener`` is given: while it
     listens, a poll skips the look if no run was signalled QUEUED since the last look found
     none, and no look was made for :data:`~cadenza.store.queue_signal.LOOK_AT_LEAST`
-    seconds. For an in-memory SQLite database, every poll is the look."""
+    seconds. For an in-memory SQLite database, every poll is the look.
+
+    On a SQLite file, a poll that finds ``data_version`` changed since the previous poll
+    calls ``on_change()``: the other loops of an idle node that read the store (the
+    notification sender) sleep until then instead of reading ``data_version`` on timers of
+    their own, since on some machines a thread's wake-up costs more than the read."""
 
     def __init__(self, look: Callable[[], bool], path: Path | None,
-                 listener: QueueListener | None = None, clock: Clock | None = None) -> None:
+                 listener: QueueListener | None = None, clock: Clock | None = None,
+                 on_change: Callable[[], None] | None = None) -> None:
         self._look = look
+        self._on_change = on_change
+        self._seen: int | None = None
+        """The ``data_version`` of the previous poll (SQLite files)."""
         self._listener = listener
         self._clock: Clock = clock or SystemClock()
         self._looked_at = 0.0
-        self._conn: sqlite3.Connection | None = None
-        if path is not None:
-            try:
-                self._conn = sqlite3.connect(path, isolation_level=None,
-                                             check_same_thread=False)
-            except sqlite3.Error:  # then every poll is the look, as on PostgreSQL
-                self._conn = None
+        self._data = DataVersion(path)
         self._unchanged_at: int | None = None
         """The version (:meth:`_version`) at which the last look found no queued run."""
 
     def any_queued(self) -> bool:
         """Whether a run may be QUEUED (True: look at the queue)."""
         version = self._version()  # read before the look: a later change is seen
+        if self._listener is None and version != self._seen:
+            self._seen = version
+            if self._on_change is not None and version is not None:
+                self._on_change()
         due = (self._listener is not None
                and self._clock.monotonic() - self._looked_at >= LOOK_AT_LEAST)
         if version is not None and version == self._unchanged_at and not due:
@@ -413,17 +423,10 @@ class QueueWatch:
         signals, or SQLite's ``data_version``; ``None`` when unknown (then look)."""
         if self._listener is not None:
             return self._listener.token
-        if self._conn is None:
-            return None
-        try:
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:  # the look says what is wrong, if anything
-            return None
+        return self._data.token()
 
     def close(self) -> None:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._data.close()

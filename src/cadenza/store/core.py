@@ -47,6 +47,7 @@ from cadenza.domain.events import EventType, Level
 from cadenza.domain.texts import cut_redacted
 from cadenza.store import later
 from cadenza.store.codec import dumps, require_aware
+from cadenza.store.data_version import DataVersion
 from cadenza.store.engine import READ_ONLY, sqlite_path
 from cadenza.store.hooks import StoreHooks
 from cadenza.store.tables import event_log
@@ -384,6 +385,12 @@ class StoreCore:
                     yield conn
         except sa.exc.OperationalError as exc:
             raise StoreError(f"store read failed: {exc.orig}") from exc
+
+    def data_version(self) -> DataVersion:
+        """A :class:`~cadenza.store.data_version.DataVersion` of this store: whether anything
+        was committed since a last look (SQLite files; on other stores its token is None, and
+        every look is made). Close it when done."""
+        return DataVersion(sqlite_path(self.engine.url) if self.dialect == "sqlite" else None)
 
     def _quick_rows(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """The rows of one SELECT (``?`` placeholders): :meth:`_quick_read` for one

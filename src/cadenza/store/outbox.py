@@ -150,6 +150,12 @@ class Outbox:
                                      json.loads(r.context_json or "{}")), r.attempts)
                 for r in rows]
 
+    def any_pending(self) -> bool:
+        """Whether any intent is PENDING (due or not, claimed or not): one indexed read
+        outside any transaction."""
+        return bool(self.store._quick_rows(
+            "SELECT 1 FROM notification_outbox WHERE state = ? LIMIT 1", (PENDING,)))
+
     def release_dead_claims(self, host: str, alive: Callable[[int], bool]) -> int:
         """Release the claims of senders of ``host`` (owners ``host:pid:...``) whose process
         is gone (``alive(pid)`` false): a ``kill -9`` during a delivery leaves its intents to

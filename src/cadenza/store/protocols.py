@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from cadenza.store.claims import StagedStart
     from cadenza.store.core import Redactor, WriteFailure
     from cadenza.store.cursors import CursorKey
+    from cadenza.store.data_version import DataVersion
     from cadenza.store.fires import NewFire
     from cadenza.store.hooks import StoreHooks
     from cadenza.store.lease_clock import LeaseTime
@@ -97,6 +98,11 @@ class Transactions(Protocol):
 
     def close(self) -> None:
         """Dispose of the engine's connections."""
+        ...
+
+    def data_version(self) -> DataVersion:
+        """Whether anything was committed since a last look (SQLite files; elsewhere its
+        token is None, and every look is made). Close it when done."""
         ...
 
 
@@ -244,6 +250,10 @@ class RunLeases(Transactions, Protocol):
 
     def cancel_requests(self, run_ids: Iterable[str]) -> dict[str, str]:
         """Pending cancel requests among ``run_ids``: run id -> who asked."""
+        ...
+
+    def has_running_runs(self) -> bool:
+        """Whether any run is RUNNING: one indexed read, outside any transaction."""
         ...
 
     def reap_expired_run_leases(
@@ -450,9 +460,12 @@ class Admission(Protocol):
         poll."""
         ...
 
-    def queue_watch(self, on_queued: Callable[[], None] | None = None) -> QueueWatch:
+    def queue_watch(self, on_queued: Callable[[], None] | None = None,
+                    on_change: Callable[[], None] | None = None) -> QueueWatch:
         """An idle node's poll, which skips the read while nothing was committed (SQLite)
-        or signalled (PostgreSQL, which also calls ``on_queued()`` when a run is queued)."""
+        or signalled (PostgreSQL, which also calls ``on_queued()`` when a run is queued).
+        On a SQLite file, ``on_change()`` is called by a poll that finds something was
+        committed since the last poll."""
         ...
 
     def queued_candidates(

@@ -279,6 +279,12 @@ class RunLeasesRepository(LeaseClock):
             steps._transition_step_run(step_run_id, StepState.CANCELED, reason=reason,
                                       actor=by, conn=conn)
 
+    def has_running_runs(self) -> bool:
+        """Whether any run is RUNNING: one indexed read on the DBAPI connection, outside
+        any transaction (an idle reaper's look)."""
+        with self._quick_read() as read:
+            return bool(read("SELECT 1 FROM runs WHERE state = ? LIMIT 1", (_RUNNING,)))
+
     def reap_expired_run_leases(
         self,
         *,
@@ -311,9 +317,8 @@ class RunLeasesRepository(LeaseClock):
         recovered: list[Recovered] = []
         # No run RUNNING (an idle node's usual answer): nothing to take back, and no write
         # transaction to find it out (one indexed read).
-        with self._quick_read() as read:
-            if not read("SELECT 1 FROM runs WHERE state = ? LIMIT 1", (_RUNNING,)):
-                return recovered
+        if not self.has_running_runs():
+            return recovered
         with self.write() as conn:
             expiry = at if self.lease_time != "database" else self._store_time(conn)
             expired = sa.or_(runs.c.lease_until.is_(None), runs.c.lease_until < expiry)

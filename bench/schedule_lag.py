@@ -10,16 +10,27 @@ doubled fires (runs per (job, scheduled_for)) and functions called twice.
 
 idle: a real `cadenza serve --no-web` process with N jobs scheduled far away (`0 3 1 1 *`);
 its CPU time (with its child processes) over a quiet interval, as a share of one core.
+With `--against SRC` (a checkout's `src`, e.g. of `git worktree add /tmp/base <commit>`), a
+second server runs that code on a copy of the home beside the first, and both are measured
+over the same `--windows` windows of `--seconds` each: on a VM whose idle figure drifts
+within minutes, an A/B that measures one after the other compares the drift, not the code.
+On Linux this mode reads the threads' nanosecond counts (`/proc/<pid>/task/*/schedstat`),
+not the 10 ms ticks of the single mode.
 
     .venv/bin/python bench/schedule_lag.py lag --jobs 1000 --workers 4 [--store postgresql]
     .venv/bin/python bench/schedule_lag.py lag --jobs 1000 --workers 64 --max-runs 1000
     .venv/bin/python bench/schedule_lag.py idle --jobs 1000 --seconds 30
+    .venv/bin/python bench/schedule_lag.py idle --jobs 1000 --seconds 30 --windows 8 \
+        --against /tmp/base/src
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -201,6 +212,68 @@ def idle(args: argparse.Namespace) -> dict[str, object]:
             "cpu_percent_of_one_core": round(100 * used / args.seconds, 2)}
 
 
+def _serve(home: Path, src: str | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = src
+    return subprocess.Popen([sys.executable, "-m", "cadenza", "--home", str(home), "serve",
+                             "--no-web"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+
+
+def _cpu_seconds(proc: psutil.Process) -> float:
+    """The CPU time of ``proc``: from the scheduler's nanosecond counts of its threads where
+    Linux has them (``/proc/<pid>/task/*/schedstat``), else the tick-rounded figures (10 ms
+    steps: 3 steps are 0.1 % of a 30 s window)."""
+    tasks = Path(f"/proc/{proc.pid}/task")
+    if tasks.is_dir():
+        total = 0
+        for task in tasks.iterdir():
+            try:
+                total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):  # a thread that just ended
+                continue
+        return total / 1e9
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
+def idle_against(args: argparse.Namespace) -> dict[str, object]:
+    """This code's server and the one of ``--against`` side by side, the same windows."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home, _ = write_home(Path(tmp), args.jobs, "0 3 1 1 *", None, args.workers,
+                             max(16, args.workers))
+        other = Path(tmp) / "against"
+        shutil.copytree(home.path, other, ignore=shutil.ignore_patterns("*.db-*", "*.lock"))
+        procs = {"head": _serve(home.path, None), "against": _serve(other, args.against)}
+        try:
+            time.sleep(args.settle)
+            trees = {k: [psutil.Process(p.pid), *psutil.Process(p.pid).children(True)]
+                     for k, p in procs.items()}
+
+            def cpu(k: str) -> float:
+                return sum(_cpu_seconds(p) for p in trees[k])
+
+            windows: dict[str, list[float]] = {k: [] for k in procs}
+            for _ in range(args.windows):
+                before = {k: cpu(k) for k in procs}
+                time.sleep(args.seconds)
+                for k in procs:
+                    windows[k].append(round(100 * (cpu(k) - before[k]) / args.seconds, 3))
+            rss = {k: round(sum(p.memory_info().rss for p in trees[k]) / 2**20, 1)
+                   for k in procs}
+        finally:
+            for p in procs.values():
+                p.terminate()
+            for p in procs.values():
+                p.wait(30)
+    return {"bench": "idle_cpu_side_by_side", "jobs": args.jobs, "workers": args.workers,
+            "seconds": args.seconds, "against": args.against,
+            "cpu_percent_of_one_core": windows,
+            "median": {k: statistics.median(v) for k, v in windows.items()},
+            "rss_mib": rss}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -219,8 +292,13 @@ def main() -> None:
     p_idle.add_argument("--seconds", type=float, default=30)
     p_idle.add_argument("--settle", type=float, default=10)
     p_idle.add_argument("--workers", type=int, default=4)
+    p_idle.add_argument("--against", default=None, metavar="SRC",
+                        help="also run the code of SRC (a checkout's src) beside, same windows")
+    p_idle.add_argument("--windows", type=int, default=1,
+                        help="with --against: how many windows of --seconds")
     args = parser.parse_args()
-    result = lag(args) if args.what == "lag" else idle(args)
+    result = (lag(args) if args.what == "lag" else
+              idle_against(args) if args.against else idle(args))
     print(json.dumps(result, indent=2))
 
 

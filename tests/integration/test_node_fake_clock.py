@@ -31,10 +31,10 @@ START = datetime.fromisoformat("2027-03-01T01:59:30+00:00")
 FIRE = datetime.fromisoformat("2027-03-01T02:00:00+00:00")
 LEASE = timedelta(seconds=30)
 RETRY = timedelta(seconds=40)
-LOOPS = 10
+LOOPS = 9
 """Loops of the node that wait on its clock: keeper, reaper, the data directory's probe,
-scheduler, retention, config watch, dispatcher, route health checks, cooldown ends,
-notification sender (the workers wait on their queue)."""
+scheduler, retention, dispatcher (which also watches the config files), route health
+checks, cooldown ends, notification sender (the workers wait on their queue)."""
 
 # Imported once per process (thread isolation): the same text for every home of this file.
 TASKS = '''

@@ -40,9 +40,10 @@ from cadenza.store.leadership import LeaseLeadership
 
 X = ResourceState
 INTERVAL, COOLDOWN, TIMEOUT = 60, 30, 2
-NODE_LOOPS = 10
-"""Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, config
-watch, dispatcher, health, cooldown ends, notification sender, local disk check (a lower
+NODE_LOOPS = 9
+"""Loops of a node that wait on its clock: keeper, reaper, scheduler, retention, dispatcher
+(which also watches the config files), health, cooldown ends, notification sender, local
+disk check (a lower
 count lets the test read before the health loop's first round)."""
 
 

@@ -127,22 +127,24 @@ class WalCheckpointer:
                 raw.close()
         except Exception as exc:  # the writers never see it: see the module doc
             with self._ran:
-                self.attempts += 1
-                self.failures += 1
                 first = not self._failing
                 self._failing = True
-                self._ran.notify_all()
-            if first:
+            if first:  # said before the attempt is counted: whoever waits for it sees it
                 log.warning("the store's log could not be copied into its database file %s "
                             "in the background (%s: %s); commits copy it themselves meanwhile",
                             self.database, type(exc).__name__, exc)
+            with self._ran:
+                self.attempts += 1
+                self.failures += 1
+                self._ran.notify_all()
             return
         with self._ran:
-            self.attempts += 1
-            self.checkpoints += 1
             recovered = self._failing
             self._failing = False
-            self._ran.notify_all()
         if recovered:
             log.info("the store's log is copied into its database file in the background "
                      "again")
+        with self._ran:
+            self.attempts += 1
+            self.checkpoints += 1
+            self._ran.notify_all()
